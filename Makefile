@@ -1,0 +1,45 @@
+# Two commands from a fresh clone: `make demo` (ingest the bundled runs, print stats) and
+# `make test`. Both create .venv on first use with Python >= 3.12 (pyenv's if present).
+PYTHON ?= $(shell for p in $$(command -v python3.12 python3.13 python3) \
+	$$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.1[2-9]*/bin/python3 2>/dev/null); do \
+	$$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null && echo $$p && break; done)
+VENV := .venv
+BIN := $(VENV)/bin
+DEMO_LAKE ?= /tmp/wmo-lake-demo
+
+.PHONY: help setup demo test lint bench clean
+
+help:
+	@echo "make demo   ingest fixtures/harbor into a lake and print stats and a query"
+	@echo "make test   install and run the test suite"
+	@echo "make lint   ruff"
+	@echo "make bench  benchmarks (ratios against anchors measured in the same run)"
+
+$(BIN)/wmo-lake: pyproject.toml
+	@test -n "$(PYTHON)" || { echo "need Python >= 3.12 (python3.12 / python3.13 on PATH)"; exit 2; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev,tinker]'
+	@touch $@
+
+setup: $(BIN)/wmo-lake
+
+demo: setup
+	rm -rf $(DEMO_LAKE)
+	$(BIN)/wmo-lake ingest fixtures/harbor --lake $(DEMO_LAKE)
+	$(BIN)/wmo-lake stats --lake $(DEMO_LAKE)
+	$(BIN)/wmo-lake sql --lake $(DEMO_LAKE) \
+		"SELECT batch, trial_name, task_id, reward, passed, stop_reason, n_spans FROM trial_records ORDER BY batch, trial_name"
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+lint: setup
+	$(BIN)/ruff check wmo_lake tests bench
+	$(BIN)/ruff format --check wmo_lake tests bench
+
+bench: setup
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,152 @@
+"""Finding trial dirs under a PATH, at any depth, without hanging on symlink loops.
+
+A *trial dir* is a directory whose `result.json` is a TrialResult (it has `trial_name`); a
+directory whose `config.json` is trial-shaped is one even when its result is missing (an
+*unreadable trial*). Its *job dir* is its parent. Discovery reads only the small `config.json`;
+whether a `result.json` really is a trial is decided when it is parsed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from wmo_lake.jsonfile import read_json
+
+_STEP = re.compile(r"^step-(\d+)$")
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job dir and the labels derived from where it sits."""
+
+    path: Path
+    real: str
+    batch: str
+    run: str | None
+    step: int | None
+
+    @property
+    def key(self) -> str:
+        return f"job:{self.real}"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A directory that is, or may be, a trial dir."""
+
+    path: Path
+    real: str
+    job: Job
+    trial_shaped_config: bool
+
+
+@dataclass(frozen=True)
+class WalkProblem:
+    path: str
+    kind: str
+    message: str
+
+
+@dataclass
+class Discovery:
+    candidates: list[Candidate] = field(default_factory=list)
+    problems: list[WalkProblem] = field(default_factory=list)
+
+
+def job_labels(job_dir: Path, root: Path) -> tuple[str, str | None, int | None]:
+    """(batch, run, step) for a job dir found under `root` (see the README's discovery rules)."""
+    absolute = Path(os.path.abspath(job_dir))
+    root_abs = Path(os.path.abspath(root))
+    if absolute != root_abs and absolute.is_relative_to(root_abs):
+        batch = absolute.relative_to(root_abs).as_posix()
+    else:
+        batch = absolute.name or Path(os.path.realpath(absolute)).name
+    parts = absolute.parts
+    run = None
+    for index in range(len(parts) - 1, 0, -1):
+        if parts[index] == "harbor":
+            run = parts[index - 1]
+            break
+    step = None
+    for part in reversed(parts):
+        match = _STEP.match(part)
+        if match:
+            step = int(match.group(1))
+            break
+    return batch, run, step
+
+
+def _is_trial_config(path: Path) -> bool:
+    doc = read_json(path)
+    return isinstance(doc, dict) and "trial_name" in doc
+
+
+def discover(root: Path) -> Discovery:
+    """Every trial candidate under `root` (root itself included), depth-first, in name order."""
+    found = Discovery()
+    jobs: dict[Path, Job] = {}
+
+    def job_for(trial_dir: Path) -> Job:
+        job_dir = trial_dir.parent
+        if job_dir not in jobs:
+            batch, run, step = job_labels(job_dir, root)
+            jobs[job_dir] = Job(job_dir, os.path.realpath(job_dir), batch, run, step)
+        return jobs[job_dir]
+
+    if not root.is_dir():
+        found.problems.append(
+            WalkProblem(
+                str(root), "not_a_directory", f"{root} is not a directory; nothing ingested"
+            )
+        )
+        return found
+    visited: set[str] = set()
+    # (path, the real paths of its ancestors): a link back into an ancestor is a loop.
+    stack: list[tuple[Path, frozenset[str]]] = [(root, frozenset())]
+    while stack:
+        directory, ancestors = stack.pop()
+        real = os.path.realpath(directory)
+        if real in ancestors:
+            found.problems.append(
+                WalkProblem(
+                    str(directory),
+                    "symlink_loop",
+                    f"{directory} links back to its ancestor {real}; not followed",
+                )
+            )
+            continue
+        if real in visited:
+            continue  # reached twice through links: walked once already
+        visited.add(real)
+        try:
+            with os.scandir(directory) as entries:
+                names: set[str] = set()
+                subdirs: list[Path] = []
+                for entry in entries:
+                    names.add(entry.name)
+                    try:
+                        if entry.is_dir():
+                            subdirs.append(Path(entry.path))
+                    except OSError:
+                        continue
+        except OSError as error:
+            found.problems.append(
+                WalkProblem(
+                    str(directory),
+                    "unreadable_dir",
+                    f"cannot list {directory}: {error.strerror or error}; its trials were skipped",
+                )
+            )
+            continue
+        trial_config = "config.json" in names and _is_trial_config(directory / "config.json")
+        if trial_config or "result.json" in names:
+            found.candidates.append(Candidate(directory, real, job_for(directory), trial_config))
+            if trial_config:
+                continue  # a trial dir holds no trials
+        inner = ancestors | {real}
+        for subdir in sorted(subdirs, reverse=True):
+            stack.append((subdir, inner))
+    return found

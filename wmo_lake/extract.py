@@ -1,0 +1,181 @@
+"""One trial dir -> its rows in every table. Runs in worker processes, so it takes and returns
+plain picklable values, reads each file once, and never raises on bad input: what it cannot read
+becomes `problems` rows attached to the trial (or to the dir, when there is no trial to attach to).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from wmo_lake.jsonfile import ReadFailure, decode, read_bytes, read_json
+from wmo_lake.tables import TABLES, spans, stop_reasons, tests, trials
+from wmo_lake.tables.fields import Fields, ProblemLog
+
+TRIAL = "trial"
+UNREADABLE = "unreadable_trial"
+OTHER = "other"  # a result.json that is not a trial's (a job's, say)
+
+
+@dataclass(frozen=True)
+class TrialTask:
+    """What a worker needs to read one candidate dir."""
+
+    path: str
+    real: str
+    batch: str
+    run: str | None
+    step: int | None
+    job_key: str
+    trial_shaped_config: bool
+    sinks: tuple[str, ...] = ()
+
+
+@dataclass
+class Extracted:
+    kind: str
+    unit_key: str
+    trial_name: str | None = None
+    tables: dict[str, pa.Table] = field(default_factory=dict)
+
+    @property
+    def n_problems(self) -> int:
+        problems = self.tables.get("problems")
+        return 0 if problems is None else problems.num_rows
+
+
+def _not_a_trial(
+    task: TrialTask, problems: ProblemLog, kind: str, path: Path, message: str
+) -> Extracted:
+    """A dir whose result.json could not be read as a trial's."""
+    if task.trial_shaped_config:
+        problems.add(kind, path, message)
+        problems.add(
+            "unreadable_trial",
+            task.path,
+            f"trial dir {task.path} has a trial config.json but no readable result.json; it has "
+            "no trials row and is counted in unreadable_trials. If the trial is still running, "
+            "re-ingest after it finishes; otherwise re-run it",
+        )
+        return Extracted(UNREADABLE, problems.unit_key, tables=_problem_table(problems))
+    if message:
+        problems.add(kind, path, message)
+    return Extracted(OTHER, problems.unit_key, tables=_problem_table(problems))
+
+
+def _problem_table(problems: ProblemLog) -> dict[str, pa.Table]:
+    if not problems.rows:
+        return {}
+    return {"problems": pa.Table.from_pylist(problems.rows, schema=TABLES["problems"].schema)}
+
+
+def extract_trial(task: TrialTask) -> Extracted:
+    trial_dir = Path(task.path)
+    result_path = trial_dir / "result.json"
+    problems = ProblemLog(unit_key=f"dir:{task.real}", batch=task.batch, trial_name=trial_dir.name)
+    data = read_bytes(result_path)
+    if data is None:
+        return _not_a_trial(
+            task,
+            problems,
+            "missing_result",
+            result_path,
+            f"{result_path} does not exist" if task.trial_shaped_config else "",
+        )
+    doc: Any = data if isinstance(data, ReadFailure) else decode(data, result_path)
+    if isinstance(doc, ReadFailure):
+        return _not_a_trial(task, problems, doc.kind, result_path, doc.message)
+    if not isinstance(doc, dict):
+        return _not_a_trial(
+            task,
+            problems,
+            "not_an_object",
+            result_path,
+            f"{result_path} holds a JSON {'array' if isinstance(doc, list) else 'value'}, "
+            "expected harbor's TrialResult object",
+        )
+    trial_name = doc.get("trial_name")
+    if not isinstance(trial_name, str) or not trial_name:
+        message = (
+            f"{result_path} has no string trial_name, so it is not a TrialResult"
+            if task.trial_shaped_config
+            else ""
+        )
+        return _not_a_trial(task, problems, "not_a_trial_result", result_path, message)
+
+    trial_id = doc.get("id")
+    key = trial_id if isinstance(trial_id, str) and trial_id else f"dir:{task.real}"
+    problems = ProblemLog(unit_key=key, batch=task.batch, trial_name=trial_name)
+    fields = Fields(doc, result_path, problems)
+    row = trials.row(fields)
+
+    found = spans.from_rollout_details(
+        doc.get("agent_result"), doc.get("step_results"), result_path, problems
+    )
+    if found is None:
+        sink = spans.find_sink([Path(s) for s in task.sinks], trial_name)
+        found = spans.from_sink(sink, problems) if sink else spans.Spans(spans.ABSENT, [])
+    try:
+        span_table = spans.table(found, key, task.batch, trial_name)
+    except (OverflowError, pa.ArrowInvalid) as error:
+        problems.add(
+            "out_of_range",
+            result_path,
+            f"{result_path.name}: a token id does not fit in 64 bits ({error}); the trial "
+            "contributes no training data",
+        )
+        found = spans.Spans(spans.OUT_OF_RANGE, [])
+        span_table = spans.table(found, key, task.batch, trial_name)
+
+    report = tests.read_report(trial_dir, problems)
+    trajectory_status, trajectory = _read_trajectory(trial_dir, problems)
+    trace = stop_reasons.read_trace(trial_dir, problems)
+    identity = {"trial_key": key, "batch": task.batch, "trial_name": trial_name}
+    row.update(
+        identity,
+        run=task.run,
+        step=task.step,
+        job_key=task.job_key,
+        artifact_dir=task.path,
+        spans_status=found.status,
+        n_spans=len(found.turns),
+        result_bytes=len(data),
+        **report.trial_columns(),
+    )
+    stop_row = identity | stop_reasons.row(
+        exception_type=row["exception_type"],
+        n_episodes=row["n_episodes"],
+        trajectory_status=trajectory_status,
+        trajectory=trajectory,
+        trace=trace,
+    )
+    tables = {
+        "trials": pa.Table.from_pylist([row], schema=TABLES["trials"].schema),
+        "spans": span_table,
+        "stop_reasons": pa.Table.from_pylist([stop_row], schema=TABLES["stop_reasons"].schema),
+        "tests": tests.table(report, key, task.batch, trial_name),
+        **_problem_table(problems),
+    }
+    return Extracted(TRIAL, key, trial_name, {k: v for k, v in tables.items() if v.num_rows})
+
+
+def _read_trajectory(trial_dir: Path, problems: ProblemLog) -> tuple[str, Any]:
+    path = trial_dir / "agent" / "trajectory.json"
+    doc = read_json(path)
+    if doc is None:
+        return "absent", None
+    if isinstance(doc, ReadFailure):
+        problems.add(doc.kind, path, doc.message + "; completion is read as not declared")
+        return "unreadable", None
+    if not isinstance(doc, dict) or not isinstance(doc.get("steps"), list):
+        problems.add(
+            "malformed_trajectory",
+            path,
+            f"{path} is not an ATIF trajectory (expected an object with a `steps` array); "
+            "completion is read as not declared",
+        )
+        return "malformed", None
+    return "ok", doc

@@ -1,0 +1,327 @@
+"""`ingest`: run trees in, one atomic lake generation out.
+
+    discover (walk, stat) -> fingerprint -> extract changed dirs (all cores) -> commit
+
+A dir whose files (and labels) are unchanged since the last ingest is not parsed at all. A trial
+is identified by its TrialResult `id` (or its resolved dir when it has none), so re-ingesting it,
+from the same PATH or another, replaces its rows instead of doubling them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from wmo_lake.discover import Candidate, Job, WalkProblem, discover
+from wmo_lake.extract import OTHER, TRIAL, UNREADABLE, Extracted, TrialTask, extract_trial
+from wmo_lake.store import CatalogEntry, Commit, Store
+from wmo_lake.tables import TABLES, jobs
+from wmo_lake.tables.fields import ProblemLog
+
+# Bump when extraction changes what it writes: every dir is then re-read on the next ingest.
+EXTRACT_VERSION = "1"
+TRIAL_FILES = (
+    "result.json",
+    "config.json",
+    "agent/wmo-run.json",
+    "wmo-run.json",
+    "verifier/ctrf.json",
+)
+IN_PROCESS_BELOW = 4  # fewer changed trials than this are not worth starting workers for
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class IngestSummary:
+    lake: str
+    generation: int
+    committed: bool
+    trials_new: int = 0
+    trials_replaced: int = 0
+    trials_unchanged: int = 0
+    unreadable_trials: int = 0
+    problems: int = 0
+    jobs: int = 0
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        trials = self.trials_new + self.trials_replaced + self.trials_unchanged
+        return (
+            f"{trials} trials ({self.trials_new} new, {self.trials_replaced} replaced, "
+            f"{self.trials_unchanged} unchanged) in {self.jobs} jobs, "
+            f"{self.unreadable_trials} unreadable trials, {self.problems} problems"
+            f" -> {self.lake} generation {self.generation}"
+            f"{'' if self.committed else ' (nothing changed)'} in {self.seconds:.1f}s"
+        )
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _stat_token(path: Path) -> str:
+    try:
+        st = path.stat()
+    except OSError:
+        return "-"
+    return f"{st.st_size}:{st.st_mtime_ns}"
+
+
+def _digest(parts: Iterable[str]) -> str:
+    return hashlib.sha1("\x00".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def trial_fingerprint(candidate: Candidate, sinks: tuple[str, ...]) -> str:
+    """What decides whether a trial dir must be re-read: its files' sizes and mtimes, the
+    trajectories beside them, its sink files, and the labels it would be stored under."""
+    job = candidate.job
+    directory = candidate.path
+    parts = [EXTRACT_VERSION, job.batch, str(job.run), str(job.step), *sinks]
+    parts += [f"{name}={_stat_token(directory / name)}" for name in TRIAL_FILES]
+    try:
+        agent_files = sorted(
+            n for n in os.listdir(directory / "agent") if n.startswith("trajectory")
+        )
+    except OSError:
+        agent_files = []
+    parts += [f"agent/{name}={_stat_token(directory / 'agent' / name)}" for name in agent_files]
+    parts += [f"sink={_stat_token(Path(s) / f'{directory.name}.jsonl')}" for s in sinks]
+    return _digest(parts)
+
+
+def job_fingerprint(job: Job) -> str:
+    return _digest(
+        [
+            EXTRACT_VERSION,
+            job.batch,
+            str(job.run),
+            str(job.step),
+            _stat_token(job.path / "config.json"),
+            _stat_token(job.path / "result.json"),
+        ]
+    )
+
+
+def _extract_all(
+    tasks: list[TrialTask], workers: int, progress: Progress | None
+) -> Iterator[tuple[TrialTask, Extracted]]:
+    """Extract every task in completion order, at most 2 per worker in flight (flat memory)."""
+    total = len(tasks)
+    if workers <= 1 or total < IN_PROCESS_BELOW:
+        for done, task in enumerate(tasks, 1):
+            yield task, extract_trial(task)
+            if progress:
+                progress(done, total)
+        return
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["wmo_lake.extract"])
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        pending: dict[Future[Extracted], TrialTask] = {}
+        queue = iter(tasks)
+        done = 0
+        while True:
+            while len(pending) < 2 * workers:
+                task = next(queue, None)
+                if task is None:
+                    break
+                pending[pool.submit(extract_trial, task)] = task
+            if not pending:
+                return
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                task = pending.pop(future)
+                yield task, future.result()
+                done += 1
+                if progress:
+                    progress(done, total)
+
+
+def ingest(
+    paths: list[Path],
+    lake: Path,
+    *,
+    sinks: Iterable[Path] = (),
+    workers: int | None = None,
+    progress: Progress | None = None,
+    on_wait: Callable[[str], None] | None = None,
+) -> IngestSummary:
+    """Ingest run trees into `lake`; see the module docstring."""
+    started = time.perf_counter()
+    store = Store(lake)
+    sink_dirs = tuple(os.path.abspath(s) for s in sinks)
+    workers = workers or os.cpu_count() or 1
+    with store.lock(on_wait):
+        base = store.read_manifest()
+        catalog = store.read_catalog(base)
+        owner = {e.unit_key: e.source for e in catalog.values() if e.unit_key}
+        candidates: dict[str, tuple[Candidate, str]] = {}
+        walk_problems: list[WalkProblem] = []
+        for path in paths:
+            found = discover(path)
+            walk_problems += found.problems
+            for candidate in found.candidates:
+                candidates.setdefault(
+                    candidate.real, (candidate, trial_fingerprint(candidate, sink_dirs))
+                )
+
+        summary = IngestSummary(lake=str(lake), generation=base.generation, committed=False)
+        commit = Commit(store, base)
+        tasks: list[TrialTask] = []
+        seen_jobs: dict[str, Job] = {}
+        for real, (candidate, fp) in candidates.items():
+            entry = catalog.get(real)
+            if entry is not None and entry.fingerprint == fp:
+                if entry.kind in (TRIAL, UNREADABLE):
+                    seen_jobs[candidate.job.real] = candidate.job
+                summary.trials_unchanged += entry.kind == TRIAL
+                summary.unreadable_trials += entry.kind == UNREADABLE
+                summary.problems += entry.n_problems
+                continue
+            job = candidate.job
+            tasks.append(
+                TrialTask(
+                    str(candidate.path),
+                    real,
+                    job.batch,
+                    job.run,
+                    job.step,
+                    job.key,
+                    candidate.trial_shaped_config,
+                    sink_dirs,
+                )
+            )
+
+        added_keys: set[str] = set()
+        try:
+            for task, extracted in _extract_all(tasks, workers, progress):
+                old = catalog.get(task.real)
+                if old is not None and old.unit_key:
+                    commit.remove_units([old.unit_key])
+                    owner.pop(old.unit_key, None)
+                key = extracted.unit_key
+                kind = extracted.kind
+                if kind == TRIAL and key in added_keys:
+                    extracted = _duplicate(task, extracted, owner[key])
+                    key, kind = extracted.unit_key, "duplicate"
+                if kind == TRIAL:
+                    previous_source = owner.get(key)
+                    if previous_source is not None:
+                        commit.remove_units([key])
+                        catalog[previous_source].unit_key = None
+                    replaced = previous_source is not None or (
+                        old is not None and old.kind == TRIAL
+                    )
+                    summary.trials_replaced += replaced
+                    summary.trials_new += not replaced
+                    added_keys.add(key)
+                if kind in (TRIAL, UNREADABLE):
+                    job = Job(
+                        Path(task.path).parent,
+                        os.path.realpath(Path(task.path).parent),
+                        task.batch,
+                        task.run,
+                        task.step,
+                    )
+                    seen_jobs[job.real] = job
+                summary.unreadable_trials += kind == UNREADABLE
+                summary.problems += extracted.n_problems
+                owner[key] = task.real
+                for table, rows in extracted.tables.items():
+                    commit.append(table, rows)
+                catalog[task.real] = CatalogEntry(
+                    task.real,
+                    key,
+                    kind,
+                    task.job_key,
+                    task.batch,
+                    candidates[task.real][1],
+                    extracted.n_problems,
+                )
+
+            summary.jobs = len(seen_jobs)
+            for job in seen_jobs.values():
+                fp = job_fingerprint(job)
+                entry = catalog.get(job.key)
+                if entry is not None and entry.fingerprint == fp:
+                    summary.problems += entry.n_problems
+                    continue
+                problems = ProblemLog(unit_key=job.key, batch=job.batch)
+                row = jobs.row(job.path, problems) | {
+                    "job_key": job.key,
+                    "batch": job.batch,
+                    "run": job.run,
+                    "step": job.step,
+                }
+                commit.remove_units([job.key])
+                commit.append("jobs", pa.Table.from_pylist([row], schema=TABLES["jobs"].schema))
+                _append_problems(commit, problems)
+                summary.problems += len(problems.rows)
+                catalog[job.key] = CatalogEntry(
+                    job.key, job.key, "job", job.key, job.batch, fp, len(problems.rows)
+                )
+
+            for problem in walk_problems:
+                source = f"walk:{problem.path}"
+                fp = _digest([problem.kind, problem.message])
+                summary.problems += 1
+                entry = catalog.get(source)
+                if entry is not None and entry.fingerprint == fp:
+                    continue
+                problems = ProblemLog(unit_key=source, batch=None)
+                problems.add(problem.kind, problem.path, problem.message)
+                commit.remove_units([source])
+                _append_problems(commit, problems)
+                catalog[source] = CatalogEntry(source, source, "walk", None, None, fp, 1)
+
+            changed = commit.changed
+            if changed:
+                manifest = commit.finish(catalog.values())
+                summary.generation = manifest.generation
+                summary.committed = True
+            else:
+                commit.abort()
+        except BaseException:
+            commit.abort()
+            raise
+        from wmo_lake.lake import ensure_duckdb_file
+
+        ensure_duckdb_file(store)
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+def _append_problems(commit: Commit, problems: ProblemLog) -> None:
+    if problems.rows:
+        commit.append(
+            "problems", pa.Table.from_pylist(problems.rows, schema=TABLES["problems"].schema)
+        )
+
+
+def _duplicate(task: TrialTask, extracted: Extracted, first_source: str) -> Extracted:
+    """A second dir holding a trial this ingest already read: kept out, and said so."""
+    problems = ProblemLog(
+        unit_key=f"dup:{task.real}", batch=task.batch, trial_name=extracted.trial_name
+    )
+    problems.add(
+        "duplicate_trial",
+        task.path,
+        f"{task.path} holds trial {extracted.unit_key}, which {first_source} also holds; the "
+        "trial is stored once, from the first dir read",
+    )
+    return Extracted(
+        "duplicate",
+        problems.unit_key,
+        extracted.trial_name,
+        {"problems": pa.Table.from_pylist(problems.rows, schema=TABLES["problems"].schema)},
+    )
+
+
+__all__ = ["OTHER", "IngestSummary", "ingest"]

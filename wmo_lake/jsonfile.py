@@ -1,0 +1,76 @@
+"""Reading one JSON artifact from a trial dir: never raises, says exactly what was wrong.
+
+msgspec decodes (as fast as orjson, and it skips nothing we need); the stdlib decoder is the
+fallback for what msgspec refuses but harbor's readers accept (NaN, Infinity, 1e400), so every
+file the seeds' `json.loads` reads, we read.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+_DECODER = msgspec.json.Decoder()
+
+
+@dataclass(frozen=True)
+class ReadFailure:
+    """Why a JSON file could not be read: a problem `kind` and a message for a person."""
+
+    kind: str
+    message: str
+
+
+def read_bytes(path: Path) -> bytes | ReadFailure | None:
+    """The file's bytes; None when it does not exist; a ReadFailure when it cannot be read."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        return ReadFailure("unreadable_file", f"{path} is a directory, expected a JSON file")
+    except OSError as error:
+        return ReadFailure("unreadable_file", f"cannot read {path}: {error.strerror or error}")
+
+
+def decode(data: bytes, path: Path) -> Any | ReadFailure:
+    """The JSON value in `data`, or a ReadFailure naming the file and what to do."""
+    if not data.strip():
+        return ReadFailure("empty_file", f"{path} is empty; expected a JSON document")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return ReadFailure(
+            "not_utf8",
+            f"{path} is not UTF-8 (bad byte at offset {error.start}); harbor writes UTF-8 JSON, "
+            "so the file is corrupt: re-run the trial or restore the file",
+        )
+    try:
+        return _DECODER.decode(data)
+    except msgspec.DecodeError:
+        pass
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as error:
+        return ReadFailure(
+            "invalid_json",
+            f"{path} is not valid JSON ({error}); it was probably truncated while being "
+            "written: re-run the trial or restore the file",
+        )
+
+
+def read_json(path: Path) -> Any | ReadFailure | None:
+    """Decoded JSON from `path`; None when missing; ReadFailure when unreadable."""
+    data = read_bytes(path)
+    if data is None or isinstance(data, ReadFailure):
+        return data
+    return decode(data, path)
+
+
+def to_json_text(value: Any) -> str:
+    """Compact JSON text of a decoded value, kept exact (ints stay ints, NaN stays NaN)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))

@@ -1,0 +1,171 @@
+"""Opening a lake for queries: DuckDB views over the live Parquet files, then the `sql/` views.
+
+Two doors, same views:
+- `connect(lake)`: an in-memory DuckDB connection (the CLI and the Python API). Table views are
+  built through DuckDB's relation API from the manifest's file list, so no path is ever pasted into
+  SQL text.
+- `LAKE/lake.duckdb`: a database file any DuckDB client can open (`duckdb lake/lake.duckdb`),
+  rebuilt at every commit. Its table views must name their files in SQL (DuckDB cannot bind
+  parameters in DDL), so that one place quotes them with `sql_string`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from wmo_lake.store import LakeError, Manifest, Store, atomic_write_bytes
+from wmo_lake.tables import TABLES
+
+DUCKDB_FILE = "lake.duckdb"
+
+
+@dataclass(frozen=True)
+class Setting:
+    variable: str
+    default: Any
+    help: str
+
+
+# Query-time settings: DuckDB variables the views read with getvariable(); NULL means the default
+# (or the batch's recorded value, where the view says so).
+SETTINGS: dict[str, Setting] = {
+    s.variable: s
+    for s in [
+        Setting("wmo_reward_key", "reward", "the key read from verifier_result.rewards"),
+        Setting("wmo_reward_mode", "raw", "raw: passed = reward 1.0; positive-binary: reward > 0"),
+        Setting(
+            "wmo_max_turns",
+            None,
+            "turn cap for stop reasons (default: the batch's kwargs.max_turns)",
+        ),
+        Setting(
+            "wmo_max_tokens",
+            None,
+            "output cap for truncated spans (default: the batch's max_tokens, else 8192)",
+        ),
+        Setting(
+            "wmo_context_budget",
+            None,
+            "context budget for datums (default: the batch's llm_kwargs.context_limit, else 65536)",
+        ),
+        Setting("wmo_max_datum_tokens", None, "longest datum kept (default 65536)"),
+    ]
+}
+
+
+def sql_dir() -> Path:
+    """The view definitions: the checkout's top-level sql/ (installed as package wmo_lake.sql)."""
+    checkout = Path(__file__).resolve().parent.parent / "sql"
+    if checkout.is_dir():
+        return checkout
+    return Path(str(resources.files("wmo_lake.sql")))
+
+
+def view_sources() -> list[tuple[str, str]]:
+    """(view name, SQL) for every `sql/*.sql`, ordered so each view follows the views it reads."""
+    texts = {p.stem: p.read_text(encoding="utf-8") for p in sorted(sql_dir().glob("*.sql"))}
+    words = {
+        name: set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", _strip_comments(sql)))
+        for name, sql in texts.items()
+    }
+    ordered: list[str] = []
+    visiting: set[str] = set()
+
+    def visit(name: str) -> None:
+        if name in ordered:
+            return
+        if name in visiting:
+            raise LakeError(f"views {sorted(visiting)} depend on each other in a cycle")
+        visiting.add(name)
+        for other in sorted(words[name] & set(texts)):
+            if other != name:
+                visit(other)
+        visiting.discard(name)
+        ordered.append(name)
+
+    for name in texts:
+        visit(name)
+    return [(name, texts[name]) for name in ordered]
+
+
+def _strip_comments(sql: str) -> str:
+    return re.sub(r"--[^\n]*", "", sql)
+
+
+def _require(store: Store) -> Manifest:
+    if not store.exists():
+        raise LakeError(
+            f"no lake at {store.root}: run `wmo-lake ingest RUNS_DIR --lake {store.root}` first "
+            "(or pass --lake / set WMO_LAKE to the lake you ingested into)"
+        )
+    return store.read_manifest()
+
+
+def set_settings(con: duckdb.DuckDBPyConnection, values: dict[str, Any]) -> None:
+    """Set query-time settings (None leaves a setting at its default)."""
+    for name, value in values.items():
+        if name not in SETTINGS:
+            raise LakeError(f"unknown setting {name!r}; known: {', '.join(SETTINGS)}")
+        if value is not None:
+            con.execute(f"SET VARIABLE {name} = ?", [value])
+
+
+def connect(lake: Path | str, settings: dict[str, Any] | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with every table and view of the lake."""
+    store = Store(lake)
+    manifest = _require(store)
+    con = duckdb.connect()
+    for name in TABLES:
+        files = [str(p) for p in store.files(manifest, name)]
+        con.read_parquet(files, union_by_name=True).create_view(name)
+    for _, sql in view_sources():
+        con.execute(sql)
+    set_settings(con, settings or {})
+    return con
+
+
+def sql_string(value: str) -> str:
+    """A SQL string literal, for the one place DuckDB cannot bind: view DDL in lake.duckdb."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def ensure_duckdb_file(store: Store) -> Path:
+    """(Re)build LAKE/lake.duckdb when it does not match the current generation."""
+    manifest = _require(store)
+    target = store.root / DUCKDB_FILE
+    stamp = f"{manifest.generation}:{manifest.catalog}"
+    if target.exists():
+        with contextlib.suppress(duckdb.Error):
+            con = duckdb.connect(str(target), read_only=True)
+            try:
+                current = con.execute("SELECT stamp FROM _wmo_lake").fetchone()
+            finally:
+                con.close()
+            if current and current[0] == stamp:
+                return target
+    tmp = target.with_name(f".{DUCKDB_FILE}.building")
+    tmp.unlink(missing_ok=True)
+    con = duckdb.connect(str(tmp))
+    try:
+        con.execute("CREATE TABLE _wmo_lake(stamp VARCHAR)")
+        con.execute("INSERT INTO _wmo_lake VALUES (?)", [stamp])
+        for name in TABLES:
+            files = ", ".join(sql_string(str(p.resolve())) for p in store.files(manifest, name))
+            con.execute(
+                f"CREATE VIEW {name} AS SELECT * FROM read_parquet([{files}], union_by_name = true)"
+            )
+        for _, sql in view_sources():
+            con.execute(sql)
+        con.execute("CHECKPOINT")
+    finally:
+        con.close()
+    atomic_write_bytes(target, tmp.read_bytes())
+    tmp.unlink(missing_ok=True)
+    return target

@@ -1,0 +1,151 @@
+"""Typed reads from decoded JSON: a value of the wrong type becomes a `problems` row, never a crash.
+
+Harbor writes `null` liberally, so null reads as "not recorded" and is never a problem; a value of
+another type than the schema expects (a string where a list belongs, a bool where a count belongs)
+is recorded once, with the file, the field and what was expected.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+PROBLEMS_SCHEMA = pa.schema(
+    [
+        ("unit_key", pa.string()),
+        ("batch", pa.string()),
+        ("trial_name", pa.string()),
+        ("path", pa.string()),
+        ("kind", pa.string()),
+        ("message", pa.string()),
+    ]
+)
+
+
+@dataclass
+class ProblemLog:
+    """The problems found while reading one unit (a trial or a job), in the `problems` schema."""
+
+    unit_key: str
+    batch: str | None
+    trial_name: str | None = None
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, kind: str, path: Path | str, message: str) -> None:
+        self.rows.append(
+            {
+                "unit_key": self.unit_key,
+                "batch": self.batch,
+                "trial_name": self.trial_name,
+                "path": str(path),
+                "kind": kind,
+                "message": message,
+            }
+        )
+
+
+def json_type_name(value: Any) -> str:
+    """The JSON name of a decoded value's type, for messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+class Fields:
+    """Typed access into one decoded JSON document, reporting wrong types to a ProblemLog."""
+
+    def __init__(self, doc: Any, path: Path, problems: ProblemLog) -> None:
+        self.doc = doc
+        self.path = path
+        self.problems = problems
+
+    def _wrong(self, keys: Sequence[str], value: Any, expected: str) -> None:
+        self.problems.add(
+            "wrong_type",
+            self.path,
+            f"{self.path.name}: {'.'.join(keys)} is {json_type_name(value)}, expected {expected}; "
+            "the column is left null",
+        )
+
+    def get(self, *keys: str) -> Any:
+        """The value at `keys`, None when any level is missing or null."""
+        value = self.doc
+        for depth, key in enumerate(keys):
+            if value is None:
+                return None
+            if not isinstance(value, dict):
+                self._wrong(keys[:depth], value, "an object")
+                return None
+            value = value.get(key)
+        return value
+
+    def int(self, *keys: str) -> int | None:
+        value = self.get(*keys)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or not _fits_int64(value):
+            self._wrong(keys, value, "an integer")
+            return None
+        return value
+
+    def number(self, *keys: str) -> float | None:
+        value = self.get(*keys)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self._wrong(keys, value, "a number")
+            return None
+        return float(value)
+
+    def str(self, *keys: str) -> str | None:
+        value = self.get(*keys)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            self._wrong(keys, value, "a string")
+            return None
+        return value
+
+    def obj(self, *keys: str) -> dict[str, Any] | None:
+        value = self.get(*keys)
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            self._wrong(keys, value, "an object")
+            return None
+        return value
+
+    def list(self, *keys: str) -> list[Any] | None:
+        value = self.get(*keys)
+        if value is None:
+            return None
+        if not isinstance(value, list):
+            self._wrong(keys, value, "an array")
+            return None
+        return value
+
+
+def _fits_int64(value: int) -> bool:
+    return -(2**63) <= value < 2**63
+
+
+def is_real_number(value: Any) -> bool:
+    """A JSON number that is not a bool and not NaN/inf."""
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and (isinstance(value, int) or math.isfinite(value))
+    )

@@ -1,0 +1,87 @@
+"""`jobs`: one row per harbor job dir (the parent of its trials): `config.json` is harbor's
+`JobConfig`, `result.json` its `JobResult` (which holds no trial results)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from wmo_lake.jsonfile import ReadFailure, read_json, to_json_text
+from wmo_lake.tables.fields import Fields, ProblemLog
+
+SCHEMA = pa.schema(
+    [
+        ("job_key", pa.string()),
+        ("batch", pa.string()),
+        ("run", pa.string()),
+        ("step", pa.int64()),
+        ("job_dir", pa.string()),
+        ("job_name", pa.string()),
+        ("job_id", pa.string()),
+        ("agent_import_path", pa.string()),
+        ("agent_name", pa.string()),
+        ("model_name", pa.string()),
+        ("n_attempts", pa.int64()),
+        ("max_turns", pa.int64()),
+        ("max_tokens", pa.int64()),
+        ("context_limit", pa.int64()),
+        ("model_path", pa.string()),
+        ("temperature", pa.float64()),
+        ("agent_kwargs", pa.string()),
+        # Job times as harbor wrote them: they carry no zone, so they are not guessed into UTC.
+        ("started_at", pa.string()),
+        ("finished_at", pa.string()),
+        ("n_total_trials", pa.int64()),
+        ("config_status", pa.string()),
+        ("result_status", pa.string()),
+    ]
+)
+
+
+def _load(path: Path, problems: ProblemLog) -> tuple[str, Any]:
+    doc = read_json(path)
+    if doc is None:
+        return "absent", None
+    if isinstance(doc, ReadFailure):
+        problems.add(doc.kind, path, doc.message + "; the job's columns from it are null")
+        return "unreadable", None
+    if not isinstance(doc, dict):
+        problems.add("not_an_object", path, f"{path} is not a JSON object; its columns are null")
+        return "unreadable", None
+    return "ok", doc
+
+
+def row(job_dir: Path, problems: ProblemLog) -> dict[str, Any]:
+    config_status, config_doc = _load(job_dir / "config.json", problems)
+    result_status, result_doc = _load(job_dir / "result.json", problems)
+    config = Fields(config_doc, job_dir / "config.json", problems)
+    result = Fields(result_doc, job_dir / "result.json", problems)
+    agents = config.list("agents")
+    agent = agents[0] if agents else None
+    if agent is not None and not isinstance(agent, dict):
+        problems.add("wrong_type", config.path, "config.json: agents[0] is not an object")
+        agent = None
+    first = Fields(agent, config.path, problems)
+    kwargs = first.obj("kwargs")
+    return {
+        "job_dir": str(job_dir),
+        "job_name": config.str("job_name"),
+        "job_id": result.str("id"),
+        "agent_import_path": first.str("import_path"),
+        "agent_name": first.str("name"),
+        "model_name": first.str("model_name"),
+        "n_attempts": config.int("n_attempts"),
+        "max_turns": first.int("kwargs", "max_turns"),
+        "max_tokens": first.int("kwargs", "llm_kwargs", "max_tokens"),
+        "context_limit": first.int("kwargs", "llm_kwargs", "context_limit"),
+        "model_path": first.str("kwargs", "llm_kwargs", "model_path"),
+        "temperature": first.number("kwargs", "temperature"),
+        "agent_kwargs": None if kwargs is None else to_json_text(kwargs),
+        "started_at": result.str("started_at"),
+        "finished_at": result.str("finished_at"),
+        "n_total_trials": result.int("n_total_trials"),
+        "config_status": config_status,
+        "result_status": result_status,
+    }

@@ -1,0 +1,116 @@
+"""`trials`: one row per harbor trial, read from its `result.json` (harbor's `TrialResult`)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+
+from wmo_lake.jsonfile import to_json_text
+from wmo_lake.tables import tests
+from wmo_lake.tables.fields import Fields, is_real_number
+
+PHASES = ("environment_setup", "agent_setup", "agent_execution", "verifier")
+
+SCHEMA = pa.schema(
+    [
+        ("trial_key", pa.string()),
+        ("trial_id", pa.string()),
+        ("batch", pa.string()),
+        ("run", pa.string()),
+        ("step", pa.int64()),
+        ("job_key", pa.string()),
+        ("trial_name", pa.string()),
+        ("task_name", pa.string()),
+        ("artifact_dir", pa.string()),
+        ("agent_name", pa.string()),
+        ("agent_version", pa.string()),
+        ("model_name", pa.string()),
+        ("model_provider", pa.string()),
+        ("n_input_tokens", pa.int64()),
+        ("n_cache_tokens", pa.int64()),
+        ("n_output_tokens", pa.int64()),
+        ("cost_usd", pa.float64()),
+        # Every reward key -> the value's JSON text, so ints stay ints and bools stay bools.
+        ("rewards", pa.map_(pa.string(), pa.string())),
+        ("exception_type", pa.string()),
+        ("exception_message", pa.string()),
+        ("n_episodes", pa.int64()),
+        ("started_at", pa.timestamp("us", tz="UTC")),
+        ("finished_at", pa.timestamp("us", tz="UTC")),
+        *[(f"{phase}_sec", pa.float64()) for phase in PHASES],
+        ("multi_step", pa.bool_()),
+        ("n_rollout_segments", pa.int32()),
+        ("spans_status", pa.string()),
+        ("n_spans", pa.int32()),
+        *tests.TRIAL_COLUMNS,
+        ("result_bytes", pa.int64()),
+    ]
+)
+
+
+def parse_time(value: str | None) -> datetime | None:
+    """An ISO-8601 timestamp as UTC; harbor's trial times carry `Z`, a naive one is taken as UTC."""
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
+def _seconds(start: datetime | None, end: datetime | None) -> float | None:
+    return None if start is None or end is None else (end - start).total_seconds()
+
+
+def rewards(doc: Fields) -> list[tuple[str, str]] | None:
+    """`verifier_result.rewards` as (key, JSON text) pairs; non-numbers are kept and reported."""
+    values = doc.obj("verifier_result", "rewards")
+    if values is None:
+        return None
+    for key, value in values.items():
+        if not is_real_number(value):
+            doc.problems.add(
+                "wrong_type",
+                doc.path,
+                f"{doc.path.name}: verifier_result.rewards.{key} is {to_json_text(value)}, "
+                "expected a finite number; the trial counts as having no measured reward "
+                "under that key",
+            )
+    return [(str(key), to_json_text(value)) for key, value in values.items()]
+
+
+def row(doc: Fields) -> dict[str, Any]:
+    """The `trials` columns read from result.json; the caller adds identity and lake columns."""
+    started = parse_time(doc.str("started_at"))
+    finished = parse_time(doc.str("finished_at"))
+    phase_seconds = {
+        f"{phase}_sec": _seconds(
+            parse_time(doc.str(phase, "started_at")), parse_time(doc.str(phase, "finished_at"))
+        )
+        for phase in PHASES
+    }
+    details = doc.get("agent_result", "rollout_details")
+    return {
+        "trial_id": doc.str("id"),
+        "task_name": doc.str("task_name"),
+        "agent_name": doc.str("agent_info", "name"),
+        "agent_version": doc.str("agent_info", "version"),
+        "model_name": doc.str("agent_info", "model_info", "name"),
+        "model_provider": doc.str("agent_info", "model_info", "provider"),
+        "n_input_tokens": doc.int("agent_result", "n_input_tokens"),
+        "n_cache_tokens": doc.int("agent_result", "n_cache_tokens"),
+        "n_output_tokens": doc.int("agent_result", "n_output_tokens"),
+        "cost_usd": doc.number("agent_result", "cost_usd"),
+        "rewards": rewards(doc),
+        "exception_type": doc.str("exception_info", "exception_type"),
+        "exception_message": doc.str("exception_info", "exception_message"),
+        "n_episodes": doc.int("agent_result", "metadata", "n_episodes"),
+        "started_at": started,
+        "finished_at": finished,
+        **phase_seconds,
+        "multi_step": bool(doc.get("step_results")),
+        "n_rollout_segments": len(details) if isinstance(details, list) else 0,
+    }
