@@ -124,12 +124,12 @@ def discover(root: Path) -> Discovery:
         try:
             with os.scandir(directory) as entries:
                 names: set[str] = set()
-                subdirs: list[Path] = []
+                subdirs: list[tuple[bool, str, Path]] = []
                 for entry in entries:
                     names.add(entry.name)
                     try:
                         if entry.is_dir():
-                            subdirs.append(Path(entry.path))
+                            subdirs.append((entry.is_symlink(), entry.name, Path(entry.path)))
                     except OSError:
                         continue
         except OSError as error:
@@ -147,6 +147,8 @@ def discover(root: Path) -> Discovery:
             if trial_config:
                 continue  # a trial dir holds no trials
         inner = ancestors | {real}
-        for subdir in sorted(subdirs, reverse=True):
+        # Real dirs before links (a tree reached both ways is labelled by its real place), each
+        # in name order; the stack pops the last pushed first.
+        for _, _, subdir in sorted(subdirs, reverse=True):
             stack.append((subdir, inner))
     return found

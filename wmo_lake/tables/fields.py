@@ -71,8 +71,12 @@ class Fields:
         self.doc = doc
         self.path = path
         self.problems = problems
+        self._reported: set[tuple[str, ...]] = set()
 
     def _wrong(self, keys: Sequence[str], value: Any, expected: str) -> None:
+        if tuple(keys) in self._reported:  # one row per bad field, however often it is read
+            return
+        self._reported.add(tuple(keys))
         self.problems.add(
             "wrong_type",
             self.path,

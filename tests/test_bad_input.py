@@ -1,0 +1,237 @@
+"""Bad input never crashes the ingest or loses a good trial: each case becomes a `problems` row
+(file, field, what was expected) and the good trial beside it is stored whole."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from harbor_shapes import real_result, write_job, write_trial
+
+from wmo_lake.ingest import ingest
+from wmo_lake.lake import connect
+
+
+def _ingest_beside_a_good_trial(tmp_path: Path, make_bad) -> tuple[object, list[tuple]]:
+    job = write_job(tmp_path / "runs" / "job")
+    write_trial(job, "good__1", trial_id="good")
+    bad = write_trial(job, "bad__1", trial_id="bad")
+    make_bad(bad)
+    summary = ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    con = connect(tmp_path / "lake")
+    good = con.execute("SELECT n_spans, rewards FROM trials WHERE trial_key = 'good'").fetchall()
+    assert good == [(3, {"reward": "1.0"})], "the good trial must survive whole"
+    problems = con.execute(
+        "SELECT kind, path, message FROM problems WHERE trial_name = 'bad__1' ORDER BY kind"
+    ).fetchall()
+    return summary, problems
+
+
+@pytest.mark.parametrize(
+    ("content", "kind"),
+    [
+        (b'{"id": "bad", "trial_name": "bad__1", "agent_result": {"n_in', "invalid_json"),
+        (b"", "empty_file"),
+        (b"   \n", "empty_file"),
+        (b'{"id": "bad", "trial_name": "bad\xff\xfe__1"}', "not_utf8"),
+        (b'[{"trial_name": "bad__1"}]', "not_an_object"),
+        (b'{"id": "bad"}', "not_a_trial_result"),
+    ],
+    ids=["truncated", "empty", "blank", "non-utf8", "array", "no-trial-name"],
+)
+def test_unreadable_result_is_an_unreadable_trial(
+    tmp_path: Path, content: bytes, kind: str
+) -> None:
+    summary, problems = _ingest_beside_a_good_trial(
+        tmp_path, lambda d: (d / "result.json").write_bytes(content)
+    )
+    assert summary.unreadable_trials == 1
+    assert [p[0] for p in problems] == sorted([kind, "unreadable_trial"])
+    assert all(str(tmp_path) in p[1] for p in problems)
+    assert "result.json" in problems[0][2] or "result.json" in problems[1][2]
+
+
+def _rewrite(trial_dir: Path, change) -> None:
+    doc = json.loads((trial_dir / "result.json").read_text())
+    change(doc)
+    (trial_dir / "result.json").write_text(json.dumps(doc, indent=4))
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda d: d["agent_result"].update(n_input_tokens="2250"), "agent_result.n_input_tokens"),
+        (lambda d: d["agent_result"].update(cost_usd=True), "agent_result.cost_usd"),
+        (lambda d: d["agent_result"]["metadata"].update(n_episodes="3"), "n_episodes"),
+        (lambda d: d.update(agent_info="terminus-2"), "agent_info"),
+        (lambda d: d.update(exception_info=["boom"]), "exception_info"),
+        (lambda d: d["verifier_result"]["rewards"].update(reward=True), "rewards.reward"),
+        (lambda d: d["verifier_result"].update(rewards=[1.0]), "verifier_result.rewards"),
+        (lambda d: d.update(started_at=12), "started_at"),
+    ],
+    ids=[
+        "str-count",
+        "bool-cost",
+        "str-episodes",
+        "str-object",
+        "list-object",
+        "bool-reward",
+        "list-rewards",
+        "number-time",
+    ],
+)
+def test_wrong_types_are_problems_and_the_trial_is_kept(tmp_path: Path, change, field: str) -> None:
+    summary, problems = _ingest_beside_a_good_trial(tmp_path, lambda d: _rewrite(d, change))
+    assert summary.trials_new == 2
+    assert [p[0] for p in problems] == ["wrong_type"]
+    assert field in problems[0][2] and "result.json" in problems[0][2]
+
+
+def test_nulls_in_nested_fields_are_not_problems(tmp_path: Path) -> None:
+    def nulls(doc: dict) -> None:
+        doc["agent_info"]["model_info"] = None
+        doc["agent_result"]["metadata"] = None
+        doc["agent_result"]["rollout_details"] = None
+        doc["verifier_result"] = {"rewards": None}
+        doc["agent_execution"] = None
+
+    _, problems = _ingest_beside_a_good_trial(tmp_path, lambda d: _rewrite(d, nulls))
+    assert problems == []
+    row = (
+        connect(tmp_path / "lake")
+        .execute(
+            "SELECT model_name, n_episodes, spans_status, rewards, agent_execution_sec "
+            "FROM trials WHERE trial_key = 'bad'"
+        )
+        .fetchall()
+    )
+    assert row == [(None, None, "absent", None, None)]
+
+
+@pytest.mark.parametrize(
+    ("details", "status"),
+    [
+        ("not a list", "malformed"),
+        (["not an object"], "malformed"),
+        (
+            [{"prompt_token_ids": "1 2 3", "completion_token_ids": [[1]], "logprobs": [[0.0]]}],
+            "malformed",
+        ),
+        (
+            [{"prompt_token_ids": [[1, True]], "completion_token_ids": [[1]], "logprobs": [[0.0]]}],
+            "malformed",
+        ),
+        (
+            [{"prompt_token_ids": [[1]], "completion_token_ids": [[1]], "logprobs": [["x"]]}],
+            "malformed",
+        ),
+        (
+            [
+                {
+                    "prompt_token_ids": [[1], [1, 2]],
+                    "completion_token_ids": [[2]],
+                    "logprobs": [[0.0]],
+                }
+            ],
+            "unaligned_turns",
+        ),
+        (
+            [{"prompt_token_ids": [[1]], "completion_token_ids": [[2, 3]], "logprobs": [[0.0]]}],
+            "logprob_mismatch",
+        ),
+        (
+            [{"prompt_token_ids": [[2**70]], "completion_token_ids": [[2]], "logprobs": [[0.0]]}],
+            "out_of_range",
+        ),
+    ],
+    ids=[
+        "string",
+        "item-string",
+        "prompt-string",
+        "bool-token",
+        "string-logprob",
+        "unaligned",
+        "mismatch",
+        "huge-id",
+    ],
+)
+def test_untrustworthy_spans_give_no_rows_and_a_problem(
+    tmp_path: Path, details, status: str
+) -> None:
+    _, problems = _ingest_beside_a_good_trial(
+        tmp_path,
+        lambda d: _rewrite(d, lambda doc: doc["agent_result"].update(rollout_details=details)),
+    )
+    con = connect(tmp_path / "lake")
+    assert con.execute(
+        "SELECT spans_status, n_spans FROM trials WHERE trial_key = 'bad'"
+    ).fetchall() == [(status, 0)]
+    assert con.execute("SELECT count(*) FROM spans WHERE trial_key = 'bad'").fetchall() == [(0,)]
+    kind = {"malformed": "malformed_spans"}.get(status, status)
+    assert [p[0] for p in problems] == [kind]
+    assert "result.json" in problems[0][2] and "no training data" in problems[0][2]
+
+
+def test_broken_side_files_are_problems(tmp_path: Path) -> None:
+    def break_side_files(trial_dir: Path) -> None:
+        (trial_dir / "verifier" / "ctrf.json").write_bytes(b'{"results": {"tests": [')
+        (trial_dir / "agent" / "trajectory.json").write_bytes(b"\xff\xfe not json")
+        (trial_dir / "agent" / "wmo-run.json").write_text("[1, 2]")
+
+    _, problems = _ingest_beside_a_good_trial(tmp_path, break_side_files)
+    assert [p[0] for p in problems] == ["invalid_json", "not_utf8"]
+    row = (
+        connect(tmp_path / "lake")
+        .execute(
+            "SELECT trajectory_status, declared_complete, has_trace, trace_stop_reason "
+            "FROM stop_reasons WHERE trial_key = 'bad'"
+        )
+        .fetchall()
+    )
+    assert row == [("unreadable", False, True, None)]
+
+
+def test_nan_and_huge_numbers_read_like_the_seeds_json_loads(tmp_path: Path) -> None:
+    def nan_reward(trial_dir: Path) -> None:
+        text = (trial_dir / "result.json").read_text()
+        text = text.replace('"reward": 1.0', '"reward": NaN').replace(
+            '"cost_usd": 0.0066', '"cost_usd": 1e400'
+        )
+        (trial_dir / "result.json").write_text(text)
+
+    summary, problems = _ingest_beside_a_good_trial(tmp_path, nan_reward)
+    assert summary.trials_new == 2
+    row = (
+        connect(tmp_path / "lake")
+        .execute("SELECT rewards['reward'], isinf(cost_usd) FROM trials WHERE trial_key = 'bad'")
+        .fetchall()
+    )
+    assert row == [("NaN", True)]
+    assert [p[0] for p in problems] == ["wrong_type"]  # a NaN reward is no measured reward
+
+
+def test_very_large_result_json(tmp_path: Path) -> None:
+    """50 MB+ of indent=4 tokens (DuckDB's read_json would refuse an object over 16 MB)."""
+    job = write_job(tmp_path / "runs" / "job")
+    # Each prompt extends the last prompt + completion, as a real chat does.
+    chained, context = [], list(range(20_000))
+    for _ in range(36):
+        chained.append((list(context), [7] * 500, [-0.5] * 500))
+        context = context + [7] * 500 + list(range(1_500))
+    trial_dir = write_trial(job, "big__1", trial_id="big", turns=chained)
+    assert (trial_dir / "result.json").stat().st_size > 50 * 2**20
+    summary = ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    assert summary.trials_new == 1 and summary.problems == 0
+    con = connect(tmp_path / "lake")
+    assert con.execute("SELECT n_spans FROM trials").fetchall() == [(36,)]
+    last = con.execute(
+        "SELECT len(prompt_token_ids), prompt_token_ids[-1] FROM spans_full WHERE call_index = 35"
+    ).fetchall()
+    assert last == [(len(chained[35][0]), chained[35][0][-1])]
+
+
+def test_result_json_is_real_sample_shaped() -> None:
+    """Guard for the helpers above: the template really is harbor's TrialResult."""
+    doc = real_result()
+    assert {"id", "trial_name", "agent_result", "verifier_result", "exception_info"} <= set(doc)

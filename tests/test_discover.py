@@ -1,0 +1,110 @@
+"""Discovery: trial dirs at any depth, batch/run/step labels, unreadable trials, symlink loops,
+and paths no SQL quoting could survive."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from harbor_shapes import dump, write_job, write_trial
+
+from wmo_lake.discover import discover, job_labels
+from wmo_lake.ingest import ingest
+from wmo_lake.lake import connect
+
+
+def test_collector_layout_labels(tmp_path: Path) -> None:
+    job = write_job(tmp_path / "runs" / "exp-1" / "harbor" / "step-0007" / "job-a")
+    write_trial(job, "t__1")
+    ingest([tmp_path / "runs"], tmp_path / "lake")
+    rows = connect(tmp_path / "lake").execute("SELECT batch, run, step FROM trials").fetchall()
+    assert rows == [("exp-1/harbor/step-0007/job-a", "exp-1", 7)]
+    jobs = connect(tmp_path / "lake").execute("SELECT batch, run, step FROM jobs").fetchall()
+    assert jobs == rows
+
+
+def test_batch_is_the_job_dir_name_when_path_is_the_job_dir(tmp_path: Path) -> None:
+    job = write_job(tmp_path / "somewhere" / "my-job")
+    write_trial(job, "t__1")
+    ingest([job], tmp_path / "lake")
+    rows = connect(tmp_path / "lake").execute("SELECT batch, run, step FROM trials").fetchall()
+    assert rows == [("my-job", None, None)]
+
+
+def test_labels_without_harbor_or_step() -> None:
+    assert job_labels(Path("/data/a/b/job"), Path("/data")) == ("a/b/job", None, None)
+    assert job_labels(Path("/r/x/harbor/step-0012/j"), Path("/r")) == (
+        "x/harbor/step-0012/j",
+        "x",
+        12,
+    )
+    # The run is read from the job dir's full path, so a PATH below `harbor/` keeps it.
+    assert job_labels(Path("/r/x/harbor/step-0002/j"), Path("/r/x/harbor")) == (
+        "step-0002/j",
+        "x",
+        2,
+    )
+
+
+def test_any_depth_and_trial_dirs_are_not_searched_further(tmp_path: Path) -> None:
+    deep = write_job(tmp_path / "a" / "b" / "c" / "d" / "job")
+    write_trial(deep, "deep__1")
+    shallow = write_job(tmp_path / "job2")
+    write_trial(shallow, "shallow__1")
+    found = discover(tmp_path)
+    names = sorted(c.path.name for c in found.candidates if c.trial_shaped_config)
+    assert names == ["deep__1", "shallow__1"]
+
+
+def test_unreadable_trial_is_counted_not_stored(tmp_path: Path) -> None:
+    job = write_job(tmp_path / "job")
+    write_trial(job, "good__1")
+    broken = write_trial(job, "broken__1")
+    (broken / "result.json").unlink()
+    summary = ingest([tmp_path], tmp_path / "lake")
+    assert (summary.trials_new, summary.unreadable_trials) == (1, 1)
+    con = connect(tmp_path / "lake")
+    assert con.execute("SELECT trial_name FROM trials").fetchall() == [("good__1",)]
+    problems = con.execute("SELECT kind, batch, trial_name FROM problems ORDER BY kind").fetchall()
+    assert problems == [
+        ("missing_result", "job", "broken__1"),
+        ("unreadable_trial", "job", "broken__1"),
+    ]
+
+
+def test_symlink_loop_does_not_hang_and_is_recorded(tmp_path: Path) -> None:
+    job = write_job(tmp_path / "runs" / "job")
+    write_trial(job, "t__1")
+    os.symlink(tmp_path / "runs", tmp_path / "runs" / "job" / "loop")
+    os.symlink(tmp_path / "runs" / "job", tmp_path / "runs" / "again")  # a second way in, no loop
+    summary = ingest([tmp_path / "runs"], tmp_path / "lake")
+    assert summary.trials_new == 1
+    con = connect(tmp_path / "lake")
+    kinds = con.execute("SELECT kind, path FROM problems").fetchall()
+    assert kinds == [("symlink_loop", str(tmp_path / "runs" / "job" / "loop"))]
+    assert con.execute("SELECT count(*) FROM trials").fetchall() == [(1,)]
+
+
+def test_hostile_paths_work_everywhere(tmp_path: Path) -> None:
+    root = tmp_path / 'it\'s a "run"; DROP TABLE trials; -- ünïcødé 試験'
+    job = write_job(root / "harbor" / "step-0001" / "jöb 'x'")
+    write_trial(job, "t__1")
+    lake = root / "lake 'dir'"
+    ingest([root], lake)
+    con = connect(lake)
+    assert con.execute("SELECT batch, run, artifact_dir FROM trials").fetchall() == [
+        ("harbor/step-0001/jöb 'x'", root.name, str(job / "t__1"))
+    ]
+    # The DuckDB file at the lake root reads the same rows from the same hostile path.
+    import duckdb
+
+    with duckdb.connect(str(lake / "lake.duckdb"), read_only=True) as db:
+        assert db.execute("SELECT trial_name FROM trials").fetchall() == [("t__1",)]
+
+
+def test_result_without_trial_name_is_not_a_trial(tmp_path: Path) -> None:
+    job = write_job(tmp_path / "job")
+    write_trial(job, "t__1")
+    dump(tmp_path / "job" / "notes" / "result.json", {"hello": "world"})
+    summary = ingest([tmp_path], tmp_path / "lake")
+    assert (summary.trials_new, summary.unreadable_trials, summary.problems) == (1, 0, 0)
