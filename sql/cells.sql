@@ -1,0 +1,131 @@
+-- cells: one row per trial, the upstream harbor scorer's reading of it (missing_reward="zero"),
+-- the cell seed 000 assembles a TrialRecord from and seed 003 scores.
+--   task_id = task_name; attempt = 1-based rank of trial_name (ascending) among the batch's trials
+--   of that task.
+--   reward: the value under the reward key (SET VARIABLE wmo_reward_key, default 'reward') in
+--   verifier_result.rewards when it is a JSON number (not a bool, not a string), finite, and in
+--   [0, 1]. Otherwise the trial has no measured reward: reward = 0.0 stand-in, infra_failed = true.
+--   A measured reward means infra_failed = false whatever exception the trial carries.
+--   passed: wmo_reward_mode 'raw' (default) = reward is 1.0; 'positive-binary' = reward > 0.
+--   graded tests (upstream ctrf.py over verifier/ctrf.json): the summary reading (passed, resolved =
+--   passed + failed, unresolved = skipped + pending + other) and the itemized reading of
+--   results.tests[].status (passed = "passed", resolved = "passed" or "failed", unresolved = the
+--   rest); a reading with resolved = 0 is absent; the itemized one wins when both exist.
+--   graded_score = passed / resolved, null (never 0.0) when there are no graded tests.
+-- Extraction decisions this view relies on (tables/tests.py): a report that is missing, unreadable
+-- or not CTRF (ctrf_status <> 'ok') grades nothing; summary counts that are not non-negative
+-- integers (ctrf_summary_valid = false) mean the WHOLE report grades nothing, items included; a
+-- null optional count (skipped / pending / other) reads as 0; the summary reading exists only when
+-- passed and failed are both present (ctrf_summary_present).
+CREATE OR REPLACE VIEW cells AS
+WITH settings AS (
+    SELECT
+        coalesce(CAST(getvariable('wmo_reward_key') AS VARCHAR), 'reward') AS reward_key,
+        coalesce(CAST(getvariable('wmo_reward_mode') AS VARCHAR), 'raw') AS reward_mode
+),
+reward_texts AS (
+    -- rewards values are JSON texts: "1", "1.0", "true", "\"x\"", "null", "NaN", "Infinity".
+    SELECT t.trial_key, t.rewards[s.reward_key] AS reward_json, s.reward_mode
+    FROM trials AS t
+    CROSS JOIN settings AS s
+),
+reward_values AS (
+    -- A JSON number starts with '-' or a digit (NaN / Infinity / -Infinity do not, bools and
+    -- strings do not); 1e400 parses to infinity and fails isfinite.
+    SELECT
+        trial_key,
+        reward_json,
+        reward_mode,
+        CASE
+            WHEN regexp_matches(reward_json, '^-?[0-9]')
+                THEN TRY_CAST(reward_json AS DOUBLE)
+        END AS number
+    FROM reward_texts
+),
+measured AS (
+    SELECT
+        trial_key,
+        reward_json,
+        reward_mode,
+        CASE WHEN isfinite(number) AND number BETWEEN 0.0 AND 1.0 THEN number END AS reward
+    FROM reward_values
+),
+item_counts AS (
+    SELECT
+        trial_key,
+        count(*) FILTER (WHERE status = 'passed') AS passed,
+        count(*) FILTER (WHERE status IN ('passed', 'failed')) AS resolved
+    FROM tests
+    GROUP BY trial_key
+),
+readings AS (
+    SELECT
+        t.trial_key,
+        t.ctrf_status = 'ok' AND t.ctrf_summary_valid IS DISTINCT FROM false AS report_grades,
+        -- itemized reading (results.tests was a list)
+        t.ctrf_n_tests IS NOT NULL AND coalesce(i.resolved, 0) > 0 AS items_present,
+        coalesce(i.passed, 0) AS items_passed,
+        coalesce(i.resolved, 0) AS items_resolved,
+        t.ctrf_n_tests - coalesce(i.resolved, 0) AS items_unresolved,
+        -- summary reading (HUGEINT: two int64 counts may not sum in int64)
+        coalesce(t.ctrf_summary_present, false)
+            AND t.ctrf_passed::HUGEINT + t.ctrf_failed > 0 AS summary_present,
+        t.ctrf_passed::HUGEINT AS summary_passed,
+        t.ctrf_passed::HUGEINT + t.ctrf_failed AS summary_resolved,
+        coalesce(t.ctrf_skipped, 0)::HUGEINT
+            + coalesce(t.ctrf_pending, 0)
+            + coalesce(t.ctrf_other, 0) AS summary_unresolved
+    FROM trials AS t
+    LEFT JOIN item_counts AS i ON i.trial_key = t.trial_key
+),
+graded AS (
+    SELECT
+        trial_key,
+        CASE
+            WHEN report_grades AND items_present THEN 'items'
+            WHEN report_grades AND summary_present THEN 'summary'
+        END AS tests_reading,
+        CASE tests_reading
+            WHEN 'items' THEN items_passed::HUGEINT
+            WHEN 'summary' THEN summary_passed
+        END AS tests_passed,
+        CASE tests_reading
+            WHEN 'items' THEN items_resolved::HUGEINT
+            WHEN 'summary' THEN summary_resolved
+        END AS tests_resolved,
+        CASE tests_reading
+            WHEN 'items' THEN items_unresolved::HUGEINT
+            WHEN 'summary' THEN summary_unresolved
+        END AS tests_unresolved
+    FROM readings
+)
+SELECT
+    t.trial_key,
+    t.batch,
+    t.run,
+    t.step,
+    t.job_key,
+    t.task_name AS task_id,
+    row_number() OVER (PARTITION BY t.batch, t.task_name ORDER BY t.trial_name) AS attempt,
+    t.trial_name,
+    coalesce(m.reward, 0.0) AS reward,
+    CASE m.reward_mode
+        WHEN 'raw' THEN coalesce(m.reward, 0.0) = 1.0
+        WHEN 'positive-binary' THEN coalesce(m.reward, 0.0) > 0.0
+        ELSE error(
+            'wmo_reward_mode must be ''raw'' or ''positive-binary'', got ''' || m.reward_mode
+            || '''; fix it with SET VARIABLE wmo_reward_mode = ''raw'''
+        )
+    END AS passed,
+    m.reward IS NULL AS infra_failed,
+    m.reward_json,
+    TRY_CAST(g.tests_passed AS BIGINT) AS tests_passed,
+    TRY_CAST(g.tests_resolved AS BIGINT) AS tests_resolved,
+    TRY_CAST(g.tests_unresolved AS BIGINT) AS tests_unresolved,
+    g.tests_passed::DOUBLE / g.tests_resolved::DOUBLE AS graded_score,
+    g.tests_reading,
+    t.exception_type,
+    t.artifact_dir
+FROM trials AS t
+JOIN measured AS m ON m.trial_key = t.trial_key
+JOIN graded AS g ON g.trial_key = t.trial_key;

@@ -1,0 +1,29 @@
+-- trial_stop_reasons: one row per trial, why its episode ended (seed 000), from the evidence in
+-- `stop_reasons` and the caps in `trial_caps`.
+--   A trial with a wmo-run.json trace (agent/ first, then the trial root) takes the trace's
+--   stop_reason when it is a string, else null: traced trials are never reconstructed
+--   (`read_trial_stop_reason`).
+--   Otherwise the terminus-2 reconstruction (`read_terminus_stop_reason`), in this order: the
+--   recorded exception (AgentTimeoutError -> budget, ContextLengthExceededError ->
+--   provider_error, any other -> error); a missing or non-integer n_episodes -> null;
+--   n_episodes >= max_turns -> max_turns (skipped when no max_turns is known; a completion
+--   declared on exactly the last allowed turn still reads max_turns); a trajectory whose last
+--   agent step called mark_task_complete -> submitted; else error.
+CREATE OR REPLACE VIEW trial_stop_reasons AS
+SELECT
+    s.trial_key,
+    s.batch,
+    CASE
+        WHEN coalesce(s.has_trace, false) THEN s.trace_stop_reason
+        WHEN s.exception_type = 'AgentTimeoutError' THEN 'budget'
+        WHEN s.exception_type = 'ContextLengthExceededError' THEN 'provider_error'
+        WHEN s.exception_type IS NOT NULL THEN 'error'
+        WHEN s.n_episodes IS NULL THEN NULL
+        WHEN s.n_episodes >= c.max_turns THEN 'max_turns'
+        WHEN coalesce(s.declared_complete, false) THEN 'submitted'
+        ELSE 'error'
+    END AS stop_reason,
+    CASE WHEN coalesce(s.has_trace, false) THEN 'trace' ELSE 'reconstructed' END AS stop_source,
+    c.max_turns
+FROM stop_reasons AS s
+JOIN trial_caps AS c ON c.trial_key = s.trial_key;
