@@ -1,0 +1,83 @@
+-- datum_episodes: one row per trial with at least one span (an episode), with its group
+-- advantage and whether it is dropped whole (issue 4; never truncated: that would misalign
+-- tokens and logprobs). Rules:
+--   reward, passed, infra_failed, task_id, attempt come from `cells`, stop_reason from
+--     `trial_stop_reasons` (the columns trial_records shows; read there to skip its span lists);
+--   advantage = reward - mean(reward) over the batch's trials of the same task, every trial
+--     counted (with or without spans), infra-failed stand-in rewards included (tinker-cookbook
+--     compute_advantages: centred on the group mean, no std scaling);
+--   drop_reason 'overflow' when stop_reason = 'context_overflow' or any span's prompt + sampled
+--     length exceeds the context budget (wmo_context_budget, else the batch's recorded
+--     llm_kwargs.context_limit, else 65536); else 'overlong' when any merged sequence with sampled
+--     tokens is longer than max_datum_tokens (wmo_max_datum_tokens, else 65536); else NULL.
+CREATE OR REPLACE VIEW datum_episodes AS
+WITH records AS (
+    SELECT
+        c.batch,
+        c.run,
+        c.step,
+        c.task_id,
+        c.attempt,
+        c.trial_name,
+        c.trial_key,
+        c.reward,
+        c.passed,
+        c.infra_failed,
+        r.stop_reason,
+        c.reward - avg(c.reward) OVER (PARTITION BY c.batch, c.task_id) AS advantage,
+        coalesce(CAST(getvariable('wmo_context_budget') AS BIGINT), j.context_limit, 65536)
+            AS context_budget,
+        coalesce(CAST(getvariable('wmo_max_datum_tokens') AS BIGINT), 65536) AS max_datum_tokens
+    FROM cells AS c
+    JOIN trial_stop_reasons AS r ON r.trial_key = c.trial_key
+    LEFT JOIN jobs AS j ON j.job_key = c.job_key
+),
+sequences AS (
+    SELECT
+        trial_key,
+        sequence_index,
+        sum(context_tokens + n_sampled) AS n_tokens,
+        sum(n_sampled) AS loss_tokens,
+        max(prompt_len + n_sampled) AS longest_span_tokens,
+        count(*) AS n_spans
+    FROM datum_spans
+    GROUP BY trial_key, sequence_index
+),
+per_episode AS (
+    SELECT
+        trial_key,
+        sum(n_spans)::BIGINT AS n_spans,
+        count(*) AS n_sequences,
+        count(*) FILTER (WHERE loss_tokens > 0) AS n_datums,
+        max(longest_span_tokens) AS longest_span_tokens,
+        max(n_tokens) FILTER (WHERE loss_tokens > 0)::BIGINT AS longest_datum_tokens
+    FROM sequences
+    GROUP BY trial_key
+)
+SELECT
+    r.batch,
+    r.run,
+    r.step,
+    r.task_id,
+    r.attempt,
+    r.trial_name,
+    r.trial_key,
+    r.reward,
+    r.passed,
+    r.infra_failed,
+    r.stop_reason,
+    r.advantage,
+    r.context_budget,
+    r.max_datum_tokens,
+    e.n_spans,
+    e.n_sequences,
+    e.n_datums,
+    e.longest_span_tokens,
+    e.longest_datum_tokens,
+    CASE
+        WHEN r.stop_reason = 'context_overflow' OR e.longest_span_tokens > r.context_budget
+            THEN 'overflow'
+        WHEN e.longest_datum_tokens > r.max_datum_tokens THEN 'overlong'
+    END AS drop_reason
+FROM records AS r
+JOIN per_episode AS e USING (trial_key);
