@@ -203,7 +203,13 @@ def sql(query: str, lake: Path, fmt: str, output: Path | None, **options: Any) -
     Tables: jobs, trials, spans, stop_reasons, tests, problems. Views: spans_full (full
     prompts back), cells, trial_records, rollout_stats, and more (see the README).
     Several statements may be given; the last one's result is printed. Settings are DuckDB
-    variables, so plain SQL can set them too: SET VARIABLE wmo_reward_key = 'score';
+    variables, so plain SQL (here, or in any DuckDB client on lake/lake.duckdb) sets them too:
+
+    \b
+      SET VARIABLE wmo_reward_key = 'score';            -- --reward-key
+      SET VARIABLE wmo_reward_mode = 'positive-binary'; -- --reward-mode
+      SET VARIABLE wmo_max_turns = 30;                  -- --max-turns
+      SET VARIABLE wmo_max_tokens = 4096;               -- --max-tokens
 
     \b
     Examples:
@@ -243,5 +249,13 @@ def sql(query: str, lake: Path, fmt: str, output: Path | None, **options: Any) -
         fail(str(error), 2)
 
 
+# Commands in their own modules register themselves on `cli` when imported.
+from wmo_lake import stats_command  # noqa: E402, F401
+
+
 def main() -> None:
     cli()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+"""Per-batch RolloutStats (seed 003) from the `rollout_stats` view, with the seed's warnings.
+
+The numbers are all SQL (`sql/rollout_stats.sql`); this module only filters, orders, and turns
+the seed's `collect_rollouts` log warnings into short notes a person reads under the table.
+
+    report = collect_stats(Path("lake"), {"wmo_max_tokens": 4096}, batch_glob="run-a/*")
+    report.rows    # one dict per batch, keys exactly the rollout_stats columns
+    report.notes   # ["run-a/harbor/step-0001/job: 3 turn(s) across 2/64 trial(s) ...", ...]
+
+`stats_rows(lake)` is the one call a benchmark needs: open the lake, query, return the rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from wmo_lake.lake import connect
+from wmo_lake.output import rows_as_dicts
+
+# Batches in run/step order; a filter left as NULL matches everything. Bound, never pasted.
+STATS_QUERY = """
+SELECT *
+FROM rollout_stats
+WHERE ($batch_glob IS NULL OR batch GLOB $batch_glob)
+  AND ($run IS NULL OR run = $run)
+ORDER BY run NULLS LAST, step NULLS LAST, batch
+"""
+
+# The output cap each batch was judged against, for the truncation note.
+CAPS_QUERY = """
+SELECT batch, min(max_tokens) AS low, max(max_tokens) AS high
+FROM trial_caps
+GROUP BY batch
+"""
+
+NO_MEASUREMENT = "-"
+
+
+@dataclass
+class StatsReport:
+    """What `wmo-lake stats` prints: the rollout_stats rows and the notes under them."""
+
+    columns: list[str]
+    rows: list[dict[str, Any]]
+    notes: list[str] = field(default_factory=list)
+
+
+def query_stats(
+    con: duckdb.DuckDBPyConnection, *, batch_glob: str | None = None, run: str | None = None
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """(columns, rows) of `rollout_stats` for the matching batches, in run/step order."""
+    relation = con.sql(STATS_QUERY, params={"batch_glob": batch_glob, "run": run})
+    return relation.columns, rows_as_dicts(relation)
+
+
+def stats_rows(
+    lake: Path | str,
+    settings: dict[str, Any] | None = None,
+    *,
+    batch_glob: str | None = None,
+    run: str | None = None,
+) -> list[dict[str, Any]]:
+    """Open the lake and return its per-batch stats rows (the call `make bench` times)."""
+    con = connect(lake, settings)
+    try:
+        return query_stats(con, batch_glob=batch_glob, run=run)[1]
+    finally:
+        con.close()
+
+
+def collect_stats(
+    lake: Path | str,
+    settings: dict[str, Any] | None = None,
+    *,
+    batch_glob: str | None = None,
+    run: str | None = None,
+) -> StatsReport:
+    """The rows plus the seed's warnings as notes; raises LakeError / duckdb.Error."""
+    con = connect(lake, settings)
+    try:
+        columns, rows = query_stats(con, batch_glob=batch_glob, run=run)
+        caps: dict[str, tuple[int, int]] = {}
+        if any(row["truncated_spans"] for row in rows):
+            caps = {batch: (low, high) for batch, low, high in con.sql(CAPS_QUERY).fetchall()}
+        return StatsReport(columns, rows, notes_for(rows, caps))
+    finally:
+        con.close()
+
+
+def _cap_text(caps: tuple[int, int] | None) -> str:
+    if caps is None:
+        return "max_tokens"
+    low, high = caps
+    return f"max_tokens = {low}" if low == high else f"max_tokens ({low}..{high})"
+
+
+def notes_for(rows: list[dict[str, Any]], caps: dict[str, tuple[int, int]]) -> list[str]:
+    """Seed 003's `collect_rollouts` warnings, one short line per batch and condition."""
+    notes: list[str] = []
+    for row in rows:
+        batch, trials = row["batch"], row["trials"]
+        executed = row["executed_trials"]
+        if row["truncated_spans"]:
+            notes.append(
+                f"{batch}: {row['truncated_spans']} turn(s) across "
+                f"{row['truncated_span_trials']}/{trials} trial(s) sampled the full "
+                f"{_cap_text(caps.get(batch))} and were cut off mid-answer; raise max_tokens"
+            )
+        if row["empty_span_trials"]:
+            notes.append(
+                f"{batch}: {row['empty_span_trials']}/{trials} trial(s) recorded no token spans "
+                "(reward signal, no training data)"
+            )
+        if row["infra_failed_trials"]:
+            notes.append(
+                f"{batch}: {row['infra_failed_trials']}/{trials} trial(s) never produced verifier "
+                f"evidence; excluded from the solve rate ({executed} executed)"
+            )
+        if row["graded_trials"] < executed:
+            notes.append(
+                f"{batch}: {executed - row['graded_trials']}/{executed} executed trial(s) have "
+                "no readable CTRF test report; excluded from the graded solve rate"
+            )
+        if row["scaffold_loss_rate"] > 0:
+            losses = ", ".join(
+                f"{reason} {count}"
+                for reason, count in row["stop_reason_counts"].items()
+                if reason not in ("submitted", "unknown")
+            )
+            notes.append(
+                f"{batch}: scaffold loss {100.0 * row['scaffold_loss_rate']:.1f}%: trials that "
+                f"never reached an explicit submit ({losses}); their rewards measure the cutoff"
+            )
+        if row["unreadable_trials"]:
+            notes.append(
+                f"{batch}: {row['unreadable_trials']} trial dir(s) have no readable result.json "
+                "and are not counted above (see the problems table, kind 'unreadable_trial')"
+            )
+    return notes
+
+
+def percent(value: float, denominator: int) -> str:
+    """A rate as a percentage; '-' when its denominator is empty (a null measurement)."""
+    return f"{100.0 * value:.1f}%" if denominator else NO_MEASUREMENT
+
+
+def table_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The stats as an aligned text table, rates as percentages."""
+    headers = [
+        "batch",
+        "step",
+        "trials",
+        "solve",
+        "graded",
+        "raw",
+        "executed",
+        "infra failed",
+        "no spans",
+        "truncated",
+        "scaffold loss",
+        "unreadable",
+        "stop reasons",
+    ]
+    body = [
+        [
+            row["batch"],
+            "" if row["step"] is None else str(row["step"]),
+            str(row["trials"]),
+            percent(row["solve_rate"], row["executed_trials"]),
+            f"{percent(row['graded_solve_rate'], row['graded_trials'])} ({row['graded_trials']})",
+            percent(row["raw_solve_rate"], row["trials"]),
+            str(row["executed_trials"]),
+            str(row["infra_failed_trials"]),
+            str(row["empty_span_trials"]),
+            f"{row['truncated_spans']} in {row['truncated_span_trials']}",
+            percent(row["scaffold_loss_rate"], row["trials"]),
+            str(row["unreadable_trials"]),
+            ", ".join(f"{k} {v}" for k, v in row["stop_reason_counts"].items()),
+        ]
+        for row in rows
+    ]
+    widths = [max(len(line[i]) for line in [headers, *body]) for i in range(len(headers))]
+    left_aligned = {0, len(headers) - 1}
+
+    def render(cells: list[str]) -> str:
+        return "  ".join(
+            cell.ljust(width) if i in left_aligned else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    return [render(headers), render(["-" * w for w in widths]), *(render(r) for r in body)]
