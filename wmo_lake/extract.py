@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 
 from wmo_lake.jsonfile import ReadFailure, decode, read_bytes, read_json
-from wmo_lake.tables import TABLES, spans, stop_reasons, tests, trials
+from wmo_lake.tables import TABLES, spans, stop_reasons, tests, trajectories, trials
 from wmo_lake.tables.fields import Fields, ProblemLog
 
 TRIAL = "trial"
@@ -152,11 +152,17 @@ def extract_trial(task: TrialTask) -> Extracted:
         trajectory=trajectory,
         trace=trace,
     )
+    # Every trajectory file (trajectory.json as already read) -> trajectories / steps / tool_calls.
+    trajectory_tables = trajectories.read_trajectories(
+        trial_dir / "agent", trajectory_status, trajectory, problems
+    ).tables(identity)
+    del trajectory
     tables = {
         "trials": pa.Table.from_pylist([row], schema=TABLES["trials"].schema),
         "spans": span_table,
         "stop_reasons": pa.Table.from_pylist([stop_row], schema=TABLES["stop_reasons"].schema),
         "tests": tests.table(report, key, task.batch, trial_name),
+        **trajectory_tables,
         **_problem_table(problems),
     }
     return Extracted(TRIAL, key, trial_name, {k: v for k, v in tables.items() if v.num_rows})

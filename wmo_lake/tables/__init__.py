@@ -10,7 +10,16 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from wmo_lake.tables import jobs, spans, stop_reasons, tests, trials
+from wmo_lake.tables import (
+    jobs,
+    spans,
+    steps,
+    stop_reasons,
+    tests,
+    tool_calls,
+    trajectories,
+    trials,
+)
 from wmo_lake.tables.fields import PROBLEMS_SCHEMA
 
 
@@ -35,6 +44,9 @@ TABLES: dict[str, Table] = {
         ),
         Table("stop_reasons", stop_reasons.SCHEMA, "trial_key", "stop-reason evidence per trial"),
         Table("tests", tests.SCHEMA, "trial_key", "one row per CTRF test"),
+        Table("trajectories", trajectories.SCHEMA, "trial_key", "one row per ATIF trajectory file"),
+        Table("steps", steps.SCHEMA, "trial_key", "one row per ATIF trajectory step"),
+        Table("tool_calls", tool_calls.SCHEMA, "trial_key", "one row per tool call of a step"),
         Table("problems", PROBLEMS_SCHEMA, "unit_key", "one row per thing that could not be read"),
     ]
 }

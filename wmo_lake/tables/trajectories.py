@@ -1,0 +1,243 @@
+"""`trajectories`: one row per ATIF trajectory file of a trial, and the reading of all of them.
+
+A trial's agent/ dir may hold, besides `trajectory.json`:
+- continuations (`trajectory.cont-N.json`, linear-history summarization): the main trace goes on
+  in them. They are read in the order harbor's export follows them (each file's
+  `continued_trajectory_ref`), then any continuation no reference reaches, by N, so a summarized
+  episode is whole even when a reference is missing;
+- subagent trajectories (`trajectory.<name>.json`, e.g. `trajectory.summarization-1-summary.json`):
+  each is its own trace, named as harbor's export names it (`summarization-1-summary`).
+
+Each file is read once (msgspec) and dropped before the next; a file that cannot be read, or is
+not an ATIF trajectory, becomes a `problems` row and a `trajectories` row with its status, and the
+trial and its other files are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from wmo_lake.jsonfile import ReadFailure, decode, read_bytes
+from wmo_lake.tables import steps, tool_calls
+from wmo_lake.tables.fields import ProblemLog, is_real_number
+from wmo_lake.tables.steps import MAIN, FileLabel, WrongTypes
+
+SCHEMA = pa.schema(
+    [
+        ("trial_key", pa.string()),
+        ("batch", pa.string()),
+        ("trial_name", pa.string()),
+        ("file", pa.string()),
+        ("file_index", pa.int32()),
+        ("trace_source", pa.string()),
+        ("status", pa.string()),  # ok | unreadable | malformed
+        ("bytes", pa.int64()),
+        ("schema_version", pa.string()),
+        ("session_id", pa.string()),
+        ("agent_name", pa.string()),
+        ("agent_version", pa.string()),
+        ("model_name", pa.string()),
+        # agent.tool_definitions as harbor's export embeds them (indent=2 JSON text), or null.
+        ("tool_definitions", pa.string()),
+        ("continued_trajectory_ref", pa.string()),
+        ("n_steps", pa.int32()),
+        ("total_prompt_tokens", pa.int64()),
+        ("total_completion_tokens", pa.int64()),
+        ("total_cached_tokens", pa.int64()),
+        ("total_cost_usd", pa.float64()),
+    ]
+)
+
+MAIN_FILE = "trajectory.json"
+_CONTINUATION = re.compile(r"trajectory\.cont-(\d+)\.json")
+_SUBAGENT = re.compile(r"trajectory\.(.+)\.json")
+
+OK = "ok"
+UNREADABLE = "unreadable"
+MALFORMED = "malformed"
+
+
+@dataclass
+class Found:
+    """Every trajectory row of one trial, gathered file by file."""
+
+    files: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    calls: list[dict[str, Any]] = field(default_factory=list)
+
+    def tables(self, identity: dict[str, str]) -> dict[str, pa.Table]:
+        return {
+            "trajectories": _table(self.files, identity, SCHEMA),
+            "steps": _table(self.steps, identity, steps.SCHEMA),
+            "tool_calls": _table(self.calls, identity, tool_calls.SCHEMA),
+        }
+
+
+def _table(rows: list[dict[str, Any]], identity: dict[str, str], schema: pa.Schema) -> pa.Table:
+    columns: dict[str, list[Any]] = {
+        name: [identity[name]] * len(rows) for name in ("trial_key", "batch", "trial_name")
+    }
+    for name in schema.names[3:]:
+        columns[name] = [row[name] for row in rows]
+    return pa.table(columns, schema=schema)
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if is_real_number(value) else None
+
+
+def _count(value: Any) -> int | None:
+    return value if type(value) is int and -(2**63) <= value < 2**63 else None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def add_file(
+    found: Found,
+    path: Path,
+    label: FileLabel,
+    doc: Any,
+    size: int | None,
+    problems: ProblemLog,
+    report: bool = True,
+) -> str | None:
+    """Add one decoded trajectory file's rows; returns its `continued_trajectory_ref`.
+    `report=False` when the caller has already recorded why the file could not be read."""
+    row: dict[str, Any] = {name: None for name in SCHEMA.names[3:]}
+    row.update(file=label.name, file_index=label.index, trace_source=label.trace_source, bytes=size)
+    found.files.append(row)
+    if isinstance(doc, ReadFailure):
+        row["status"] = UNREADABLE
+        if report:
+            problems.add(doc.kind, path, doc.message + "; its steps are not in the lake")
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("steps"), list):
+        row["status"] = MALFORMED
+        if report:
+            problems.add(
+                "malformed_trajectory",
+                path,
+                f"{path} is not an ATIF trajectory (expected an object with a `steps` array); "
+                "its steps are not in the lake. Re-run the trial or restore the file",
+            )
+        return None
+    agent = doc.get("agent") if isinstance(doc.get("agent"), dict) else {}
+    final = doc.get("final_metrics") if isinstance(doc.get("final_metrics"), dict) else {}
+    tools = agent.get("tool_definitions")
+    ref = _text(doc.get("continued_trajectory_ref"))
+    row.update(
+        status=OK,
+        schema_version=_text(doc.get("schema_version")),
+        session_id=_text(doc.get("session_id")),
+        agent_name=_text(agent.get("name")),
+        agent_version=_text(agent.get("version")),
+        model_name=_text(agent.get("model_name")),
+        tool_definitions=json.dumps(tools, ensure_ascii=False, indent=2) if tools else None,
+        continued_trajectory_ref=ref,
+        n_steps=len(doc["steps"]),
+        total_prompt_tokens=_count(final.get("total_prompt_tokens")),
+        total_completion_tokens=_count(final.get("total_completion_tokens")),
+        total_cached_tokens=_count(final.get("total_cached_tokens")),
+        total_cost_usd=_number(final.get("total_cost_usd")),
+    )
+    wrong = WrongTypes(path)
+    for index, step in enumerate(doc["steps"]):
+        if not isinstance(step, dict):
+            wrong.add(index, "(step)", step, "an object; the step is skipped")
+            continue
+        step_row = steps.step_row(step, index, label, wrong)
+        found.steps.append(step_row)
+        found.calls += tool_calls.call_rows(step, index, step_row["step_id"], label, wrong)
+    wrong.report(problems)
+    return ref
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
+
+
+def _read(path: Path) -> tuple[Any, int | None]:
+    data = read_bytes(path)
+    if data is None or isinstance(data, ReadFailure):
+        return data, None
+    return decode(data, path), len(data)
+
+
+def read_trajectories(
+    agent_dir: Path, main_status: str, main_doc: Any, problems: ProblemLog
+) -> Found:
+    """Every trajectory file of a trial. trajectory.json comes as the caller already read and
+    judged it (`main_status` absent / unreadable / malformed / ok, and the decoded `main_doc` when
+    ok), so that file is never read twice and its problems are not recorded twice."""
+    found = Found()
+    try:
+        names = set(os.listdir(agent_dir))
+    except OSError:
+        names = set()
+    index = 0
+    ref: str | None = None
+    main_path = agent_dir / MAIN_FILE
+    if main_status != "absent":
+        # An unreadable file stands in as a ReadFailure, a malformed one as a non-object.
+        doc = main_doc if main_status == "ok" else None
+        if main_status == "unreadable":
+            doc = ReadFailure(main_status, "")
+        label = FileLabel(MAIN_FILE, index, MAIN)
+        ref = add_file(found, main_path, label, doc, _size(main_path), problems, report=False)
+        index += 1
+        del doc
+    del main_doc
+
+    # The continuation chain, as harbor's export follows it, then continuations nothing reached.
+    seen = {MAIN_FILE}
+    continuations: list[str] = []
+    while ref is not None:
+        if ref in seen or "/" in ref or "\\" in ref or ref not in names:
+            if ref not in seen:
+                problems.add(
+                    "missing_continuation",
+                    agent_dir / ref,
+                    f"{agent_dir} names continuation {ref!r}, which is not a file in that dir; "
+                    "the main trace ends before it",
+                )
+            break
+        seen.add(ref)
+        continuations.append(ref)
+        doc, size = _read(agent_dir / ref)
+        ref = add_file(found, agent_dir / ref, FileLabel(ref, index, MAIN), doc, size, problems)
+        index += 1
+        del doc
+    unreached = sorted(
+        (int(m.group(1)), name)
+        for name in names
+        if (m := _CONTINUATION.fullmatch(name)) and name not in seen
+    )
+    for _, name in unreached:
+        doc, size = _read(agent_dir / name)
+        add_file(found, agent_dir / name, FileLabel(name, index, MAIN), doc, size, problems)
+        index += 1
+        del doc
+
+    # Subagent trajectories, by harbor's rule: every trajectory.*.json without ".cont-".
+    for name in sorted(names):
+        match = _SUBAGENT.fullmatch(name)
+        if not match or ".cont-" in name or name == MAIN_FILE:
+            continue
+        doc, size = _read(agent_dir / name)
+        label = FileLabel(name, index, match.group(1))
+        add_file(found, agent_dir / name, label, doc, size, problems)
+        index += 1
+        del doc
+    return found
