@@ -251,6 +251,9 @@ def sql(query: str, lake: Path, fmt: str, output: Path | None, **options: Any) -
 
 # Commands in their own modules register themselves on `cli` when imported.
 from wmo_lake import stats_command  # noqa: E402, F401
+from wmo_lake.export_command import export  # noqa: E402
+
+cli.add_command(export)
 
 
 def main() -> None:

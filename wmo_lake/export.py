@@ -175,7 +175,10 @@ class SplitGuard:
 
 
 def refuse_existing(dataset: Path) -> None:
-    """`ExportError` when FILE or FILE.manifest.json exists (an export never overwrites)."""
+    """`ExportError` when FILE or FILE.manifest.json exists (an export never overwrites) or FILE's
+    directory does not exist. `write_export` checks this itself; call it early to fail fast."""
+    if not dataset.parent.is_dir():
+        raise ExportError(f"the directory of --out {dataset} does not exist; create it first")
     for target in (dataset, manifest_path(dataset)):
         if target.exists() or target.is_symlink():
             raise ExportError(
@@ -274,8 +277,6 @@ def write_export(
     out = Path(out)
     companion = manifest_path(out)
     refuse_existing(out)
-    if not out.parent.is_dir():
-        raise ExportError(f"the directory of --out {out} does not exist; create it first")
     _remove_stale_partials(out)
     _remove_stale_partials(companion)
     tmp_data, tmp_manifest = _partial(out), _partial(companion)

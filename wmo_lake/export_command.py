@@ -1,0 +1,177 @@
+"""`wmo-lake export ...`: training datasets out of the lake, each with a manifest beside it.
+
+The group is registered on the main CLI in cli.py; each dataset kind is a subcommand here
+(`datums`; other exports add theirs to the same group). The discipline they share (split guard,
+no overwrite, atomic write, manifest) lives in `wmo_lake.export`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+import duckdb
+
+from wmo_lake.export import ExportError, manifest_path, require_guard_choice
+from wmo_lake.store import LakeError
+
+
+def lake_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--lake, as on every command that reads a lake (./lake, or $WMO_LAKE)."""
+    return click.option(
+        "--lake",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=Path("lake"),
+        envvar="WMO_LAKE",
+        show_default="./lake, or $WMO_LAKE",
+        help="The lake directory.",
+    )(command)
+
+
+def guard_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--tasks / --no-split-guard: every export must choose one (see wmo_lake.export)."""
+    command = click.option(
+        "--no-split-guard",
+        is_flag=True,
+        help="Export every task, whatever its split (no registry). Say so explicitly.",
+    )(command)
+    return click.option(
+        "--tasks",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help='Task registry JSON (a list, or {"tasks": [...]}, of {id, split}); only train '
+        "tasks are exported.",
+    )(command)
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+@click.group()
+def export() -> None:
+    """Export training data from the lake: a dataset file plus FILE.manifest.json.
+
+    Every export needs --tasks REGISTRY.json (only train-split tasks are written) or an explicit
+    --no-split-guard, never overwrites FILE or its manifest, and writes both atomically.
+    """
+
+
+def _summary(manifest: dict[str, Any], out: Path) -> str:
+    written = manifest.get("exported", {})
+    stats = manifest.get("datum_stats", {})
+    excluded = manifest.get("excluded") or {}
+    split = manifest.get("split")
+    lines = [
+        f"wrote {manifest['rows']} datums ({written.get('tokens', 0)} tokens, "
+        f"{written.get('loss_tokens', 0)} trained) from {len(manifest.get('sources', []))} "
+        f"batch(es) to {out}",
+        f"manifest: {manifest_path(out)}  sha256 {manifest['dataset_sha256'][:16]}...",
+        "split guard: "
+        + (f"train tasks of {manifest.get('tasks_path')}" if split else "OFF (--no-split-guard)"),
+        f"fragments: {stats.get('fragments', 0)} of {stats.get('datums', 0)} datums "
+        f"({100 * stats.get('fragmentation_rate', 0.0):.1f}%); dropped episodes: "
+        f"{stats.get('overflow_drops', 0)} overflow, {stats.get('overlong_drops', 0)} overlong",
+        "excluded: "
+        + (", ".join(f"{reason} {count}" for reason, count in excluded.items()) or "none"),
+    ]
+    return "\n".join(lines)
+
+
+@export.command("datums")
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The Parquet file to write (it and FILE.manifest.json must not exist).",
+)
+@lake_option
+@click.option("--batch", "batch_glob", default=None, help="Only batches matching this GLOB.")
+@click.option("--run", default=None, help="Only batches of this run.")
+@click.option(
+    "--where",
+    default=None,
+    help='A SQL condition over the datums columns, e.g. "passed AND fragment_index = 0".',
+)
+@guard_options
+@click.option(
+    "--context-budget",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Drop episodes with a span (prompt + sampled) longer than this "
+    "[default: each batch's llm_kwargs.context_limit, else 65536].",
+)
+@click.option(
+    "--max-datum-tokens",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Drop episodes with a merged sequence longer than this [default: 65536].",
+)
+@click.option("--reward-key", default=None, help="Reward key [default: reward].")
+@click.option(
+    "--reward-mode",
+    type=click.Choice(["raw", "positive-binary"]),
+    default=None,
+    help="raw: passed means reward = 1.0; positive-binary: reward > 0 [default: raw].",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
+def datums(
+    out: Path,
+    lake: Path,
+    batch_glob: str | None,
+    run: str | None,
+    where: str | None,
+    tasks: Path | None,
+    no_split_guard: bool,
+    context_budget: int | None,
+    max_datum_tokens: int | None,
+    reward_key: str | None,
+    reward_mode: str | None,
+    as_json: bool,
+) -> None:
+    """Write the `datums` view (prefix-merged training sequences, unshifted) to a Parquet file.
+
+    One row per training sequence: model_input_tokens, loss_mask, sampled_logprobs, reward,
+    advantage (reward minus the batch's mean for the task) and where it came from. Episodes that
+    overflow the context budget or hold an overlong sequence are dropped whole and counted.
+    Load it back with `wmo_lake.datums.load_verified(FILE, tasks=REGISTRY)`, and hand it to
+    tinker with `wmo_lake.datums.to_tinker(rows)`.
+
+    \b
+    Examples:
+      wmo-lake export datums --out step7.parquet --tasks tasks.json --batch 'exp1/*/step-0007/*'
+      wmo-lake export datums --out all.parquet --no-split-guard --where "NOT infra_failed"
+    """
+    from wmo_lake.datums import export_datums
+
+    try:
+        require_guard_choice(tasks, no_split_guard)
+    except ExportError as error:
+        fail(str(error), 2)  # a usage error: nothing was read
+    try:
+        manifest = export_datums(
+            lake,
+            out,
+            tasks=tasks,
+            no_split_guard=no_split_guard,
+            batch_glob=batch_glob,
+            run=run,
+            where=where,
+            context_budget=context_budget,
+            max_datum_tokens=max_datum_tokens,
+            reward_key=reward_key,
+            reward_mode=reward_mode,
+        )
+    except (ExportError, LakeError) as error:
+        fail(str(error))
+    except duckdb.Error as error:
+        fail(f"the datums query failed: {error}")
+    if as_json:
+        click.echo(json.dumps(manifest, indent=2, ensure_ascii=False))
+    else:
+        click.echo(_summary(manifest, out))
