@@ -1,0 +1,324 @@
+"""A plain-Python oracle for issue 3: seed 000's TrialRecord assembly and seed 003's
+`rollout_stats`, written from the rules in the issue and the seeds, reading trial dirs with `json`
+only (never through wmo_lake), so the SQL views have something independent to be held against.
+
+    tree = read_tree(root, Settings(reward_key="score"))
+    tree.records                   # one dict per trial, the trial_records columns (spans included)
+    batch_stats(tree)              # {batch: the rollout_stats row}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_MAX_TOKENS = 8192
+EXCEPTION_STOP_REASONS = {
+    "AgentTimeoutError": "budget",
+    "ContextLengthExceededError": "provider_error",
+}
+STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+@dataclass(frozen=True)
+class Settings:
+    reward_key: str = "reward"
+    reward_mode: str = "raw"
+    max_turns: int | None = None
+    max_tokens: int | None = None
+
+
+@dataclass
+class Tree:
+    records: list[dict[str, Any]] = field(default_factory=list)
+    unreadable: dict[str, int] = field(default_factory=dict)
+    labels: dict[str, tuple[str | None, int | None]] = field(default_factory=dict)
+
+
+def load(path: Path) -> Any:
+    """json.loads of a file; None when it is missing or unreadable (the seeds' reader)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# -- cells: the scorer's reading -----------------------------------------------------------------
+def measured_reward(result: dict[str, Any], key: str) -> float | None:
+    """The reward under `key` when it is a finite non-bool number in [0, 1], else None."""
+    verifier = result.get("verifier_result")
+    rewards = verifier.get("rewards") if isinstance(verifier, dict) else None
+    value = rewards.get(key) if isinstance(rewards, dict) else None
+    if is_int(value):
+        return float(value) if 0 <= value <= 1 else None
+    if isinstance(value, float) and math.isfinite(value) and 0.0 <= value <= 1.0:
+        return value
+    return None
+
+
+SUMMARY_COUNTS = ("passed", "failed", "skipped", "pending", "other")
+
+
+def graded_tests(trial_dir: Path) -> tuple[int, int, int] | None:
+    """(passed, resolved, unresolved) from verifier/ctrf.json by upstream ctrf.py's rules."""
+    doc = load(trial_dir / "verifier" / "ctrf.json")
+    results = doc.get("results") if isinstance(doc, dict) else None
+    if not isinstance(results, dict):
+        return None
+    summary_reading = None
+    summary = results.get("summary")
+    present = isinstance(summary, dict) and all(
+        summary.get(name) is not None for name in ("passed", "failed")
+    )
+    if present:
+        counts = {name: summary.get(name) for name in SUMMARY_COUNTS}
+        for name in ("skipped", "pending", "other"):
+            counts[name] = 0 if counts[name] is None else counts[name]
+        if not all(is_int(v) and v >= 0 for v in counts.values()):
+            return None  # counts that are not non-negative integers: the report grades nothing
+        resolved = counts["passed"] + counts["failed"]
+        unresolved = counts["skipped"] + counts["pending"] + counts["other"]
+        if resolved:
+            summary_reading = (counts["passed"], resolved, unresolved)
+    items_reading = None
+    tests = results.get("tests")
+    if isinstance(tests, list):
+        statuses = [item.get("status") if isinstance(item, dict) else None for item in tests]
+        passed = sum(1 for s in statuses if s == "passed")
+        resolved = sum(1 for s in statuses if s in ("passed", "failed"))
+        if resolved:
+            items_reading = (passed, resolved, len(tests) - resolved)
+    return items_reading or summary_reading
+
+
+# -- spans (seed 000 load_trial_rollout_spans) ---------------------------------------------------
+def _int_lists(value: Any) -> list[list[int]] | None:
+    if not isinstance(value, list):
+        return None
+    if not all(isinstance(row, list) and all(is_int(x) for x in row) for row in value):
+        return None
+    return value
+
+
+def _number_lists(value: Any) -> list[list[float]] | None:
+    if not isinstance(value, list):
+        return None
+    rows = []
+    for row in value:
+        if not isinstance(row, list):
+            return None
+        if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in row):
+            return None
+        rows.append([float(x) for x in row])
+    return rows
+
+
+def spans(result: dict[str, Any]) -> list[dict[str, Any]]:
+    agent_result = result.get("agent_result")
+    if not isinstance(agent_result, dict):
+        return []
+    details = agent_result.get("rollout_details")
+    if not isinstance(details, list) or not details:
+        return []
+    detail = details[0]  # later segments are subagent chats
+    if not isinstance(detail, dict):
+        return []
+    prompts = _int_lists(detail.get("prompt_token_ids"))
+    completions = _int_lists(detail.get("completion_token_ids"))
+    logprobs = _number_lists(detail.get("logprobs"))
+    if prompts is None or completions is None or logprobs is None:
+        return []
+    if not len(prompts) == len(completions) == len(logprobs):
+        return []
+    if any(len(c) != len(lp) for c, lp in zip(completions, logprobs, strict=True)):
+        return []
+    return [
+        {
+            "call_index": index,
+            "prompt_token_ids": prompt,
+            "sampled_token_ids": completion,
+            "sampled_logprobs": row,
+        }
+        for index, (prompt, completion, row) in enumerate(
+            zip(prompts, completions, logprobs, strict=True)
+        )
+    ]
+
+
+# -- stop reason (seed 000 read_trial_stop_reason / read_terminus_stop_reason) ------------------
+def declared_complete(trial_dir: Path) -> bool:
+    doc = load(trial_dir / "agent" / "trajectory.json")
+    steps = doc.get("steps") if isinstance(doc, dict) else None
+    if not isinstance(steps, list):
+        return False
+    for step in reversed(steps):
+        if not isinstance(step, dict) or step.get("source") != "agent":
+            continue
+        calls = step.get("tool_calls")
+        if not isinstance(calls, list):
+            return False
+        return any(
+            isinstance(c, dict) and c.get("function_name") == "mark_task_complete" for c in calls
+        )
+    return False
+
+
+def stop_reason(trial_dir: Path, result: dict[str, Any], max_turns: int | None) -> str | None:
+    for trace in (trial_dir / "agent" / "wmo-run.json", trial_dir / "wmo-run.json"):
+        if trace.is_file():
+            payload = load(trace)
+            reason = payload.get("stop_reason") if isinstance(payload, dict) else None
+            return reason if isinstance(reason, str) else None
+    exception = result.get("exception_info")
+    if isinstance(exception, dict) and isinstance(exception.get("exception_type"), str):
+        return EXCEPTION_STOP_REASONS.get(exception["exception_type"], "error")
+    agent_result = result.get("agent_result")
+    metadata = agent_result.get("metadata") if isinstance(agent_result, dict) else None
+    episodes = metadata.get("n_episodes") if isinstance(metadata, dict) else None
+    if not is_int(episodes):
+        return None
+    if max_turns is not None and episodes >= max_turns:
+        return "max_turns"
+    return "submitted" if declared_complete(trial_dir) else "error"
+
+
+# -- the tree ------------------------------------------------------------------------------------
+def job_caps(job_dir: Path, settings: Settings) -> tuple[int | None, int]:
+    """(max_turns, max_tokens) for a job: the override, else agents[0].kwargs, else defaults."""
+    config = load(job_dir / "config.json")
+    agents = config.get("agents") if isinstance(config, dict) else None
+    agent = agents[0] if isinstance(agents, list) and agents else None
+    kwargs = agent.get("kwargs") if isinstance(agent, dict) else None
+    kwargs = kwargs if isinstance(kwargs, dict) else {}
+    llm_kwargs = kwargs.get("llm_kwargs") if isinstance(kwargs.get("llm_kwargs"), dict) else {}
+    recorded_turns = kwargs.get("max_turns") if is_int(kwargs.get("max_turns")) else None
+    recorded_tokens = llm_kwargs.get("max_tokens") if is_int(llm_kwargs.get("max_tokens")) else None
+    max_turns = settings.max_turns if settings.max_turns is not None else recorded_turns
+    if settings.max_tokens is not None:
+        return max_turns, settings.max_tokens
+    return max_turns, recorded_tokens if recorded_tokens is not None else DEFAULT_MAX_TOKENS
+
+
+def labels(job_dir: Path, root: Path) -> tuple[str, str | None, int | None]:
+    """(batch, run, step): the job dir relative to root; the dir before harbor/; step-NNNN."""
+    batch = job_dir.relative_to(root).as_posix()
+    parts = Path(os.path.abspath(job_dir)).parts
+    run = next((parts[i - 1] for i in range(len(parts) - 1, 0, -1) if parts[i] == "harbor"), None)
+    step = next((int(m.group(1)) for p in reversed(parts) if (m := STEP_DIR.match(p))), None)
+    return batch, run, step
+
+
+def read_tree(root: Path, settings: Settings = Settings()) -> Tree:
+    tree = Tree()
+    by_task: dict[tuple[str, Any], list[dict[str, Any]]] = {}
+    for dirpath, _, filenames in sorted(os.walk(root)):
+        trial_dir = Path(dirpath)
+        result = load(trial_dir / "result.json") if "result.json" in filenames else None
+        is_trial = isinstance(result, dict) and isinstance(result.get("trial_name"), str)
+        is_trial = is_trial and bool(result["trial_name"])
+        config = load(trial_dir / "config.json") if "config.json" in filenames else None
+        if not is_trial:
+            if isinstance(config, dict) and "trial_name" in config:
+                batch, run, step = labels(trial_dir.parent, root)
+                tree.unreadable[batch] = tree.unreadable.get(batch, 0) + 1
+                tree.labels.setdefault(batch, (run, step))
+            continue
+        assert isinstance(result, dict)
+        batch, run, step = labels(trial_dir.parent, root)
+        tree.labels[batch] = (run, step)
+        max_turns, max_tokens = job_caps(trial_dir.parent, settings)
+        reward = measured_reward(result, settings.reward_key)
+        stand_in = 0.0 if reward is None else reward
+        passed = stand_in == 1.0 if settings.reward_mode == "raw" else stand_in > 0.0
+        tests = graded_tests(trial_dir)
+        trial_spans = spans(result)
+        record = {
+            "batch": batch,
+            "run": run,
+            "step": step,
+            "task_id": result.get("task_name"),
+            "trial_name": result["trial_name"],
+            "reward": stand_in,
+            "passed": passed,
+            "infra_failed": reward is None,
+            "tests_passed": None if tests is None else tests[0],
+            "tests_resolved": None if tests is None else tests[1],
+            "tests_unresolved": None if tests is None else tests[2],
+            "graded_score": None if tests is None else tests[0] / tests[1],
+            "stop_reason": stop_reason(trial_dir, result, max_turns),
+            "n_spans": len(trial_spans),
+            "spans": trial_spans,
+            "artifact_dir": str(trial_dir),
+            "max_tokens": max_tokens,  # not a column: the cap rollout_stats judges it by
+        }
+        by_task.setdefault((batch, record["task_id"]), []).append(record)
+        tree.records.append(record)
+    for group in by_task.values():
+        for attempt, record in enumerate(sorted(group, key=lambda r: r["trial_name"]), 1):
+            record["attempt"] = attempt
+    return tree
+
+
+# -- seed 003 rollout_stats ----------------------------------------------------------------------
+def rollout_stats(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Seed 003's `rollout_stats` over one batch's records (each carrying its max_tokens)."""
+    # The scorer's task x attempt order: the order graded scores are summed in.
+    records = sorted(
+        records, key=lambda r: (r["task_id"] is None, r["task_id"] or "", r["attempt"])
+    )
+    with_spans = sum(1 for r in records if r["spans"])
+    truncated = [
+        sum(1 for s in r["spans"] if len(s["sampled_token_ids"]) >= r["max_tokens"])
+        for r in records
+    ]
+    executed = [r for r in records if not r["infra_failed"]]
+    graded = [r["graded_score"] for r in executed if r["graded_score"] is not None]
+    counts: dict[str, int] = {}
+    for r in records:
+        key = r["stop_reason"] or "unknown"
+        counts[key] = counts.get(key, 0) + 1
+    with_reason = [r for r in records if r["stop_reason"]]
+    submitted = sum(1 for r in with_reason if r["stop_reason"] == "submitted")
+    return {
+        "trials": len(records),
+        "trials_with_spans": with_spans,
+        "solve_rate": sum(1 for r in executed if r["passed"]) / len(executed) if executed else 0.0,
+        "graded_solve_rate": sum(graded) / len(graded) if graded else 0.0,
+        "graded_trials": len(graded),
+        "raw_solve_rate": sum(1 for r in records if r["passed"]) / len(records) if records else 0.0,
+        "executed_trials": len(executed),
+        "infra_failed_trials": len(records) - len(executed),
+        "empty_span_trials": len(records) - with_spans,
+        "truncated_spans": sum(truncated),
+        "truncated_span_trials": sum(1 for n in truncated if n),
+        "stop_reason_counts": dict(sorted(counts.items())),
+        "scaffold_loss_rate": (
+            (len(with_reason) - submitted) / len(with_reason) if with_reason else 0.0
+        ),
+    }
+
+
+def batch_stats(tree: Tree) -> dict[str, dict[str, Any]]:
+    """{batch: the rollout_stats row}, every batch with trials or unreadable trials."""
+    batches = {r["batch"] for r in tree.records} | set(tree.unreadable)
+    rows = {}
+    for batch in batches:
+        run, step = tree.labels[batch]
+        stats = rollout_stats([r for r in tree.records if r["batch"] == batch])
+        rows[batch] = {
+            "batch": batch,
+            "run": run,
+            "step": step,
+            **stats,
+            "unreadable_trials": tree.unreadable.get(batch, 0),
+        }
+    return rows
