@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import multiprocessing
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -22,7 +23,7 @@ import pyarrow as pa
 
 from wmo_lake.discover import Candidate, Job, WalkProblem, discover
 from wmo_lake.extract import OTHER, TRIAL, UNREADABLE, Extracted, TrialTask, extract_trial
-from wmo_lake.store import CatalogEntry, Commit, Store
+from wmo_lake.store import CatalogEntry, Commit, Store, crash_point
 from wmo_lake.tables import TABLES, jobs
 from wmo_lake.tables.fields import ProblemLog
 
@@ -110,6 +111,31 @@ def job_fingerprint(job: Job) -> str:
     )
 
 
+def _exit_with_parent(parent_pid: int) -> None:
+    """Worker initializer: a SIGKILLed ingest must not leave its readers running forever (they
+    would block on a queue nobody writes to), so each worker exits once the ingest is gone."""
+
+    def alive() -> bool:
+        try:  # a killed parent nobody reaped yet is a zombie: dead for our purpose
+            with open(f"/proc/{parent_pid}/stat", "rb") as stat:
+                return stat.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+        except FileNotFoundError:
+            return False
+        except OSError:
+            try:
+                os.kill(parent_pid, 0)
+            except ProcessLookupError:
+                return False
+            return True
+
+    def watch() -> None:
+        while alive():
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="wmo-lake-parent-watch").start()
+
+
 def _extract_all(
     tasks: list[TrialTask], workers: int, progress: Progress | None
 ) -> Iterator[tuple[TrialTask, Extracted]]:
@@ -123,7 +149,12 @@ def _extract_all(
         return
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["wmo_lake.extract"])
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    with ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=context,
+        initializer=_exit_with_parent,
+        initargs=(os.getpid(),),
+    ) as pool:
         pending: dict[Future[Extracted], TrialTask] = {}
         queue = iter(tasks)
         done = 0
@@ -236,6 +267,7 @@ def ingest(
                 owner[key] = task.real
                 for table, rows in extracted.tables.items():
                     commit.append(table, rows)
+                crash_point("mid_extract")
                 catalog[task.real] = CatalogEntry(
                     task.real,
                     key,
@@ -288,11 +320,13 @@ def ingest(
                 summary.committed = True
             else:
                 commit.abort()
+                commit.collect_garbage(base)  # what an interrupted ingest may have left
         except BaseException:
             commit.abort()
             raise
         from wmo_lake.lake import ensure_duckdb_file
 
+        crash_point("before_duckdb_file")
         ensure_duckdb_file(store)
     summary.seconds = time.perf_counter() - started
     return summary

@@ -49,6 +49,13 @@ CATALOG_SCHEMA = pa.schema(
 )
 
 
+def crash_point(name: str) -> None:
+    """Fault injection for the crash tests: SIGKILL ourselves at a named point of a commit when
+    WMO_LAKE_CRASH_AT names it. Costs one dict lookup otherwise."""
+    if os.environ.get("WMO_LAKE_CRASH_AT") == name:
+        os.kill(os.getpid(), 9)
+
+
 class LakeError(Exception):
     """A lake that cannot be used as asked; the message says what to do."""
 
@@ -295,6 +302,7 @@ class Commit:
             updated_at=datetime.now(UTC).isoformat(),
         )
         _fsync_dir(self.store.root)
+        crash_point("before_manifest")
         payload = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -306,6 +314,7 @@ class Commit:
             "previous": manifest.previous,
         }
         atomic_write_bytes(self.store.manifest_path, json.dumps(payload, indent=2).encode())
+        crash_point("after_manifest")
         self.collect_garbage(manifest)
         return manifest
 

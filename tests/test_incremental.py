@@ -1,0 +1,231 @@
+"""Incremental, idempotent, atomic: unchanged trees parse nothing, changed trials replace their
+rows, nothing is counted twice, a SIGKILL at any moment leaves the previous generation readable,
+and two ingests into one lake never corrupt it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from harbor_shapes import write_job, write_trial
+
+from wmo_lake import extract
+from wmo_lake.ingest import ingest
+from wmo_lake.lake import connect
+from wmo_lake.store import Store
+
+
+def _tree(root: Path, n_trials: int = 3, job: str = "job", prefix: str = "t") -> Path:
+    job_dir = write_job(root / "runs" / "exp" / "harbor" / "step-0001" / job)
+    for i in range(n_trials):
+        write_trial(job_dir, f"{prefix}__{i}", trial_id=f"{job}-{prefix}-{i}")
+    return root / "runs"
+
+
+def _counts(lake: Path) -> dict[str, int]:
+    con = connect(lake)
+    return {
+        table: con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
+        for table in ("trials", "spans", "stop_reasons", "tests", "jobs", "problems")
+    }
+
+
+def test_unchanged_reingest_parses_nothing_and_changes_nothing(tmp_path: Path, monkeypatch) -> None:
+    runs = _tree(tmp_path)
+    first = ingest([runs], tmp_path / "lake", workers=1)
+    manifest_before = (tmp_path / "lake" / "manifest.json").read_bytes()
+    files_before = sorted(p for p in (tmp_path / "lake").rglob("*") if p.is_file())
+
+    def no_parsing(task):
+        raise AssertionError(f"parsed {task.path} although nothing changed")
+
+    monkeypatch.setattr("wmo_lake.ingest.extract_trial", no_parsing)
+    again = ingest([runs], tmp_path / "lake", workers=1)
+    assert (again.trials_unchanged, again.trials_new, again.committed) == (3, 0, False)
+    assert again.generation == first.generation
+    assert (tmp_path / "lake" / "manifest.json").read_bytes() == manifest_before
+    assert sorted(p for p in (tmp_path / "lake").rglob("*") if p.is_file()) == files_before
+
+
+def test_changed_trial_replaces_its_rows(tmp_path: Path) -> None:
+    runs = _tree(tmp_path)
+    ingest([runs], tmp_path / "lake", workers=1)
+    before = _counts(tmp_path / "lake")
+    job_dir = runs / "exp" / "harbor" / "step-0001" / "job"
+    write_trial(job_dir, "t__1", trial_id="job-t-1", reward=0.0, turns=[([1, 2], [3], [-0.5])])
+    summary = ingest([runs], tmp_path / "lake", workers=1)
+    assert (summary.trials_replaced, summary.trials_unchanged, summary.trials_new) == (1, 2, 0)
+    after = _counts(tmp_path / "lake")
+    assert after["trials"] == before["trials"] and after["spans"] == before["spans"] - 3 + 1
+    con = connect(tmp_path / "lake")
+    assert con.execute(
+        "SELECT rewards['reward'], n_spans FROM trials WHERE trial_key = 'job-t-1'"
+    ).fetchall() == [("0.0", 1)]
+
+
+def test_same_tree_through_another_path_replaces_not_doubles(tmp_path: Path) -> None:
+    runs = _tree(tmp_path)
+    ingest([runs], tmp_path / "lake", workers=1)
+    before = _counts(tmp_path / "lake")
+    os.symlink(runs, tmp_path / "alias")
+    summary = ingest([tmp_path / "alias" / "exp" / "harbor"], tmp_path / "lake", workers=1)
+    assert summary.trials_replaced == 3 and summary.trials_new == 0
+    assert _counts(tmp_path / "lake") == before
+    batches = connect(tmp_path / "lake").execute("SELECT DISTINCT batch FROM trials").fetchall()
+    assert batches == [("step-0001/job",)]
+
+
+def test_a_copied_trial_is_stored_once(tmp_path: Path) -> None:
+    runs = _tree(tmp_path, n_trials=2)
+    ingest([runs], tmp_path / "lake", workers=1)
+    # The same trials (same TrialResult ids) copied elsewhere and ingested: replaced, not doubled.
+    backup = _tree(tmp_path / "backup", n_trials=2)
+    summary = ingest([backup], tmp_path / "lake", workers=1)
+    assert (summary.trials_new, summary.trials_replaced) == (0, 2)
+    assert _counts(tmp_path / "lake")["trials"] == 2
+    # Both trees at once: each trial is read once, the second dir reported as a duplicate.
+    fresh = tmp_path / "lake2"
+    summary = ingest([runs, backup], fresh, workers=1)
+    assert summary.trials_new == 2
+    con = connect(fresh)
+    assert con.execute("SELECT count(*) FROM trials").fetchall() == [(2,)]
+    assert con.execute(
+        "SELECT count(*) FROM problems WHERE kind = 'duplicate_trial'"
+    ).fetchall() == [(2,)]
+
+
+def test_unreadable_trial_that_completes_later_is_replaced(tmp_path: Path) -> None:
+    runs = _tree(tmp_path, n_trials=1)
+    job_dir = runs / "exp" / "harbor" / "step-0001" / "job"
+    running = write_trial(job_dir, "late__1", trial_id="late")
+    result = (running / "result.json").read_bytes()
+    (running / "result.json").unlink()
+    first = ingest([runs], tmp_path / "lake", workers=1)
+    assert first.unreadable_trials == 1
+    (running / "result.json").write_bytes(result)
+    second = ingest([runs], tmp_path / "lake", workers=1)
+    assert (second.unreadable_trials, second.trials_new, second.problems) == (0, 1, 0)
+    con = connect(tmp_path / "lake")
+    assert con.execute("SELECT count(*) FROM problems").fetchall() == [(0,)]
+    assert con.execute("SELECT count(*) FROM trials").fetchall() == [(2,)]
+
+
+def test_many_small_ingests_keep_few_segment_files(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    for step in range(20):
+        job_dir = write_job(runs / "r" / "harbor" / f"step-{step:04d}" / "job")
+        write_trial(job_dir, "t__0", trial_id=f"s{step}")
+        ingest([runs], tmp_path / "lake", workers=1)
+    manifest = Store(tmp_path / "lake").read_manifest()
+    assert all(len(files) <= 12 for files in manifest.tables.values())
+    assert _counts(tmp_path / "lake")["trials"] == 20
+
+
+def _run_ingest(runs: Path, lake: Path, env: dict[str, str] | None = None, **kwargs):
+    return subprocess.Popen(
+        [sys.executable, "-m", "wmo_lake.cli", "ingest", str(runs), "--lake", str(lake)],
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
+    )
+
+
+@pytest.mark.parametrize(
+    "point", ["mid_extract", "before_manifest", "after_manifest", "before_duckdb_file"]
+)
+def test_sigkill_leaves_a_readable_lake_and_rerun_completes(tmp_path: Path, point: str) -> None:
+    runs = _tree(tmp_path, n_trials=2, prefix="old")
+    lake = tmp_path / "lake"
+    ingest([runs], lake, workers=1)
+    before = _counts(lake)
+    job_dir = runs / "exp" / "harbor" / "step-0001" / "job"
+    for i in range(3):
+        write_trial(job_dir, f"new__{i}", trial_id=f"new-{i}")
+    killed = _run_ingest(runs, lake, {"WMO_LAKE_CRASH_AT": point})
+    killed.communicate(timeout=120)
+    assert killed.returncode == -signal.SIGKILL
+    # Readable, at the previous generation or (killed after the swap) the next, never a mix.
+    after_kill = _counts(lake)
+    assert after_kill in (
+        before,
+        {**before, "trials": 5, "spans": 15, "stop_reasons": 5, "tests": 10},
+    )
+    import duckdb
+
+    with duckdb.connect(str(lake / "lake.duckdb"), read_only=True) as db:
+        assert db.execute("SELECT count(*) FROM trials").fetchall()[0][0] in (2, 5)
+    rerun = _run_ingest(runs, lake)
+    _, err = rerun.communicate(timeout=120)
+    assert rerun.returncode == 0, err
+    assert _counts(lake)["trials"] == 5
+    with duckdb.connect(str(lake / "lake.duckdb"), read_only=True) as db:
+        assert db.execute("SELECT count(*) FROM trials").fetchall() == [(5,)]
+    live = set(Store(lake).read_manifest().live_files())
+    previous = set(Store(lake).read_manifest().previous)
+    on_disk = {p.relative_to(lake).as_posix() for p in lake.rglob("*.parquet")}
+    assert on_disk <= live | previous, "an interrupted ingest's files were never cleaned up"
+
+
+def test_sigkill_at_random_moments(tmp_path: Path) -> None:
+    runs = _tree(tmp_path, n_trials=12, prefix="a")
+    lake = tmp_path / "lake"
+    for delay in (0.3, 0.6, 0.9, 1.2):
+        proc = _run_ingest(runs, lake)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=120)
+        if Store(lake).exists():
+            assert _counts(lake)["trials"] in (0, 12)
+    proc = _run_ingest(runs, lake)
+    proc.communicate(timeout=120)
+    assert proc.returncode == 0
+    assert _counts(lake)["trials"] == 12
+
+
+def test_a_second_ingest_waits_for_the_lock(tmp_path: Path) -> None:
+    runs = _tree(tmp_path, n_trials=2)
+    lake = tmp_path / "lake"
+    with Store(lake).lock():
+        waiting = _run_ingest(runs, lake)
+        deadline = time.monotonic() + 60
+        line = ""
+        while "waiting for" not in line and time.monotonic() < deadline:
+            line = waiting.stderr.readline()
+        assert "waiting for" in line and str(lake) in line
+        assert waiting.poll() is None
+    out, _ = waiting.communicate(timeout=120)
+    assert waiting.returncode == 0 and "2 new" in out
+
+
+def test_concurrent_ingests_never_double_a_row(tmp_path: Path) -> None:
+    runs_a = _tree(tmp_path / "a", n_trials=4, job="ja")
+    runs_b = _tree(tmp_path / "b", n_trials=4, job="jb")
+    lake = tmp_path / "lake"
+    procs = [_run_ingest(r, lake) for r in (runs_a, runs_b, runs_a, runs_b)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, err
+    counts = _counts(lake)
+    assert counts["trials"] == 8 and counts["jobs"] == 2 and counts["spans"] == 24
+    keys = connect(lake).execute("SELECT count(DISTINCT trial_key) FROM trials").fetchall()
+    assert keys == [(8,)]
+
+
+def test_extract_is_pure_and_picklable(tmp_path: Path) -> None:
+    """Workers receive TrialTasks and return Extracted over a process boundary."""
+    import pickle
+
+    runs = _tree(tmp_path, n_trials=1)
+    trial_dir = runs / "exp" / "harbor" / "step-0001" / "job" / "t__0"
+    task = extract.TrialTask(str(trial_dir), str(trial_dir), "b", None, None, "job:x", True)
+    result = pickle.loads(pickle.dumps(extract.extract_trial(pickle.loads(pickle.dumps(task)))))
+    assert result.kind == extract.TRIAL and result.tables["spans"].num_rows == 3
+    assert json.loads(json.dumps(result.unit_key)) == "job-t-0"
