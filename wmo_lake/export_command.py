@@ -175,3 +175,134 @@ def datums(
         click.echo(json.dumps(manifest, indent=2, ensure_ascii=False))
     else:
         click.echo(_summary(manifest, out))
+
+
+def _conversations_summary(manifest: dict[str, Any], out: Path) -> str:
+    trials = manifest.get("trials", {})
+    without = trials.get("without_episodes", {})
+    excluded = manifest.get("excluded") or {}
+    split = manifest.get("split")
+    return "\n".join(
+        [
+            f"wrote {manifest['rows']} conversations ({manifest.get('format')}) from "
+            f"{trials.get('in_scope', 0)} trials in {len(manifest.get('sources', []))} "
+            f"batch(es) to {out}",
+            f"manifest: {manifest_path(out)}  sha256 {manifest['dataset_sha256'][:16]}...",
+            "split guard: "
+            + (
+                f"train tasks of {manifest.get('tasks_path')}"
+                if split
+                else "OFF (--no-split-guard)"
+            ),
+            f"trials without episodes: {without.get('no_trajectory', 0)} without a trajectory "
+            f"(oracle / nop), {without.get('no_agent_turns', 0)} without an agent step",
+            "excluded episodes: "
+            + (", ".join(f"{reason} {count}" for reason, count in excluded.items()) or "none"),
+        ]
+    )
+
+
+@export.command("conversations")
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The file to write (it and FILE.manifest.json must not exist).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["jsonl", "parquet"]),
+    default="jsonl",
+    show_default=True,
+    help='jsonl: one {"messages": [...], ...} object per line; parquet: the same columns.',
+)
+@click.option(
+    "--episodes",
+    type=click.Choice(["all", "last"]),
+    default="all",
+    show_default=True,
+    help="Every agent episode of a trial, or only its last one (harbor's --episodes).",
+)
+@click.option(
+    "--filter",
+    "outcome",
+    type=click.Choice(["success", "failure", "all"]),
+    default="all",
+    show_default=True,
+    help="Only episodes of passed (success) or not passed (failure) trials.",
+)
+@lake_option
+@click.option("--batch", "batch_glob", default=None, help="Only batches matching this GLOB.")
+@click.option("--run", default=None, help="Only batches of this run.")
+@guard_options
+@click.option(
+    "--subagents/--no-subagents",
+    default=True,
+    show_default=True,
+    help="Also export each subagent trajectory (context summarization) as one conversation.",
+)
+@click.option("--reward-key", default=None, help="Reward key [default: reward].")
+@click.option(
+    "--reward-mode",
+    type=click.Choice(["raw", "positive-binary"]),
+    default=None,
+    help="raw: passed means reward = 1.0; positive-binary: reward > 0 [default: raw].",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
+def conversations(
+    out: Path,
+    fmt: str,
+    episodes: str,
+    outcome: str,
+    lake: Path,
+    batch_glob: str | None,
+    run: str | None,
+    tasks: Path | None,
+    no_split_guard: bool,
+    subagents: bool,
+    reward_key: str | None,
+    reward_mode: str | None,
+    as_json: bool,
+) -> None:
+    """Write agent conversations (SFT data) from the trials' ATIF trajectories.
+
+    One row per agent episode, as harbor's `traces export` defines it: the conversation up to and
+    including that agent turn, `messages` as [{role, content}], plus task, trial_name, batch,
+    model, reward, passed, trace_source and episode. Exact duplicates are written once and
+    counted; trials without a trajectory (oracle / nop) are counted, not errors. Load it back with
+    `wmo_lake.conversations.load_verified(FILE, tasks=REGISTRY)`.
+
+    \b
+    Examples:
+      wmo-lake export conversations --out sft.jsonl --tasks tasks.json --filter success
+      wmo-lake export conversations --out last.parquet --format parquet --episodes last \\
+          --no-split-guard --batch 'exp1/*'
+    """
+    from wmo_lake.conversations import export_conversations
+
+    try:
+        require_guard_choice(tasks, no_split_guard)
+    except ExportError as error:
+        fail(str(error), 2)  # a usage error: nothing was read
+    try:
+        manifest = export_conversations(
+            lake,
+            out,
+            fmt=fmt,
+            episodes=episodes,
+            outcome=outcome,
+            tasks=tasks,
+            no_split_guard=no_split_guard,
+            batch_glob=batch_glob,
+            run=run,
+            subagents=subagents,
+            reward_key=reward_key,
+            reward_mode=reward_mode,
+        )
+    except (ExportError, LakeError) as error:
+        fail(str(error))
+    if as_json:
+        click.echo(json.dumps(manifest, indent=2, ensure_ascii=False))
+    else:
+        click.echo(_conversations_summary(manifest, out))
