@@ -1,0 +1,75 @@
+"""`wmo-lake ingest` through the real click command: summary line, --json, --strict, exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+from harbor_shapes import write_job, write_trial
+
+from wmo_lake.cli import cli
+
+
+def _runs(tmp_path: Path, broken: bool = False) -> Path:
+    job = write_job(tmp_path / "runs" / "exp" / "harbor" / "step-0000" / "job")
+    write_trial(job, "a__1")
+    write_trial(job, "b__1")
+    if broken:
+        (write_trial(job, "c__1") / "result.json").write_text('{"trunc')
+    return tmp_path / "runs"
+
+
+def test_summary_line(tmp_path: Path) -> None:
+    runs = _runs(tmp_path)
+    result = CliRunner().invoke(cli, ["ingest", str(runs), "--lake", str(tmp_path / "lake")])
+    assert result.exit_code == 0, result.output
+    assert "2 trials (2 new, 0 replaced, 0 unchanged)" in result.output
+    assert "0 unreadable trials, 0 problems" in result.output
+    again = CliRunner().invoke(cli, ["ingest", str(runs), "--lake", str(tmp_path / "lake")])
+    assert "(0 new, 0 replaced, 2 unchanged)" in again.output and "nothing changed" in again.output
+
+
+def test_json_summary(tmp_path: Path) -> None:
+    runs = _runs(tmp_path, broken=True)
+    result = CliRunner().invoke(
+        cli, ["ingest", str(runs), "--lake", str(tmp_path / "lake"), "--json"]
+    )
+    assert result.exit_code == 0
+    summary = json.loads(result.stdout)
+    assert summary["trials_new"] == 2
+    assert summary["unreadable_trials"] == 1
+    assert summary["problems"] == 2  # invalid_json + unreadable_trial
+    assert summary["committed"] is True
+
+
+def test_strict_exits_1_on_problems_but_commits(tmp_path: Path) -> None:
+    runs = _runs(tmp_path, broken=True)
+    lake = tmp_path / "lake"
+    result = CliRunner().invoke(cli, ["ingest", str(runs), "--lake", str(lake), "--strict"])
+    assert result.exit_code == 1
+    assert (lake / "manifest.json").is_file()
+    clean = _runs(tmp_path / "clean")
+    ok = CliRunner().invoke(cli, ["ingest", str(clean), "--lake", str(tmp_path / "l2"), "--strict"])
+    assert ok.exit_code == 0
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    missing = CliRunner().invoke(cli, ["ingest", str(tmp_path / "nope")])
+    assert missing.exit_code == 2 and "does not exist" in missing.output
+    no_path = CliRunner().invoke(cli, ["ingest"])
+    assert no_path.exit_code == 2
+
+
+def test_lake_from_environment(tmp_path: Path) -> None:
+    runs = _runs(tmp_path)
+    lake = tmp_path / "env-lake"
+    result = CliRunner().invoke(cli, ["ingest", str(runs)], env={"WMO_LAKE": str(lake)})
+    assert result.exit_code == 0 and (lake / "manifest.json").is_file()
+
+
+def test_help_teaches(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["ingest", "--help"])
+    assert (
+        "Examples:" in result.output and "--sinks" in result.output and "--strict" in result.output
+    )
