@@ -72,20 +72,27 @@ class WrongTypes:
     """Wrong-typed step fields of one file, gathered to report once per field."""
 
     path: Path
-    found: dict[tuple[str, str], list[int]] = field(default_factory=lambda: defaultdict(list))
+    found: dict[tuple[str, str, str], list[int]] = field(default_factory=lambda: defaultdict(list))
 
-    def add(self, step_index: int, name: str, value: Any, expected: str) -> None:
-        self.found[(name, f"{json_type_name(value)}, expected {expected}")].append(step_index)
+    def add(
+        self,
+        step_index: int,
+        name: str,
+        value: Any,
+        expected: str,
+        outcome: str = "the column is left null for those steps",
+    ) -> None:
+        what = f"{json_type_name(value)}, expected {expected}"
+        self.found[(name, what, outcome)].append(step_index)
 
     def report(self, problems: ProblemLog) -> None:
-        for (name, what), indexes in self.found.items():
+        for (name, what, outcome), indexes in self.found.items():
             shown = ", ".join(str(i) for i in indexes[:5]) + (", ..." if len(indexes) > 5 else "")
             problems.add(
                 "wrong_type",
                 self.path,
-                f"{self.path.name}: steps[{shown}].{name} is {what} "
-                f"({len(indexes)} step{'s' if len(indexes) != 1 else ''}); the column is left "
-                "null for those steps",
+                f"{self.path.name}: steps[{shown}]{'.' + name if name else ''} is {what} "
+                f"({len(indexes)} step{'s' if len(indexes) != 1 else ''}); {outcome}",
             )
 
 
@@ -157,7 +164,13 @@ def step_row(
     """One `steps` row (without the trial identity) from one decoded ATIF step."""
     source = _str(step, "source", index, wrong)
     if source is not None and source not in SOURCES:
-        wrong.add(index, "source", source, "one of system / user / agent")
+        wrong.add(
+            index,
+            "source",
+            source,
+            "one of system / user / agent",
+            "kept as recorded; the conversation export leaves those steps out",
+        )
     timestamp = _str(step, "timestamp", index, wrong)
     parsed_time = parse_time(timestamp)
     if timestamp and parsed_time is None:

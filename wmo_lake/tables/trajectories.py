@@ -152,7 +152,7 @@ def add_file(
     wrong = WrongTypes(path)
     for index, step in enumerate(doc["steps"]):
         if not isinstance(step, dict):
-            wrong.add(index, "(step)", step, "an object; the step is skipped")
+            wrong.add(index, "", step, "an object", "those steps are skipped")
             continue
         step_row = steps.step_row(step, index, label, wrong)
         found.steps.append(step_row)

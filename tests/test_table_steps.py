@@ -1,0 +1,353 @@
+"""The `trajectories`, `steps` and `tool_calls` tables (issue 5, item 1), on one small tree built in
+tmp_path from the real harbor trial, each trial's agent/ dir rewritten to show one rule. Expected
+values are written out by hand from the trajectories the tests write."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harbor_shapes import dump, real_trajectory, write_job, write_trial
+
+from wmo_lake.ingest import ingest
+from wmo_lake.lake import connect
+from wmo_lake.tables import TABLES
+
+
+def step(step_id: int, source: str, message: Any = "", **fields: Any) -> dict[str, Any]:
+    return {"step_id": step_id, "source": source, "message": message, **fields}
+
+
+def trajectory(*steps: dict[str, Any], **top: Any) -> dict[str, Any]:
+    return {
+        "schema_version": "ATIF-v1.8",
+        "session_id": "s",
+        "agent": {"name": "terminus-2", "version": "2.0.0", "model_name": "m"},
+        "steps": list(steps),
+        **top,
+    }
+
+
+PARTS = trajectory(
+    step(
+        1,
+        "user",
+        [
+            {"type": "text", "text": "Hello "},
+            {"type": "image", "source": {"media_type": "image/png", "path": "img/a.png"}},
+            {"type": "text", "text": "world"},
+        ],
+        timestamp="2026-11-29T19:20:34Z",
+    ),
+    step(
+        2,
+        "agent",
+        "Plan: look.",
+        timestamp="2026-11-29T19:20:36.500000+00:00",
+        model_name="gpt-x",
+        reasoning_content="think first",
+        tool_calls=[
+            {
+                "tool_call_id": "c1",
+                "function_name": "bash",
+                "arguments": {"cmd": "echo é", "n": [1, 2.5], "ok": True},
+            },
+            {"tool_call_id": "c2", "function_name": "noargs"},
+        ],
+        observation={
+            "results": [
+                {"source_call_id": "c1", "content": "out one"},
+                {"subagent_trajectory_ref": [{"session_id": "x"}]},
+                {"source_call_id": "c2", "content": [{"type": "text", "text": "out two"}]},
+            ]
+        },
+        metrics={
+            "prompt_tokens": 120,
+            "completion_tokens": 7,
+            "cached_tokens": 20,
+            "cost_usd": 0.25,
+            "prompt_token_ids": [1, 2, 3],
+            "completion_token_ids": [4],
+            "logprobs": [-0.5],
+        },
+        llm_call_count=1,
+    ),
+    step(
+        3,
+        "system",
+        "summarizing",
+        observation={"results": [{"subagent_trajectory_ref": [{"session_id": "y"}]}]},
+    ),
+)
+
+
+def linear(*sources_copied: tuple[str, bool], ref: str | None = None) -> dict[str, Any]:
+    steps = [
+        step(i, source, f"{source} {i}", is_copied_context=copied)
+        for i, (source, copied) in enumerate(sources_copied, 1)
+    ]
+    return trajectory(*steps, **({"continued_trajectory_ref": ref} if ref else {}))
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("steps")
+    job = write_job(root / "runs" / "job")
+
+    write_trial(job, "real__1")
+
+    agent = write_trial(job, "parts__1") / "agent"
+    dump(agent / "trajectory.json", PARTS)
+
+    agent = write_trial(job, "chain__1") / "agent"
+    dump(
+        agent / "trajectory.json",
+        linear(("user", False), ("agent", False), ref="trajectory.cont-1.json"),
+    )
+    dump(
+        agent / "trajectory.cont-1.json",
+        linear(("user", True), ("agent", False), ref="trajectory.cont-2.json"),
+    )
+    dump(agent / "trajectory.cont-2.json", linear(("agent", False)))
+    dump(agent / "trajectory.cont-5.json", linear(("agent", False)))  # nothing refers to it
+    dump(
+        agent / "trajectory.summarization-1-summary.json", linear(("user", True), ("agent", False))
+    )
+    dump(agent / "trajectory.summarization-1-answers.json", linear(("agent", False)))
+
+    agent = write_trial(job, "badjson__1") / "agent"
+    (agent / "trajectory.json").write_text('{"steps": [', encoding="utf-8")
+    dump(agent / "trajectory.summarization-1-summary.json", linear(("agent", False)))
+
+    agent = write_trial(job, "array__1") / "agent"
+    dump(agent / "trajectory.json", [])
+
+    agent = write_trial(job, "wrong__1") / "agent"
+    dump(
+        agent / "trajectory.json",
+        trajectory(
+            "not a step",
+            step("x", "robot", 5, metrics={"prompt_tokens": "10"}, tool_calls="nope"),
+            step(3, "agent", "fine", metrics={"prompt_tokens": "11"}, timestamp="yesterday"),
+        ),
+    )
+
+    agent = write_trial(job, "missingref__1") / "agent"
+    dump(agent / "trajectory.json", linear(("agent", False), ref="trajectory.cont-9.json"))
+
+    oracle = write_trial(job, "oracle__1")
+    (oracle / "agent" / "trajectory.json").unlink()
+    (oracle / "agent" / "oracle.txt").write_text("done\n", encoding="utf-8")
+
+    lake_dir = root / "lake"
+    ingest([root / "runs"], lake_dir, workers=1)
+    return lake_dir
+
+
+def query(lake: Path, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
+    con = connect(lake)
+    try:
+        return con.execute(sql, params or []).fetchall()
+    finally:
+        con.close()
+
+
+def test_token_ids_are_not_stored() -> None:
+    names = set(TABLES["steps"].schema.names) | set(TABLES["tool_calls"].schema.names)
+    assert not {n for n in names if "token_ids" in n or "logprob" in n}
+
+
+def test_real_terminus_trial_steps(lake: Path) -> None:
+    rows = query(
+        lake,
+        "SELECT step_index, step_id, source, model_name, n_tool_calls, prompt_tokens, "
+        "completion_tokens, cached_tokens, cost_usd, length(observation), file, trace_source "
+        "FROM steps WHERE trial_name = 'real__1' ORDER BY step_index",
+    )
+    real = real_trajectory()["steps"]
+    assert [r[:5] for r in rows] == [
+        (0, 1, "user", None, 0),
+        (1, 2, "agent", "gpt-4o", 2),
+        (2, 3, "agent", "gpt-4o", 1),
+        (3, 4, "agent", "gpt-4o", 1),
+    ]
+    assert [r[5:9] for r in rows] == [
+        (None, None, None, None),
+        (600, 40, None, 0.0019),
+        (750, 45, 100, pytest.approx(0.0022)),
+        (900, 50, 200, pytest.approx(0.0025)),
+    ]
+    assert [r[9] for r in rows[1:]] == [
+        len(s["observation"]["results"][0]["content"]) for s in real[1:]
+    ]
+    assert {(r[10], r[11]) for r in rows} == {("trajectory.json", "main")}
+
+
+def test_content_parts_observations_and_metrics(lake: Path) -> None:
+    rows = query(
+        lake,
+        "SELECT source, message, media, reasoning_content, observation, timestamp::VARCHAR, "
+        "n_tool_calls, prompt_tokens, completion_tokens, cached_tokens, cost_usd, "
+        "llm_call_count, model_name FROM steps WHERE trial_name = 'parts__1' ORDER BY step_index",
+    )
+    user, agent, system = rows
+    assert user[:3] == ("user", "Hello world", ["image:img/a.png"])
+    assert user[5] == "2026-11-29 19:20:34+00"
+    assert agent[1:5] == ("Plan: look.", [], "think first", "out one\nout two")
+    assert agent[5] == "2026-11-29 19:20:36.5+00"
+    assert agent[6:] == (2, 120, 7, 20, 0.25, 1, "gpt-x")
+    # a subagent reference carries no content: no observation text
+    assert system[0] == "system" and system[4] is None
+
+
+def test_tool_calls_keep_harbor_argument_text(lake: Path) -> None:
+    rows = query(
+        lake,
+        "SELECT step_index, step_id, call_index, tool_call_id, function_name, arguments "
+        "FROM tool_calls WHERE trial_name = 'parts__1' ORDER BY call_index",
+    )
+    assert rows == [
+        (1, 2, 0, "c1", "bash", '{"cmd": "echo é", "n": [1, 2.5], "ok": true}'),
+        (1, 2, 1, "c2", "noargs", "{}"),
+    ]
+
+
+def test_continuations_and_subagents_are_labelled_by_file(lake: Path) -> None:
+    files = query(
+        lake,
+        "SELECT file_index, file, trace_source, status, n_steps, continued_trajectory_ref "
+        "FROM trajectories WHERE trial_name = 'chain__1' ORDER BY file_index",
+    )
+    assert files == [
+        (0, "trajectory.json", "main", "ok", 2, "trajectory.cont-1.json"),
+        (1, "trajectory.cont-1.json", "main", "ok", 2, "trajectory.cont-2.json"),
+        (2, "trajectory.cont-2.json", "main", "ok", 1, None),
+        (3, "trajectory.cont-5.json", "main", "ok", 1, None),
+        (4, "trajectory.summarization-1-answers.json", "summarization-1-answers", "ok", 1, None),
+        (5, "trajectory.summarization-1-summary.json", "summarization-1-summary", "ok", 2, None),
+    ]
+    steps = query(
+        lake,
+        "SELECT file, step_index, source, message, is_copied_context FROM steps "
+        "WHERE trial_name = 'chain__1' ORDER BY file_index, step_index",
+    )
+    assert steps == [
+        ("trajectory.json", 0, "user", "user 1", False),
+        ("trajectory.json", 1, "agent", "agent 2", False),
+        ("trajectory.cont-1.json", 0, "user", "user 1", True),
+        ("trajectory.cont-1.json", 1, "agent", "agent 2", False),
+        ("trajectory.cont-2.json", 0, "agent", "agent 1", False),
+        ("trajectory.cont-5.json", 0, "agent", "agent 1", False),
+        ("trajectory.summarization-1-answers.json", 0, "agent", "agent 1", False),
+        ("trajectory.summarization-1-summary.json", 0, "user", "user 1", True),
+        ("trajectory.summarization-1-summary.json", 1, "agent", "agent 2", False),
+    ]
+
+
+def test_malformed_trajectories_are_problems_and_keep_the_trial(lake: Path) -> None:
+    trials = {r[0] for r in query(lake, "SELECT trial_name FROM trials")}
+    assert {"badjson__1", "array__1", "wrong__1", "missingref__1", "oracle__1"} <= trials
+    statuses = query(
+        lake,
+        "SELECT trial_name, file, status FROM trajectories "
+        "WHERE trial_name IN ('badjson__1', 'array__1') ORDER BY trial_name, file_index",
+    )
+    assert statuses == [
+        ("array__1", "trajectory.json", "malformed"),
+        ("badjson__1", "trajectory.json", "unreadable"),
+        ("badjson__1", "trajectory.summarization-1-summary.json", "ok"),
+    ]
+    # the readable subagent file of a trial whose main file is broken is still in the lake
+    assert query(lake, "SELECT count(*) FROM steps WHERE trial_name = 'badjson__1'") == [(1,)]
+    problems = query(
+        lake,
+        "SELECT trial_name, kind, path FROM problems "
+        "WHERE trial_name IN ('badjson__1', 'array__1', 'missingref__1') ORDER BY trial_name",
+    )
+    assert [(t, k, Path(p).name) for t, k, p in problems] == [
+        ("array__1", "malformed_trajectory", "trajectory.json"),
+        ("badjson__1", "invalid_json", "trajectory.json"),
+        ("missingref__1", "missing_continuation", "trajectory.cont-9.json"),
+    ]
+    # each unreadable file is reported once, not once by stop_reasons and again by steps
+    assert query(lake, "SELECT count(*) FROM problems WHERE trial_name = 'badjson__1'") == [(1,)]
+
+
+def test_wrong_types_are_left_null_and_reported_once_per_field(lake: Path) -> None:
+    rows = query(
+        lake,
+        "SELECT step_index, step_id, source, message, prompt_tokens, n_tool_calls, timestamp "
+        "FROM steps WHERE trial_name = 'wrong__1' ORDER BY step_index",
+    )
+    # steps[0] is not an object: skipped; the others keep what is well typed
+    assert rows == [(1, None, "robot", None, None, 0, None), (2, 3, "agent", "fine", None, 0, None)]
+    messages = sorted(
+        r[0] for r in query(lake, "SELECT message FROM problems WHERE trial_name = 'wrong__1'")
+    )
+    assert len(messages) == 7
+    prompt = [m for m in messages if "metrics.prompt_tokens" in m]
+    assert prompt == [
+        "trajectory.json: steps[1, 2].metrics.prompt_tokens is a string, expected an integer "
+        "(2 steps); the column is left null for those steps"
+    ]
+    joined = "\n".join(messages)
+    assert "steps[0] is a string, expected an object (1 step); those steps are skipped" in joined
+    for field in ("steps[1].step_id", "steps[1].source", "steps[1].message"):
+        assert field in joined
+    assert "steps[1].tool_calls" in joined and "steps[2].timestamp" in joined
+
+
+def test_trial_without_trajectory_has_no_rows(lake: Path) -> None:
+    for table in ("trajectories", "steps", "tool_calls"):
+        assert query(lake, f"SELECT count(*) FROM {table} WHERE trial_name = 'oracle__1'") == [(0,)]
+
+
+def test_extraction_reads_each_trajectory_file_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = write_job(tmp_path / "runs" / "job")
+    agent = write_trial(job, "chain__1") / "agent"
+    dump(agent / "trajectory.json", linear(("agent", False), ref="trajectory.cont-1.json"))
+    dump(agent / "trajectory.cont-1.json", linear(("agent", False)))
+    dump(agent / "trajectory.summarization-1-summary.json", linear(("agent", False)))
+    reads: list[str] = []
+    original = Path.read_bytes
+
+    def counting(self: Path) -> bytes:
+        reads.append(self.name)
+        return original(self)
+
+    monkeypatch.setattr(Path, "read_bytes", counting)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    trajectory_reads = sorted(n for n in reads if n.startswith("trajectory"))
+    assert trajectory_reads == [
+        "trajectory.cont-1.json",
+        "trajectory.json",
+        "trajectory.summarization-1-summary.json",
+    ]
+
+
+def test_schema_is_what_the_issue_lists() -> None:
+    steps = set(TABLES["steps"].schema.names)
+    assert {
+        "batch",
+        "trial_name",
+        "step_id",
+        "source",
+        "timestamp",
+        "model_name",
+        "message",
+        "reasoning_content",
+        "n_tool_calls",
+        "observation",
+        "prompt_tokens",
+        "completion_tokens",
+        "cached_tokens",
+        "cost_usd",
+        "is_copied_context",
+        "file",
+    } <= steps
+    assert {"step_id", "tool_call_id", "function_name", "arguments"} <= set(
+        TABLES["tool_calls"].schema.names
+    )
