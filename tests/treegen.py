@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.harbor_shapes import dump, write_job, write_trial
+from harbor_shapes import dump, write_job, write_trial
 
 Result = dict[str, Any]
 RAW_MARK = "__raw_json__:"  # a string value replaced by its raw JSON text after writing

@@ -1,0 +1,262 @@
+"""`cells`: the scorer's reading of each trial (reward, passed, infra_failed, attempt, graded
+tests), held against hand-worked cases for every edge of issue 3 and against the oracle."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import oracle
+import pytest
+from harbor_shapes import write_job, write_trial
+from treegen import _ctrf, generate_tree
+
+from wmo_lake.ingest import ingest
+from wmo_lake.lake import connect
+from wmo_lake.output import rows_as_dicts
+
+# (case, verifier_result, reward, infra_failed, passed raw, passed positive-binary)
+REWARD_CASES: list[tuple[str, Any, float, bool, bool, bool]] = [
+    ("float-1", {"rewards": {"reward": 1.0}}, 1.0, False, True, True),
+    ("int-1", {"rewards": {"reward": 1}}, 1.0, False, True, True),
+    ("int-0", {"rewards": {"reward": 0}}, 0.0, False, False, False),
+    ("half", {"rewards": {"reward": 0.5}}, 0.5, False, False, True),
+    ("bool-true", {"rewards": {"reward": True}}, 0.0, True, False, False),
+    ("above-1", {"rewards": {"reward": 1.5}}, 0.0, True, False, False),
+    ("negative", {"rewards": {"reward": -0.25}}, 0.0, True, False, False),
+    ("string", {"rewards": {"reward": "1"}}, 0.0, True, False, False),
+    ("nan", {"rewards": {"reward": math.nan}}, 0.0, True, False, False),
+    ("infinity", {"rewards": {"reward": math.inf}}, 0.0, True, False, False),
+    ("null-value", {"rewards": {"reward": None}}, 0.0, True, False, False),
+    ("missing-key", {"rewards": {"accuracy": 1.0}}, 0.0, True, False, False),
+    ("rewards-null", {"rewards": None}, 0.0, True, False, False),
+    ("verifier-null", None, 0.0, True, False, False),
+]
+
+# (ctrf variant of tests/treegen.py, (passed, resolved, unresolved) worked out by hand, or None)
+CTRF_CASES: list[tuple[str, tuple[int, int, int] | None]] = [
+    ("real", (2, 2, 0)),  # the real harbor report: 2 items passed, summary 2/0 agrees
+    ("absent", None),
+    ("unreadable", None),
+    ("empty-file", None),
+    ("not-ctrf", None),
+    ("results-not-object", None),
+    ("summary-only", (3, 4, 2)),  # passed 3 failed 1 | skipped 1 pending 1 other 0
+    ("items-only", (2, 3, 1)),  # passed failed skipped passed
+    ("disagree", (1, 3, 1)),  # summary 5/0 loses to items passed failed failed other
+    ("agree", (1, 2, 1)),
+    ("unresolved-only", None),  # summary 0/0 + 3 skipped, items all unresolved
+    ("summary-zero-items-resolved", (1, 2, 0)),
+    ("items-zero-summary-resolved", (2, 4, 0)),  # items: one skipped -> the summary 2/2
+    ("negative-count", None),
+    ("string-count", None),
+    ("float-count", None),
+    ("bool-count", None),  # skipped: true spoils the summary, items too
+    ("null-optional", (2, 3, 0)),
+    ("summary-without-failed", (1, 3, 0)),  # no summary reading; items failed passed failed
+    ("odd-items", (1, 1, 3)),  # "passed", 7, status 5, "Passed": only the first resolves
+    ("tests-not-list", (1, 4, 0)),
+]
+
+
+def query(lake: Path, sql: str, settings: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    con = connect(lake, settings)
+    try:
+        return rows_as_dicts(con.sql(sql))
+    finally:
+        con.close()
+
+
+@pytest.fixture(scope="module")
+def cases_lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One job with a trial per hand-worked case, plus a second batch for attempt ranks."""
+    root = tmp_path_factory.mktemp("cells") / "runs"
+    job = write_job(root / "exp/harbor/step-0001/job", max_turns=5, max_tokens=8)
+    for case, verifier, *_ in REWARD_CASES:
+        write_trial(job, f"reward-{case}", task_name=f"reward/{case}", verifier_result=verifier)
+    write_trial(
+        job,
+        "reward-timeout-measured",
+        task_name="reward/timeout",
+        reward=1.0,
+        exception_type="AgentTimeoutError",
+    )
+    write_trial(
+        job,
+        "reward-1e400",
+        task_name="reward/1e400",
+        result_overrides={"verifier_result": {"rewards": {"reward": 1}}},
+    )
+    # 1e400 cannot be written by json.dumps: patch the text harbor-style.
+    path = job / "reward-1e400" / "result.json"
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text.replace('"reward": 1\n', '"reward": 1e400\n'), encoding="utf-8")
+    write_trial(
+        job,
+        "reward-two-keys",
+        task_name="reward/two-keys",
+        rewards={"reward": 0.0, "score": 1},
+    )
+    rng = random.Random(0)
+    for variant, _ in CTRF_CASES:
+        content = _ctrf(variant, rng)
+        write_trial(
+            job,
+            f"ctrf-{variant}",
+            task_name=f"ctrf/{variant}",
+            **({} if content is ... else {"ctrf": content}),
+        )
+    for name in ("rank__b", "rank__Z", "rank__a", "rank__B"):
+        write_trial(job, name, task_name="demo/rank")
+    write_trial(job, "rank__other", task_name="demo/other")
+    other = write_job(root / "exp/harbor/step-0002/job")
+    for name in ("rank__c", "rank__A"):
+        write_trial(other, name, task_name="demo/rank")
+    lake = root.parent / "lake"
+    ingest([root], lake, workers=1)
+    return lake
+
+
+_CELLS: dict[tuple[Path, tuple[tuple[str, Any], ...]], dict[str, dict[str, Any]]] = {}
+
+
+def cell(lake: Path, trial_name: str, settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The trial's cells row; one query per lake and settings (a connection costs ~0.2 s)."""
+    key = (lake, tuple(sorted((settings or {}).items())))
+    if key not in _CELLS:
+        rows = query(lake, "SELECT * FROM cells", settings)
+        by_name = {row["trial_name"]: row for row in rows}
+        assert len(by_name) == len(rows)
+        _CELLS[key] = by_name
+    return _CELLS[key][trial_name]
+
+
+@pytest.mark.parametrize(("case", "verifier", "reward", "infra", "raw", "binary"), REWARD_CASES)
+def test_reward_edges(
+    cases_lake: Path,
+    case: str,
+    verifier: Any,
+    reward: float,
+    infra: bool,
+    raw: bool,
+    binary: bool,
+) -> None:
+    got = cell(cases_lake, f"reward-{case}")
+    assert (got["reward"], got["infra_failed"], got["passed"]) == (reward, infra, raw)
+    got = cell(cases_lake, f"reward-{case}", {"wmo_reward_mode": "positive-binary"})
+    assert (got["reward"], got["infra_failed"], got["passed"]) == (reward, infra, binary)
+
+
+def test_reward_1e400_is_not_finite(cases_lake: Path) -> None:
+    got = cell(cases_lake, "reward-1e400")
+    assert (got["reward"], got["infra_failed"], got["passed"]) == (0.0, True, False)
+
+
+def test_measured_reward_is_a_real_outcome_whatever_the_exception(cases_lake: Path) -> None:
+    got = cell(cases_lake, "reward-timeout-measured")
+    assert (got["reward"], got["infra_failed"], got["passed"]) == (1.0, False, True)
+
+
+def test_reward_key_setting(cases_lake: Path) -> None:
+    assert cell(cases_lake, "reward-two-keys")["reward"] == 0.0
+    got = cell(cases_lake, "reward-two-keys", {"wmo_reward_key": "score"})
+    assert (got["reward"], got["infra_failed"], got["passed"]) == (1.0, False, True)
+    # under that key, a trial that only has `reward` has no measured reward
+    got = cell(cases_lake, "reward-float-1", {"wmo_reward_key": "score"})
+    assert (got["reward"], got["infra_failed"]) == (0.0, True)
+
+
+def test_settings_in_plain_sql(cases_lake: Path) -> None:
+    con = connect(cases_lake)
+    try:
+        con.execute("SET VARIABLE wmo_reward_key = 'score'")
+        con.execute("SET VARIABLE wmo_reward_mode = 'positive-binary'")
+        got = con.sql(
+            "SELECT reward, passed FROM cells WHERE trial_name = 'reward-two-keys'"
+        ).fetchall()
+        assert got == [(1.0, True)]
+        con.execute("SET VARIABLE wmo_reward_mode = 'binary'")
+        with pytest.raises(duckdb.Error, match="wmo_reward_mode must be 'raw' or"):
+            con.sql("SELECT passed FROM cells").fetchall()
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize(("variant", "expected"), CTRF_CASES)
+def test_graded_tests(
+    cases_lake: Path, variant: str, expected: tuple[int, int, int] | None
+) -> None:
+    got = cell(cases_lake, f"ctrf-{variant}")
+    counts = (got["tests_passed"], got["tests_resolved"], got["tests_unresolved"])
+    if expected is None:
+        assert counts == (None, None, None)
+        assert got["graded_score"] is None  # never 0.0
+    else:
+        assert counts == expected
+        assert got["graded_score"] == expected[0] / expected[1]
+
+
+def test_attempt_is_the_code_point_rank_of_trial_name_per_batch_and_task(
+    cases_lake: Path,
+) -> None:
+    rows = query(
+        cases_lake,
+        "SELECT batch, trial_name, task_id, attempt FROM cells "
+        "WHERE trial_name LIKE 'rank__%' ORDER BY batch, trial_name",
+    )
+    got = {(row["batch"].split("/")[2], row["trial_name"]): row["attempt"] for row in rows}
+    assert got == {
+        ("step-0001", "rank__B"): 1,
+        ("step-0001", "rank__Z"): 2,
+        ("step-0001", "rank__a"): 3,
+        ("step-0001", "rank__b"): 4,
+        ("step-0001", "rank__other"): 1,
+        ("step-0002", "rank__A"): 1,
+        ("step-0002", "rank__c"): 2,
+    }
+    assert {row["task_id"] for row in rows} == {"demo/rank", "demo/other"}
+
+
+CELL_COLUMNS = (
+    "task_id",
+    "attempt",
+    "reward",
+    "passed",
+    "infra_failed",
+    "tests_passed",
+    "tests_resolved",
+    "tests_unresolved",
+    "graded_score",
+)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        oracle.Settings(),
+        oracle.Settings(reward_key="score", reward_mode="positive-binary"),
+    ],
+)
+@pytest.mark.parametrize("seed", [101, 102])
+def test_cells_match_the_oracle_on_generated_trees(
+    tmp_path: Path, seed: int, settings: oracle.Settings
+) -> None:
+    root = generate_tree(tmp_path / "runs", seed)
+    ingest([root], tmp_path / "lake", workers=1)
+    got = {
+        (row["batch"], row["trial_name"]): row
+        for row in query(
+            tmp_path / "lake",
+            "SELECT * FROM cells",
+            {"wmo_reward_key": settings.reward_key, "wmo_reward_mode": settings.reward_mode},
+        )
+    }
+    expected = oracle.read_tree(root, settings).records
+    assert len(got) == len(expected)
+    for record in expected:
+        row = got[(record["batch"], record["trial_name"])]
+        for column in CELL_COLUMNS:
+            assert row[column] == record[column], (record["trial_name"], column)
