@@ -11,9 +11,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from wmo_lake.jsonfile import ReadFailure, decode, read_bytes, read_json
+from wmo_lake.jsonfile import ReadFailure, read_bytes, read_json
 from wmo_lake.tables import TABLES, spans, stop_reasons, tests, trajectories, trials
 from wmo_lake.tables.fields import Fields, ProblemLog
+from wmo_lake.tables.trial_result import decode_trial_result
 
 TRIAL = "trial"
 UNREADABLE = "unreadable_trial"
@@ -85,7 +86,7 @@ def extract_trial(task: TrialTask) -> Extracted:
             result_path,
             f"{result_path} does not exist" if task.trial_shaped_config else "",
         )
-    doc: Any = data if isinstance(data, ReadFailure) else decode(data, result_path)
+    doc: Any = data if isinstance(data, ReadFailure) else decode_trial_result(data, result_path)
     if isinstance(doc, ReadFailure):
         return _not_a_trial(task, problems, doc.kind, result_path, doc.message)
     if not isinstance(doc, dict):

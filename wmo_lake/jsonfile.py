@@ -37,8 +37,8 @@ def read_bytes(path: Path) -> bytes | ReadFailure | None:
         return ReadFailure("unreadable_file", f"cannot read {path}: {error.strerror or error}")
 
 
-def decode(data: bytes, path: Path) -> Any | ReadFailure:
-    """The JSON value in `data`, or a ReadFailure naming the file and what to do."""
+def check_text(data: bytes, path: Path) -> ReadFailure | None:
+    """Why `data` cannot be a JSON document at all (empty, not UTF-8), or None."""
     if not data.strip():
         return ReadFailure("empty_file", f"{path} is empty; expected a JSON document")
     try:
@@ -49,6 +49,14 @@ def decode(data: bytes, path: Path) -> Any | ReadFailure:
             f"{path} is not UTF-8 (bad byte at offset {error.start}); harbor writes UTF-8 JSON, "
             "so the file is corrupt: re-run the trial or restore the file",
         )
+    return None
+
+
+def decode(data: bytes, path: Path) -> Any | ReadFailure:
+    """The JSON value in `data`, or a ReadFailure naming the file and what to do."""
+    failure = check_text(data, path)
+    if failure is not None:
+        return failure
     try:
         return _DECODER.decode(data)
     except msgspec.DecodeError:

@@ -21,6 +21,7 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from wmo_lake.tables.fields import ProblemLog
+from wmo_lake.tables.trial_result import CheckedDetail
 
 SCHEMA = pa.schema(
     [
@@ -113,6 +114,10 @@ def from_rollout_details(
             return Spans(MALFORMED, [])
         return None
     detail = details[0]
+    if isinstance(detail, CheckedDetail):  # decoded typed: every id already checked
+        return _checked_turns(
+            detail.prompt_token_ids, detail.completion_token_ids, detail.logprobs, path, problems
+        )
     if not isinstance(detail, dict):
         problems.add(
             "malformed_spans",
@@ -124,6 +129,18 @@ def from_rollout_details(
     prompts = _int_lists(detail.get("prompt_token_ids"))
     completions = _int_lists(detail.get("completion_token_ids"))
     logprobs = _float_lists(detail.get("logprobs"))
+    return _checked_turns(prompts, completions, logprobs, path, problems)
+
+
+def _checked_turns(
+    prompts: list[list[int]] | None,
+    completions: list[list[int]] | None,
+    logprobs: list[list[float]] | None,
+    path: Path,
+    problems: ProblemLog,
+) -> Spans:
+    """Seed 000's checks on type-checked per-turn lists: all three present, aligned turns,
+    as many logprobs as sampled tokens in every turn."""
     if prompts is None or completions is None or logprobs is None:
         problems.add(
             "malformed_spans",
