@@ -1,0 +1,292 @@
+"""`trial_records`: seed 000's TrialRecord per trial (stop reason, spans with full prompts, the
+cell's columns), held against hand-worked stop-reason and span cases and against the oracle."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import oracle
+import pytest
+from harbor_shapes import write_job, write_trial
+from treegen import generate_tree
+
+from wmo_lake.ingest import ingest
+from wmo_lake.lake import DUCKDB_FILE, connect
+from wmo_lake.output import rows_as_dicts
+
+MAX_TURNS = 5
+CHAINED = [
+    ([1, 2, 3], [10, 11], [-0.1, -0.2]),
+    ([1, 2, 3, 10, 11, 4], [12], [-0.3]),
+    ([1, 2, 3, 10, 11, 4, 12, 5, 6], [13, 14, 15], [-0.4, -0.5, -0.6]),
+]
+UNCHAINED = [([7, 8], [9], [-1.0]), ([1], [2, 3], [-0.5, -0.25])]
+
+
+def detail(turns: list[tuple[list[int], list[int], list[float]]]) -> dict[str, Any]:
+    """A rollout-details segment holding copies of `turns` (callers corrupt them)."""
+    return {
+        "prompt_token_ids": [list(t[0]) for t in turns],
+        "completion_token_ids": [list(t[1]) for t in turns],
+        "logprobs": [list(t[2]) for t in turns],
+    }
+
+
+# name -> (write_trial arguments, the stop reason seed 000 gives it, worked out by hand)
+STOP_CASES: dict[str, tuple[dict[str, Any], str | None]] = {
+    "timeout": ({"exception_type": "AgentTimeoutError", "n_episodes": 2}, "budget"),
+    "context": ({"exception_type": "ContextLengthExceededError"}, "provider_error"),
+    "unknown-exception": ({"exception_type": "SandboxCrashedError"}, "error"),
+    "verifier-exception": ({"exception_type": "RewardFileNotFoundError"}, "error"),
+    "at-cap-declared": ({"n_episodes": MAX_TURNS, "declared_complete": True}, "max_turns"),
+    "over-cap": ({"n_episodes": MAX_TURNS + 3, "declared_complete": False}, "max_turns"),
+    "below-cap-declared": ({"n_episodes": MAX_TURNS - 1, "declared_complete": True}, "submitted"),
+    "below-cap-silent": ({"n_episodes": 1, "declared_complete": False}, "error"),
+    "episodes-null": ({"n_episodes": None}, None),
+    "episodes-bool": ({"n_episodes": True}, None),
+    "episodes-string": ({"n_episodes": "3"}, None),
+    "episodes-float": ({"n_episodes": 3.0}, None),
+    "trace-agent": (
+        {"trace": {"stop_reason": "no_tool_call"}, "exception_type": "AgentTimeoutError"},
+        "no_tool_call",
+    ),
+    "trace-root": ({"trace": {"stop_reason": "budget"}, "trace_at_root": True}, "budget"),
+    "trace-unreadable": ({"trace": '{"stop_reason": "sub', "n_episodes": 1}, None),
+    "trace-non-string": ({"trace": {"stop_reason": ["submitted"]}}, None),
+    "trace-not-object": ({"trace": ["submitted"]}, None),
+    "trace-empty-string": ({"trace": {"stop_reason": ""}}, ""),
+}
+
+
+def query(lake: Path, sql: str, settings: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    con = connect(lake, settings)
+    try:
+        return rows_as_dicts(con.sql(sql))
+    finally:
+        con.close()
+
+
+@pytest.fixture(scope="module")
+def cases_lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("records") / "runs"
+    job = write_job(root / "exp/harbor/step-0004/job", max_turns=MAX_TURNS, max_tokens=16)
+    for name, (arguments, _) in STOP_CASES.items():
+        write_trial(job, f"stop-{name}", **arguments)
+    both = write_trial(job, "stop-trace-both", trace={"stop_reason": "max_turns"})
+    (both / "wmo-run.json").write_text(json.dumps({"stop_reason": "submitted"}))
+    # agent/wmo-run.json that is a directory is no trace: the root file is read.
+    shadow = write_trial(
+        job, "stop-trace-agent-dir", trace={"stop_reason": "budget"}, trace_at_root=True
+    )
+    (shadow / "agent" / "wmo-run.json").mkdir()
+    uncapped = write_job(root / "exp/harbor/step-0005/job")  # records no max_turns
+    write_trial(uncapped, "stop-no-cap", n_episodes=1000, declared_complete=True)
+    write_trial(uncapped, "stop-no-cap-silent", n_episodes=1000, declared_complete=False)
+
+    write_trial(job, "spans-chained", turns=CHAINED)
+    write_trial(job, "spans-two-segments", rollout_details=[detail(UNCHAINED), detail(CHAINED)])
+    unaligned = detail(CHAINED)
+    unaligned["logprobs"] = unaligned["logprobs"][:2]
+    write_trial(job, "spans-unaligned", rollout_details=[unaligned])
+    malformed = detail(CHAINED)
+    malformed["prompt_token_ids"][0][1] = "2"
+    write_trial(job, "spans-malformed", rollout_details=[malformed])
+    mismatch = detail(CHAINED)
+    mismatch["logprobs"][2] = [-0.4]
+    write_trial(job, "spans-logprob-mismatch", rollout_details=[mismatch])
+    write_trial(job, "spans-empty", rollout_details=[])
+    write_trial(job, "spans-null", rollout_details=None)
+    write_trial(job, "spans-detail-null", rollout_details=[None])
+    write_trial(
+        job,
+        "spans-multi-step",
+        result_overrides={"agent_result": None, "step_results": [{"name": "a"}, {"name": "b"}]},
+    )
+    lake = root.parent / "lake"
+    ingest([root], lake, workers=1)
+    return lake
+
+
+@pytest.fixture(scope="module")
+def records(cases_lake: Path) -> dict[str, dict[str, Any]]:
+    return {row["trial_name"]: row for row in query(cases_lake, "SELECT * FROM trial_records")}
+
+
+@pytest.mark.parametrize("name", list(STOP_CASES))
+def test_stop_reason(records: dict[str, dict[str, Any]], name: str) -> None:
+    assert records[f"stop-{name}"]["stop_reason"] == STOP_CASES[name][1]
+
+
+def test_trace_under_agent_wins_over_the_root(records: dict[str, dict[str, Any]]) -> None:
+    assert records["stop-trace-both"]["stop_reason"] == "max_turns"
+    assert records["stop-trace-agent-dir"]["stop_reason"] == "budget"
+
+
+def test_no_max_turns_recorded_skips_the_cap(records: dict[str, dict[str, Any]]) -> None:
+    assert records["stop-no-cap"]["stop_reason"] == "submitted"
+    assert records["stop-no-cap-silent"]["stop_reason"] == "error"
+
+
+def test_max_turns_override(cases_lake: Path) -> None:
+    rows = {
+        row["trial_name"]: row["stop_reason"]
+        for row in query(
+            cases_lake, "SELECT trial_name, stop_reason FROM trial_records", {"wmo_max_turns": 1000}
+        )
+    }
+    assert rows["stop-no-cap"] == "max_turns"  # 1000 episodes >= the override
+    assert rows["stop-at-cap-declared"] == "submitted"  # 5 < 1000, declared
+    assert rows["stop-below-cap-silent"] == "error"
+    assert rows["stop-timeout"] == "budget"  # the exception decides before the cap
+
+
+def spans_of(turns: list[tuple[list[int], list[int], list[float]]]) -> list[dict[str, Any]]:
+    return [
+        {
+            "call_index": index,
+            "prompt_token_ids": prompt,
+            "sampled_token_ids": sampled,
+            "sampled_logprobs": logprobs,
+        }
+        for index, (prompt, sampled, logprobs) in enumerate(turns)
+    ]
+
+
+def test_spans_give_back_full_prompts(records: dict[str, dict[str, Any]]) -> None:
+    record = records["spans-chained"]
+    assert record["n_spans"] == 3
+    assert record["spans"] == spans_of(CHAINED)
+
+
+def test_only_the_first_rollout_segment_counts(records: dict[str, dict[str, Any]]) -> None:
+    record = records["spans-two-segments"]
+    assert record["spans"] == spans_of(UNCHAINED)
+    assert record["n_spans"] == 2
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "spans-unaligned",
+        "spans-malformed",
+        "spans-logprob-mismatch",
+        "spans-empty",
+        "spans-null",
+        "spans-detail-null",
+        "spans-multi-step",
+    ],
+)
+def test_untrustworthy_or_missing_details_give_no_spans(
+    records: dict[str, dict[str, Any]], name: str
+) -> None:
+    assert records[name]["spans"] == []
+    assert records[name]["n_spans"] == 0
+
+
+def test_record_columns(records: dict[str, dict[str, Any]]) -> None:
+    record = records["spans-chained"]
+    assert list(record) == [
+        "batch",
+        "run",
+        "step",
+        "task_id",
+        "attempt",
+        "trial_name",
+        "reward",
+        "passed",
+        "infra_failed",
+        "tests_passed",
+        "tests_resolved",
+        "tests_unresolved",
+        "graded_score",
+        "stop_reason",
+        "n_spans",
+        "spans",
+        "artifact_dir",
+        "trial_key",
+    ]
+    assert (record["batch"], record["run"], record["step"]) == (
+        "exp/harbor/step-0004/job",
+        "exp",
+        4,
+    )
+    assert record["artifact_dir"].endswith("exp/harbor/step-0004/job/spans-chained")
+
+
+RECORD_COLUMNS = [
+    "batch",
+    "run",
+    "step",
+    "task_id",
+    "attempt",
+    "trial_name",
+    "reward",
+    "passed",
+    "infra_failed",
+    "tests_passed",
+    "tests_resolved",
+    "tests_unresolved",
+    "graded_score",
+    "stop_reason",
+    "n_spans",
+    "spans",
+    "artifact_dir",
+]
+
+SETTINGS = [
+    oracle.Settings(),
+    oracle.Settings(reward_key="score", reward_mode="positive-binary", max_turns=3),
+]
+
+
+def as_variables(settings: oracle.Settings) -> dict[str, Any]:
+    return {
+        "wmo_reward_key": settings.reward_key,
+        "wmo_reward_mode": settings.reward_mode,
+        "wmo_max_turns": settings.max_turns,
+        "wmo_max_tokens": settings.max_tokens,
+    }
+
+
+@pytest.mark.parametrize("seed", [201, 202, 203])
+def test_every_record_matches_the_oracle_on_generated_trees(tmp_path: Path, seed: int) -> None:
+    root = generate_tree(tmp_path / "runs", seed)
+    ingest([root], tmp_path / "lake", workers=1)
+    for settings in SETTINGS:
+        got = {
+            (row["batch"], row["trial_name"]): row
+            for row in query(
+                tmp_path / "lake", "SELECT * FROM trial_records", as_variables(settings)
+            )
+        }
+        expected = oracle.read_tree(root, settings).records
+        assert len(got) == len(expected)
+        for record in expected:
+            row = got[(record["batch"], record["trial_name"])]
+            for column in RECORD_COLUMNS:
+                assert row[column] == record[column], (seed, settings, record["trial_name"], column)
+
+
+def test_the_duckdb_file_at_the_lake_root_has_the_same_records(tmp_path: Path) -> None:
+    root = generate_tree(tmp_path / "runs", 204, trials=24)
+    ingest([root], tmp_path / "lake", workers=1)
+    settings = SETTINGS[1]
+    expected = oracle.read_tree(root, settings).records
+    con = duckdb.connect(str(tmp_path / "lake" / DUCKDB_FILE), read_only=True)
+    try:
+        con.execute("SET VARIABLE wmo_reward_key = 'score'")
+        con.execute("SET VARIABLE wmo_reward_mode = 'positive-binary'")
+        con.execute("SET VARIABLE wmo_max_turns = 3")
+        got = {
+            (row["batch"], row["trial_name"]): row
+            for row in rows_as_dicts(con.sql("SELECT * FROM trial_records"))
+        }
+    finally:
+        con.close()
+    assert len(got) == len(expected)
+    for record in expected:
+        row = got[(record["batch"], record["trial_name"])]
+        assert {c: row[c] for c in RECORD_COLUMNS} == {c: record[c] for c in RECORD_COLUMNS}
