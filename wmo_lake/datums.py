@@ -149,7 +149,8 @@ def export_datums(
             if totals[f"{reason}_drops"]:
                 excluded[f"{reason}_episodes"] = totals[f"{reason}_drops"]
         con.execute("CREATE TEMP TABLE kept_tasks (task_id VARCHAR)")
-        con.executemany("INSERT INTO kept_tasks VALUES (?)", [[t] for t in kept])
+        if kept:
+            con.executemany("INSERT INTO kept_tasks VALUES (?)", [[t] for t in kept])
         con.execute(
             "CREATE TEMP VIEW selected AS SELECT * FROM scoped AS d WHERE EXISTS "
             "(SELECT 1 FROM kept_tasks AS k WHERE k.task_id IS NOT DISTINCT FROM d.task_id)"

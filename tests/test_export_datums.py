@@ -1,0 +1,356 @@
+"""`wmo-lake export datums` and `wmo_lake.datums.load_verified` (issue 4, items 3-5), driven
+through the real CLI on a small lake whose expected datums are worked out by hand below."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner, Result
+from harbor_shapes import write_job, write_trial
+
+from wmo_lake.cli import cli
+from wmo_lake.datums import load_verified, to_tinker
+from wmo_lake.export import ExportError
+from wmo_lake.ingest import ingest
+
+COLUMNS = [
+    "batch",
+    "run",
+    "step",
+    "task_id",
+    "attempt",
+    "trial_name",
+    "fragment_index",
+    "model_input_tokens",
+    "loss_mask",
+    "sampled_logprobs",
+    "n_tokens",
+    "loss_tokens",
+    "reward",
+    "passed",
+    "infra_failed",
+    "advantage",
+]
+STEP1 = "r/harbor/step-0001/job-1"
+STEP2 = "r/harbor/step-0002/job-2"
+ISSUE_TURNS = [
+    ([1, 2, 3], [10, 11], [-0.1, -0.2]),
+    ([1, 2, 3, 10, 11, 4, 5], [12], [-0.3]),
+    ([7, 8], [13, 14], [-0.4, -0.5]),
+]
+ONE_TURN = [([1], [2], [-0.5])]
+REGISTRY = [
+    {"id": "t/train", "split": "train"},
+    {"id": "t/dev", "split": "dev"},
+    {"id": "t/holdout", "split": "holdout"},
+]
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Step 1 (context_limit 100): a1 (the issue's example: 2 datums, 8 + 4 tokens, reward 1),
+    a2 ([1,2]->[3]: 1 datum, reward 0), big (a 101-token prompt: overflow, reward 0), d1 / h1
+    (dev / holdout, one 2-token datum each). Step 2: b1 (one 2-token datum, reward 1).
+    t/train advantages in step 1: mean (1 + 0 + 0) / 3, so a1 +2/3, a2 -1/3; b1 alone: 0."""
+    root = tmp_path_factory.mktemp("export-datums")
+    runs = root / "runs"
+    job = write_job(
+        runs / STEP1, context_limit=100, max_tokens=64, max_turns=8, model_path="tinker://m/7"
+    )
+    write_trial(job, "a1", task_name="t/train", reward=1.0, turns=ISSUE_TURNS)
+    write_trial(job, "a2", task_name="t/train", reward=0.0, turns=[([1, 2], [3], [-0.5])])
+    write_trial(job, "big", task_name="t/train", reward=0.0, turns=[(list(range(101)), [1], [-1])])
+    write_trial(job, "d1", task_name="t/dev", reward=1.0, turns=ONE_TURN)
+    write_trial(job, "h1", task_name="t/holdout", reward=1.0, turns=ONE_TURN)
+    other = write_job(runs / STEP2)
+    write_trial(other, "b1", task_name="t/train", reward=1.0, turns=ONE_TURN)
+    ingest([runs], root / "lake", workers=1)
+    return root / "lake"
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> Path:
+    path = tmp_path / "tasks.json"
+    path.write_text(json.dumps({"tasks": REGISTRY}), encoding="utf-8")
+    return path
+
+
+def run(*args: Any) -> Result:
+    return CliRunner().invoke(cli, ["export", "datums", *map(str, args)])
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def companion(out: Path) -> Path:
+    return Path(f"{out}.manifest.json")
+
+
+def test_refuses_without_a_split_guard_choice(lake: Path, tmp_path: Path) -> None:
+    out = tmp_path / "d.parquet"
+    result = run("--lake", lake, "--out", out)
+    assert result.exit_code == 2
+    assert "refusing to export without a split guard" in result.output
+    assert "--tasks" in result.output and "--no-split-guard" in result.output
+    assert not out.exists() and not companion(out).exists()
+
+
+def test_exports_train_datums_with_a_full_manifest(
+    lake: Path, registry: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "d.parquet"
+    result = run("--lake", lake, "--out", out, "--tasks", registry)
+    assert result.exit_code == 0, result.output
+    assert "wrote 4 datums (17 tokens, 7 trained) from 2 batch(es)" in result.output
+    assert "excluded: overflow_episodes 1, split_dev 1, split_holdout 1" in result.output
+
+    table = pq.read_table(out)
+    assert table.column_names == COLUMNS
+    rows = table.to_pylist()
+    assert [(r["batch"], r["trial_name"], r["fragment_index"]) for r in rows] == [
+        (STEP1, "a1", 0),
+        (STEP1, "a1", 1),
+        (STEP1, "a2", 0),
+        (STEP2, "b1", 0),
+    ]
+    assert rows[0]["model_input_tokens"] == [1, 2, 3, 10, 11, 4, 5, 12]
+    assert rows[0]["loss_mask"] == [0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0]
+    assert rows[1]["model_input_tokens"] == [7, 8, 13, 14]
+    assert rows[2]["model_input_tokens"] == [1, 2, 3]
+    assert [r["advantage"] for r in rows] == pytest.approx([2 / 3, 2 / 3, -1 / 3, 0.0])
+    assert [r["attempt"] for r in rows] == [1, 1, 2, 1]  # a1, a2, big rank within t/train
+    assert (rows[0]["run"], rows[0]["step"], rows[3]["step"]) == ("r", 1, 2)
+
+    manifest = json.loads(companion(out).read_text(encoding="utf-8"))
+    assert manifest["schema_version"] == 1
+    assert manifest["kind"] == "datums"
+    assert manifest["dataset_sha256"] == sha256(out)
+    assert manifest["rows"] == 4
+    assert manifest["split"] == "train"
+    assert manifest["tasks_sha256"] == sha256(registry)
+    assert manifest["excluded"] == {"overflow_episodes": 1, "split_dev": 1, "split_holdout": 1}
+    assert "not proof of correct grading" in manifest["trust"]
+    assert manifest["wmo_lake_version"] and manifest["created_at"]
+    step1, step2 = manifest["sources"]
+    assert (step1["batch"], step1["trials"], step2["batch"], step2["trials"]) == (
+        STEP1,
+        5,
+        STEP2,
+        1,
+    )
+    assert (step1["model_path"], step1["max_tokens"], step1["max_turns"]) == ("tinker://m/7", 64, 8)
+    assert (step1["context_limit"], step2["context_limit"]) == (100, None)
+    assert manifest["parameters"] == {
+        "lake": str(lake.resolve()),
+        "batch": None,
+        "run": None,
+        "where": None,
+        "tasks": str(registry),
+        "no_split_guard": False,
+        "context_budget": None,
+        "context_budget_default": "each batch's llm_kwargs.context_limit, else 65536",
+        "max_datum_tokens": 65536,
+        "reward_key": "reward",
+        "reward_mode": "raw",
+    }
+    # datum_stats over the source batches, before the split guard: a1 2, a2, d1, h1, b1
+    assert manifest["datum_stats"] == {
+        "datums": 6,
+        "fragments": 1,
+        "fragmentation_rate": pytest.approx(1 / 6),
+        "overflow_drops": 1,
+        "overlong_drops": 0,
+        "loss_tokens": 9,  # 5 + 1 + 1 + 1 + 1
+        "context_tokens": 12,  # (12 + 3 + 2 + 2 + 2) - 9
+    }
+    assert manifest["exported"] == {"rows": 4, "tokens": 17, "loss_tokens": 7, "fragments": 1}
+
+
+def test_json_prints_the_manifest(lake: Path, registry: Path, tmp_path: Path) -> None:
+    out = tmp_path / "d.parquet"
+    result = run("--lake", lake, "--out", out, "--tasks", registry, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == json.loads(companion(out).read_text(encoding="utf-8"))
+
+
+def test_no_split_guard_exports_every_task(lake: Path, tmp_path: Path) -> None:
+    out = tmp_path / "d.parquet"
+    result = run("--lake", lake, "--out", out, "--no-split-guard", "--json")
+    assert result.exit_code == 0, result.output
+    manifest = json.loads(result.output)
+    assert (manifest["rows"], manifest["split"], manifest["tasks_sha256"]) == (6, None, None)
+    assert manifest["excluded"] == {"overflow_episodes": 1}
+    assert {r["task_id"] for r in pq.read_table(out).to_pylist()} == {
+        "t/train",
+        "t/dev",
+        "t/holdout",
+    }
+
+
+@pytest.mark.parametrize("existing", ["dataset", "manifest"])
+def test_never_overwrites(lake: Path, registry: Path, tmp_path: Path, existing: str) -> None:
+    out = tmp_path / "d.parquet"
+    target = out if existing == "dataset" else companion(out)
+    target.write_bytes(b"precious")
+    result = run("--lake", lake, "--out", out, "--tasks", registry)
+    assert result.exit_code == 1
+    assert "already exists; an export never overwrites" in result.output
+    assert target.read_bytes() == b"precious"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["tasks.json", target.name])
+
+
+def test_an_unregistered_task_stops_the_export(lake: Path, tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.json"
+    tasks.write_text(json.dumps(REGISTRY[:2]), encoding="utf-8")  # no t/holdout
+    out = tmp_path / "d.parquet"
+    result = run("--lake", lake, "--out", out, "--tasks", tasks)
+    assert result.exit_code == 1
+    assert "task(s) 't/holdout' are not in the task registry" in result.output
+    assert not out.exists() and not companion(out).exists()
+
+
+def test_a_malformed_registry_names_the_entry(lake: Path, tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.json"
+    tasks.write_text(json.dumps([*REGISTRY, {"id": "t/x", "split": "eval"}]), encoding="utf-8")
+    result = run("--lake", lake, "--out", tmp_path / "d.parquet", "--tasks", tasks)
+    assert result.exit_code == 1
+    assert "entry 3" in result.output and "`split` is 'eval'" in result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (["--batch", "*/step-0002/*"], [(STEP2, "b1", 0)]),
+        (["--run", "r", "--where", "reward < 1"], [(STEP1, "a2", 0)]),
+        (["--where", "fragment_index > 0"], [(STEP1, "a1", 1)]),
+    ],
+)
+def test_filters(
+    lake: Path, registry: Path, tmp_path: Path, options: list[str], expected: list[Any]
+) -> None:
+    out = tmp_path / "d.parquet"
+    result = run("--lake", lake, "--out", out, "--tasks", registry, *options)
+    assert result.exit_code == 0, result.output
+    rows = pq.read_table(out).to_pylist()
+    assert [(r["batch"], r["trial_name"], r["fragment_index"]) for r in rows] == expected
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (["--run", "nope"], "no batch matches --batch None / --run 'nope'"),
+        (["--where", "no_such_column > 1"], "cannot select the datums (check --where"),
+        (["--where", "true); DROP TABLE x; SELECT (1"], "must be one condition"),
+        (["--where", "trial_name = 'zzz'"], "no datums match --where"),
+        (["--where", "task_id <> 't/train'"], "no datum of a train-split task to export"),
+    ],
+)
+def test_bad_or_empty_selections_write_nothing(
+    lake: Path, registry: Path, tmp_path: Path, options: list[str], expected: str
+) -> None:
+    out = tmp_path / "d.parquet"
+    result = run("--lake", lake, "--out", out, "--tasks", registry, *options)
+    assert result.exit_code == 1
+    assert expected in result.output
+    assert "Traceback" not in result.output
+    assert not out.exists() and not companion(out).exists()
+
+
+def test_context_budget_and_max_datum_tokens_options(
+    lake: Path, registry: Path, tmp_path: Path
+) -> None:
+    # a1's second span is 7 + 1 = 8 tokens: a budget of 7 overflows it (and big, 102)
+    out = tmp_path / "budget.parquet"
+    result = run("--lake", lake, "--out", out, "--tasks", registry, "--context-budget", 7)
+    assert result.exit_code == 0, result.output
+    assert {r["trial_name"] for r in pq.read_table(out).to_pylist()} == {"a2", "b1"}
+    manifest = json.loads(companion(out).read_text(encoding="utf-8"))
+    assert manifest["parameters"]["context_budget"] == 7
+    assert manifest["excluded"]["overflow_episodes"] == 2
+    # a1's first datum is 8 tokens long: a cap of 7 drops the whole episode, a cap of 8 keeps it
+    for cap, names, overlong in [(7, {"a2", "b1"}, 1), (8, {"a1", "a2", "b1"}, 0)]:
+        out = tmp_path / f"cap{cap}.parquet"
+        result = run("--lake", lake, "--out", out, "--tasks", registry, "--max-datum-tokens", cap)
+        assert result.exit_code == 0, result.output
+        assert {r["trial_name"] for r in pq.read_table(out).to_pylist()} == names
+        manifest = json.loads(companion(out).read_text(encoding="utf-8"))
+        assert manifest["excluded"].get("overlong_episodes", 0) == overlong
+        assert manifest["datum_stats"]["overlong_drops"] == overlong
+        assert manifest["parameters"]["max_datum_tokens"] == cap
+
+
+def test_a_missing_lake_is_a_clear_error(registry: Path, tmp_path: Path) -> None:
+    result = run(
+        "--lake", tmp_path / "nolake", "--out", tmp_path / "d.parquet", "--tasks", registry
+    )
+    assert result.exit_code == 1
+    assert "no lake at" in result.output
+
+
+# --- load_verified and the tinker hand-off ------------------------------------------------------
+
+
+@pytest.fixture
+def exported(lake: Path, registry: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "d.parquet"
+    assert run("--lake", lake, "--out", out, "--tasks", registry).exit_code == 0
+    return out
+
+
+def test_load_verified_returns_the_rows(exported: Path, registry: Path) -> None:
+    rows = load_verified(exported, tasks=registry)
+    assert rows.columns == COLUMNS
+    assert rows.height == 4
+    assert rows.get_column("trial_name").to_list() == ["a1", "a1", "a2", "b1"]
+    assert load_verified(exported).height == 4  # without a registry: sha256 and rows only
+
+
+def test_load_verified_then_to_tinker(exported: Path, registry: Path) -> None:
+    pytest.importorskip("tinker")
+    first = to_tinker(load_verified(exported, tasks=registry))[0]
+    assert first.model_input.to_ints() == [1, 2, 3, 10, 11, 4, 5]
+    assert first.loss_fn_inputs["target_tokens"].to_numpy().tolist() == [2, 3, 10, 11, 4, 5, 12]
+    np.testing.assert_allclose(
+        first.loss_fn_inputs["advantages"].to_numpy(),
+        np.float32([0, 0, 2 / 3, 2 / 3, 0, 0, 2 / 3]),
+    )
+
+
+def test_a_tampered_dataset_fails_to_load(exported: Path, registry: Path) -> None:
+    table = pq.read_table(exported)
+    rewards = table.column("reward").to_pylist()
+    rewards[0] = 0.0
+    pq.write_table(table.set_column(12, "reward", [rewards]), exported)
+    with pytest.raises(ExportError, match="was changed after export"):
+        load_verified(exported, tasks=registry)
+
+
+def test_a_tampered_manifest_fails_to_load(exported: Path, registry: Path) -> None:
+    manifest = json.loads(companion(exported).read_text(encoding="utf-8"))
+    companion(exported).write_text(json.dumps({**manifest, "rows": 5}), encoding="utf-8")
+    with pytest.raises(ExportError, match="holds 4 rows but its manifest records 5"):
+        load_verified(exported, tasks=registry)
+
+
+def test_loading_with_another_registry_fails(exported: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps([*REGISTRY, {"id": "t/new", "split": "train"}]), encoding="utf-8")
+    with pytest.raises(ExportError, match="exported against a task registry with sha256"):
+        load_verified(exported, tasks=other)
+
+
+def test_an_unguarded_export_does_not_load_as_train(
+    lake: Path, registry: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "all.parquet"
+    assert run("--lake", lake, "--out", out, "--no-split-guard").exit_code == 0
+    with pytest.raises(ExportError, match="exported against a task registry with sha256 None"):
+        load_verified(out, tasks=registry)
