@@ -1,0 +1,671 @@
+"""`python -m bench` (`make bench`): the benchmark items of issues 2, 3, 4 and 5.
+
+Every figure with a goal is a RATIO against an anchor measured in the same run (single-threaded
+`orjson.loads` of the same files, or the same result computed in plain Python by bench/baselines),
+or a size; bare seconds appear only as detail, except the one goal the issue states in seconds
+(stats over a 100k-trial lake < 1 s). Each ratio is the median over --repeat runs, the anchor and
+the measured command interleaved so both see the same machine load.
+
+    ingest        issue 2.9  realistic tree (harbor's indent=4 result.json, ~10 MB per trial)
+    stats         issue 3.5  `wmo-lake stats --json` vs re-reading the trial dirs; 100k-trial lake
+    export        issue 4.6  `wmo-lake export datums` vs the prefix merge in plain Python
+    trajectories  issue 5.5  trajectory ingest vs orjson.loads of the same trajectory.json files
+
+Commands run as subprocesses (process start included), their peak memory sampled with psutil
+over the whole process tree. Trees and lakes are cached in --out, keyed by their parameters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from bench import baselines, treegen
+
+BENCHES = ("ingest", "stats", "export", "trajectories")
+DEFAULT_OUT = Path(__file__).resolve().parent / "out"
+MIB = 2**20
+FLAT_RSS_GROWTH = 1.25  # "flat in the number of trials": 4x the trials may cost at most 25% more
+
+# Every figure the report carries, in print order: (bench, name, unit, goal text, goal check).
+Goal = Callable[[Any], bool] | None
+FIGURES: list[tuple[str, str, str, str, Goal]] = [
+    ("ingest", "throughput_ratio", "x", ">= 1.5x", lambda v: v >= 1.5),
+    ("ingest", "throughput_mb_s", "MB/s", "(detail)", None),
+    ("ingest", "peak_rss_small_mib", "MiB", "<= 1024 MiB", lambda v: v <= 1024),
+    ("ingest", "peak_rss_full_mib", "MiB", "<= 1024 MiB", lambda v: v <= 1024),
+    (
+        "ingest",
+        "peak_rss_growth",
+        "x",
+        f"<= {FLAT_RSS_GROWTH}x (flat)",
+        lambda v: v <= FLAT_RSS_GROWTH,
+    ),
+    ("ingest", "reingest_fraction", "of first", "<= 0.1", lambda v: v <= 0.1),
+    ("ingest", "lake_size_ratio", "x smaller", ">= 50x", lambda v: v >= 50),
+    ("stats", "speedup_vs_python", "x", ">= 10x", lambda v: v >= 10),
+    ("stats", "agrees_with_python", "", "true", lambda v: v is True),
+    ("stats", "tiny_lake_stats_seconds", "s", "< 1 s", lambda v: v < 1.0),
+    ("stats", "tiny_lake_view_seconds", "s", "(detail)", None),
+    ("export", "tokens_per_s_ratio", "x", "> 1x (issue 4.6 sets none)", lambda v: v > 1),
+    ("export", "tokens_per_s", "tok/s", "(detail)", None),
+    ("export", "parquet_mb_s", "MB/s", "(detail)", None),
+    ("export", "agrees_with_python", "", "true", lambda v: v is True),
+    ("trajectories", "throughput_ratio", "x", ">= 1.5x (as result.json)", lambda v: v >= 1.5),
+    ("trajectories", "throughput_mb_s", "MB/s", "(detail)", None),
+]
+
+
+@dataclass
+class Figure:
+    bench: str
+    name: str
+    value: Any
+    unit: str
+    goal: str
+    met: bool | None  # None: no goal, or not measured
+    detail: str = ""
+
+
+@dataclass
+class Report:
+    options: dict[str, Any]
+    figures: dict[str, Figure] = field(default_factory=dict)
+    measurements: dict[str, Any] = field(default_factory=dict)
+
+    def set(self, bench: str, name: str, value: Any, detail: str = "") -> None:
+        spec = next(f for f in FIGURES if f[0] == bench and f[1] == name)
+        check = spec[4]
+        met = None if check is None or value is None else bool(check(value))
+        self.figures[f"{bench}.{name}"] = Figure(bench, name, value, spec[2], spec[3], met, detail)
+
+    def unavailable(self, bench: str, reason: str) -> None:
+        for spec in FIGURES:
+            if spec[0] == bench and f"{bench}.{spec[1]}" not in self.figures:
+                self.set(bench, spec[1], None, f"not measured: {reason}")
+
+    def as_dict(self) -> dict[str, Any]:
+        figures = [asdict(self.figures[f"{b}.{n}"]) for b, n, *_ in FIGURES]
+        goals = [f for f in figures if f["goal"] != "(detail)"]
+        return {
+            "generated_at": datetime.now(UTC).isoformat(),
+            "host": {
+                "cpus": os.cpu_count(),
+                "python": platform.python_version(),
+                "load_average": os.getloadavg(),
+            },
+            "options": self.options,
+            "figures": figures,
+            "goals_met": [f"{f['bench']}.{f['name']}" for f in goals if f["met"] is True],
+            "goals_missed": [f"{f['bench']}.{f['name']}" for f in goals if f["met"] is False],
+            "not_measured": [f"{f['bench']}.{f['name']}" for f in figures if f["value"] is None],
+            "measurements": self.measurements,
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# Running the real command, measured
+
+
+@dataclass
+class Run:
+    seconds: float
+    peak_tree_rss: int  # bytes: the process and all its descendants, summed at each sample
+    peak_process_rss: int  # bytes: the largest single process seen
+    stdout: str
+    stderr: str
+    returncode: int
+
+
+def wmo_lake_command() -> list[str]:
+    script = Path(sys.executable).parent / "wmo-lake"
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-c", "from wmo_lake.cli import main; main()"]
+
+
+def run_measured(args: list[str], interval: float = 0.02) -> Run:
+    """Run `wmo-lake ARGS`, sampling the RSS of it and every child until it exits."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        started = time.perf_counter()
+        proc = psutil.Popen([*wmo_lake_command(), *args], stdout=out, stderr=err)
+        peak_tree = peak_one = 0
+        while proc.poll() is None:
+            total = 0
+            try:
+                members = [proc, *proc.children(recursive=True)]
+            except psutil.Error:
+                members = [proc]
+            for member in members:
+                try:
+                    rss = member.memory_info().rss
+                except psutil.Error:
+                    continue
+                total += rss
+                peak_one = max(peak_one, rss)
+            peak_tree = max(peak_tree, total)
+            time.sleep(interval)
+        seconds = time.perf_counter() - started
+        out.seek(0)
+        err.seek(0)
+        run = Run(
+            seconds,
+            peak_tree,
+            peak_one,
+            out.read().decode("utf-8", "replace"),
+            err.read().decode("utf-8", "replace"),
+            proc.returncode,
+        )
+    if run.returncode != 0:
+        raise BenchError(f"wmo-lake {' '.join(args)} exited {run.returncode}: {run.stderr[-2000:]}")
+    return run
+
+
+class BenchError(Exception):
+    """A benchmark could not run; the message says which command and why."""
+
+
+def command_exists(*words: str) -> bool:
+    probe = subprocess.run(
+        [*wmo_lake_command(), *words, "--help"], capture_output=True, text=True, check=False
+    )
+    return probe.returncode == 0
+
+
+def ingest(paths: list[Path], lake: Path, workers: int | None) -> Run:
+    args = ["ingest", *map(str, paths), "--lake", str(lake), "--json"]
+    return run_measured(args + (["--workers", str(workers)] if workers else []))
+
+
+def cached_lake(tree: treegen.Tree, out: Path, workers: int | None) -> tuple[Path, Run]:
+    """The lake of `tree` under out/lakes/, brought up to date by a real ingest: incremental, so
+    a no-op when nothing changed, and a full re-read when the ingest's EXTRACT_VERSION moved."""
+    lake = out / "lakes" / tree.root.name
+    return lake, ingest([tree.root], lake, workers)
+
+
+def files_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def mb(n_bytes: float) -> float:
+    return n_bytes / 1e6
+
+
+# ---------------------------------------------------------------------------------------------
+# The benches
+
+
+def bench_ingest(report: Report, tree: treegen.Tree, args: argparse.Namespace) -> None:
+    """Issue 2.9: throughput vs orjson, peak RSS at two sizes, re-ingest, lake size."""
+    work = args.out / "work"
+    results = tree.files("result.json")
+    result_bytes = sum(p.stat().st_size for p in results)
+    baselines.orjson_load_seconds(results)  # warm the page cache for both sides
+    small_jobs = tree.job_dirs()[: max(1, args.small_trials // tree.spec.trials_per_job)]
+    small_paths = [job.parent for job in small_jobs]  # step-NNNN dirs: batch = the job dir name
+    small_results = [p for job in small_jobs for p in job.glob("*/result.json")]
+
+    ratios, ingest_seconds, anchor_seconds, full_runs = [], [], [], []
+    lake = work / "ingest-lake"
+    for _ in range(args.repeat):
+        anchor, _ = baselines.orjson_load_seconds(results)
+        shutil.rmtree(lake, ignore_errors=True)
+        run = ingest([tree.root], lake, args.workers)
+        anchor_seconds.append(anchor)
+        ingest_seconds.append(run.seconds)
+        full_runs.append(run)
+        ratios.append(anchor / run.seconds)
+    summary = json.loads(full_runs[-1].stdout)
+    if summary.get("trials_new") != len(results) or summary.get("problems"):
+        raise BenchError(f"the bench tree did not ingest cleanly: {summary}")
+    reingest = ingest([tree.root], lake, args.workers)
+    re_summary = json.loads(reingest.stdout)
+    lake_bytes = files_bytes(lake)
+    raw_bytes = files_bytes(tree.root) - (tree.root / treegen.COMPLETE_MARK).stat().st_size
+
+    small_lake = work / "ingest-lake-small"
+    small_runs = []
+    for _ in range(args.repeat):
+        shutil.rmtree(small_lake, ignore_errors=True)
+        small_runs.append(ingest(small_paths, small_lake, args.workers))
+    shutil.rmtree(small_lake, ignore_errors=True)
+
+    peak_full = max(r.peak_tree_rss for r in full_runs)
+    peak_small = max(r.peak_tree_rss for r in small_runs)
+    ingest_s = median(ingest_seconds)
+    anchor_s = median(anchor_seconds)
+    report.set(
+        "ingest",
+        "throughput_ratio",
+        round(median(ratios), 3),
+        f"wmo-lake ingest {mb(result_bytes) / ingest_s:.0f} MB/s (median {ingest_s:.2f} s, "
+        f"process start and commit included) vs orjson.loads {mb(result_bytes) / anchor_s:.0f} "
+        f"MB/s ({anchor_s:.2f} s), over {len(results)} result.json = {mb(result_bytes):.0f} MB",
+    )
+    report.set("ingest", "throughput_mb_s", round(mb(result_bytes) / ingest_s, 1))
+    report.set(
+        "ingest",
+        "peak_rss_small_mib",
+        round(peak_small / MIB, 1),
+        f"{len(small_results)} trials; largest single process "
+        f"{max(r.peak_process_rss for r in small_runs) / MIB:.0f} MiB",
+    )
+    report.set(
+        "ingest",
+        "peak_rss_full_mib",
+        round(peak_full / MIB, 1),
+        f"{len(results)} trials; RSS summed over the process tree (shared pages counted in "
+        f"every process: an upper bound); largest single process "
+        f"{max(r.peak_process_rss for r in full_runs) / MIB:.0f} MiB",
+    )
+    report.set(
+        "ingest",
+        "peak_rss_growth",
+        round(peak_full / peak_small, 3),
+        f"peak at {len(results)} trials / peak at {len(small_results)} trials",
+    )
+    report.set(
+        "ingest",
+        "reingest_fraction",
+        round(reingest.seconds / ingest_s, 4),
+        f"unchanged re-ingest {reingest.seconds:.2f} s (trials_unchanged="
+        f"{re_summary.get('trials_unchanged')}, committed={re_summary.get('committed')}) vs "
+        f"first {ingest_s:.2f} s",
+    )
+    report.set(
+        "ingest",
+        "lake_size_ratio",
+        round(raw_bytes / lake_bytes, 1),
+        f"raw tree {mb(raw_bytes):.0f} MB (every file) vs lake {mb(lake_bytes):.1f} MB "
+        "(every file under the lake dir, lake.duckdb included)",
+    )
+    report.measurements["ingest"] = {
+        "trials": len(results),
+        "small_trials": len(small_results),
+        "result_json_bytes": result_bytes,
+        "mean_result_json_mb": round(mb(result_bytes) / len(results), 2),
+        "raw_tree_bytes": raw_bytes,
+        "lake_bytes": lake_bytes,
+        "ingest_seconds": ingest_seconds,
+        "orjson_seconds": anchor_seconds,
+        "reingest_seconds": reingest.seconds,
+        "peak_tree_rss_full": [r.peak_tree_rss for r in full_runs],
+        "peak_tree_rss_small": [r.peak_tree_rss for r in small_runs],
+        "small_ingest_seconds": [r.seconds for r in small_runs],
+        "summary": summary,
+    }
+    shutil.rmtree(lake, ignore_errors=True)
+
+
+def _stats_json(lake: Path) -> tuple[float, list[dict[str, Any]]]:
+    run = run_measured(["stats", "--lake", str(lake), "--json"])
+    return run.seconds, json.loads(run.stdout)
+
+
+def _same_stats(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> list[str]:
+    """Differences between two stats lists, batch by batch (floats to 1e-12)."""
+    by_batch = {row["batch"]: row for row in theirs}
+    differences = []
+    if sorted(by_batch) != sorted(row["batch"] for row in ours):
+        return ["the batches differ"]
+    for row in ours:
+        other = by_batch[row["batch"]]
+        for key, value in row.items():
+            got = other.get(key)
+            same = (
+                abs(value - got) <= 1e-12
+                if isinstance(value, float) and isinstance(got, int | float)
+                else value == got
+            )
+            if not same:
+                differences.append(f"{row['batch']}.{key}: python {value!r} vs lake {got!r}")
+    return differences
+
+
+def bench_stats(report: Report, tree: treegen.Tree, args: argparse.Namespace) -> None:
+    """Issue 3.5: stats vs re-reading the trial dirs; stats over a 100k-trial lake."""
+    if not command_exists("stats"):
+        report.unavailable("stats", "`wmo-lake stats` does not exist yet")
+        return
+    lake, _ = cached_lake(tree, args.out, args.workers)
+    baselines.orjson_load_seconds(tree.files("result.json"))  # warm the page cache
+    ratios, stats_seconds, anchor_seconds = [], [], []
+    python_stats: list[dict[str, Any]] = []
+    lake_stats: list[dict[str, Any]] = []
+    for _ in range(args.repeat):
+        started = time.perf_counter()
+        python_stats = baselines.rollout_stats_from_dirs(tree.root)
+        anchor_seconds.append(time.perf_counter() - started)
+        seconds, lake_stats = _stats_json(lake)
+        stats_seconds.append(seconds)
+        ratios.append(anchor_seconds[-1] / seconds)
+    differences = _same_stats(python_stats, lake_stats)
+    report.set(
+        "stats",
+        "speedup_vs_python",
+        round(median(ratios), 2),
+        f"`wmo-lake stats --json` {median(stats_seconds):.2f} s (process start included) vs "
+        f"plain Python re-reading {len(tree.trial_dirs())} trial dirs "
+        f"{median(anchor_seconds):.2f} s",
+    )
+    report.set(
+        "stats",
+        "agrees_with_python",
+        not differences,
+        "every batch, every column equal" if not differences else "; ".join(differences[:5]),
+    )
+
+    tiny_spec = replace(treegen.TINY, trials=args.tiny_trials)
+    started = time.perf_counter()
+    tiny = treegen.cached(tiny_spec, args.out, workers=args.gen_workers)
+    generated = time.perf_counter() - started
+    tiny_lake, build = cached_lake(tiny, args.out, args.workers)
+    build_summary = json.loads(build.stdout)
+    tiny_seconds = []
+    for _ in range(args.repeat):
+        seconds, tiny_stats = _stats_json(tiny_lake)
+        tiny_seconds.append(seconds)
+    view_seconds = []
+    for _ in range(args.repeat):
+        from wmo_lake.lake import connect
+
+        started = time.perf_counter()
+        rows = connect(tiny_lake).execute("SELECT * FROM rollout_stats").fetchall()
+        view_seconds.append(time.perf_counter() - started)
+    n_trials = sum(row["trials"] for row in tiny_stats)
+    report.set(
+        "stats",
+        "tiny_lake_stats_seconds",
+        round(median(tiny_seconds), 3),
+        f"`wmo-lake stats --json` over {n_trials} trials in {len(tiny_stats)} batches "
+        "(process start included)",
+    )
+    report.set(
+        "stats",
+        "tiny_lake_view_seconds",
+        round(median(view_seconds), 3),
+        f"in-process connect() + SELECT * FROM rollout_stats ({len(rows)} rows)",
+    )
+    report.measurements["stats"] = {
+        "stats_seconds": stats_seconds,
+        "python_seconds": anchor_seconds,
+        "tiny_trials": n_trials,
+        "tiny_batches": len(tiny_stats),
+        "tiny_stats_seconds": tiny_seconds,
+        "tiny_view_seconds": view_seconds,
+        "tiny_tree_seconds": round(generated, 1),
+        "tiny_ingest_seconds": build.seconds,
+        "tiny_ingest_summary": build_summary,
+        "tiny_lake_bytes": files_bytes(tiny_lake),
+    }
+
+
+def bench_export(report: Report, tree: treegen.Tree, args: argparse.Namespace) -> None:
+    """Issue 4.6: `wmo-lake export datums` vs the same merge in plain Python from the spans."""
+    if not command_exists("export", "datums"):
+        report.unavailable("export", "`wmo-lake export datums` does not exist yet")
+        return
+    import pyarrow.parquet as pq
+
+    from wmo_lake.store import Store
+
+    lake, _ = cached_lake(tree, args.out, args.workers)
+    store = Store(lake)
+    span_files = store.files(store.read_manifest(), "spans")
+    work = args.out / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    ratios, export_seconds, anchor_seconds, mb_rates = [], [], [], []
+    tokens = parquet_bytes = 0
+    totals = baselines.DatumTotals()
+    for attempt in range(args.repeat):
+        target = work / f"datums-{attempt}.parquet"
+        for stale in (target, target.with_name(target.name + ".manifest.json")):
+            stale.unlink(missing_ok=True)
+        run = run_measured(
+            ["export", "datums", "--lake", str(lake), "--out", str(target), "--no-split-guard"]
+        )
+        meta = pq.read_table(target, columns=["n_tokens", "loss_tokens"])
+        tokens = sum(meta.column("n_tokens").to_pylist())
+        loss_tokens = sum(meta.column("loss_tokens").to_pylist())
+        rows = meta.num_rows
+        parquet_bytes = target.stat().st_size
+        anchor_out = work / f"python-datums-{attempt}.parquet"
+        started = time.perf_counter()
+        totals = baselines.datums_from_spans(span_files, anchor_out)
+        anchor = time.perf_counter() - started
+        export_seconds.append(run.seconds)
+        anchor_seconds.append(anchor)
+        ratios.append((tokens / run.seconds) / (totals.tokens / anchor))
+        mb_rates.append(mb(parquet_bytes) / run.seconds)
+        for leftover in (target, target.with_name(target.name + ".manifest.json"), anchor_out):
+            leftover.unlink(missing_ok=True)
+    agree = (rows, tokens, loss_tokens) == (totals.datums, totals.tokens, totals.loss_tokens)
+    report.set(
+        "export",
+        "tokens_per_s_ratio",
+        round(median(ratios), 2),
+        f"export {tokens / median(export_seconds):,.0f} tok/s ({median(export_seconds):.2f} s, "
+        f"process start included) vs plain Python {totals.tokens / median(anchor_seconds):,.0f} "
+        f"tok/s ({median(anchor_seconds):.2f} s)",
+    )
+    report.set("export", "tokens_per_s", round(tokens / median(export_seconds)))
+    report.set(
+        "export",
+        "parquet_mb_s",
+        round(median(mb_rates), 1),
+        f"{mb(parquet_bytes):.1f} MB of Parquet, {rows} datums",
+    )
+    report.set(
+        "export",
+        "agrees_with_python",
+        agree,
+        f"datums / tokens / loss tokens: export {rows} / {tokens} / {loss_tokens}, "
+        f"python {totals.datums} / {totals.tokens} / {totals.loss_tokens}",
+    )
+    report.measurements["export"] = {
+        "export_seconds": export_seconds,
+        "python_seconds": anchor_seconds,
+        "datums": rows,
+        "tokens": tokens,
+        "parquet_bytes": parquet_bytes,
+    }
+
+
+def bench_trajectories(report: Report, args: argparse.Namespace) -> None:
+    """Issue 5.5: ingest of long ATIF trajectories vs orjson.loads of the same files."""
+    from wmo_lake.tables import TABLES
+
+    if "steps" not in TABLES:
+        report.unavailable("trajectories", "the steps table does not exist yet")
+        return
+    spec = treegen.QUICK_TRAJECTORIES if args.quick else treegen.TRAJECTORIES
+    tree = treegen.cached(
+        replace(spec, trials=args.trajectory_trials), args.out, workers=args.gen_workers
+    )
+    files = tree.files("agent/trajectory.json")
+    n_bytes = sum(p.stat().st_size for p in files)
+    baselines.orjson_load_seconds(files)  # warm the page cache
+    lake = args.out / "work" / "trajectory-lake"
+    ratios, ingest_seconds, anchor_seconds = [], [], []
+    run = None
+    for _ in range(args.repeat):
+        anchor, _ = baselines.orjson_load_seconds(files)
+        shutil.rmtree(lake, ignore_errors=True)
+        run = ingest([tree.root], lake, args.workers)
+        anchor_seconds.append(anchor)
+        ingest_seconds.append(run.seconds)
+        ratios.append(anchor / run.seconds)
+    from wmo_lake.lake import connect
+
+    n_steps = connect(lake).execute("SELECT count(*) FROM steps").fetchone()[0]
+    shutil.rmtree(lake, ignore_errors=True)
+    report.set(
+        "trajectories",
+        "throughput_ratio",
+        round(median(ratios), 3),
+        f"ingest {mb(n_bytes) / median(ingest_seconds):.0f} MB/s of trajectory.json (the whole "
+        f"ingest, result.json etc. included, {median(ingest_seconds):.2f} s) vs orjson.loads "
+        f"{mb(n_bytes) / median(anchor_seconds):.0f} MB/s; {len(files)} trajectories, "
+        f"{mb(n_bytes):.0f} MB, {n_steps} steps",
+    )
+    report.set("trajectories", "throughput_mb_s", round(mb(n_bytes) / median(ingest_seconds), 1))
+    report.measurements["trajectories"] = {
+        "trajectories": len(files),
+        "bytes": n_bytes,
+        "steps": n_steps,
+        "ingest_seconds": ingest_seconds,
+        "orjson_seconds": anchor_seconds,
+        "peak_tree_rss": run.peak_tree_rss if run else None,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+
+
+def render(report: dict[str, Any]) -> str:
+    lines = [
+        f"wmo-lake bench  {report['generated_at']}  ({report['host']['cpus']} cores, load "
+        f"{report['host']['load_average'][0]:.1f}, repeat {report['options']['repeat']}"
+        f"{', QUICK smoke run: figures not meaningful' if report['options']['quick'] else ''})",
+        "Ratios are against anchors measured in this same run.",
+        "",
+        f"{'figure':44} {'value':>14}  {'goal':28} verdict",
+    ]
+    bench = None
+    for fig in report["figures"]:
+        if fig["bench"] != bench:
+            bench = fig["bench"]
+            lines.append(f"-- {bench}")
+        value = fig["value"]
+        shown = (
+            "n/a"
+            if value is None
+            else f"{value:,.4g} {fig['unit']}".strip()
+            if isinstance(value, int | float) and not isinstance(value, bool)
+            else str(value).lower()
+        )
+        verdict = {True: "MET", False: "MISSED", None: ""}[fig["met"]]
+        if value is None:
+            verdict = "NOT MEASURED"
+        lines.append(f"  {fig['name']:42} {shown:>14}  {fig['goal']:28} {verdict}")
+        if fig["detail"]:
+            lines.append(f"      {fig['detail']}")
+    lines += [
+        "",
+        f"goals met ({len(report['goals_met'])}): {', '.join(report['goals_met']) or '-'}",
+        f"goals missed ({len(report['goals_missed'])}): {', '.join(report['goals_missed']) or '-'}",
+        f"not measured: {', '.join(report['not_measured']) or '-'}",
+    ]
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--trials", type=int, default=128, help="trials in the bench tree")
+    parser.add_argument(
+        "--small-trials",
+        type=int,
+        default=32,
+        help="trials of the smaller ingest the peak RSS is compared with (also trials per job)",
+    )
+    parser.add_argument(
+        "--tiny-trials", type=int, default=100_000, help="trials of the small-trial stats lake"
+    )
+    parser.add_argument(
+        "--trajectory-trials", type=int, default=64, help="trials of the trajectory tree"
+    )
+    parser.add_argument("--repeat", type=int, default=3, help="runs per figure (median kept)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="cache and report dir")
+    parser.add_argument(
+        "--only",
+        default=",".join(BENCHES),
+        help=f"comma-separated benches to run, of {', '.join(BENCHES)}",
+    )
+    parser.add_argument(
+        "--workers", type=int, default=None, help="wmo-lake ingest --workers [default: all cores]"
+    )
+    parser.add_argument(
+        "--gen-workers", type=int, default=os.cpu_count() or 1, help="processes writing trees"
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: tiny trees, one repeat (checks the code paths; figures mean nothing)",
+    )
+    args = parser.parse_args(argv)
+    only = [b.strip() for b in args.only.split(",") if b.strip()]
+    unknown = sorted(set(only) - set(BENCHES))
+    if unknown:
+        parser.error(f"--only: unknown bench {', '.join(unknown)}; choose from {BENCHES}")
+    args.only = only
+    if args.quick:
+        args.trials, args.small_trials = treegen.QUICK_ROLLOUTS.trials, 4
+        args.tiny_trials = min(args.tiny_trials, 300)
+        args.trajectory_trials = treegen.QUICK_TRAJECTORIES.trials
+        args.repeat = 1
+    if args.trials % args.small_trials:
+        parser.error("--trials must be a multiple of --small-trials (one job per small ingest)")
+    args.out = args.out.resolve()
+    return args
+
+
+def run(argv: list[str] | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the selected benches; returns the report (also written to OUT/report.json)."""
+    args = parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    options = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    report = Report(options)
+    base = treegen.QUICK_ROLLOUTS if args.quick else treegen.TreeSpec()
+    spec = replace(base, trials=args.trials, trials_per_job=args.small_trials)
+    tree = None
+    if {"ingest", "stats", "export"} & set(args.only):
+        tree = treegen.cached(spec, args.out, log=log, workers=args.gen_workers)
+    steps: dict[str, Callable[[], None]] = {
+        "ingest": lambda: bench_ingest(report, tree, args),
+        "stats": lambda: bench_stats(report, tree, args),
+        "export": lambda: bench_export(report, tree, args),
+        "trajectories": lambda: bench_trajectories(report, args),
+    }
+    for name in BENCHES:
+        if name not in args.only:
+            report.unavailable(name, "not selected (--only)")
+            continue
+        log(f"running {name} ...")
+        try:
+            steps[name]()
+        except BenchError as error:
+            report.unavailable(name, str(error))
+    result = report.as_dict()
+    (args.out / "report.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    return result
+
+
+def main() -> None:
+    result = run()
+    print(render(result))
+    print(f"\nreport: {Path(result['options']['out']) / 'report.json'}")
+
+
+if __name__ == "__main__":
+    main()
