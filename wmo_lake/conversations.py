@@ -142,7 +142,8 @@ def export_conversations(
         kept = guard.keep(rows_by_task)
         excluded.update(guard.excluded)
         con.execute("CREATE TEMP TABLE kept_tasks (task VARCHAR)")
-        con.executemany("INSERT INTO kept_tasks VALUES (?)", [[t] for t in kept])
+        if kept:
+            con.executemany("INSERT INTO kept_tasks VALUES (?)", [[t] for t in kept])
         con.execute(
             "DELETE FROM candidates AS d WHERE NOT EXISTS "
             "(SELECT 1 FROM kept_tasks AS k WHERE k.task IS NOT DISTINCT FROM d.task)"

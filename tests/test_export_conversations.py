@@ -1,0 +1,292 @@
+"""`wmo-lake export conversations` and `wmo_lake.conversations.load_verified` (issue 5, item 3),
+driven through the real CLI on one small lake built in tmp_path. Expected counts are worked out by
+hand from the trials the fixture writes (listed in `lake`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner, Result
+from harbor_shapes import dump, real_trajectory, write_job, write_trial
+
+from wmo_lake.cli import cli
+from wmo_lake.conversations import load_verified
+from wmo_lake.export import ExportError, manifest_path
+from wmo_lake.ingest import ingest
+
+EPISODES_PER_TRIAL = 3  # the real terminus-2 trajectory has three agent steps
+
+
+def distinct_trajectory(tag: str, image: bool = False) -> dict[str, Any]:
+    trajectory = real_trajectory()
+    first = trajectory["steps"][0]
+    first["message"] = f"{first['message']}\n[{tag}]"
+    if image:
+        first["message"] = [
+            {"type": "text", "text": first["message"]},
+            {"type": "image", "source": {"media_type": "image/png", "path": "screen.png"}},
+        ]
+    return trajectory
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Trials (task, reward -> passed):
+    a__1 demo/a 1.0 passed, the real trajectory         3 episodes
+    a__2 demo/a 1.0 passed, the SAME trajectory          3 episodes, all duplicates of a__1's
+    b__1 demo/b 0.0 failed                               3 episodes
+    c__1 demo/c 1.0 passed (dev split in the registry)   3 episodes
+    img__1 demo/a 1.0 passed, an image in its first step 3 episodes, all multimodal
+    noreward__1 demo/b, no verifier result: infra_failed, reward null, not passed; 3 episodes
+    oracle__1 demo/a 1.0, no trajectory                  0 episodes
+    plus other/x__1 (batch "other") demo/a 1.0           3 episodes
+    """
+    root = tmp_path_factory.mktemp("export")
+    job = write_job(root / "runs" / "main")
+    write_trial(job, "a__1", task_name="demo/a", reward=1.0)
+    write_trial(job, "a__2", task_name="demo/a", reward=1.0)
+    for name, task, reward, image in [
+        ("b__1", "demo/b", 0.0, False),
+        ("c__1", "demo/c", 1.0, False),
+        ("img__1", "demo/a", 1.0, True),
+    ]:
+        trial = write_trial(job, name, task_name=task, reward=reward)
+        dump(trial / "agent" / "trajectory.json", distinct_trajectory(name, image))
+    trial = write_trial(job, "noreward__1", task_name="demo/b", verifier_result=None)
+    dump(trial / "agent" / "trajectory.json", distinct_trajectory("noreward__1"))
+    oracle = write_trial(job, "oracle__1", task_name="demo/a", reward=1.0)
+    (oracle / "agent" / "trajectory.json").unlink()
+    other = write_trial(write_job(root / "runs" / "other"), "x__1", task_name="demo/a", reward=1.0)
+    dump(other / "agent" / "trajectory.json", distinct_trajectory("x__1"))
+    lake_dir = root / "lake"
+    ingest([root / "runs"], lake_dir, workers=1)
+    return lake_dir
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> Path:
+    path = tmp_path / "tasks.json"
+    path.write_text(
+        json.dumps(
+            {
+                "tasks": [
+                    {"id": "demo/a", "split": "train"},
+                    {"id": "demo/b", "split": "train"},
+                    {"id": "demo/c", "split": "dev"},
+                ]
+            }
+        )
+    )
+    return path
+
+
+def run(lake: Path, out: Path, *args: str) -> Result:
+    return CliRunner().invoke(
+        cli, ["export", "conversations", "--lake", str(lake), "--out", str(out), "--json", *args]
+    )
+
+
+def exported(lake: Path, out: Path, *args: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    result = run(lake, out, *args)
+    assert result.exit_code == 0, result.output
+    return load_verified(out), json.loads(result.output)
+
+
+def test_all_episodes_no_guard(lake: Path, tmp_path: Path) -> None:
+    rows, manifest = exported(lake, tmp_path / "all.jsonl", "--no-split-guard", "--batch", "main")
+    # 6 trials with trajectories x 3 episodes = 18; img__1's 3 are multimodal; a__2's 3 repeat a__1
+    assert manifest["rows"] == len(rows) == 18 - 3 - 3
+    assert manifest["excluded"] == {"duplicate": 3, "multimodal": 3}
+    assert manifest["trials"] == {
+        "in_scope": 7,
+        "without_episodes": {"no_trajectory": 1, "no_agent_turns": 0, "total": 1},
+    }
+    assert [(r["trial_name"], r["episode"]) for r in rows] == [
+        (name, episode)
+        for name in ("a__1", "b__1", "c__1", "noreward__1")
+        for episode in range(EPISODES_PER_TRIAL)
+    ]
+    first = rows[0]
+    assert set(first) == {
+        "messages",
+        "task",
+        "trial_name",
+        "batch",
+        "model",
+        "reward",
+        "passed",
+        "trace_source",
+        "episode",
+    }
+    assert (first["task"], first["batch"], first["model"]) == ("demo/a", "main", "openai/gpt-4o")
+    assert (first["reward"], first["passed"], first["trace_source"]) == (1.0, True, "main")
+    noreward = next(r for r in rows if r["trial_name"] == "noreward__1")
+    assert (noreward["reward"], noreward["passed"]) == (None, False)  # no stand-in 0.0 reward
+    assert [m["role"] for m in rows[2]["messages"]] == ["user", "assistant"] * 3
+
+
+def test_jsonl_lines_are_conversation_file_rows(lake: Path, tmp_path: Path) -> None:
+    """tinker-cookbook's FromConversationFileBuilder reads one {"messages": [...]} per line."""
+    out = tmp_path / "sft.jsonl"
+    exported(lake, out, "--no-split-guard", "--episodes", "last")
+    lines = out.read_text(encoding="utf-8").splitlines()
+    for line in lines:
+        row = json.loads(line)
+        assert next(iter(row)) == "messages"
+        assert all(set(m) == {"role", "content"} for m in row["messages"])
+        assert row["messages"][-1]["role"] == "assistant"
+
+
+def test_last_episode_only(lake: Path, tmp_path: Path) -> None:
+    rows, manifest = exported(
+        lake, tmp_path / "last.jsonl", "--no-split-guard", "--episodes", "last"
+    )
+    # one per trial with a trajectory (7, both batches): img__1's is multimodal, a__2's a duplicate
+    assert manifest["excluded"] == {"duplicate": 1, "multimodal": 1}
+    assert [(r["trial_name"], r["episode"]) for r in rows] == [
+        ("a__1", 2),
+        ("b__1", 2),
+        ("c__1", 2),
+        ("noreward__1", 2),
+        ("x__1", 2),
+    ]
+    assert all(len(r["messages"]) == 6 for r in rows)
+
+
+def test_split_guard_keeps_train_tasks_and_counts_the_rest(
+    lake: Path, tmp_path: Path, registry: Path
+) -> None:
+    rows, manifest = exported(lake, tmp_path / "train.jsonl", "--tasks", str(registry))
+    assert {r["task"] for r in rows} == {"demo/a", "demo/b"}
+    assert manifest["excluded"] == {"split_dev": 3, "duplicate": 3, "multimodal": 3}
+    assert manifest["split"] == "train" and manifest["tasks_sha256"]
+    assert load_verified(tmp_path / "train.jsonl", tasks=registry) == rows
+
+
+def test_filters_success_and_failure(lake: Path, tmp_path: Path) -> None:
+    rows, manifest = exported(
+        lake, tmp_path / "ok.jsonl", "--no-split-guard", "--filter", "success", "--batch", "main"
+    )
+    assert {r["trial_name"] for r in rows} == {"a__1", "c__1"}
+    assert manifest["excluded"] == {"not_passed": 6, "duplicate": 3, "multimodal": 3}
+    rows, manifest = exported(
+        lake, tmp_path / "bad.jsonl", "--no-split-guard", "--filter", "failure", "--batch", "main"
+    )
+    assert {r["trial_name"] for r in rows} == {"b__1", "noreward__1"}
+    assert manifest["excluded"] == {"passed": 12}
+
+
+def test_parquet_holds_the_same_rows(lake: Path, tmp_path: Path) -> None:
+    jsonl, _ = exported(lake, tmp_path / "c.jsonl", "--no-split-guard")
+    parquet, manifest = exported(
+        lake, tmp_path / "c.parquet", "--no-split-guard", "--format", "parquet"
+    )
+    assert manifest["format"] == "parquet"
+    assert pq.read_schema(tmp_path / "c.parquet").field("messages").type.value_type.names == [
+        "role",
+        "content",
+    ]
+    assert parquet == jsonl
+
+
+def test_refuses_without_a_guard_choice(lake: Path, tmp_path: Path) -> None:
+    out = tmp_path / "x.jsonl"
+    result = run(lake, out)
+    assert result.exit_code == 2
+    assert "--tasks" in result.output and "--no-split-guard" in result.output
+    assert not out.exists() and not manifest_path(out).exists()
+
+
+def test_unregistered_task_stops_the_export(lake: Path, tmp_path: Path) -> None:
+    registry = tmp_path / "partial.json"
+    registry.write_text(json.dumps([{"id": "demo/a", "split": "train"}]))
+    out = tmp_path / "x.jsonl"
+    result = run(lake, out, "--tasks", str(registry))
+    assert result.exit_code == 1
+    assert "'demo/b'" in result.output and "not in the task registry" in result.output
+    assert not out.exists() and not manifest_path(out).exists()
+
+
+def test_never_overwrites(lake: Path, tmp_path: Path) -> None:
+    out = tmp_path / "x.jsonl"
+    out.write_text("mine\n")
+    result = run(lake, out, "--no-split-guard")
+    assert result.exit_code == 1 and "already exists" in result.output
+    assert out.read_text() == "mine\n" and not manifest_path(out).exists()
+    out.unlink()
+    manifest_path(out).write_text("{}")
+    result = run(lake, out, "--no-split-guard")
+    assert result.exit_code == 1 and not out.exists()
+
+
+def test_nothing_to_export_is_an_error_that_writes_nothing(lake: Path, tmp_path: Path) -> None:
+    out = tmp_path / "none.jsonl"
+    result = run(
+        lake, out, "--no-split-guard", "--batch", "main", "--filter", "success", "--run", "nope"
+    )
+    assert result.exit_code == 1 and "no trials in scope" in result.output
+    result = run(lake, out, "--no-split-guard", "--batch", "other", "--filter", "failure")
+    assert result.exit_code == 1
+    assert "no conversation to export" in result.output and "passed 3" in result.output
+    assert not out.exists() and not manifest_path(out).exists()
+
+
+@pytest.fixture
+def good_export(lake: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "good.jsonl"
+    exported(lake, out, "--no-split-guard", "--batch", "main")
+    return out
+
+
+def test_load_verified_refuses_a_changed_dataset(good_export: Path) -> None:
+    text = good_export.read_text(encoding="utf-8")
+    good_export.write_text(text.replace('"passed": false', '"passed": true', 1), encoding="utf-8")
+    with pytest.raises(ExportError, match="sha256"):
+        load_verified(good_export)
+
+
+def test_load_verified_refuses_a_changed_manifest(good_export: Path) -> None:
+    manifest = json.loads(manifest_path(good_export).read_text())
+    manifest["rows"] += 1
+    manifest_path(good_export).write_text(json.dumps(manifest))
+    with pytest.raises(ExportError, match="rows"):
+        load_verified(good_export)
+
+
+def test_load_verified_refuses_another_registry(good_export: Path, registry: Path) -> None:
+    with pytest.raises(ExportError, match="registry"):
+        load_verified(good_export, tasks=registry)
+
+
+def test_load_verified_refuses_a_duplicated_row_even_with_a_matching_manifest(
+    good_export: Path,
+) -> None:
+    import hashlib
+
+    lines = good_export.read_text(encoding="utf-8").splitlines(keepends=True)
+    good_export.write_text("".join([*lines, lines[0]]), encoding="utf-8")
+    manifest = json.loads(manifest_path(good_export).read_text())
+    manifest["rows"] = len(lines) + 1
+    manifest["dataset_sha256"] = hashlib.sha256(good_export.read_bytes()).hexdigest()
+    manifest_path(good_export).write_text(json.dumps(manifest))
+    with pytest.raises(ExportError, match="appears twice"):
+        load_verified(good_export)
+
+
+def test_load_verified_refuses_a_bad_message(good_export: Path) -> None:
+    import hashlib
+
+    lines = good_export.read_text(encoding="utf-8").splitlines(keepends=True)
+    row = json.loads(lines[0])
+    row["messages"][0]["role"] = "tool"
+    lines[0] = json.dumps(row) + "\n"
+    good_export.write_text("".join(lines), encoding="utf-8")
+    manifest = json.loads(manifest_path(good_export).read_text())
+    manifest["dataset_sha256"] = hashlib.sha256(good_export.read_bytes()).hexdigest()
+    manifest_path(good_export).write_text(json.dumps(manifest))
+    with pytest.raises(ExportError, match="role"):
+        load_verified(good_export)
