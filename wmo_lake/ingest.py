@@ -28,7 +28,7 @@ from wmo_lake.tables import TABLES, jobs
 from wmo_lake.tables.fields import ProblemLog
 
 # Bump when extraction changes what it writes: every dir is then re-read on the next ingest.
-EXTRACT_VERSION = "1"
+EXTRACT_VERSION = "2"  # 2: trajectories / steps / tool_calls
 TRIAL_FILES = (
     "result.json",
     "config.json",
