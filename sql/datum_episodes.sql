@@ -1,6 +1,7 @@
 -- datum_episodes: one row per trial with at least one span (an episode), with its group
 -- advantage and whether it is dropped whole (issue 4; never truncated: that would misalign
--- tokens and logprobs). Rules:
+-- tokens and logprobs). n_datums / datum_tokens / loss_tokens: its sequences with a sampled
+-- token (the rows `datums` gives it when it is kept), their tokens and their sampled tokens. Rules:
 --   reward, passed, infra_failed, task_id, attempt come from `cells`, stop_reason from
 --     `trial_stop_reasons` (the columns trial_records shows; read there to skip its span lists);
 --   advantage = reward - mean(reward) over the batch's trials of the same task, every trial
@@ -32,17 +33,6 @@ WITH records AS (
     JOIN trial_stop_reasons AS r ON r.trial_key = c.trial_key
     LEFT JOIN jobs AS j ON j.job_key = c.job_key
 ),
-sequences AS (
-    SELECT
-        trial_key,
-        sequence_index,
-        sum(context_tokens + n_sampled) AS n_tokens,
-        sum(n_sampled) AS loss_tokens,
-        max(prompt_len + n_sampled) AS longest_span_tokens,
-        count(*) AS n_spans
-    FROM datum_spans
-    GROUP BY trial_key, sequence_index
-),
 per_episode AS (
     SELECT
         trial_key,
@@ -50,8 +40,10 @@ per_episode AS (
         count(*) AS n_sequences,
         count(*) FILTER (WHERE loss_tokens > 0) AS n_datums,
         max(longest_span_tokens) AS longest_span_tokens,
-        max(n_tokens) FILTER (WHERE loss_tokens > 0)::BIGINT AS longest_datum_tokens
-    FROM sequences
+        max(n_tokens) FILTER (WHERE loss_tokens > 0) AS longest_datum_tokens,
+        coalesce(sum(n_tokens) FILTER (WHERE loss_tokens > 0), 0)::BIGINT AS datum_tokens,
+        sum(loss_tokens)::BIGINT AS loss_tokens
+    FROM datum_sequences
     GROUP BY trial_key
 )
 SELECT
@@ -74,6 +66,8 @@ SELECT
     e.n_datums,
     e.longest_span_tokens,
     e.longest_datum_tokens,
+    e.datum_tokens,
+    e.loss_tokens,
     CASE
         WHEN r.stop_reason = 'context_overflow' OR e.longest_span_tokens > r.context_budget
             THEN 'overflow'

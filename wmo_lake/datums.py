@@ -59,13 +59,14 @@ WHERE ($batch_glob IS NULL OR batch GLOB $batch_glob)
   AND ($run IS NULL OR run = $run)
 """
 BATCHES_QUERY = """
+WITH trial_counts AS (SELECT batch, count(*) AS trials FROM cells GROUP BY batch)
 SELECT
-    s.batch, s.run, s.step,
-    (SELECT count(*) FROM cells AS c WHERE c.batch = s.batch) AS trials,
+    s.batch, s.run, s.step, t.trials,
     s.episodes, s.datums, s.fragments, s.overflow_drops, s.overlong_drops,
     s.loss_tokens, s.context_tokens,
     j.model_name, j.model_path, j.max_tokens, j.max_turns, j.context_limit
 FROM datum_stats AS s
+JOIN trial_counts AS t USING (batch)
 LEFT JOIN jobs AS j USING (batch)
 WHERE ($batch_glob IS NULL OR s.batch GLOB $batch_glob)
   AND ($run IS NULL OR s.run = $run)
