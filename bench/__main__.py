@@ -23,7 +23,6 @@ import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -181,10 +180,17 @@ class BenchError(Exception):
 
 
 def command_exists(*words: str) -> bool:
-    probe = subprocess.run(
-        [*wmo_lake_command(), *words, "--help"], capture_output=True, text=True, check=False
-    )
-    return probe.returncode == 0
+    """Whether `wmo-lake WORDS...` is a command (read from the click tree, no process started)."""
+    import click
+
+    from wmo_lake.cli import cli
+
+    command: Any = cli
+    for word in words:
+        if not isinstance(command, click.Group) or word not in command.commands:
+            return False
+        command = command.commands[word]
+    return True
 
 
 def ingest(paths: list[Path], lake: Path, workers: int | None) -> Run:
@@ -590,12 +596,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="trials of the smaller ingest the peak RSS is compared with (also trials per job)",
     )
     parser.add_argument(
-        "--tiny-trials", type=int, default=100_000, help="trials of the small-trial stats lake"
+        "--tiny-trials",
+        type=int,
+        default=None,
+        help="trials of the small-trial stats lake [default: 100000; --quick: 300]",
     )
     parser.add_argument(
-        "--trajectory-trials", type=int, default=64, help="trials of the trajectory tree"
+        "--trajectory-trials",
+        type=int,
+        default=None,
+        help="trials of the trajectory tree [default: 64; --quick: 4]",
     )
-    parser.add_argument("--repeat", type=int, default=3, help="runs per figure (median kept)")
+    parser.add_argument(
+        "--repeat", type=int, default=None, help="runs per figure, median kept [default: 3]"
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="cache and report dir")
     parser.add_argument(
         "--only",
@@ -621,9 +635,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.only = only
     if args.quick:
         args.trials, args.small_trials = treegen.QUICK_ROLLOUTS.trials, 4
-        args.tiny_trials = min(args.tiny_trials, 300)
-        args.trajectory_trials = treegen.QUICK_TRAJECTORIES.trials
-        args.repeat = 1
+    defaults = {
+        "tiny_trials": (100_000, 300),
+        "trajectory_trials": (treegen.TRAJECTORIES.trials, treegen.QUICK_TRAJECTORIES.trials),
+        "repeat": (3, 1),
+    }
+    for name, (full, quick) in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
     if args.trials % args.small_trials:
         parser.error("--trials must be a multiple of --small-trials (one job per small ingest)")
     args.out = args.out.resolve()
