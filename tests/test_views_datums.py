@@ -437,6 +437,11 @@ def test_random_trees_match_the_oracle(tmp_path: Path, seed: int) -> None:
     assert sum(s["overflow_drops"] for s in expected_stats.values()) > 0
     assert sum(s["overlong_drops"] for s in expected_stats.values()) > 0
     for row in stats_rows(lake, settings):
+        # datum_stats counts from lengths; it must count exactly the rows `datums` gives
+        batch_rows = [r for r in got if r["batch"] == row["batch"]]
+        assert row["datums"] == len(batch_rows)
+        assert row["loss_tokens"] == sum(r["loss_tokens"] for r in batch_rows)
+        assert row["context_tokens"] == sum(r["n_tokens"] - r["loss_tokens"] for r in batch_rows)
         want = expected_stats[row["batch"]]
         assert {k: row[k] for k in want} == want
         assert row["fragmentation_rate"] == pytest.approx(
