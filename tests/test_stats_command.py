@@ -1,0 +1,200 @@
+"""`wmo-lake stats` through the real click command: the table (run/step order, percentages), the
+seed's warnings as notes, --json (keys exactly the rollout_stats columns), --batch / --run, the
+query-time setting options, and errors without tracebacks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import oracle
+import pytest
+from click.testing import CliRunner, Result
+from harbor_shapes import write_job, write_trial
+from treegen import write_unreadable_trial
+
+from wmo_lake.cli import cli
+from wmo_lake.ingest import ingest
+
+CLEAN = "exp/harbor/step-0001/job"
+WARNED = "exp/harbor/step-0002/job"
+OTHER = "zeta/harbor/step-0000/job"
+COLUMNS = [
+    "batch",
+    "run",
+    "step",
+    "trials",
+    "trials_with_spans",
+    "solve_rate",
+    "graded_solve_rate",
+    "graded_trials",
+    "raw_solve_rate",
+    "executed_trials",
+    "infra_failed_trials",
+    "empty_span_trials",
+    "truncated_spans",
+    "truncated_span_trials",
+    "stop_reason_counts",
+    "scaffold_loss_rate",
+    "unreadable_trials",
+]
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(runs root, lake): a clean batch, a batch raising every warning, a batch of another run."""
+    root = tmp_path_factory.mktemp("cli") / "runs"
+    clean = write_job(root / CLEAN, max_turns=10, max_tokens=1000)
+    write_trial(clean, "ok__1", reward=1.0, n_episodes=3)  # real sample: 3 spans, submitted
+    warned = write_job(root / WARNED, max_turns=5, max_tokens=4)
+    # one turn that sampled all 4 tokens (truncated); 2 episodes, declared -> submitted
+    write_trial(warned, "w__1", reward=1.0, n_episodes=2, turns=[([1], [5, 6, 7, 8], [-0.1] * 4)])
+    # no verifier evidence (infra failed), no spans, a verifier exception -> error
+    write_trial(
+        warned,
+        "w__2",
+        verifier_result=None,
+        rollout_details=None,
+        exception_type="RewardFileNotFoundError",
+    )
+    # a real 0.0 with no CTRF report (graded < executed), 5 episodes -> max_turns
+    write_trial(warned, "w__3", reward=0.0, ctrf=None, n_episodes=5, turns=[([1], [2], [-0.2])])
+    write_unreadable_trial(warned, "w__4", "missing")
+    other = write_job(root / OTHER, max_turns=10, max_tokens=1000)
+    write_trial(other, "z__1", reward=0.5, n_episodes=3)
+    lake = root.parent / "lake"
+    ingest([root], lake, workers=1)
+    return root, lake
+
+
+def stats(lake: Path, *args: str) -> Result:
+    return CliRunner().invoke(cli, ["stats", "--lake", str(lake), *args])
+
+
+def test_table_rows_in_run_step_order_with_percentages(tree: tuple[Path, Path]) -> None:
+    result = stats(tree[1])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].split()[:3] == ["batch", "step", "trials"]
+    rows = [
+        line for line in lines[2:] if line.split() and line.split()[0] in (CLEAN, WARNED, OTHER)
+    ]
+    assert [row.split()[0] for row in rows] == [CLEAN, WARNED, OTHER]
+    warned = rows[1]
+    # solve 1/2 executed, graded 1.0 over 1, raw 1/3, scaffold loss 2/3 (error, max_turns)
+    for cell in ("50.0%", "100.0% (1)", "33.3%", "66.7%", "1 in 1"):
+        assert cell in warned, (cell, warned)
+    assert "error 1, max_turns 1, submitted 1" in warned
+
+
+def test_notes_are_the_seed_warnings(tree: tuple[Path, Path]) -> None:
+    result = stats(tree[1])
+    notes = [line for line in result.stdout.splitlines() if line.startswith("note: ")]
+    assert all(f"note: {WARNED}: " in note for note in notes), notes
+    expected = [
+        ("1 turn(s) across 1/3 trial(s)", "max_tokens = 4"),
+        ("1/3 trial(s) recorded no token spans",),
+        ("1/3 trial(s) never produced verifier evidence", "2 executed"),
+        ("1/2 executed trial(s) have no readable CTRF test report",),
+        ("scaffold loss 66.7%", "error 1, max_turns 1"),
+        ("1 trial dir(s) have no readable result.json",),
+    ]
+    assert len(notes) == len(expected)
+    for note, phrases in zip(notes, expected, strict=True):
+        for phrase in phrases:
+            assert phrase in note, (phrase, note)
+
+
+def settings_of(args: list[str]) -> oracle.Settings:
+    values = dict(zip(args[::2], args[1::2], strict=True))
+    return oracle.Settings(
+        reward_key=values.get("--reward-key", "reward"),
+        reward_mode=values.get("--reward-mode", "raw"),
+        max_turns=int(values["--max-turns"]) if "--max-turns" in values else None,
+        max_tokens=int(values["--max-tokens"]) if "--max-tokens" in values else None,
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["--max-tokens", "1"],
+        ["--max-turns", "2", "--reward-mode", "positive-binary"],
+        ["--reward-key", "score"],
+    ],
+)
+def test_json_is_the_rollout_stats_rows(tree: tuple[Path, Path], args: list[str]) -> None:
+    root, lake = tree
+    result = stats(lake, "--json", *args)
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert [row["batch"] for row in rows] == [CLEAN, WARNED, OTHER]
+    expected = oracle.batch_stats(oracle.read_tree(root, settings_of(args)))
+    for row in rows:
+        assert list(row) == COLUMNS
+        assert isinstance(row["stop_reason_counts"], dict)
+        assert row == expected[row["batch"]]
+
+
+def test_json_hand_checked_values(tree: tuple[Path, Path]) -> None:
+    rows = {row["batch"]: row for row in json.loads(stats(tree[1], "--json").stdout)}
+    warned = rows[WARNED]
+    assert warned["stop_reason_counts"] == {"error": 1, "max_turns": 1, "submitted": 1}
+    assert (warned["solve_rate"], warned["raw_solve_rate"]) == (0.5, 1 / 3)
+    assert (warned["truncated_spans"], warned["unreadable_trials"]) == (1, 1)
+    truncated_at_1 = {
+        row["batch"]: row
+        for row in json.loads(stats(tree[1], "--json", "--max-tokens", "1").stdout)
+    }
+    assert truncated_at_1[WARNED]["truncated_spans"] == 2  # w__1's 4 tokens and w__3's 1
+
+
+def test_batch_glob_and_run_filters(tree: tuple[Path, Path]) -> None:
+    lake = tree[1]
+
+    def batches(*args: str) -> list[str]:
+        result = stats(lake, "--json", *args)
+        assert result.exit_code == 0, result.output
+        return [row["batch"] for row in json.loads(result.stdout)]
+
+    assert batches("--batch", "exp/*/step-0002/*") == [WARNED]
+    assert batches("--batch", "*/job") == [CLEAN, WARNED, OTHER]
+    assert batches("--run", "zeta") == [OTHER]
+    assert batches("--run", "exp", "--batch", "*0001*") == [CLEAN]
+    assert batches("--run", "nope") == []
+    empty = stats(lake, "--run", "nope")
+    assert empty.exit_code == 0
+    assert "no batch matches --run 'nope'" in empty.stderr
+
+
+def test_errors_are_messages_not_tracebacks(tmp_path: Path) -> None:
+    missing = stats(tmp_path / "no-lake")
+    assert missing.exit_code == 1
+    assert "no lake at" in missing.output and "wmo-lake ingest" in missing.output
+    assert "Traceback" not in missing.output
+    bad_mode = stats(tmp_path / "no-lake", "--reward-mode", "binary")
+    assert bad_mode.exit_code == 2 and "positive-binary" in bad_mode.output
+
+
+def test_help_documents_the_plain_sql_settings() -> None:
+    for command in ("stats", "sql"):
+        text = CliRunner().invoke(cli, [command, "--help"]).output
+        for variable in ("wmo_reward_key", "wmo_reward_mode", "wmo_max_turns", "wmo_max_tokens"):
+            assert f"SET VARIABLE {variable}" in text, (command, variable)
+
+
+def test_sql_command_takes_the_same_settings(tree: tuple[Path, Path]) -> None:
+    root, lake = tree
+    expected = oracle.batch_stats(oracle.read_tree(root, oracle.Settings(max_tokens=1)))
+    query = "SELECT batch, truncated_spans FROM rollout_stats"
+
+    def truncated(*args: str) -> dict[str, Any]:
+        result = CliRunner().invoke(cli, ["sql", "--lake", str(lake), "--format", "json", *args])
+        assert result.exit_code == 0, result.output
+        return {row["batch"]: row["truncated_spans"] for row in json.loads(result.stdout)}
+
+    want = {batch: row["truncated_spans"] for batch, row in expected.items()}
+    assert truncated("--max-tokens", "1", query) == want
+    assert truncated(f"SET VARIABLE wmo_max_tokens = 1; {query}") == want
