@@ -177,8 +177,14 @@ def _schedule(rng: random.Random, variants: list[str], n: int) -> list[str]:
 # and 3 record both caps: trial 0 ends on exactly max_turns after declaring completion (reads
 # max_turns); trial 4 samples exactly max_tokens on its last turn (a truncated span).
 FORCED: dict[int, dict[str, str]] = {
-    0: {"episodes": "equal", "trajectory": "declared", "trace": "none", "exception": "none"},
-    4: {"spans": "at-max-tokens", "reward": "float-1", "exception": "none"},
+    0: {
+        "episodes": "equal",
+        "trajectory": "declared",
+        "trace": "none",
+        "exception": "none",
+        "spans": "chained",
+    },
+    4: {"spans": "at-max-tokens", "reward": "float-1", "exception": "none", "episodes": "below"},
     3: {"episodes": "below", "trajectory": "declared", "trace": "none", "exception": "none"},
 }
 
