@@ -351,3 +351,24 @@ def test_schema_is_what_the_issue_lists() -> None:
     assert {"step_id", "tool_call_id", "function_name", "arguments"} <= set(
         TABLES["tool_calls"].schema.names
     )
+
+
+def test_read_trial_trajectories_for_the_bench(tmp_path: Path) -> None:
+    """The one-trial entry point `make bench` times reads what ingest reads."""
+    from wmo_lake.tables.trajectories import read_trial_trajectories
+
+    job = write_job(tmp_path / "runs" / "job")
+    agent = write_trial(job, "chain__1") / "agent"
+    dump(agent / "trajectory.json", linear(("agent", False), ref="trajectory.cont-1.json"))
+    dump(agent / "trajectory.cont-1.json", linear(("user", True), ("agent", False)))
+    tables = read_trial_trajectories(agent.parent)
+    assert {name: table.num_rows for name, table in tables.items()} == {
+        "trajectories": 2,
+        "steps": 3,
+        "tool_calls": 0,
+        "problems": 0,
+    }
+    (agent / "trajectory.json").write_text("{", encoding="utf-8")
+    tables = read_trial_trajectories(agent.parent)
+    assert tables["problems"].column("kind").to_pylist() == ["invalid_json"]
+    assert tables["trajectories"].column("status").to_pylist() == ["unreadable", "ok"]

@@ -14,6 +14,9 @@ import pyarrow as pa
 
 from wmo_lake.tables.steps import FileLabel, WrongTypes
 
+# harbor renders arguments with json.dumps(..., ensure_ascii=False); one encoder, built once.
+_ARGUMENTS = json.JSONEncoder(ensure_ascii=False)
+
 SCHEMA = pa.schema(
     [
         ("trial_key", pa.string()),
@@ -62,7 +65,7 @@ def call_rows(
                 "tool_call_id": call_id,
                 "function_name": name,
                 # harbor renders a missing `arguments` as {} (tool_call.get("arguments", {})).
-                "arguments": json.dumps(call.get("arguments", {}), ensure_ascii=False),
+                "arguments": _ARGUMENTS.encode(call.get("arguments", {})),
             }
         )
     return rows

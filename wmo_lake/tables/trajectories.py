@@ -24,9 +24,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from wmo_lake.jsonfile import ReadFailure, decode, read_bytes
+from wmo_lake.jsonfile import ReadFailure, decode, read_bytes, read_json
 from wmo_lake.tables import steps, tool_calls
-from wmo_lake.tables.fields import ProblemLog, is_real_number
+from wmo_lake.tables.fields import PROBLEMS_SCHEMA, ProblemLog, is_real_number
 from wmo_lake.tables.steps import MAIN, FileLabel, WrongTypes
 
 SCHEMA = pa.schema(
@@ -241,3 +241,27 @@ def read_trajectories(
         index += 1
         del doc
     return found
+
+
+def read_trial_trajectories(trial_dir: Path | str) -> dict[str, pa.Table]:
+    """The `trajectories`, `steps` and `tool_calls` tables of one trial dir, read exactly as ingest
+    reads them (one read per file), with its problems as a fourth table. For `make bench` (issue 5,
+    item 5) and for a quick look at one trial without a lake."""
+    trial_dir = Path(trial_dir)
+    identity = {"trial_key": f"dir:{trial_dir}", "batch": "", "trial_name": trial_dir.name}
+    problems = ProblemLog(unit_key=identity["trial_key"], batch="", trial_name=trial_dir.name)
+    path = trial_dir / "agent" / MAIN_FILE
+    doc = read_json(path)
+    if doc is None:
+        status = "absent"
+    elif isinstance(doc, ReadFailure):
+        status = UNREADABLE
+        problems.add(doc.kind, path, doc.message)
+    elif not isinstance(doc, dict) or not isinstance(doc.get("steps"), list):
+        status = MALFORMED
+        problems.add("malformed_trajectory", path, f"{path} is not an ATIF trajectory")
+    else:
+        status = OK
+    tables = read_trajectories(trial_dir / "agent", status, doc, problems).tables(identity)
+    tables["problems"] = pa.Table.from_pylist(problems.rows, schema=PROBLEMS_SCHEMA)
+    return tables
