@@ -5,6 +5,7 @@ advantage rules, which reads full prompts (never the lake's prefix-compressed st
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -273,6 +274,31 @@ def test_trials_without_spans_contribute_nothing(tmp_path: Path) -> None:
         "loss_tokens": 0,
         "context_tokens": 0,
     }
+
+
+def test_the_real_terminus2_sample_matches_the_oracle(tmp_path: Path, fixtures_dir: Path) -> None:
+    """harbor's own rollout_details (fixtures/harbor/offline-terminus2), read back with `json`."""
+    job = fixtures_dir / "harbor" / "offline-terminus2"
+    result = json.loads((job / "hello-offline__haymH7n" / "result.json").read_text("utf-8"))
+    detail = result["agent_result"]["rollout_details"][0]
+    turns = list(
+        zip(
+            detail["prompt_token_ids"],
+            detail["completion_token_ids"],
+            detail["logprobs"],
+            strict=True,
+        )
+    )
+    expected = oracle_episode(turns)
+    lake = tmp_path / "lake"
+    ingest([job], lake, workers=1)
+    rows = datum_rows(lake)
+    assert len(rows) == len(expected) > 0
+    for row, sequence in zip(rows, expected, strict=True):
+        assert row["model_input_tokens"] == sequence.tokens
+        assert row["loss_mask"] == sequence.mask
+        assert row["sampled_logprobs"] == sequence.logprobs
+    assert [r["fragment_index"] for r in rows] == list(range(len(expected)))
 
 
 # --- seeded-random trees held against the oracle -------------------------------------------------
