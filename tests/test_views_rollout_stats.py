@@ -6,13 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import oracle
 import pytest
 from harbor_shapes import write_job, write_trial
 from treegen import generate_tree, write_unreadable_trial
 
 from wmo_lake.ingest import ingest
-from wmo_lake.lake import connect
+from wmo_lake.lake import DUCKDB_FILE, connect
 from wmo_lake.output import rows_as_dicts
 
 COLUMNS = [
@@ -117,8 +118,18 @@ def by_batch(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {row["batch"]: row for row in rows}
 
 
-def test_hand_worked_batch(hand_lake: Path) -> None:
-    row = by_batch(query(hand_lake))[HAND]
+def from_duckdb_file(lake: Path) -> list[dict[str, Any]]:
+    """rollout_stats as any DuckDB client sees it: LAKE/lake.duckdb, no wmo_lake involved."""
+    con = duckdb.connect(str(lake / DUCKDB_FILE), read_only=True)
+    try:
+        return rows_as_dicts(con.sql("SELECT * FROM rollout_stats"))
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("door", [query, from_duckdb_file])
+def test_hand_worked_batch(hand_lake: Path, door: Any) -> None:
+    row = by_batch(door(hand_lake))[HAND]
     assert row == {
         "batch": HAND,
         "run": "exp",
