@@ -148,6 +148,12 @@ def percent(value: float, denominator: int) -> str:
     return f"{100.0 * value:.1f}%" if denominator else NO_MEASUREMENT
 
 
+def _with_stop_reason(row: dict[str, Any]) -> int:
+    """Trials with a stop reason, as far as the counts tell ('unknown' is no reason)."""
+    known = sum(n for reason, n in row["stop_reason_counts"].items() if reason != "unknown")
+    return known or int(row["scaffold_loss_rate"] > 0)
+
+
 def table_lines(rows: list[dict[str, Any]]) -> list[str]:
     """The stats as an aligned text table, rates as percentages."""
     headers = [
@@ -177,7 +183,7 @@ def table_lines(rows: list[dict[str, Any]]) -> list[str]:
             str(row["infra_failed_trials"]),
             str(row["empty_span_trials"]),
             f"{row['truncated_spans']} in {row['truncated_span_trials']}",
-            percent(row["scaffold_loss_rate"], row["trials"]),
+            percent(row["scaffold_loss_rate"], _with_stop_reason(row)),
             str(row["unreadable_trials"]),
             ", ".join(f"{k} {v}" for k, v in row["stop_reason_counts"].items()),
         ]

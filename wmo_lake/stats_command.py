@@ -45,11 +45,11 @@ def stats(
     any DuckDB client sets them in plain SQL before querying:
 
     \b
-      SET VARIABLE wmo_reward_key = 'score';          -- --reward-key
+      SET VARIABLE wmo_reward_key = 'score';            -- --reward-key
       SET VARIABLE wmo_reward_mode = 'positive-binary'; -- --reward-mode
-      SET VARIABLE wmo_max_turns = 30;                -- --max-turns
-      SET VARIABLE wmo_max_tokens = 4096;             -- --max-tokens
-      RESET VARIABLE wmo_max_tokens;                  -- back to each batch's recorded value
+      SET VARIABLE wmo_max_turns = 30;                  -- --max-turns
+      SET VARIABLE wmo_max_tokens = 4096;               -- --max-tokens
+      RESET VARIABLE wmo_max_tokens;                    -- back to the recorded cap
 
     \b
     Examples:
