@@ -3,6 +3,7 @@ tests), held against hand-worked cases for every edge of issue 3 and against the
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from pathlib import Path
@@ -12,10 +13,13 @@ import duckdb
 import oracle
 import pytest
 from harbor_shapes import write_job, write_trial
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 from treegen import _ctrf, generate_tree
 
 from wmo_lake.ingest import ingest
-from wmo_lake.lake import connect
+from wmo_lake.lake import connect, sql_dir
 from wmo_lake.output import rows_as_dicts
 
 # (case, verifier_result, reward, infra_failed, passed raw, passed positive-binary)
@@ -260,3 +264,48 @@ def test_cells_match_the_oracle_on_generated_trees(
         row = got[(record["batch"], record["trial_name"])]
         for column in CELL_COLUMNS:
             assert row[column] == record[column], (record["trial_name"], column)
+
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.floats(min_value=0.0, max_value=1.0)
+    | st.sampled_from([0, 1, 0.0, 1.0, -0.0, 5e-324, 1 - 2**-53])
+    | st.text(max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=2) | st.dictionaries(st.text(max_size=2), inner, max_size=2)
+    ),
+    max_leaves=3,
+)
+
+
+@hypothesis_settings(max_examples=80, deadline=None)
+@given(values=st.lists(JSON_VALUES, min_size=1, max_size=8))
+def test_reward_rule_matches_the_oracle_for_any_json_value(values: list[Any]) -> None:
+    """The cells reward rule over arbitrary JSON values, straight on a `trials` table holding
+    the rewards map as the lake stores it (key -> the value's JSON text)."""
+    con = duckdb.connect()
+    try:
+        con.execute(
+            "CREATE TABLE trials AS SELECT 'k' || i AS trial_key, 'b' AS batch, NULL AS run, "
+            "NULL::BIGINT AS step, NULL AS job_key, 't' || i AS trial_name, 'task' AS task_name, "
+            "'' AS artifact_dir, MAP {'reward': texts[i + 1]} AS rewards, "
+            "NULL AS exception_type, 'absent' AS ctrf_status, NULL::BOOLEAN AS "
+            "ctrf_summary_present, NULL::BOOLEAN AS ctrf_summary_valid, NULL::BIGINT AS "
+            "ctrf_passed, NULL::BIGINT AS ctrf_failed, NULL::BIGINT AS ctrf_skipped, NULL::BIGINT "
+            "AS ctrf_pending, NULL::BIGINT AS ctrf_other, NULL::INT AS ctrf_n_tests "
+            "FROM (SELECT ?::VARCHAR[] AS texts), range(?) AS r(i)",
+            [[json.dumps(v) for v in values], len(values)],
+        )
+        con.execute("CREATE TABLE tests (trial_key VARCHAR, status VARCHAR)")
+        con.execute((sql_dir() / "cells.sql").read_text(encoding="utf-8"))
+        got = dict(
+            con.sql("SELECT trial_name, reward FROM cells WHERE NOT infra_failed").fetchall()
+        )
+    finally:
+        con.close()
+    for index, value in enumerate(values):
+        result = {"verifier_result": {"rewards": {"reward": value}}}
+        assert got.get(f"t{index}") == oracle.measured_reward(result, "reward"), value
