@@ -71,12 +71,23 @@ turns AS (
 ),
 
 messages AS (
-    SELECT trial_key, file_index, step_index, 0 AS part, role, content, has_media
+    -- each turn, and after an agent turn with an observation, that observation as a user turn
+    SELECT
+        trial_key,
+        file_index,
+        step_index,
+        has_media,
+        unnest(
+            CASE
+                WHEN source = 'agent' AND observation IS NOT NULL
+                    THEN [
+                        {'part': 0, 'role': role, 'content': content},
+                        {'part': 1, 'role': 'user', 'content': observation}
+                    ]
+                ELSE [{'part': 0, 'role': role, 'content': content}]
+            END
+        ) AS turn
     FROM turns
-    UNION ALL
-    SELECT trial_key, file_index, step_index, 1 AS part, 'user', observation, has_media
-    FROM turns
-    WHERE source = 'agent' AND observation IS NOT NULL
 ),
 
 main_ends AS (
@@ -126,7 +137,9 @@ SELECT
     e.is_last_episode,
     t.file AS last_file,
     t.model_name,
-    list({'role': m.role, 'content': m.content} ORDER BY m.step_index, m.part) AS messages,
+    list(
+        {'role': m.turn.role, 'content': m.turn.content} ORDER BY m.step_index, m.turn.part
+    ) AS messages,
     count(*) AS n_messages,
     bool_or(m.has_media) AS has_media
 FROM ends AS e
@@ -136,7 +149,7 @@ JOIN messages AS m
         AND m.file_index = e.file_index
         AND (
             m.step_index < e.end_index
-            OR (m.step_index = e.end_index AND (m.part = 0 OR e.keeps_last_observation))
+            OR (m.step_index = e.end_index AND (m.turn.part = 0 OR e.keeps_last_observation))
         )
 LEFT JOIN trajectories AS t ON t.trial_key = e.trial_key AND t.file_index = e.file_index
 GROUP BY ALL

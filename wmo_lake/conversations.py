@@ -48,12 +48,11 @@ BATCH_ROWS = 256  # rows per Arrow batch streamed out of DuckDB: memory stays fl
 # bound parameters (NULL matches everything).
 CANDIDATES = """
 SELECT
-    v.batch, v.trial_name, v.trace_source, v.episode, v.is_last_episode, v.has_media,
-    c.run, c.step, c.task_id AS task,
+    v.trial_key, v.batch, v.trial_name, v.trace_source, v.episode, v.is_last_episode,
+    v.has_media, c.run, c.step, c.task_id AS task,
     coalesce(v.model_name, t.model_name) AS model,
     CASE WHEN c.infra_failed THEN NULL ELSE c.reward END AS reward,
-    c.passed,
-    v.messages
+    c.passed
 FROM conversations AS v
 JOIN cells AS c USING (trial_key)
 JOIN trials AS t USING (trial_key)
@@ -74,7 +73,42 @@ WHERE ($batch_glob IS NULL OR c.batch GLOB $batch_glob)
 GROUP BY ALL
 ORDER BY c.run NULLS LAST, c.step NULLS LAST, c.batch
 """
-COLUMNS = ("task", "trial_name", "batch", "model", "reward", "passed", "trace_source", "episode")
+# The trials left after every rule, in export order, with an estimate of the text their
+# conversations hold (each file's text times its episodes): the writer builds the messages a chunk
+# of trials at a time, so memory follows the chunk, not the export.
+TRIAL_SIZES = """
+SELECT c.trial_key, any_value(s.text_bytes) AS text_bytes
+FROM candidates AS c
+JOIN (
+    SELECT trial_key, sum(text_bytes * (episodes + 1)) AS text_bytes
+    FROM (
+        SELECT
+            trial_key,
+            file_index,
+            sum(
+                coalesce(len(message), 0) + coalesce(len(observation), 0)
+                + coalesce(len(reasoning_content), 0)
+            ) AS text_bytes,
+            count(*) FILTER (WHERE source = 'agent') AS episodes
+        FROM steps
+        GROUP BY trial_key, file_index
+    )
+    GROUP BY trial_key
+) AS s USING (trial_key)
+GROUP BY c.trial_key, c.run, c.step, c.batch, c.trial_name
+ORDER BY c.run NULLS LAST, c.step NULLS LAST, c.batch, c.trial_name
+"""
+# The rows of one chunk of trials ($keys): the view's messages, pushed down to those trials.
+CHUNK_ROWS = """
+SELECT v.messages, c.task, c.trial_name, c.batch, c.model, c.reward, c.passed, c.trace_source,
+    c.episode
+FROM candidates AS c
+JOIN conversations AS v USING (trial_key, trace_source, episode)
+WHERE list_contains($keys, v.trial_key)
+ORDER BY c.run NULLS LAST, c.step NULLS LAST, c.batch, c.trial_name,
+    c.trace_source <> 'main', c.trace_source, c.episode
+"""
+CHUNK_TEXT_BYTES = 16 * 2**20
 ROW_SCHEMA = pa.schema(
     [
         ("messages", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
@@ -152,14 +186,10 @@ def export_conversations(
         _drop(con, excluded, "NOT coalesce(passed, false)", "not_passed", outcome == "success")
         _drop(con, excluded, "has_media", "multimodal", True)
         trials = _trials(con, scope)
-        ordered = con.sql(
-            f"SELECT messages, {', '.join(COLUMNS)} FROM candidates "
-            "ORDER BY run NULLS LAST, step NULLS LAST, batch, trial_name, "
-            "trace_source <> 'main', trace_source, episode"
-        )
+        chunks = _chunks(con.execute(TRIAL_SIZES).fetchall())
 
         def write(path: Path) -> int:
-            rows = _write(_unique_batches(ordered.to_arrow_reader(BATCH_ROWS), excluded), path, fmt)
+            rows = _write(_unique_batches(_chunk_batches(con, chunks), excluded), path, fmt)
             if not rows:
                 raise ExportError(_nothing_to_export(trials, excluded))
             return rows
@@ -206,6 +236,27 @@ def _drop(
     if count:
         excluded[reason] += count
         con.execute(f"DELETE FROM candidates WHERE {condition}")
+
+
+def _chunks(sizes: list[tuple[str, int]]) -> list[list[str]]:
+    """Consecutive trials grouped so each group's estimated text stays under CHUNK_TEXT_BYTES
+    (a trial larger than that is a group of its own)."""
+    chunks: list[list[str]] = []
+    total = CHUNK_TEXT_BYTES
+    for trial_key, text_bytes in sizes:
+        if total + (text_bytes or 0) > CHUNK_TEXT_BYTES:
+            chunks.append([])
+            total = 0
+        chunks[-1].append(trial_key)
+        total += text_bytes or 0
+    return chunks
+
+
+def _chunk_batches(
+    con: duckdb.DuckDBPyConnection, chunks: list[list[str]]
+) -> Iterator[pa.RecordBatch]:
+    for keys in chunks:
+        yield from con.sql(CHUNK_ROWS, params={"keys": keys}).to_arrow_reader(BATCH_ROWS)
 
 
 def _unique_batches(
