@@ -290,3 +290,18 @@ def test_load_verified_refuses_a_bad_message(good_export: Path) -> None:
     manifest_path(good_export).write_text(json.dumps(manifest))
     with pytest.raises(ExportError, match="role"):
         load_verified(good_export)
+
+
+def test_chunked_writing_changes_nothing(
+    lake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Messages are built a chunk of trials at a time (flat memory); one trial per chunk gives the
+    same file, duplicates across chunks included."""
+    from wmo_lake import conversations
+
+    whole, _ = exported(lake, tmp_path / "whole.jsonl", "--no-split-guard")
+    monkeypatch.setattr(conversations, "CHUNK_TEXT_BYTES", 1)
+    chunked, manifest = exported(lake, tmp_path / "chunked.jsonl", "--no-split-guard")
+    assert chunked == whole
+    assert manifest["excluded"]["duplicate"] == 3
+    assert (tmp_path / "whole.jsonl").read_bytes() == (tmp_path / "chunked.jsonl").read_bytes()
