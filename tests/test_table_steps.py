@@ -4,6 +4,7 @@ values are written out by hand from the trajectories the tests write."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -372,3 +373,31 @@ def test_read_trial_trajectories_for_the_bench(tmp_path: Path) -> None:
     tables = read_trial_trajectories(agent.parent)
     assert tables["problems"].column("kind").to_pylist() == ["invalid_json"]
     assert tables["trajectories"].column("status").to_pylist() == ["unreadable", "ok"]
+
+
+def test_a_lake_from_before_these_tables_opens_with_them_empty(tmp_path: Path) -> None:
+    """A lake ingested before trajectories / steps / tool_calls existed has no files for them: it
+    still opens (the tables empty, every view working) until the next ingest fills them."""
+    import duckdb
+
+    from wmo_lake.lake import ensure_duckdb_file
+    from wmo_lake.store import Store
+
+    job = write_job(tmp_path / "runs" / "job")
+    write_trial(job, "real__1")
+    lake = tmp_path / "lake"
+    ingest([tmp_path / "runs"], lake, workers=1)
+    manifest_file = lake / "manifest.json"
+    manifest = json.loads(manifest_file.read_text())
+    for table in ("trajectories", "steps", "tool_calls"):
+        manifest["tables"].pop(table)
+    manifest_file.write_text(json.dumps(manifest))
+    (lake / "lake.duckdb").unlink(missing_ok=True)
+    assert query(lake, "SELECT (SELECT count(*) FROM steps), (SELECT count(*) FROM episodes)") == [
+        (0, 1)
+    ]
+    con = duckdb.connect(str(ensure_duckdb_file(Store(lake))), read_only=True)
+    try:
+        assert con.execute("SELECT count(*) FROM conversations").fetchall() == [(0,)]
+    finally:
+        con.close()

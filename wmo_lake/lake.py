@@ -124,7 +124,11 @@ def connect(lake: Path | str, settings: dict[str, Any] | None = None) -> duckdb.
     con = duckdb.connect()
     for name in TABLES:
         files = [str(p) for p in store.files(manifest, name)]
-        con.read_parquet(files, union_by_name=True).create_view(name)
+        if files:
+            con.read_parquet(files, union_by_name=True).create_view(name)
+        else:  # a lake written before this table existed: empty until the next ingest fills it
+            con.register(f"_empty_{name}", TABLES[name].schema.empty_table())
+            con.execute(f"CREATE VIEW {name} AS SELECT * FROM _empty_{name}")
     for _, sql in view_sources():
         con.execute(sql)
     set_settings(con, settings or {})
@@ -158,6 +162,10 @@ def ensure_duckdb_file(store: Store) -> Path:
         con.execute("INSERT INTO _wmo_lake VALUES (?)", [stamp])
         for name in TABLES:
             files = ", ".join(sql_string(str(p.resolve())) for p in store.files(manifest, name))
+            if not files:  # a lake written before this table existed (see connect)
+                con.register(f"_empty_{name}", TABLES[name].schema.empty_table())
+                con.execute(f"CREATE TABLE {name} AS SELECT * FROM _empty_{name}")
+                continue
             con.execute(
                 f"CREATE VIEW {name} AS SELECT * FROM read_parquet([{files}], union_by_name = true)"
             )
