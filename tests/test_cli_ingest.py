@@ -73,3 +73,15 @@ def test_help_teaches(tmp_path: Path) -> None:
     assert (
         "Examples:" in result.output and "--sinks" in result.output and "--strict" in result.output
     )
+
+
+def test_an_empty_tree_makes_an_empty_queryable_lake(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    lake = tmp_path / "lake"
+    result = CliRunner().invoke(cli, ["ingest", str(tmp_path / "empty"), "--lake", str(lake)])
+    assert result.exit_code == 0, result.output
+    assert "0 trials" in result.output
+    rows = CliRunner().invoke(
+        cli, ["sql", "SELECT count(*) AS n FROM trials", "--lake", str(lake), "--format", "json"]
+    )
+    assert json.loads(rows.stdout) == [{"n": 0}]

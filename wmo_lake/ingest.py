@@ -313,8 +313,8 @@ def ingest(
                 _append_problems(commit, problems)
                 catalog[source] = CatalogEntry(source, source, "walk", None, None, fp, 1)
 
-            changed = commit.changed
-            if changed:
+            # A first ingest always commits, so even an empty tree leaves a queryable lake.
+            if commit.changed or not store.exists():
                 manifest = commit.finish(catalog.values())
                 summary.generation = manifest.generation
                 summary.committed = True
