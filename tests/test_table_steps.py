@@ -401,3 +401,35 @@ def test_a_lake_from_before_these_tables_opens_with_them_empty(tmp_path: Path) -
         assert con.execute("SELECT count(*) FROM conversations").fetchall() == [(0,)]
     finally:
         con.close()
+
+
+def test_embedded_subagents_are_their_own_traces(tmp_path: Path) -> None:
+    """ATIF-v1.7 `subagent_trajectories` inside a document are flattened like subagent files."""
+    from wmo_lake.tables.trajectories import read_trial_trajectories
+
+    job = write_job(tmp_path / "runs" / "job")
+    agent = write_trial(job, "embedded__1") / "agent"
+    main = linear(("user", False), ("agent", False))
+    main["subagent_trajectories"] = [
+        {**linear(("user", False), ("agent", False)), "trajectory_id": "search-1"},
+        linear(("agent", False)),  # no trajectory_id: named by its position
+    ]
+    dump(agent / "trajectory.json", main)
+    tables = read_trial_trajectories(agent.parent)
+    files = tables["trajectories"].select(["file", "file_index", "trace_source", "n_steps"])
+    assert files.to_pylist() == [
+        {"file": "trajectory.json", "file_index": 0, "trace_source": "main", "n_steps": 2},
+        {
+            "file": "trajectory.json#search-1",
+            "file_index": 1,
+            "trace_source": "search-1",
+            "n_steps": 2,
+        },
+        {
+            "file": "trajectory.json#subagent-1",
+            "file_index": 2,
+            "trace_source": "subagent-1",
+            "n_steps": 1,
+        },
+    ]
+    assert tables["steps"].column("file_index").to_pylist() == [0, 0, 1, 1, 2]

@@ -7,6 +7,8 @@ A trial's agent/ dir may hold, besides `trajectory.json`:
   episode is whole even when a reference is missing;
 - subagent trajectories (`trajectory.<name>.json`, e.g. `trajectory.summarization-1-summary.json`):
   each is its own trace, named as harbor's export names it (`summarization-1-summary`).
+Subagents embedded in a document (ATIF-v1.7 `subagent_trajectories`) are traces too, labelled
+`<file>#<trajectory_id>` and named by their trajectory_id.
 
 Each file is read once (msgspec) and dropped before the next; a file that cannot be read, or is
 not an ATIF trajectory, becomes a `problems` row and a `trajectories` row with its status, and the
@@ -71,6 +73,10 @@ class Found:
     files: list[dict[str, Any]] = field(default_factory=list)
     steps: list[dict[str, Any]] = field(default_factory=list)
     calls: list[dict[str, Any]] = field(default_factory=list)
+
+    def label(self, name: str, trace_source: str) -> FileLabel:
+        """The next trajectory's label: files are ranked in the order they are added."""
+        return FileLabel(name, len(self.files), trace_source)
 
     def tables(self, identity: dict[str, str]) -> dict[str, pa.Table]:
         return {
@@ -158,6 +164,12 @@ def add_file(
         found.steps.append(step_row)
         found.calls += tool_calls.call_rows(step, index, step_row["step_id"], label, wrong)
     wrong.report(problems)
+    # ATIF-v1.7 subagents embedded in this document: each its own trace, named by trajectory_id.
+    embedded = doc.get("subagent_trajectories")
+    for position, sub in enumerate(embedded if isinstance(embedded, list) else []):
+        sub_id = sub.get("trajectory_id") if isinstance(sub, dict) else None
+        name = sub_id if isinstance(sub_id, str) and sub_id else f"subagent-{position}"
+        add_file(found, path, found.label(f"{label.name}#{name}", name), sub, None, problems)
     return ref
 
 
@@ -186,7 +198,6 @@ def read_trajectories(
         names = set(os.listdir(agent_dir))
     except OSError:
         names = set()
-    index = 0
     ref: str | None = None
     main_path = agent_dir / MAIN_FILE
     if main_status != "absent":
@@ -194,9 +205,8 @@ def read_trajectories(
         doc = main_doc if main_status == "ok" else None
         if main_status == "unreadable":
             doc = ReadFailure(main_status, "")
-        label = FileLabel(MAIN_FILE, index, MAIN)
+        label = found.label(MAIN_FILE, MAIN)
         ref = add_file(found, main_path, label, doc, _size(main_path), problems, report=False)
-        index += 1
         del doc
     del main_doc
 
@@ -216,8 +226,7 @@ def read_trajectories(
         seen.add(ref)
         continuations.append(ref)
         doc, size = _read(agent_dir / ref)
-        ref = add_file(found, agent_dir / ref, FileLabel(ref, index, MAIN), doc, size, problems)
-        index += 1
+        ref = add_file(found, agent_dir / ref, found.label(ref, MAIN), doc, size, problems)
         del doc
     unreached = sorted(
         (int(m.group(1)), name)
@@ -226,8 +235,7 @@ def read_trajectories(
     )
     for _, name in unreached:
         doc, size = _read(agent_dir / name)
-        add_file(found, agent_dir / name, FileLabel(name, index, MAIN), doc, size, problems)
-        index += 1
+        add_file(found, agent_dir / name, found.label(name, MAIN), doc, size, problems)
         del doc
 
     # Subagent trajectories, by harbor's rule: every trajectory.*.json without ".cont-".
@@ -236,9 +244,8 @@ def read_trajectories(
         if not match or ".cont-" in name or name == MAIN_FILE:
             continue
         doc, size = _read(agent_dir / name)
-        label = FileLabel(name, index, match.group(1))
+        label = found.label(name, match.group(1))
         add_file(found, agent_dir / name, label, doc, size, problems)
-        index += 1
         del doc
     return found
 
