@@ -416,11 +416,14 @@ def buffered_ingest(
     def append(commit: Any, table: str, rows: Any) -> None:
         pending = commit.__dict__.setdefault("bench_pending", {})
         counts = commit.__dict__.setdefault("bench_counts", {})
-        pending.setdefault(table, []).append(rows)
+        pieces = pending.setdefault(table, [])
+        pieces.append(rows)
         counts[table] = counts.get(table, 0) + rows.num_rows
         if counts[table] >= rows_per_group:
             counts[table] = 0
             flush(commit, table)
+        elif len(pieces) >= 512:  # a 1-row table costs KBs of buffers: merge pieces as they come
+            pending[table] = [pa.concat_tables(pieces, promote_options="default")]
 
     def finish(commit: Any, catalog: Any) -> Any:
         for table in list(commit.__dict__.get("bench_pending", {})):
