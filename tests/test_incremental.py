@@ -229,3 +229,18 @@ def test_extract_is_pure_and_picklable(tmp_path: Path) -> None:
     result = pickle.loads(pickle.dumps(extract.extract_trial(pickle.loads(pickle.dumps(task)))))
     assert result.kind == extract.TRIAL and result.tables["spans"].num_rows == 3
     assert json.loads(json.dumps(result.unit_key)) == "job-t-0"
+
+
+def test_worker_pool_gives_the_same_lake_as_one_process(tmp_path: Path, monkeypatch) -> None:
+    runs = _tree(tmp_path, n_trials=6)
+    ingest([runs], tmp_path / "serial", workers=1)
+    monkeypatch.setattr("wmo_lake.ingest.POOL_ABOVE_BYTES", 0)  # force the pool on a small tree
+    summary = ingest([runs], tmp_path / "pooled", workers=2)
+    assert summary.trials_new == 6
+    query = "SELECT * EXCLUDE (artifact_dir) FROM trials ORDER BY trial_key"
+    spans = "SELECT * FROM spans_full ORDER BY trial_key, call_index"
+    for sql in (query, spans):
+        assert (
+            connect(tmp_path / "serial").execute(sql).fetchall()
+            == connect(tmp_path / "pooled").execute(sql).fetchall()
+        )

@@ -9,6 +9,7 @@ from the same PATH or another, replaces its rows instead of doubling them.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import multiprocessing
 import os
@@ -36,7 +37,9 @@ TRIAL_FILES = (
     "wmo-run.json",
     "verifier/ctrf.json",
 )
-IN_PROCESS_BELOW = 4  # fewer changed trials than this are not worth starting workers for
+# Below this much JSON to read, starting worker processes (~0.5 s, and every row crosses a pipe)
+# costs more than the second core saves.
+POOL_ABOVE_BYTES = 48 * 2**20
 
 Progress = Callable[[int, int], None]
 
@@ -136,12 +139,22 @@ def _exit_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, daemon=True, name="wmo-lake-parent-watch").start()
 
 
+def _bytes_to_read(task: TrialTask) -> int:
+    """The size of the JSON one task parses (result.json and the trajectories)."""
+    trial_dir = Path(task.path)
+    total = 0
+    for path in [trial_dir / "result.json", *(trial_dir / "agent").glob("trajectory*.json")]:
+        with contextlib.suppress(OSError):
+            total += path.stat().st_size
+    return total
+
+
 def _extract_all(
     tasks: list[TrialTask], workers: int, progress: Progress | None
 ) -> Iterator[tuple[TrialTask, Extracted]]:
     """Extract every task in completion order, at most 2 per worker in flight (flat memory)."""
     total = len(tasks)
-    if workers <= 1 or total < IN_PROCESS_BELOW:
+    if workers <= 1 or total < 2 or sum(map(_bytes_to_read, tasks)) < POOL_ABOVE_BYTES:
         for done, task in enumerate(tasks, 1):
             yield task, extract_trial(task)
             if progress:

@@ -35,6 +35,7 @@ FORMAT = "wmo-lake"
 FORMAT_VERSION = 1
 MAX_SEGMENTS = 12  # per table; more are merged (small ones first) so queries open few files
 COMPACT_BELOW_BYTES = 256 * 2**20
+FLUSH_BYTES = 32 * 2**20  # Arrow bytes buffered per table before a row group is written
 
 CATALOG_SCHEMA = pa.schema(
     [
@@ -105,6 +106,8 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """`table` with exactly `schema`'s columns: missing ones null, extra ones dropped."""
+    if table.schema.equals(schema):  # the common case: rows built with the schema
+        return table
     columns = [
         table.column(f.name).cast(f.type)
         if f.name in table.column_names
@@ -195,6 +198,8 @@ class Commit:
         self.token = secrets.token_hex(4)
         self._writers: dict[str, pq.ParquetWriter] = {}
         self._new_files: dict[str, str] = {}
+        self._buffers: dict[str, list[pa.Table]] = {}
+        self._buffered: dict[str, int] = {}
         self.removed: set[str] = set()
 
     @property
@@ -220,14 +225,28 @@ class Commit:
         )
 
     def append(self, table: str, rows: pa.Table) -> None:
-        """Add rows of new units to this generation's segment of `table`."""
+        """Add rows of new units to this generation's segment of `table`.
+
+        Rows are buffered and written in row groups of up to FLUSH_BYTES: a row group per trial
+        would make every later scan slow, and a buffer of the whole ingest would not be flat."""
         if rows.num_rows == 0:
             return
         if table not in self._writers:
             path, rel = self._segment_path(table)
             self._writers[table] = self._open_writer(table, path)
             self._new_files[table] = rel
-        self._writers[table].write_table(conform(rows, TABLES[table].schema))
+            self._buffers[table] = []
+            self._buffered[table] = 0
+        self._buffers[table].append(conform(rows, TABLES[table].schema))
+        self._buffered[table] += rows.nbytes
+        if self._buffered[table] >= FLUSH_BYTES:
+            self._flush(table)
+
+    def _flush(self, table: str) -> None:
+        if self._buffers.get(table):
+            self._writers[table].write_table(pa.concat_tables(self._buffers[table]))
+        self._buffers[table] = []
+        self._buffered[table] = 0
 
     def remove_units(self, keys: Iterable[str]) -> None:
         """Drop these units' rows from the segments of earlier generations."""
@@ -273,7 +292,8 @@ class Commit:
 
     def finish(self, catalog: Iterable[CatalogEntry]) -> Manifest:
         """Write the catalog and swap the manifest: the commit point."""
-        for writer in self._writers.values():
+        for table, writer in self._writers.items():
+            self._flush(table)
             writer.close()
         tables: dict[str, list[str]] = {}
         for name in TABLES:
