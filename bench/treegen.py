@@ -59,6 +59,7 @@ class TreeSpec:
     max_turns: int = 40  # the job's recorded kwargs.max_turns
     trajectory_steps: tuple[int, int] = (40, 60)  # trajectories kind: agent steps per trial
     observation_bytes: tuple[int, int] = (1000, 8000)  # trajectories kind: per observation
+    omit_trajectories: bool = False  # the twin tree the trajectory bench subtracts
     seed: int = 0
 
     def key(self) -> str:
@@ -89,7 +90,13 @@ TINY = TreeSpec(
     max_tokens=20,
     max_turns=3,
 )
-TRAJECTORIES = TreeSpec(kind="trajectories", trials=64, trials_per_job=32)
+TRAJECTORIES = TreeSpec(
+    kind="trajectories",
+    trials=128,
+    trials_per_job=32,
+    trajectory_steps=(40, 120),
+    observation_bytes=(2000, 16000),
+)
 QUICK_TRAJECTORIES = TreeSpec(
     kind="trajectories",
     trials=4,
@@ -462,7 +469,8 @@ def _write_trial(trial_dir: Path, plan: TrialPlan, spec: TreeSpec, job_id: str, 
         trial_dir / "config.json",
         _trial_config_template().render(trial_name=plan.name, job_id=job_id),
     )
-    _write(trial_dir / "agent" / "trajectory.json", trajectory)
+    if not spec.omit_trajectories:
+        _write(trial_dir / "agent" / "trajectory.json", trajectory)
     if plan.reward is not None:
         _write(trial_dir / "verifier" / "ctrf.json", _ctrf_text(plan.tests_failed))
         if spec.kind != "tiny":  # no table reads reward.txt; 100k tiny trials skip the file

@@ -8,6 +8,7 @@ that wmo-lake reads the generated spans back exactly as the JSON holds them.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]
 
 
 def _tree(out: Path, spec: treegen.TreeSpec) -> treegen.Tree:
-    (root,) = [p for p in (out / "trees").iterdir() if p.name.startswith(f"{spec.kind}-")]
+    root = out / "trees" / spec.key()
+    assert (root / treegen.COMPLETE_MARK).is_file()
     return treegen.Tree(root, spec)
 
 
@@ -110,9 +112,11 @@ def test_wmo_lake_reads_the_generated_spans_exactly(run: tuple[dict[str, Any], P
 
 
 def test_trajectory_tree_is_long_atif(run: tuple[dict[str, Any], Path]) -> None:
-    tree = _tree(run[1], treegen.QUICK_TRAJECTORIES)
-    files = tree.files("agent/trajectory.json")
+    spec = replace(treegen.QUICK_TRAJECTORIES, trials=2)
+    files = _tree(run[1], spec).files("agent/trajectory.json")
     assert len(files) == 2
+    twin = _tree(run[1], replace(spec, omit_trajectories=True))
+    assert len(twin.trial_dirs()) == 2 and not twin.files("agent/trajectory.json")
     for path in files:
         text = path.read_text(encoding="utf-8")
         doc = json.loads(text)
