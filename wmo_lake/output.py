@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import duckdb
-import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -68,6 +67,8 @@ def render(
         return
     buffer = io.StringIO()
     if fmt == "table":
+        import polars as pl  # only this format needs it; keeps `wmo-lake` quick to start
+
         frame = pl.from_arrow(to_arrow(relation))
         with pl.Config(
             tbl_rows=-1,

@@ -1,56 +1,29 @@
 """`wmo-lake export ...`: training datasets out of the lake, each with a manifest beside it.
 
-The group is registered on the main CLI in cli.py; each dataset kind is a subcommand here
-(`datums`; other exports add theirs to the same group). The discipline they share (split guard,
-no overwrite, atomic write, manifest) lives in `wmo_lake.export`.
+Each dataset kind is a subcommand of the `export` group (`datums`, `conversations`). The
+discipline they share (split guard, no overwrite, atomic write, manifest) lives in
+`wmo_lake.export`.
 """
 
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 import duckdb
 
+from wmo_lake.commands.options import (
+    datum_options,
+    fail,
+    guard_options,
+    lake_option,
+    reward_options,
+    selection_options,
+)
 from wmo_lake.export import ExportError, manifest_path, require_guard_choice
 from wmo_lake.store import LakeError
-
-
-def lake_option(command: Callable[..., Any]) -> Callable[..., Any]:
-    """--lake, as on every command that reads a lake (./lake, or $WMO_LAKE)."""
-    return click.option(
-        "--lake",
-        type=click.Path(file_okay=False, path_type=Path),
-        default=Path("lake"),
-        envvar="WMO_LAKE",
-        show_default="./lake, or $WMO_LAKE",
-        help="The lake directory.",
-    )(command)
-
-
-def guard_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """--tasks / --no-split-guard: every export must choose one (see wmo_lake.export)."""
-    command = click.option(
-        "--no-split-guard",
-        is_flag=True,
-        help="Export every task, whatever its split (no registry). Say so explicitly.",
-    )(command)
-    return click.option(
-        "--tasks",
-        type=click.Path(dir_okay=False, path_type=Path),
-        default=None,
-        help='Task registry JSON (a list, or {"tasks": [...]}, of {id, split}); only train '
-        "tasks are exported.",
-    )(command)
-
-
-def fail(message: str, code: int = 1) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(code)
 
 
 @click.group()
@@ -91,34 +64,15 @@ def _summary(manifest: dict[str, Any], out: Path) -> str:
     help="The Parquet file to write (it and FILE.manifest.json must not exist).",
 )
 @lake_option
-@click.option("--batch", "batch_glob", default=None, help="Only batches matching this GLOB.")
-@click.option("--run", default=None, help="Only batches of this run.")
+@selection_options
 @click.option(
     "--where",
     default=None,
     help='A SQL condition over the datums columns, e.g. "passed AND fragment_index = 0".',
 )
 @guard_options
-@click.option(
-    "--context-budget",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Drop episodes with a span (prompt + sampled) longer than this "
-    "[default: each batch's llm_kwargs.context_limit, else 65536].",
-)
-@click.option(
-    "--max-datum-tokens",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Drop episodes with a merged sequence longer than this [default: 65536].",
-)
-@click.option("--reward-key", default=None, help="Reward key [default: reward].")
-@click.option(
-    "--reward-mode",
-    type=click.Choice(["raw", "positive-binary"]),
-    default=None,
-    help="raw: passed means reward = 1.0; positive-binary: reward > 0 [default: raw].",
-)
+@datum_options
+@reward_options
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 def datums(
     out: Path,
@@ -233,8 +187,7 @@ def _conversations_summary(manifest: dict[str, Any], out: Path) -> str:
     help="Only episodes of passed (success) or not passed (failure) trials.",
 )
 @lake_option
-@click.option("--batch", "batch_glob", default=None, help="Only batches matching this GLOB.")
-@click.option("--run", default=None, help="Only batches of this run.")
+@selection_options
 @guard_options
 @click.option(
     "--subagents/--no-subagents",
@@ -242,13 +195,7 @@ def _conversations_summary(manifest: dict[str, Any], out: Path) -> str:
     show_default=True,
     help="Also export each subagent trajectory (context summarization) as one conversation.",
 )
-@click.option("--reward-key", default=None, help="Reward key [default: reward].")
-@click.option(
-    "--reward-mode",
-    type=click.Choice(["raw", "positive-binary"]),
-    default=None,
-    help="raw: passed means reward = 1.0; positive-binary: reward > 0 [default: raw].",
-)
+@reward_options
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 def conversations(
     out: Path,

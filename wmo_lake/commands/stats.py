@@ -9,20 +9,20 @@ from typing import Any
 import click
 import duckdb
 
-from wmo_lake.cli import cli, fail, lake_option, setting_options, settings_from
+from wmo_lake.commands.options import (
+    fail,
+    lake_option,
+    selection_options,
+    setting_options,
+    settings_from,
+)
 from wmo_lake.stats import collect_stats, table_lines
 from wmo_lake.store import LakeError
 
 
 @click.command()
 @lake_option
-@click.option(
-    "--batch",
-    "batch_glob",
-    metavar="GLOB",
-    help="Only batches matching this glob ('*' crosses '/'), e.g. 'exp1/harbor/step-00*/*'.",
-)
-@click.option("--run", metavar="RUN", help="Only batches of this run (the dir before harbor/).")
+@selection_options
 @setting_options
 @click.option(
     "--json",
@@ -83,8 +83,3 @@ def stats(
         click.echo("")
         for note in report.notes:
             click.echo(f"note: {note}")
-
-
-# Registered here rather than in cli.py so either module may be imported first (they import
-# each other: cli.py imports this module at its end so `wmo-lake stats` exists).
-cli.add_command(stats)

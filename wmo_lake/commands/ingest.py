@@ -1,0 +1,95 @@
+"""`wmo-lake ingest`: run trees into the lake."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from wmo_lake.commands.options import fail, lake_option
+from wmo_lake.store import LakeError
+
+
+@click.command()
+@click.argument(
+    "paths", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path)
+)
+@lake_option
+@click.option(
+    "--sinks",
+    multiple=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="A pi-bridge token sink dir ({SINK}/{trial_name}.jsonl); repeatable. Read for trials "
+    "whose result.json records no rollout details.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Parallel readers [default: all cores].",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--strict", is_flag=True, help="Exit 1 when any problem was recorded.")
+def ingest(
+    paths: tuple[Path, ...],
+    lake: Path,
+    sinks: tuple[Path, ...],
+    workers: int | None,
+    as_json: bool,
+    strict: bool,
+) -> None:
+    """Read harbor run trees into the lake.
+
+    PATH is searched at any depth for trial dirs (a dir whose result.json is a TrialResult);
+    each trial's parent is its job dir, and its batch is the job dir's path relative to PATH.
+    Re-ingesting is cheap: unchanged trial dirs are not parsed, changed ones replace their rows,
+    and nothing is counted twice. What cannot be read is recorded in the `problems` table.
+
+    \b
+    Examples:
+      wmo-lake ingest runs/
+      wmo-lake ingest runs/exp1 --lake /data/lake --sinks runs/exp1/sinks
+      wmo-lake ingest runs/ --json --strict      # for scripts: exit 1 on any problem
+    """
+    bar: Any = None
+    show_bar = sys.stderr.isatty() and not as_json
+
+    def progress(done: int, total: int) -> None:
+        nonlocal bar
+        if not show_bar:
+            return
+        if bar is None:
+            bar = click.progressbar(length=total, label="reading trials", file=sys.stderr)
+            bar.__enter__()
+        bar.update(done - bar.pos)
+
+    try:
+        from wmo_lake.ingest import ingest as run_ingest
+
+        summary = run_ingest(
+            list(paths),
+            lake,
+            sinks=sinks,
+            workers=workers,
+            progress=progress,
+            on_wait=lambda message: click.echo(message, err=True),
+        )
+    except LakeError as error:
+        fail(str(error))
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+    if as_json:
+        click.echo(json.dumps(summary.as_dict(), indent=2))
+    else:
+        click.echo(summary.line())
+        if summary.problems:
+            click.echo(
+                f'see them: wmo-lake sql --lake {lake} "SELECT kind, path, message FROM problems"',
+                err=True,
+            )
+    if strict and summary.problems:
+        sys.exit(1)
