@@ -251,8 +251,9 @@ def bench_ingest(report: Report, tree: treegen.Tree, args: argparse.Namespace) -
     summary = json.loads(full_runs[-1].stdout)
     if summary.get("trials_new") != len(results) or summary.get("problems"):
         raise BenchError(f"the bench tree did not ingest cleanly: {summary}")
-    reingest = ingest([tree.root], lake, args.workers)
-    re_summary = json.loads(reingest.stdout)
+    reingests = [ingest([tree.root], lake, args.workers) for _ in range(args.repeat)]
+    reingest_s = median([r.seconds for r in reingests])
+    re_summary = json.loads(reingests[-1].stdout)
     lake_bytes = files_bytes(lake)
     raw_bytes = files_bytes(tree.root) - (tree.root / treegen.COMPLETE_MARK).stat().st_size
 
@@ -300,8 +301,8 @@ def bench_ingest(report: Report, tree: treegen.Tree, args: argparse.Namespace) -
     report.set(
         "ingest",
         "reingest_fraction",
-        round(reingest.seconds / ingest_s, 4),
-        f"unchanged re-ingest {reingest.seconds:.2f} s (trials_unchanged="
+        round(reingest_s / ingest_s, 4),
+        f"unchanged re-ingest {reingest_s:.2f} s, process start included (trials_unchanged="
         f"{re_summary.get('trials_unchanged')}, committed={re_summary.get('committed')}) vs "
         f"first {ingest_s:.2f} s",
     )
@@ -321,7 +322,7 @@ def bench_ingest(report: Report, tree: treegen.Tree, args: argparse.Namespace) -
         "lake_bytes": lake_bytes,
         "ingest_seconds": ingest_seconds,
         "orjson_seconds": anchor_seconds,
-        "reingest_seconds": reingest.seconds,
+        "reingest_seconds": [r.seconds for r in reingests],
         "peak_tree_rss_full": [r.peak_tree_rss for r in full_runs],
         "peak_tree_rss_small": [r.peak_tree_rss for r in small_runs],
         "small_ingest_seconds": [r.seconds for r in small_runs],
