@@ -664,7 +664,9 @@ def render(report: dict[str, Any]) -> str:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
-    parser.add_argument("--trials", type=int, default=128, help="trials in the bench tree")
+    parser.add_argument(
+        "--trials", type=int, default=128, help="trials in the bench tree [default: 128]"
+    )
     parser.add_argument(
         "--small-trials",
         type=int,
@@ -681,7 +683,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--trajectory-trials",
         type=int,
         default=None,
-        help="trials of the trajectory tree [default: 64; --quick: 4]",
+        help="trials of the trajectory tree [default: 128; --quick: 4]",
     )
     parser.add_argument(
         "--repeat", type=int, default=None, help="runs per figure, median kept [default: 3]"
