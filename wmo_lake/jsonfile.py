@@ -41,6 +41,8 @@ def check_text(data: bytes, path: Path) -> ReadFailure | None:
     """Why `data` cannot be a JSON document at all (empty, not UTF-8), or None."""
     if not data.strip():
         return ReadFailure("empty_file", f"{path} is empty; expected a JSON document")
+    if data.isascii():  # what json.dumps writes by default; a scan with no copy
+        return None
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as error:

@@ -35,7 +35,8 @@ FORMAT = "wmo-lake"
 FORMAT_VERSION = 1
 MAX_SEGMENTS = 12  # per table; more are merged (small ones first) so queries open few files
 COMPACT_BELOW_BYTES = 256 * 2**20
-FLUSH_BYTES = 32 * 2**20  # Arrow bytes buffered per table before a row group is written
+FLUSH_BYTES = 8 * 2**20  # Arrow bytes buffered per table before a row group is written
+FLUSH_PIECES = 512  # ... or this many appended tables, whichever comes first
 
 CATALOG_SCHEMA = pa.schema(
     [
@@ -217,7 +218,7 @@ class Commit:
             path,
             TABLES[table].schema,
             compression="zstd",
-            compression_level=3,
+            compression_level=1,
             use_byte_stream_split=[
                 f.name for f in TABLES[table].schema if pa.types.is_floating(f.type)
             ]
@@ -239,7 +240,9 @@ class Commit:
             self._buffered[table] = 0
         self._buffers[table].append(conform(rows, TABLES[table].schema))
         self._buffered[table] += rows.nbytes
-        if self._buffered[table] >= FLUSH_BYTES:
+        # Small tables cost far more than their bytes (buffers, schema), so their count is
+        # bounded too: memory stays flat however many trials one ingest reads.
+        if self._buffered[table] >= FLUSH_BYTES or len(self._buffers[table]) >= FLUSH_PIECES:
             self._flush(table)
 
     def _flush(self, table: str) -> None:

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from wmo_lake.tables.fields import ProblemLog
-from wmo_lake.tables.trial_result import CheckedDetail
+from wmo_lake.tables.trial_result import RawDetail
 
 SCHEMA = pa.schema(
     [
@@ -53,7 +54,20 @@ SINK_CORRUPT = "sink_corrupt"
 
 @dataclass
 class Turn:
+    """A turn as recorded: the full prompt."""
+
     prompt: list[int]
+    sampled: list[int]
+    logprobs: list[float]
+
+
+@dataclass
+class StoredTurn:
+    """A turn as stored: the prompt as (length, shared prefix length, new tokens)."""
+
+    prompt_len: int
+    prefix_len: int
+    new_ids: list[int]
     sampled: list[int]
     logprobs: list[float]
 
@@ -63,7 +77,7 @@ class Spans:
     """A trial's spans and why it has (or lacks) them."""
 
     status: str
-    turns: list[Turn]
+    turns: list[StoredTurn]
     source: str | None = None
 
 
@@ -114,10 +128,8 @@ def from_rollout_details(
             return Spans(MALFORMED, [])
         return None
     detail = details[0]
-    if isinstance(detail, CheckedDetail):  # decoded typed: every id already checked
-        return _checked_turns(
-            detail.prompt_token_ids, detail.completion_token_ids, detail.logprobs, path, problems
-        )
+    if isinstance(detail, RawDetail):
+        return _from_raw_detail(detail, path, problems)
     if not isinstance(detail, dict):
         problems.add(
             "malformed_spans",
@@ -138,6 +150,7 @@ def _checked_turns(
     logprobs: list[list[float]] | None,
     path: Path,
     problems: ProblemLog,
+    first_index: int = 0,
 ) -> Spans:
     """Seed 000's checks on type-checked per-turn lists: all three present, aligned turns,
     as many logprobs as sampled tokens in every turn."""
@@ -160,7 +173,7 @@ def _checked_turns(
             "logprobs), so nothing can pair them and the trial contributes no training data",
         )
         return Spans(UNALIGNED, [])
-    for index, (sampled, row) in enumerate(zip(completions, logprobs, strict=True)):
+    for index, (sampled, row) in enumerate(zip(completions, logprobs, strict=True), first_index):
         if len(sampled) != len(row):
             problems.add(
                 "logprob_mismatch",
@@ -170,7 +183,114 @@ def _checked_turns(
             )
             return Spans(LOGPROB_MISMATCH, [])
     turns = [Turn(p, c, lp) for p, c, lp in zip(prompts, completions, logprobs, strict=True)]
+    return Spans(OK if turns else EMPTY, compress(turns), "rollout_details")
+
+
+_INT_LIST = msgspec.json.Decoder(list[int])
+
+
+class _NotFast(Exception):
+    """The raw token text is not what the fast path reads; take the checked path."""
+
+
+def _items(raw: msgspec.Raw) -> bytes:
+    """The text between an array's brackets (msgspec.Raw is already syntax-checked JSON)."""
+    text = bytes(raw)
+    if text[:1] != b"[":
+        raise _NotFast
+    return text[1:-1]
+
+
+def _parse_ints(text: bytes) -> list[int]:
+    """The ints in an array's inner text; a bool, float, string or array is not a token id."""
+    if not text.strip():
+        return []
+    try:
+        return _INT_LIST.decode(b"[" + text + b"]")
+    except (msgspec.ValidationError, msgspec.DecodeError) as error:
+        raise _NotFast from error
+
+
+def _from_raw_detail(detail: RawDetail, path: Path, problems: ProblemLog) -> Spans:
+    """Seed 000's reading of the first rollout segment, from each turn's raw JSON text.
+
+    A turn's prompt normally is the previous prompt + the previous sampled tokens + new context.
+    The same dumper wrote all three lists at the same depth, so that extension shows in the text:
+    the prompt's text starts with the previous prompt's items, a comma, the previous sampled
+    items, then a comma or the end. Only the new tokens are parsed; every token of the prefix was
+    parsed (and type-checked) in an earlier turn. A prompt whose text does not extend the previous
+    one is parsed whole and compared token by token. Any non-int token, and any shape the seed's
+    checks would reject, takes the fully checked path, so statuses and problems are the same.
+    """
+    prompts_raw, completions_raw, logprobs = (
+        detail.prompt_token_ids,
+        detail.completion_token_ids,
+        detail.logprobs,
+    )
+    if prompts_raw is None or completions_raw is None or logprobs is None:
+        return _from_raw_checked(detail, path, problems)
+    try:
+        completions = [_parse_ints(_items(raw)) for raw in completions_raw]
+        if not len(prompts_raw) == len(completions) == len(logprobs):
+            for raw in prompts_raw:  # a malformed prompt outranks unaligned turns
+                _parse_ints(_items(raw))
+            return _checked_turns([], completions, [], path, problems)  # reports unaligned
+        turns: list[StoredTurn] = []
+        previous_text = b""  # previous prompt items + "," + previous sampled items
+        previous_items = b""
+        for index, raw in enumerate(prompts_raw):
+            items = _items(raw)
+            turn = _extend(items, previous_text, turns[-1] if turns else None)
+            if turn is None:  # not a textual extension: compare tokens
+                full = _parse_ints(items)
+                before = _parse_ints(previous_items) + completions[index - 1] if index else []
+                shared = _shared_prefix(full, before)
+                turn = StoredTurn(len(full), shared, full[shared:], [], [])
+            turn.sampled, turn.logprobs = completions[index], logprobs[index]
+            turns.append(turn)
+            sampled_items = _items(completions_raw[index]).rstrip()
+            previous_items = items
+            previous_text = b",".join(t for t in (items.rstrip(), sampled_items) if t.strip())
+    except _NotFast:
+        return _from_raw_checked(detail, path, problems)
+    for index, turn in enumerate(turns):
+        if len(turn.sampled) != len(turn.logprobs):
+            return _checked_turns([[]], [turn.sampled], [turn.logprobs], path, problems, index)
     return Spans(OK if turns else EMPTY, turns, "rollout_details")
+
+
+def _extend(items: bytes, previous_text: bytes, previous: StoredTurn | None) -> StoredTurn | None:
+    """The stored turn when `items` textually extends the previous prompt + sampled tokens."""
+    if previous is None or not previous_text:
+        return StoredTurn(0, 0, [], [], []) if not items.strip() else _whole(items)
+    if not items.startswith(previous_text):
+        return None
+    rest = items[len(previous_text) :].lstrip()
+    if rest and rest[:1] != b",":
+        return None  # the prefix ended inside a number: not a token boundary
+    shared = previous.prompt_len + len(previous.sampled)
+    new_ids = _parse_ints(rest[1:]) if rest else []
+    return StoredTurn(shared + len(new_ids), shared, new_ids, [], [])
+
+
+def _whole(items: bytes) -> StoredTurn:
+    ids = _parse_ints(items)
+    return StoredTurn(len(ids), 0, ids, [], [])
+
+
+def _from_raw_checked(detail: RawDetail, path: Path, problems: ProblemLog) -> Spans:
+    """The seed's field-by-field checks on the decoded lists (the slow path, for odd input)."""
+
+    def decoded(raws: list[msgspec.Raw] | None) -> Any:
+        return None if raws is None else [msgspec.json.decode(raw) for raw in raws]
+
+    return _checked_turns(
+        _int_lists(decoded(detail.prompt_token_ids)),
+        _int_lists(decoded(detail.completion_token_ids)),
+        detail.logprobs,
+        path,
+        problems,
+    )
 
 
 class SinkSpan(BaseModel):
@@ -241,7 +361,7 @@ def from_sink(sink_path: Path, problems: ProblemLog) -> Spans:
         )
         return Spans(SINK_CORRUPT, [])
     turns = [Turn(s.prompt_token_ids, s.sampled_token_ids, s.sampled_logprobs) for s in spans]
-    return Spans(SINK, turns, "sink")
+    return Spans(SINK, compress(turns), "sink")
 
 
 def _shared_prefix(prompt: list[int], previous: list[int]) -> int:
@@ -260,29 +380,34 @@ def _shared_prefix(prompt: list[int], previous: list[int]) -> int:
     return low
 
 
-def table(spans: Spans, trial_key: str, batch: str, trial_name: str) -> pa.Table:
-    """The span rows, prompts stored as (shared prefix length, new tokens)."""
-    prefix_lens: list[int] = []
-    new_ids: list[list[int]] = []
+def compress(turns: list[Turn]) -> list[StoredTurn]:
+    """Full prompts -> (length, prefix shared with the previous prompt + sampled, new tokens)."""
+    stored: list[StoredTurn] = []
     previous: list[int] = []
-    for turn in spans.turns:
+    for turn in turns:
         shared = _shared_prefix(turn.prompt, previous)
-        prefix_lens.append(shared)
-        new_ids.append(turn.prompt[shared:] if shared else turn.prompt)
+        new_ids = turn.prompt[shared:] if shared else turn.prompt
+        stored.append(StoredTurn(len(turn.prompt), shared, new_ids, turn.sampled, turn.logprobs))
         previous = turn.prompt + turn.sampled
-    n = len(spans.turns)
+    return stored
+
+
+def table(spans: Spans, trial_key: str, batch: str, trial_name: str) -> pa.Table:
+    """The span rows."""
+    turns = spans.turns
+    n = len(turns)
     return pa.table(
         {
             "trial_key": pa.array([trial_key] * n, pa.string()),
             "batch": pa.array([batch] * n, pa.string()),
             "trial_name": pa.array([trial_name] * n, pa.string()),
             "call_index": pa.array(range(n), pa.int32()),
-            "prompt_len": pa.array([len(t.prompt) for t in spans.turns], pa.int32()),
-            "prompt_prefix_len": pa.array(prefix_lens, pa.int32()),
-            "prompt_new_ids": pa.array(new_ids, pa.list_(pa.int64())),
-            "sampled_token_ids": pa.array([t.sampled for t in spans.turns], pa.list_(pa.int64())),
-            "sampled_logprobs": pa.array([t.logprobs for t in spans.turns], pa.list_(pa.float64())),
-            "n_sampled": pa.array([len(t.sampled) for t in spans.turns], pa.int32()),
+            "prompt_len": pa.array([t.prompt_len for t in turns], pa.int32()),
+            "prompt_prefix_len": pa.array([t.prefix_len for t in turns], pa.int32()),
+            "prompt_new_ids": pa.array([t.new_ids for t in turns], pa.list_(pa.int64())),
+            "sampled_token_ids": pa.array([t.sampled for t in turns], pa.list_(pa.int64())),
+            "sampled_logprobs": pa.array([t.logprobs for t in turns], pa.list_(pa.float64())),
+            "n_sampled": pa.array([len(t.sampled) for t in turns], pa.int32()),
             "source": pa.array([spans.source] * n, pa.string()),
         },
         schema=SCHEMA,

@@ -1,11 +1,13 @@
 """The fast reader of harbor's `TrialResult` (result.json, 10-50 MB of indent=4 token ids).
 
 One msgspec pass decodes only the fields the tables read and skips the rest (the trial config,
-tracebacks, per-turn `extra` data) without building Python objects for them. The token lists are
-decoded *typed* (`list[list[int]]`, `list[list[float]]`), so msgspec checks every id while it
-parses, with the seed's rules: a bool or a float is not a token id, a bool is not a logprob, an int
-logprob widens to float. Anything that does not fit those types (wrong types anywhere, NaN, 1e400)
-falls back to the generic decode, where every field is checked one by one and reported.
+tracebacks, per-turn `extra` data) without building Python objects for them.
+The first rollout segment's token lists are kept as raw JSON text per turn (`RawDetail`): a turn's
+prompt repeats the whole conversation so far, so `tables/spans.py` compares that text with the
+previous turn's instead of turning every repeated token into a Python int, and parses only the new
+tokens (typed, so a bool or a float is still not a token id). Anything that does not fit these
+types (wrong types anywhere, NaN, 1e400) falls back to the generic decode, where every field is
+checked one by one and reported.
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ import msgspec
 from wmo_lake.jsonfile import ReadFailure, check_text, decode
 
 
-class CheckedDetail(msgspec.Struct):
-    """A rollout-details segment whose per-turn lists were type-checked while decoding."""
+class RawDetail(msgspec.Struct):
+    """The first rollout-details segment: each turn's token list as raw (syntax-checked) JSON."""
 
-    prompt_token_ids: list[list[int]] | None = None
-    completion_token_ids: list[list[int]] | None = None
+    prompt_token_ids: list[msgspec.Raw] | None = None
+    completion_token_ids: list[msgspec.Raw] | None = None
     logprobs: list[list[float]] | None = None
 
 
@@ -32,7 +34,9 @@ class _AgentResult(msgspec.Struct):
     n_output_tokens: Any = None
     cost_usd: Any = None
     metadata: Any = None
-    rollout_details: list[CheckedDetail] | None = None
+    # Every segment is read as RawDetail in the one pass over the file (a second pass over the
+    # first segment's text would cost as much as the first); only the first one is used.
+    rollout_details: list[RawDetail] | None = None
 
 
 class _TrialResult(msgspec.Struct):

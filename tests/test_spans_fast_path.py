@@ -1,0 +1,172 @@
+"""The fast reading of rollout details (raw token text, only new tokens parsed) gives exactly the
+rows of the fully checked reading (every token decoded and compared), for every shape: prefix
+extensions, breaks, empty turns, compact or indented JSON, and every malformed case."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from wmo_lake.jsonfile import decode
+from wmo_lake.tables import spans
+from wmo_lake.tables.fields import ProblemLog
+from wmo_lake.tables.trial_result import RawDetail, decode_trial_result
+
+PATH = Path("result.json")
+
+
+def _read(doc: dict, indent: int | None) -> tuple[spans.Spans, list, spans.Spans, list]:
+    data = json.dumps(doc, indent=indent).encode()
+    fast_doc = decode_trial_result(data, PATH)
+    slow_doc = decode(data, PATH)  # the generic decode: plain lists, every token checked
+    results = []
+    for parsed in (fast_doc, slow_doc):
+        problems = ProblemLog("k", "b")
+        agent_result = parsed["agent_result"]
+        found = spans.from_rollout_details(agent_result, None, PATH, problems)
+        results += [found, problems.rows]
+    return results[0], results[1], results[2], results[3]
+
+
+def _rows(found: spans.Spans) -> list:
+    return spans.table(found, "k", "b", "t").to_pylist()
+
+
+def _chat(rng: random.Random, n_turns: int, break_at: set[int], empty_at: set[int]) -> list:
+    turns, context = [], [rng.randrange(100_000) for _ in range(rng.randrange(0, 6))]
+    for index in range(n_turns):
+        if index in break_at:  # a prompt that does not extend the last one
+            cut = rng.randrange(0, len(context) + 1)
+            context = context[:cut] + [rng.randrange(100_000) for _ in range(rng.randrange(0, 4))]
+        sampled = (
+            []
+            if index in empty_at
+            else [rng.randrange(100_000) for _ in range(rng.randrange(1, 5))]
+        )
+        turns.append((list(context), sampled, [-rng.random() for _ in sampled]))
+        context = context + sampled + [rng.randrange(100_000) for _ in range(rng.randrange(0, 4))]
+    return turns
+
+
+def _doc(turns: list, extra_segment: bool = False) -> dict:
+    detail = {
+        "prompt_token_ids": [t[0] for t in turns],
+        "completion_token_ids": [t[1] for t in turns],
+        "logprobs": [t[2] for t in turns],
+        "extra": {"routed_experts": [[1, 2]] * len(turns)},
+    }
+    details = [detail, {"prompt_token_ids": "subagent"}] if extra_segment else [detail]
+    return {"id": "x", "trial_name": "t", "agent_result": {"rollout_details": details}}
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    seed=st.integers(0, 2**32),
+    n_turns=st.integers(0, 8),
+    breaks=st.sets(st.integers(1, 7), max_size=3),
+    empties=st.sets(st.integers(0, 7), max_size=2),
+    indent=st.sampled_from([None, 0, 2, 4]),
+    extra_segment=st.booleans(),
+)
+def test_fast_equals_checked_on_random_chats(seed, n_turns, breaks, empties, indent, extra_segment):
+    turns = _chat(random.Random(seed), n_turns, breaks, empties)
+    fast, fast_problems, slow, slow_problems = _read(_doc(turns, extra_segment), indent)
+    assert (fast.status, _rows(fast)) == (slow.status, _rows(slow))
+    assert fast_problems == slow_problems == []
+    # and both give the recorded prompts back
+    rebuilt, previous = [], []
+    for row in _rows(fast):
+        prompt = previous[: row["prompt_prefix_len"]] + row["prompt_new_ids"]
+        rebuilt.append(prompt)
+        previous = prompt + row["sampled_token_ids"]
+    assert rebuilt == [t[0] for t in turns]
+
+
+def test_a_prefix_ending_inside_a_number_is_not_an_extension() -> None:
+    # "12" is a textual prefix of "123": the fast path must not read it as a shared token.
+    turns = [
+        ([5, 12], [7], [-0.1]),
+        ([5, 12, 7, 123], [8], [-0.2]),
+        ([5, 12, 7, 1234], [9], [-0.3]),
+    ]
+    for indent in (None, 4):
+        fast, _, slow, _ = _read(_doc(turns), indent)
+        assert _rows(fast) == _rows(slow)
+        assert [r["prompt_prefix_len"] for r in _rows(fast)] == [0, 3, 3]
+
+
+@pytest.mark.parametrize(
+    "detail",
+    [
+        {"prompt_token_ids": [[1, True]], "completion_token_ids": [[1]], "logprobs": [[0.0]]},
+        {"prompt_token_ids": [[1, 2.0]], "completion_token_ids": [[1]], "logprobs": [[0.0]]},
+        {
+            "prompt_token_ids": [[1], [1, 1, "2"]],
+            "completion_token_ids": [[1], [2]],
+            "logprobs": [[0.0], [0.0]],
+        },
+        {
+            "prompt_token_ids": [[1], [1, 1, [2]]],
+            "completion_token_ids": [[1], [2]],
+            "logprobs": [[0.0], [0.0]],
+        },
+        {"prompt_token_ids": ["1 2"], "completion_token_ids": [[1]], "logprobs": [[0.0]]},
+        {"prompt_token_ids": [[1]], "completion_token_ids": [[1, None]], "logprobs": [[0.0, 0.0]]},
+        {"prompt_token_ids": [[1], [1, 2]], "completion_token_ids": [[2]], "logprobs": [[0.0]]},
+        {
+            "prompt_token_ids": [[1], [1, 2, "x"]],
+            "completion_token_ids": [[2]],
+            "logprobs": [[0.0]],
+        },
+        {
+            "prompt_token_ids": [[1], [1, 2]],
+            "completion_token_ids": [[2], [3, 4]],
+            "logprobs": [[0.0], [0.0]],
+        },
+        {
+            "prompt_token_ids": [[1], [1, 2, 3.5]],
+            "completion_token_ids": [[2], [3, 4]],
+            "logprobs": [[0.0], [0.0]],
+        },
+        {"prompt_token_ids": [[1]], "completion_token_ids": [[2]], "logprobs": [[True]]},
+        {"prompt_token_ids": [[1]], "completion_token_ids": [[2]]},
+        {"prompt_token_ids": [[1]], "completion_token_ids": [[2**70]], "logprobs": [[0.0]]},
+        {"prompt_token_ids": [], "completion_token_ids": [], "logprobs": []},
+    ],
+    ids=[
+        "bool",
+        "float",
+        "string-later",
+        "nested-later",
+        "string-turn",
+        "null-sampled",
+        "unaligned",
+        "unaligned-and-malformed",
+        "mismatch",
+        "mismatch-and-malformed",
+        "bool-logprob",
+        "no-logprobs",
+        "huge-id",
+        "no-turns",
+    ],
+)
+def test_fast_equals_checked_on_malformed_details(detail: dict) -> None:
+    doc = {"id": "x", "trial_name": "t", "agent_result": {"rollout_details": [detail]}}
+    for indent in (None, 4):
+        fast, fast_problems, slow, slow_problems = _read(doc, indent)
+        assert fast.status == slow.status
+        assert [p["kind"] for p in fast_problems] == [p["kind"] for p in slow_problems]
+        if detail["prompt_token_ids"] and not fast_problems:
+            with pytest.raises((OverflowError, ValueError)):  # huge-id: caught by extract
+                _rows(fast)
+
+
+def test_the_fast_path_is_taken_for_harbor_shaped_details() -> None:
+    doc = _doc([([1, 2], [3], [-0.5]), ([1, 2, 3, 4], [5], [-0.25])])
+    parsed = decode_trial_result(json.dumps(doc, indent=4).encode(), PATH)
+    assert isinstance(parsed["agent_result"]["rollout_details"][0], RawDetail)
