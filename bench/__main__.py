@@ -189,9 +189,11 @@ def command_exists(*words: str) -> bool:
 
     command: Any = cli
     for word in words:
-        if not isinstance(command, click.Group) or word not in command.commands:
+        if not isinstance(command, click.Group):
             return False
-        command = command.commands[word]
+        command = command.get_command(click.Context(command), word)
+        if command is None:
+            return False
     return True
 
 

@@ -16,9 +16,10 @@ import pytest
 from harbor_shapes import write_job, write_trial
 
 from wmo_lake import extract
+from wmo_lake.discover import TrialTask
 from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect
-from wmo_lake.store import Store
+from wmo_lake.store import TRIAL, Store
 
 
 def _tree(root: Path, n_trials: int = 3, job: str = "job", prefix: str = "t") -> Path:
@@ -45,7 +46,7 @@ def test_unchanged_reingest_parses_nothing_and_changes_nothing(tmp_path: Path, m
     def no_parsing(task):
         raise AssertionError(f"parsed {task.path} although nothing changed")
 
-    monkeypatch.setattr("wmo_lake.ingest.extract_trial", no_parsing)
+    monkeypatch.setattr("wmo_lake.extract.extract_trial", no_parsing)
     again = ingest([runs], tmp_path / "lake", workers=1)
     assert (again.trials_unchanged, again.trials_new, again.committed) == (3, 0, False)
     assert again.generation == first.generation
@@ -225,9 +226,9 @@ def test_extract_is_pure_and_picklable(tmp_path: Path) -> None:
 
     runs = _tree(tmp_path, n_trials=1)
     trial_dir = runs / "exp" / "harbor" / "step-0001" / "job" / "t__0"
-    task = extract.TrialTask(str(trial_dir), str(trial_dir), "b", None, None, "job:x", True)
+    task = TrialTask(str(trial_dir), str(trial_dir), "b", None, None, "job:x", True)
     result = pickle.loads(pickle.dumps(extract.extract_trial(pickle.loads(pickle.dumps(task)))))
-    assert result.kind == extract.TRIAL and result.tables["spans"].num_rows == 3
+    assert result.kind == TRIAL and result.tables["spans"].num_rows == 3
     assert json.loads(json.dumps(result.unit_key)) == "job-t-0"
 
 

@@ -6,16 +6,38 @@ are in wmo_lake/commands/options.py.
 
 from __future__ import annotations
 
+import importlib
+
 import click
 
 from wmo_lake import __version__
-from wmo_lake.commands.export import export
-from wmo_lake.commands.ingest import ingest
-from wmo_lake.commands.sql import sql
-from wmo_lake.commands.stats import stats
+
+# name -> the module defining it: imported only when that command runs, so `wmo-lake ingest`
+# does not pay for the query engine's imports (an unchanged re-ingest is mostly start-up).
+COMMANDS = {
+    "ingest": "wmo_lake.commands.ingest",
+    "sql": "wmo_lake.commands.sql",
+    "stats": "wmo_lake.commands.stats",
+    "export": "wmo_lake.commands.export",
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = COMMANDS.get(cmd_name)
+        if module is None:
+            return None
+        command = getattr(importlib.import_module(module), cmd_name)
+        assert isinstance(command, click.Command)
+        return command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="wmo-lake")
 def cli() -> None:
     """Harbor agent-training rollouts as a columnar lake, and every batch-health metric as SQL.
@@ -29,10 +51,6 @@ def cli() -> None:
 
     The lake is also a DuckDB database: `duckdb lake/lake.duckdb`.
     """
-
-
-for command in (ingest, sql, stats, export):
-    cli.add_command(command)
 
 
 def main() -> None:

@@ -44,6 +44,39 @@ class Candidate:
 
 
 @dataclass(frozen=True)
+class TrialTask:
+    """A candidate in the picklable form a worker process reads it from."""
+
+    path: str
+    real: str
+    batch: str
+    run: str | None
+    step: int | None
+    job_key: str
+    trial_shaped_config: bool
+    sinks: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, candidate: Candidate, sinks: tuple[str, ...]) -> TrialTask:
+        job = candidate.job
+        return cls(
+            str(candidate.path),
+            candidate.real,
+            job.batch,
+            job.run,
+            job.step,
+            job.key,
+            candidate.trial_shaped_config,
+            sinks,
+        )
+
+    @property
+    def job(self) -> Job:
+        parent = Path(self.path).parent
+        return Job(parent, os.path.realpath(parent), self.batch, self.run, self.step)
+
+
+@dataclass(frozen=True)
 class WalkProblem:
     path: str
     kind: str

@@ -11,28 +11,12 @@ from typing import Any
 
 import pyarrow as pa
 
+from wmo_lake.discover import TrialTask
 from wmo_lake.jsonfile import ReadFailure, read_bytes, read_json
+from wmo_lake.store import OTHER, TRIAL, UNREADABLE
 from wmo_lake.tables import TABLES, spans, stop_reasons, tests, trajectories, trials
 from wmo_lake.tables.fields import Fields, ProblemLog
 from wmo_lake.tables.trial_result import decode_trial_result
-
-TRIAL = "trial"
-UNREADABLE = "unreadable_trial"
-OTHER = "other"  # a result.json that is not a trial's (a job's, say)
-
-
-@dataclass(frozen=True)
-class TrialTask:
-    """What a worker needs to read one candidate dir."""
-
-    path: str
-    real: str
-    batch: str
-    run: str | None
-    step: int | None
-    job_key: str
-    trial_shaped_config: bool
-    sinks: tuple[str, ...] = ()
 
 
 @dataclass

@@ -19,14 +19,25 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
+from wmo_lake.discover import Candidate, Job, TrialTask, WalkProblem, discover
+from wmo_lake.store import (
+    DUPLICATE,
+    JOB,
+    TRIAL,
+    UNREADABLE,
+    WALK,
+    CatalogEntry,
+    Manifest,
+    Store,
+    crash_point,
+)
 
-from wmo_lake.discover import Candidate, Job, WalkProblem, discover
-from wmo_lake.extract import OTHER, TRIAL, UNREADABLE, Extracted, TrialTask, extract_trial
-from wmo_lake.store import CatalogEntry, Commit, Store, crash_point
-from wmo_lake.tables import TABLES, jobs
-from wmo_lake.tables.fields import ProblemLog
+if TYPE_CHECKING:  # the heavy modules (pyarrow) load only when something has changed
+    from wmo_lake.commit import Commit
+    from wmo_lake.extract import Extracted
+    from wmo_lake.tables.fields import ProblemLog
 
 # Bump when extraction changes what it writes: every dir is then re-read on the next ingest.
 EXTRACT_VERSION = "2"  # 2: trajectories / steps / tool_calls
@@ -153,6 +164,10 @@ def _extract_all(
     tasks: list[TrialTask], workers: int, progress: Progress | None
 ) -> Iterator[tuple[TrialTask, Extracted]]:
     """Extract every task in completion order, at most 2 per worker in flight (flat memory)."""
+    if not tasks:
+        return
+    from wmo_lake.extract import extract_trial
+
     total = len(tasks)
     if workers <= 1 or total < 2 or sum(map(_bytes_to_read, tasks)) < POOL_ABOVE_BYTES:
         for done, task in enumerate(tasks, 1):
@@ -201,159 +216,181 @@ def ingest(
     started = time.perf_counter()
     store = Store(lake)
     sink_dirs = tuple(os.path.abspath(s) for s in sinks)
-    workers = workers or os.cpu_count() or 1
     with store.lock(on_wait):
-        base = store.read_manifest()
-        catalog = store.read_catalog(base)
-        owner = {e.unit_key: e.source for e in catalog.values() if e.unit_key}
+        run = _Ingest(store, store.read_manifest())
         candidates: dict[str, tuple[Candidate, str]] = {}
         walk_problems: list[WalkProblem] = []
         for path in paths:
             found = discover(path)
             walk_problems += found.problems
             for candidate in found.candidates:
-                candidates.setdefault(
-                    candidate.real, (candidate, trial_fingerprint(candidate, sink_dirs))
-                )
-
-        summary = IngestSummary(lake=str(lake), generation=base.generation, committed=False)
-        commit = Commit(store, base)
-        tasks: list[TrialTask] = []
-        seen_jobs: dict[str, Job] = {}
-        for real, (candidate, fp) in candidates.items():
-            entry = catalog.get(real)
-            if entry is not None and entry.fingerprint == fp:
-                if entry.kind in (TRIAL, UNREADABLE):
-                    seen_jobs[candidate.job.real] = candidate.job
-                summary.trials_unchanged += entry.kind == TRIAL
-                summary.unreadable_trials += entry.kind == UNREADABLE
-                summary.problems += entry.n_problems
-                continue
-            job = candidate.job
-            tasks.append(
-                TrialTask(
-                    str(candidate.path),
-                    real,
-                    job.batch,
-                    job.run,
-                    job.step,
-                    job.key,
-                    candidate.trial_shaped_config,
-                    sink_dirs,
-                )
-            )
-
-        added_keys: set[str] = set()
+                if candidate.real not in candidates:
+                    fingerprint = trial_fingerprint(candidate, sink_dirs)
+                    candidates[candidate.real] = (candidate, fingerprint)
+        tasks = [
+            TrialTask.of(candidate, sink_dirs)
+            for candidate, fingerprint in candidates.values()
+            if not run.unchanged(candidate, fingerprint)
+        ]
         try:
-            for task, extracted in _extract_all(tasks, workers, progress):
-                old = catalog.get(task.real)
-                if old is not None and old.unit_key:
-                    commit.remove_units([old.unit_key])
-                    owner.pop(old.unit_key, None)
-                key = extracted.unit_key
-                kind = extracted.kind
-                if kind == TRIAL and key in added_keys:
-                    extracted = _duplicate(task, extracted, owner[key])
-                    key, kind = extracted.unit_key, "duplicate"
-                if kind == TRIAL:
-                    previous_source = owner.get(key)
-                    if previous_source is not None:
-                        commit.remove_units([key])
-                        catalog[previous_source].unit_key = None
-                    replaced = previous_source is not None or (
-                        old is not None and old.kind == TRIAL
-                    )
-                    summary.trials_replaced += replaced
-                    summary.trials_new += not replaced
-                    added_keys.add(key)
-                if kind in (TRIAL, UNREADABLE):
-                    job = Job(
-                        Path(task.path).parent,
-                        os.path.realpath(Path(task.path).parent),
-                        task.batch,
-                        task.run,
-                        task.step,
-                    )
-                    seen_jobs[job.real] = job
-                summary.unreadable_trials += kind == UNREADABLE
-                summary.problems += extracted.n_problems
-                owner[key] = task.real
-                for table, rows in extracted.tables.items():
-                    commit.append(table, rows)
+            for task, extracted in _extract_all(tasks, workers or os.cpu_count() or 1, progress):
+                run.add_trial(task, extracted, candidates[task.real][1])
                 crash_point("mid_extract")
-                catalog[task.real] = CatalogEntry(
-                    task.real,
-                    key,
-                    kind,
-                    task.job_key,
-                    task.batch,
-                    candidates[task.real][1],
-                    extracted.n_problems,
-                )
-
-            summary.jobs = len(seen_jobs)
-            for job in seen_jobs.values():
-                fp = job_fingerprint(job)
-                entry = catalog.get(job.key)
-                if entry is not None and entry.fingerprint == fp:
-                    summary.problems += entry.n_problems
-                    continue
-                problems = ProblemLog(unit_key=job.key, batch=job.batch)
-                row = jobs.row(job.path, problems) | {
-                    "job_key": job.key,
-                    "batch": job.batch,
-                    "run": job.run,
-                    "step": job.step,
-                }
-                commit.remove_units([job.key])
-                commit.append("jobs", pa.Table.from_pylist([row], schema=TABLES["jobs"].schema))
-                _append_problems(commit, problems)
-                summary.problems += len(problems.rows)
-                catalog[job.key] = CatalogEntry(
-                    job.key, job.key, "job", job.key, job.batch, fp, len(problems.rows)
-                )
-
+            for job in run.jobs.values():
+                run.add_job(job)
             for problem in walk_problems:
-                source = f"walk:{problem.path}"
-                fp = _digest([problem.kind, problem.message])
-                summary.problems += 1
-                entry = catalog.get(source)
-                if entry is not None and entry.fingerprint == fp:
-                    continue
-                problems = ProblemLog(unit_key=source, batch=None)
-                problems.add(problem.kind, problem.path, problem.message)
-                commit.remove_units([source])
-                _append_problems(commit, problems)
-                catalog[source] = CatalogEntry(source, source, "walk", None, None, fp, 1)
-
-            # A first ingest always commits, so even an empty tree leaves a queryable lake.
-            if commit.changed or not store.exists():
-                manifest = commit.finish(catalog.values())
-                summary.generation = manifest.generation
-                summary.committed = True
-            else:
-                commit.abort()
-                commit.collect_garbage(base)  # what an interrupted ingest may have left
+                run.add_walk_problem(problem)
+            run.finish()
         except BaseException:
-            commit.abort()
+            if run.commit is not None:
+                run.commit.abort()
             raise
-        from wmo_lake.lake import ensure_duckdb_file
+        if run.summary.committed or not store.duckdb_file_current():
+            from wmo_lake.lake import ensure_duckdb_file
 
-        crash_point("before_duckdb_file")
-        ensure_duckdb_file(store)
-    summary.seconds = time.perf_counter() - started
-    return summary
+            crash_point("before_duckdb_file")
+            ensure_duckdb_file(store)
+    run.summary.seconds = time.perf_counter() - started
+    return run.summary
 
 
-def _append_problems(commit: Commit, problems: ProblemLog) -> None:
-    if problems.rows:
-        commit.append(
-            "problems", pa.Table.from_pylist(problems.rows, schema=TABLES["problems"].schema)
+class _Ingest:
+    """The state of one ingest: the catalog it updates, the commit it fills (created only when
+    something changed), and the summary it reports."""
+
+    def __init__(self, store: Store, base: Manifest) -> None:
+        self.store = store
+        self.base = base
+        self.catalog = store.read_catalog(base)
+        self.owner = {e.unit_key: e.source for e in self.catalog.values() if e.unit_key}
+        self.summary = IngestSummary(str(store.root), base.generation, committed=False)
+        self.jobs: dict[str, Job] = {}  # the job dirs of every trial seen, for the jobs table
+        self.added: set[str] = set()  # trial keys stored by this ingest
+        self.commit: Commit | None = None
+
+    def _commit(self) -> Commit:
+        if self.commit is None:
+            from wmo_lake.commit import Commit
+
+            self.commit = Commit(self.store, self.base)
+        return self.commit
+
+    def unchanged(self, candidate: Candidate, fingerprint: str) -> bool:
+        """Count an unchanged dir from its catalog entry; False when it must be read."""
+        entry = self.catalog.get(candidate.real)
+        if entry is None or entry.fingerprint != fingerprint:
+            return False
+        if entry.kind in (TRIAL, UNREADABLE):
+            self.jobs[candidate.job.real] = candidate.job
+        self.summary.trials_unchanged += entry.kind == TRIAL
+        self.summary.unreadable_trials += entry.kind == UNREADABLE
+        self.summary.problems += entry.n_problems
+        return True
+
+    def add_trial(self, task: TrialTask, extracted: Extracted, fingerprint: str) -> None:
+        """Store what one changed dir holds, replacing whatever it (or its trial) held before."""
+        commit = self._commit()
+        old = self.catalog.get(task.real)
+        if old is not None and old.unit_key:
+            commit.remove_units([old.unit_key])
+            self.owner.pop(old.unit_key, None)
+        if extracted.kind == TRIAL and extracted.unit_key in self.added:
+            extracted = _duplicate(task, extracted, self.owner[extracted.unit_key])
+        key, kind = extracted.unit_key, extracted.kind
+        if kind == TRIAL:
+            previous_source = self.owner.get(key)
+            if previous_source is not None:  # the same trial, read before from another dir
+                commit.remove_units([key])
+                self.catalog[previous_source].unit_key = None
+            replaced = previous_source is not None or (old is not None and old.kind == TRIAL)
+            self.summary.trials_replaced += replaced
+            self.summary.trials_new += not replaced
+            self.added.add(key)
+        if kind in (TRIAL, UNREADABLE):
+            self.jobs[task.job.real] = task.job
+        self.summary.unreadable_trials += kind == UNREADABLE
+        self.summary.problems += extracted.n_problems
+        self.owner[key] = task.real
+        for table, rows in extracted.tables.items():
+            commit.append(table, rows)
+        self.catalog[task.real] = CatalogEntry(
+            task.real, key, kind, task.job_key, task.batch, fingerprint, extracted.n_problems
         )
+
+    def add_job(self, job: Job) -> None:
+        """The jobs row of a job dir with trials, when its files changed."""
+        fingerprint = job_fingerprint(job)
+        entry = self.catalog.get(job.key)
+        if entry is not None and entry.fingerprint == fingerprint:
+            self.summary.problems += entry.n_problems
+            return
+        import pyarrow as pa
+
+        from wmo_lake.tables import TABLES, jobs
+        from wmo_lake.tables.fields import ProblemLog
+
+        problems = ProblemLog(unit_key=job.key, batch=job.batch)
+        row = jobs.row(job.path, problems) | {
+            "job_key": job.key,
+            "batch": job.batch,
+            "run": job.run,
+            "step": job.step,
+        }
+        commit = self._commit()
+        commit.remove_units([job.key])
+        commit.append("jobs", pa.Table.from_pylist([row], schema=TABLES["jobs"].schema))
+        self._append_problems(problems)
+        self.summary.problems += len(problems.rows)
+        self.catalog[job.key] = CatalogEntry(
+            job.key, job.key, JOB, job.key, job.batch, fingerprint, len(problems.rows)
+        )
+
+    def add_walk_problem(self, problem: WalkProblem) -> None:
+        source = f"walk:{problem.path}"
+        fingerprint = _digest([problem.kind, problem.message])
+        self.summary.problems += 1
+        entry = self.catalog.get(source)
+        if entry is not None and entry.fingerprint == fingerprint:
+            return
+        from wmo_lake.tables.fields import ProblemLog
+
+        problems = ProblemLog(unit_key=source, batch=None)
+        problems.add(problem.kind, problem.path, problem.message)
+        self._commit().remove_units([source])
+        self._append_problems(problems)
+        self.catalog[source] = CatalogEntry(source, source, WALK, None, None, fingerprint, 1)
+
+    def _append_problems(self, problems: ProblemLog) -> None:
+        if problems.rows:
+            import pyarrow as pa
+
+            from wmo_lake.tables import TABLES
+
+            schema = TABLES["problems"].schema
+            self._commit().append("problems", pa.Table.from_pylist(problems.rows, schema=schema))
+
+    def finish(self) -> None:
+        """Commit when anything changed (a first ingest always does, so even an empty tree
+        leaves a queryable lake); otherwise only tidy what an interrupted ingest left."""
+        self.summary.jobs = len(self.jobs)
+        if (self.commit is not None and self.commit.changed) or not self.store.exists():
+            manifest = self._commit().finish(self.catalog.values())
+            self.summary.generation = manifest.generation
+            self.summary.committed = True
+        else:
+            if self.commit is not None:
+                self.commit.abort()
+            self.store.collect_garbage(self.base)
 
 
 def _duplicate(task: TrialTask, extracted: Extracted, first_source: str) -> Extracted:
     """A second dir holding a trial this ingest already read: kept out, and said so."""
+    import pyarrow as pa
+
+    from wmo_lake.extract import Extracted
+    from wmo_lake.tables import TABLES
+    from wmo_lake.tables.fields import ProblemLog
+
     problems = ProblemLog(
         unit_key=f"dup:{task.real}", batch=task.batch, trial_name=extracted.trial_name
     )
@@ -364,11 +401,11 @@ def _duplicate(task: TrialTask, extracted: Extracted, first_source: str) -> Extr
         "trial is stored once, from the first dir read",
     )
     return Extracted(
-        "duplicate",
+        DUPLICATE,
         problems.unit_key,
         extracted.trial_name,
         {"problems": pa.Table.from_pylist(problems.rows, schema=TABLES["problems"].schema)},
     )
 
 
-__all__ = ["OTHER", "IngestSummary", "ingest"]
+__all__ = ["IngestSummary", "ingest"]

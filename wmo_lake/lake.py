@@ -11,19 +11,16 @@ Two doors, same views:
 
 from __future__ import annotations
 
-import contextlib
 import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
+from wmo_lake.store import DUCKDB_FILE, DUCKDB_STAMP, LakeError, Manifest, Store, atomic_write_bytes
 
-from wmo_lake.store import LakeError, Manifest, Store, atomic_write_bytes
-from wmo_lake.tables import TABLES
-
-DUCKDB_FILE = "lake.duckdb"
+if TYPE_CHECKING:
+    import duckdb
 
 
 @dataclass(frozen=True)
@@ -119,6 +116,10 @@ def set_settings(con: duckdb.DuckDBPyConnection, values: dict[str, Any]) -> None
 
 def connect(lake: Path | str, settings: dict[str, Any] | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with every table and view of the lake."""
+    import duckdb
+
+    from wmo_lake.tables import TABLES
+
     store = Store(lake)
     manifest = _require(store)
     con = duckdb.connect()
@@ -144,16 +145,13 @@ def ensure_duckdb_file(store: Store) -> Path:
     """(Re)build LAKE/lake.duckdb when it does not match the current generation."""
     manifest = _require(store)
     target = store.root / DUCKDB_FILE
-    stamp = f"{manifest.generation}:{manifest.catalog}"
-    if target.exists():
-        with contextlib.suppress(duckdb.Error):
-            con = duckdb.connect(str(target), read_only=True)
-            try:
-                current = con.execute("SELECT stamp FROM _wmo_lake").fetchone()
-            finally:
-                con.close()
-            if current and current[0] == stamp:
-                return target
+    if store.duckdb_file_current():
+        return target
+    stamp = store.duckdb_stamp(manifest)
+    import duckdb
+
+    from wmo_lake.tables import TABLES
+
     tmp = target.with_name(f".{DUCKDB_FILE}.building")
     tmp.unlink(missing_ok=True)
     con = duckdb.connect(str(tmp))
@@ -176,4 +174,5 @@ def ensure_duckdb_file(store: Store) -> Path:
         con.close()
     atomic_write_bytes(target, tmp.read_bytes())
     tmp.unlink(missing_ok=True)
+    atomic_write_bytes(store.root / DUCKDB_STAMP, stamp.encode("utf-8"))
     return target

@@ -10,13 +10,15 @@ import json
 import math
 import uuid
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-FORMATS = ("table", "csv", "json", "jsonl", "parquet")
+if TYPE_CHECKING:
+    import duckdb
+
+from wmo_lake.commands.options import FORMATS
 
 
 def _plain(value: Any) -> Any:

@@ -9,7 +9,7 @@ from typing import Any, NoReturn
 
 import click
 
-from wmo_lake.output import FORMATS
+FORMATS = ("table", "csv", "json", "jsonl", "parquet")  # what wmo_lake.output.render writes
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 

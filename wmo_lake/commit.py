@@ -1,0 +1,204 @@
+"""One lake generation in the making: new Parquet segments, removed units, an atomic swap.
+
+See wmo_lake/store.py for the layout. Rows arrive per trial and are buffered into row groups;
+replaced units are filtered out of the earlier segments that hold them; a table with too many
+segments has its small ones merged; then the catalog and manifest.json are written, the manifest
+last, in one rename.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from wmo_lake import __version__
+from wmo_lake.store import (
+    FORMAT,
+    FORMAT_VERSION,
+    CatalogEntry,
+    Manifest,
+    Store,
+    atomic_write_bytes,
+    crash_point,
+    fsync_dir,
+)
+from wmo_lake.tables import TABLES
+
+MAX_SEGMENTS = 12  # per table; more are merged (small ones first) so queries open few files
+COMPACT_BELOW_BYTES = 256 * 2**20
+FLUSH_BYTES = 8 * 2**20  # Arrow bytes buffered per table before a row group is written
+FLUSH_PIECES = 512  # ... or this many appended tables, whichever comes first
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`table` with exactly `schema`'s columns: missing ones null, extra ones dropped."""
+    if table.schema.equals(schema):  # the common case: rows built with the schema
+        return table
+    columns = [
+        table.column(f.name).cast(f.type)
+        if f.name in table.column_names
+        else pa.nulls(table.num_rows, f.type)
+        for f in schema
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+class Commit:
+    """One generation in the making: new segments, removed units, then an atomic swap."""
+
+    def __init__(self, store: Store, base: Manifest) -> None:
+        self.store = store
+        self.base = base
+        self.generation = base.generation + 1
+        self.token = secrets.token_hex(4)
+        self._writers: dict[str, pq.ParquetWriter] = {}
+        self._new_files: dict[str, str] = {}
+        self._buffers: dict[str, list[pa.Table]] = {}
+        self._buffered: dict[str, int] = {}
+        self.removed: set[str] = set()
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.removed or self._new_files)
+
+    def _segment_path(self, table: str, label: str = "") -> tuple[Path, str]:
+        rel = f"tables/{table}/{self.generation:06d}-{self.token}{label}.parquet"
+        path = self.store.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path, rel
+
+    def _open_writer(self, table: str, path: Path) -> pq.ParquetWriter:
+        return pq.ParquetWriter(
+            path,
+            TABLES[table].schema,
+            compression="zstd",
+            compression_level=1,
+            use_byte_stream_split=[
+                f.name for f in TABLES[table].schema if pa.types.is_floating(f.type)
+            ]
+            or False,
+        )
+
+    def append(self, table: str, rows: pa.Table) -> None:
+        """Add rows of new units to this generation's segment of `table`.
+
+        Rows are buffered and written in row groups of up to FLUSH_BYTES: a row group per trial
+        would make every later scan slow, and a buffer of the whole ingest would not be flat."""
+        if rows.num_rows == 0:
+            return
+        if table not in self._writers:
+            path, rel = self._segment_path(table)
+            self._writers[table] = self._open_writer(table, path)
+            self._new_files[table] = rel
+            self._buffers[table] = []
+            self._buffered[table] = 0
+        self._buffers[table].append(conform(rows, TABLES[table].schema))
+        self._buffered[table] += rows.nbytes
+        # Small tables cost far more than their bytes (buffers, schema), so their count is
+        # bounded too: memory stays flat however many trials one ingest reads.
+        if self._buffered[table] >= FLUSH_BYTES or len(self._buffers[table]) >= FLUSH_PIECES:
+            self._flush(table)
+
+    def _flush(self, table: str) -> None:
+        if self._buffers.get(table):
+            self._writers[table].write_table(pa.concat_tables(self._buffers[table]))
+        self._buffers[table] = []
+        self._buffered[table] = 0
+
+    def remove_units(self, keys: Iterable[str]) -> None:
+        """Drop these units' rows from the segments of earlier generations."""
+        self.removed.update(keys)
+
+    def _rewrite_without_removed(self, table: str, files: list[str]) -> list[str]:
+        if not self.removed:
+            return files
+        import pyarrow.compute as pc  # only a replacing commit needs it
+
+        unit_column = TABLES[table].unit_column
+        removed = pa.array(sorted(self.removed), pa.string())
+        kept: list[str] = []
+        for index, rel in enumerate(files):
+            source = self.store.root / rel
+            units = pq.read_table(source, columns=[unit_column]).column(unit_column)
+            if not pc.any(pc.is_in(units, value_set=removed)).as_py():
+                kept.append(rel)
+                continue
+            path, new_rel = self._segment_path(table, f"-r{index}")
+            with self._open_writer(table, path) as writer:
+                for batch in pq.ParquetFile(source).iter_batches(batch_size=2048):
+                    rows = pa.Table.from_batches([batch])
+                    rows = rows.filter(pc.invert(pc.is_in(rows[unit_column], value_set=removed)))
+                    writer.write_table(conform(rows, TABLES[table].schema))
+            kept.append(new_rel)
+        return kept
+
+    def _compact(self, table: str, files: list[str]) -> list[str]:
+        """Merge small segments once a table has too many, so every query opens few files."""
+        if len(files) <= MAX_SEGMENTS:
+            return files
+        sizes = {rel: (self.store.root / rel).stat().st_size for rel in files}
+        small = [rel for rel in files if sizes[rel] < COMPACT_BELOW_BYTES]
+        if len(small) < 2:
+            return files
+        path, new_rel = self._segment_path(table, "-c")
+        with self._open_writer(table, path) as writer:
+            for rel in small:
+                for batch in pq.ParquetFile(self.store.root / rel).iter_batches(batch_size=2048):
+                    writer.write_table(
+                        conform(pa.Table.from_batches([batch]), TABLES[table].schema)
+                    )
+        return [rel for rel in files if rel not in small] + [new_rel]
+
+    def finish(self, catalog: Iterable[CatalogEntry]) -> Manifest:
+        """Write the catalog and swap the manifest: the commit point."""
+        for table, writer in self._writers.items():
+            self._flush(table)
+            writer.close()
+        tables: dict[str, list[str]] = {}
+        for name in TABLES:
+            files = self._rewrite_without_removed(name, list(self.base.tables.get(name, [])))
+            if name in self._new_files:
+                files.append(self._new_files[name])
+            files = self._compact(name, files)
+            if not files:  # an empty table still needs a file to carry its schema
+                path, rel = self._segment_path(name)
+                pq.write_table(TABLES[name].schema.empty_table(), path)
+                files = [rel]
+            tables[name] = files
+        catalog_rel = f"catalog/{self.generation:06d}-{self.token}.msgpack"
+        self.store.write_catalog(catalog_rel, catalog)
+        manifest = Manifest(
+            generation=self.generation,
+            tables=tables,
+            catalog=catalog_rel,
+            previous=self.base.live_files(),
+            updated_at=datetime.now(UTC).isoformat(),
+        )
+        fsync_dir(self.store.root)
+        crash_point("before_manifest")
+        payload = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "wmo_lake_version": __version__,
+            "generation": manifest.generation,
+            "updated_at": manifest.updated_at,
+            "tables": manifest.tables,
+            "catalog": manifest.catalog,
+            "previous": manifest.previous,
+        }
+        atomic_write_bytes(self.store.manifest_path, json.dumps(payload, indent=2).encode())
+        crash_point("after_manifest")
+        self.store.collect_garbage(manifest)
+        return manifest
+
+    def abort(self) -> None:
+        for writer in self._writers.values():
+            with contextlib.suppress(Exception):
+                writer.close()
