@@ -115,13 +115,34 @@ def set_settings(con: duckdb.DuckDBPyConnection, values: dict[str, Any]) -> None
 
 
 def connect(lake: Path | str, settings: dict[str, Any] | None = None) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with every table and view of the lake."""
+    """A DuckDB connection with every table and view of the lake.
+
+    It opens LAKE/lake.duckdb read-only when that file is current (its views are already bound:
+    ~10 ms instead of ~150 ms of view creation); otherwise, or when another process holds the file
+    open for writing, it builds the same views in an in-memory database."""
+    import duckdb
+
+    store = Store(lake)
+    manifest = _require(store)
+    if store.duckdb_file_current():
+        try:
+            con = duckdb.connect(str(store.root / DUCKDB_FILE), read_only=True)
+        except duckdb.Error:
+            pass
+        else:
+            set_settings(con, settings or {})
+            return con
+    return connect_in_memory(store, manifest, settings)
+
+
+def connect_in_memory(
+    store: Store, manifest: Manifest, settings: dict[str, Any] | None = None
+) -> duckdb.DuckDBPyConnection:
+    """The lake's views in an in-memory database, built from the manifest's file list."""
     import duckdb
 
     from wmo_lake.tables import TABLES
 
-    store = Store(lake)
-    manifest = _require(store)
     con = duckdb.connect()
     for name in TABLES:
         files = [str(p) for p in store.files(manifest, name)]

@@ -30,7 +30,7 @@ MANIFEST = "manifest.json"
 DUCKDB_FILE = "lake.duckdb"
 DUCKDB_STAMP = ".lake.duckdb.stamp"  # the generation lake.duckdb was built for
 FORMAT = "wmo-lake"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the catalog is msgpack
 # Catalog kinds: what an ingested dir turned out to be.
 TRIAL = "trial"
 UNREADABLE = "unreadable_trial"
