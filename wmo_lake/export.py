@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from wmo_lake import __version__
+from wmo_lake.store import fsync_dir
 
 SCHEMA_VERSION = 1
 SPLITS = ("train", "dev", "holdout", "custom")
@@ -219,14 +220,6 @@ def _fsync(path: Path) -> None:
         os.fsync(stream.fileno())
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def base_manifest(
     *,
     kind: str,
@@ -305,7 +298,7 @@ def write_export(
                     f"{target} appeared while exporting; nothing was written, choose a new --out"
                 ) from None
             installed.append(target)
-        _fsync_dir(out.parent)
+        fsync_dir(out.parent)
         return manifest
     except BaseException:
         for target in installed:
