@@ -161,25 +161,28 @@ def _bytes_to_read(task: TrialTask) -> int:
 
 
 def _extract_all(
-    tasks: list[TrialTask], workers: int, progress: Progress | None
+    tasks: list[TrialTask], workers: int | None, progress: Progress | None
 ) -> Iterator[tuple[TrialTask, Extracted]]:
-    """Extract every task in completion order, at most 2 per worker in flight (flat memory)."""
+    """Extract every task in completion order, at most 2 per worker in flight (flat memory).
+
+    `workers` None means every core, when there is enough JSON to read to be worth it."""
     if not tasks:
         return
-    from wmo_lake.extract import extract_trial
-
     total = len(tasks)
-    if workers <= 1 or total < 2 or sum(map(_bytes_to_read, tasks)) < POOL_ABOVE_BYTES:
+    if workers is None:
+        small = sum(map(_bytes_to_read, tasks)) < POOL_ABOVE_BYTES
+        workers = 1 if small else os.cpu_count() or 1
+    if workers <= 1 or total < 2:
+        from wmo_lake.extract import extract_trial
+
         for done, task in enumerate(tasks, 1):
             yield task, extract_trial(task)
             if progress:
                 progress(done, total)
         return
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["wmo_lake.extract"])
     with ProcessPoolExecutor(
         max_workers=workers,
-        mp_context=context,
+        mp_context=_worker_context(),
         initializer=_exit_with_parent,
         initargs=(os.getpid(),),
     ) as pool:
@@ -191,7 +194,7 @@ def _extract_all(
                 task = next(queue, None)
                 if task is None:
                     break
-                pending[pool.submit(extract_trial, task)] = task
+                pending[pool.submit(_extract_in_worker, task)] = task
             if not pending:
                 return
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -201,6 +204,29 @@ def _extract_all(
                 done += 1
                 if progress:
                     progress(done, total)
+
+
+def _worker_context() -> multiprocessing.context.BaseContext:
+    """`fork` while this process is still single-threaded (the CLI: workers start at once, with
+    nothing to import but extraction); `forkserver` otherwise, since forking a process whose
+    other threads may hold locks (pyarrow starts some on import) can deadlock the child."""
+    try:
+        single_threaded = len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        single_threaded = False
+    if single_threaded and threading.active_count() == 1:
+        return multiprocessing.get_context("fork")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["wmo_lake.extract"])
+    return context
+
+
+def _extract_in_worker(task: TrialTask) -> Extracted:
+    """Runs in a worker: the extraction modules (pyarrow) are imported there, not before the
+    fork, so the ingest process stays single-threaded until its workers exist."""
+    from wmo_lake.extract import extract_trial
+
+    return extract_trial(task)
 
 
 def ingest(
@@ -233,7 +259,7 @@ def ingest(
             if not run.unchanged(candidate, fingerprint)
         ]
         try:
-            for task, extracted in _extract_all(tasks, workers or os.cpu_count() or 1, progress):
+            for task, extracted in _extract_all(tasks, workers, progress):
                 run.add_trial(task, extracted, candidates[task.real][1])
                 crash_point("mid_extract")
             for job in run.jobs.values():

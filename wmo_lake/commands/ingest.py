@@ -29,7 +29,8 @@ from wmo_lake.store import LakeError
     "--workers",
     type=click.IntRange(min=1),
     default=None,
-    help="Parallel readers [default: all cores].",
+    help="Reader processes [default: all cores, once there are more than ~48 MB of JSON to "
+    "read; below that one process is faster].",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--strict", is_flag=True, help="Exit 1 when any problem was recorded.")
