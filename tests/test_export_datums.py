@@ -13,30 +13,13 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner, Result
 from harbor_shapes import write_job, write_trial
+from spec import DATUM_COLUMNS
 
 from wmo_lake.cli import cli
 from wmo_lake.datums import load_verified, to_tinker
 from wmo_lake.export import ExportError
 from wmo_lake.ingest import ingest
 
-COLUMNS = [
-    "batch",
-    "run",
-    "step",
-    "task_id",
-    "attempt",
-    "trial_name",
-    "fragment_index",
-    "model_input_tokens",
-    "loss_mask",
-    "sampled_logprobs",
-    "n_tokens",
-    "loss_tokens",
-    "reward",
-    "passed",
-    "infra_failed",
-    "advantage",
-]
 STEP1 = "r/harbor/step-0001/job-1"
 STEP2 = "r/harbor/step-0002/job-2"
 ISSUE_TURNS = [
@@ -112,7 +95,7 @@ def test_exports_train_datums_with_a_full_manifest(
     assert "excluded: overflow_episodes 1, split_dev 1, split_holdout 1" in result.output
 
     table = pq.read_table(out)
-    assert table.column_names == COLUMNS
+    assert table.column_names == DATUM_COLUMNS
     rows = table.to_pylist()
     assert [(r["batch"], r["trial_name"], r["fragment_index"]) for r in rows] == [
         (STEP1, "a1", 0),
@@ -307,7 +290,7 @@ def exported(lake: Path, registry: Path, tmp_path: Path) -> Path:
 
 def test_load_verified_returns_the_rows(exported: Path, registry: Path) -> None:
     rows = load_verified(exported, tasks=registry)
-    assert rows.columns == COLUMNS
+    assert rows.columns == DATUM_COLUMNS
     assert rows.height == 4
     assert rows.get_column("trial_name").to_list() == ["a1", "a1", "a2", "b1"]
     assert load_verified(exported).height == 4  # without a registry: sha256 and rows only

@@ -12,6 +12,7 @@ import oracle
 import pytest
 from click.testing import CliRunner, Result
 from harbor_shapes import write_job, write_trial
+from spec import ROLLOUT_STATS_COLUMNS
 from treegen import write_unreadable_trial
 
 from wmo_lake.cli import cli
@@ -20,25 +21,6 @@ from wmo_lake.ingest import ingest
 CLEAN = "exp/harbor/step-0001/job"
 WARNED = "exp/harbor/step-0002/job"
 OTHER = "zeta/harbor/step-0000/job"
-COLUMNS = [
-    "batch",
-    "run",
-    "step",
-    "trials",
-    "trials_with_spans",
-    "solve_rate",
-    "graded_solve_rate",
-    "graded_trials",
-    "raw_solve_rate",
-    "executed_trials",
-    "infra_failed_trials",
-    "empty_span_trials",
-    "truncated_spans",
-    "truncated_span_trials",
-    "stop_reason_counts",
-    "scaffold_loss_rate",
-    "unreadable_trials",
-]
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +115,7 @@ def test_json_is_the_rollout_stats_rows(tree: tuple[Path, Path], args: list[str]
     assert [row["batch"] for row in rows] == [CLEAN, WARNED, OTHER]
     expected = oracle.batch_stats(oracle.read_tree(root, settings_of(args)))
     for row in rows:
-        assert list(row) == COLUMNS
+        assert list(row) == ROLLOUT_STATS_COLUMNS
         assert isinstance(row["stop_reason_counts"], dict)
         assert row == expected[row["batch"]]
 

@@ -13,29 +13,12 @@ from typing import Any
 
 import pytest
 from harbor_shapes import write_job, write_trial
+from spec import DATUM_COLUMNS
 
 from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect
 
 Turn = tuple[list[int], list[int], list[float]]
-DATUM_COLUMNS = [
-    "batch",
-    "run",
-    "step",
-    "task_id",
-    "attempt",
-    "trial_name",
-    "fragment_index",
-    "model_input_tokens",
-    "loss_mask",
-    "sampled_logprobs",
-    "n_tokens",
-    "loss_tokens",
-    "reward",
-    "passed",
-    "infra_failed",
-    "advantage",
-]
 
 # The issue's hand-worked example: one merge, then a prefix break.
 ISSUE_TURNS: list[Turn] = [

@@ -10,31 +10,13 @@ import duckdb
 import oracle
 import pytest
 from harbor_shapes import write_job, write_trial
+from spec import ROLLOUT_STATS_COLUMNS
 from treegen import generate_tree, write_unreadable_trial
 
 from wmo_lake.ingest import ingest
 from wmo_lake.lake import DUCKDB_FILE, connect
 from wmo_lake.output import rows_as_dicts
 
-COLUMNS = [
-    "batch",
-    "run",
-    "step",
-    "trials",
-    "trials_with_spans",
-    "solve_rate",
-    "graded_solve_rate",
-    "graded_trials",
-    "raw_solve_rate",
-    "executed_trials",
-    "infra_failed_trials",
-    "empty_span_trials",
-    "truncated_spans",
-    "truncated_span_trials",
-    "stop_reason_counts",
-    "scaffold_loss_rate",
-    "unreadable_trials",
-]
 HAND = "exp/harbor/step-0007/job"
 NO_CAP = "loose/job"
 ONLY_UNREADABLE = "exp/harbor/step-0009/job"
@@ -149,7 +131,7 @@ def test_hand_worked_batch(hand_lake: Path, door: Any) -> None:
         "scaffold_loss_rate": 2 / 3,  # budget, max_turns of 3 trials with a reason
         "unreadable_trials": 1,
     }
-    assert list(row) == COLUMNS
+    assert list(row) == ROLLOUT_STATS_COLUMNS
 
 
 def test_overrides_change_what_they_should(hand_lake: Path) -> None:

@@ -1,0 +1,41 @@
+"""Column lists the issues specify, written once for every test that checks them (taken from
+the issue texts, not from the code under test)."""
+
+DATUM_COLUMNS = [
+    "batch",
+    "run",
+    "step",
+    "task_id",
+    "attempt",
+    "trial_name",
+    "fragment_index",
+    "model_input_tokens",
+    "loss_mask",
+    "sampled_logprobs",
+    "n_tokens",
+    "loss_tokens",
+    "reward",
+    "passed",
+    "infra_failed",
+    "advantage",
+]
+
+ROLLOUT_STATS_COLUMNS = [
+    "batch",
+    "run",
+    "step",
+    "trials",
+    "trials_with_spans",
+    "solve_rate",
+    "graded_solve_rate",
+    "graded_trials",
+    "raw_solve_rate",
+    "executed_trials",
+    "infra_failed_trials",
+    "empty_span_trials",
+    "truncated_spans",
+    "truncated_span_trials",
+    "stop_reason_counts",
+    "scaffold_loss_rate",
+    "unreadable_trials",
+]
