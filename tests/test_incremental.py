@@ -82,20 +82,27 @@ def test_same_tree_through_another_path_replaces_not_doubles(tmp_path: Path) -> 
     assert batches == [("step-0001/job",)]
 
 
-def test_a_copied_trial_is_stored_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "reader-processes"])
+def test_a_copied_trial_is_stored_once(tmp_path: Path, workers: int) -> None:
     runs = _tree(tmp_path, n_trials=2)
-    ingest([runs], tmp_path / "lake", workers=1)
+    ingest([runs], tmp_path / "lake", workers=workers)
     # The same trials (same TrialResult ids) copied elsewhere and ingested: replaced, not doubled.
     backup = _tree(tmp_path / "backup", n_trials=2)
-    summary = ingest([backup], tmp_path / "lake", workers=1)
+    summary = ingest([backup], tmp_path / "lake", workers=workers)
     assert (summary.trials_new, summary.trials_replaced) == (0, 2)
     assert _counts(tmp_path / "lake")["trials"] == 2
     # Both trees at once: each trial is read once, the second dir reported as a duplicate.
     fresh = tmp_path / "lake2"
-    summary = ingest([runs, backup], fresh, workers=1)
+    summary = ingest([runs, backup], fresh, workers=workers)
     assert summary.trials_new == 2
     con = connect(fresh)
     assert con.execute("SELECT count(*) FROM trials").fetchall() == [(2,)]
+    # every table holds each trial once (from whichever dir was read first)
+    for table, n in {"spans": 3, "stop_reasons": 1, "tests": 2, "trajectories": 1}.items():
+        per_trial = con.execute(
+            f"SELECT trial_key, count(*) FROM {table} GROUP BY ALL ORDER BY ALL"
+        ).fetchall()
+        assert per_trial == [("job-t-0", n), ("job-t-1", n)], table
     assert con.execute(
         "SELECT count(*) FROM problems WHERE kind = 'duplicate_trial'"
     ).fetchall() == [(2,)]

@@ -50,53 +50,40 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-class Commit:
-    """One generation in the making: new segments, removed units, then an atomic swap."""
+def open_writer(path: Path, table: str) -> pq.ParquetWriter:
+    schema = TABLES[table].schema
+    return pq.ParquetWriter(
+        path,
+        schema,
+        compression="zstd",
+        compression_level=1,
+        use_byte_stream_split=[f.name for f in schema if pa.types.is_floating(f.type)] or False,
+    )
 
-    def __init__(self, store: Store, base: Manifest) -> None:
-        self.store = store
-        self.base = base
-        self.generation = base.generation + 1
-        self.token = secrets.token_hex(4)
+
+class SegmentWriter:
+    """One process's new segments of a generation: a buffered Parquet writer per table.
+
+    Rows are written in row groups of up to FLUSH_BYTES: a row group per trial would make every
+    later scan slow, and a buffer of the whole ingest would not be flat. The ingest process has
+    one; each reader process of a parallel ingest has its own, so rows never cross a pipe."""
+
+    def __init__(self, root: Path, prefix: str) -> None:
+        self.root = root
+        self.prefix = prefix
+        self.files: dict[str, str] = {}
         self._writers: dict[str, pq.ParquetWriter] = {}
-        self._new_files: dict[str, str] = {}
         self._buffers: dict[str, list[pa.Table]] = {}
         self._buffered: dict[str, int] = {}
-        self.removed: set[str] = set()
-
-    @property
-    def changed(self) -> bool:
-        return bool(self.removed or self._new_files)
-
-    def _segment_path(self, table: str, label: str = "") -> tuple[Path, str]:
-        rel = f"tables/{table}/{self.generation:06d}-{self.token}{label}.parquet"
-        path = self.store.root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return path, rel
-
-    def _open_writer(self, table: str, path: Path) -> pq.ParquetWriter:
-        return pq.ParquetWriter(
-            path,
-            TABLES[table].schema,
-            compression="zstd",
-            compression_level=1,
-            use_byte_stream_split=[
-                f.name for f in TABLES[table].schema if pa.types.is_floating(f.type)
-            ]
-            or False,
-        )
 
     def append(self, table: str, rows: pa.Table) -> None:
-        """Add rows of new units to this generation's segment of `table`.
-
-        Rows are buffered and written in row groups of up to FLUSH_BYTES: a row group per trial
-        would make every later scan slow, and a buffer of the whole ingest would not be flat."""
         if rows.num_rows == 0:
             return
         if table not in self._writers:
-            path, rel = self._segment_path(table)
-            self._writers[table] = self._open_writer(table, path)
-            self._new_files[table] = rel
+            rel = f"tables/{table}/{self.prefix}.parquet"
+            (self.root / rel).parent.mkdir(parents=True, exist_ok=True)
+            self._writers[table] = open_writer(self.root / rel, table)
+            self.files[table] = rel
             self._buffers[table] = []
             self._buffered[table] = 0
         self._buffers[table].append(conform(rows, TABLES[table].schema))
@@ -112,29 +99,84 @@ class Commit:
         self._buffers[table] = []
         self._buffered[table] = 0
 
+    def close(self) -> dict[str, str]:
+        """Finish every file; table -> its path relative to the lake."""
+        for table, writer in self._writers.items():
+            self._flush(table)
+            writer.close()
+        self._writers = {}
+        return self.files
+
+    def abort(self) -> None:
+        for writer in self._writers.values():
+            with contextlib.suppress(Exception):
+                writer.close()
+
+
+class Commit:
+    """One generation in the making: new segments, removed units, then an atomic swap."""
+
+    def __init__(self, store: Store, base: Manifest) -> None:
+        self.store = store
+        self.base = base
+        self.generation = base.generation + 1
+        self.token = secrets.token_hex(4)
+        self.writer = SegmentWriter(store.root, self.segment_prefix())
+        self.added: dict[str, list[str]] = {}  # segments other processes wrote for this commit
+        self.removed: set[str] = set()
+        self.excluded_from_added: set[str] = set()
+
+    def segment_prefix(self, label: str = "") -> str:
+        return f"{self.generation:06d}-{self.token}{label}"
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.removed or self.writer.files or self.added)
+
+    def _segment_path(self, table: str, label: str) -> tuple[Path, str]:
+        rel = f"tables/{table}/{self.segment_prefix(label)}.parquet"
+        path = self.store.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path, rel
+
+    def append(self, table: str, rows: pa.Table) -> None:
+        """Add rows of new units to this generation's segment of `table`."""
+        self.writer.append(table, rows)
+
+    def add_files(self, files: dict[str, str]) -> None:
+        """Take segments a reader process wrote for this commit (table -> relative path)."""
+        for table, rel in files.items():
+            self.added.setdefault(table, []).append(rel)
+
+    def exclude_from_added(self, keys: Iterable[str]) -> None:
+        """Drop these units' rows from the segments reader processes wrote (a trial read twice
+        in one ingest is stored once, through this process's own writer)."""
+        self.excluded_from_added.update(keys)
+
     def remove_units(self, keys: Iterable[str]) -> None:
         """Drop these units' rows from the segments of earlier generations."""
         self.removed.update(keys)
 
-    def _rewrite_without_removed(self, table: str, files: list[str]) -> list[str]:
-        if not self.removed:
+    def _rewrite_without(self, table: str, files: list[str], keys: set[str]) -> list[str]:
+        """`files`, each one holding a unit in `keys` rewritten without that unit's rows."""
+        if not keys:
             return files
         import pyarrow.compute as pc  # only a replacing commit needs it
 
         unit_column = TABLES[table].unit_column
-        removed = pa.array(sorted(self.removed), pa.string())
+        dropped = pa.array(sorted(keys), pa.string())
         kept: list[str] = []
-        for index, rel in enumerate(files):
+        for rel in files:
             source = self.store.root / rel
             units = pq.read_table(source, columns=[unit_column]).column(unit_column)
-            if not pc.any(pc.is_in(units, value_set=removed)).as_py():
+            if not pc.any(pc.is_in(units, value_set=dropped)).as_py():
                 kept.append(rel)
                 continue
-            path, new_rel = self._segment_path(table, f"-r{index}")
-            with self._open_writer(table, path) as writer:
+            path, new_rel = self._segment_path(table, f"-r{secrets.token_hex(3)}")
+            with open_writer(path, table) as writer:
                 for batch in pq.ParquetFile(source).iter_batches(batch_size=2048):
                     rows = pa.Table.from_batches([batch])
-                    rows = rows.filter(pc.invert(pc.is_in(rows[unit_column], value_set=removed)))
+                    rows = rows.filter(pc.invert(pc.is_in(rows[unit_column], value_set=dropped)))
                     writer.write_table(conform(rows, TABLES[table].schema))
             kept.append(new_rel)
         return kept
@@ -148,7 +190,7 @@ class Commit:
         if len(small) < 2:
             return files
         path, new_rel = self._segment_path(table, "-c")
-        with self._open_writer(table, path) as writer:
+        with open_writer(path, table) as writer:
             for rel in small:
                 for batch in pq.ParquetFile(self.store.root / rel).iter_batches(batch_size=2048):
                     writer.write_table(
@@ -158,17 +200,16 @@ class Commit:
 
     def finish(self, catalog: Iterable[CatalogEntry]) -> Manifest:
         """Write the catalog and swap the manifest: the commit point."""
-        for table, writer in self._writers.items():
-            self._flush(table)
-            writer.close()
+        own = self.writer.close()
         tables: dict[str, list[str]] = {}
         for name in TABLES:
-            files = self._rewrite_without_removed(name, list(self.base.tables.get(name, [])))
-            if name in self._new_files:
-                files.append(self._new_files[name])
+            files = self._rewrite_without(name, list(self.base.tables.get(name, [])), self.removed)
+            files += self._rewrite_without(name, self.added.get(name, []), self.excluded_from_added)
+            if name in own:
+                files.append(own[name])
             files = self._compact(name, files)
             if not files:  # an empty table still needs a file to carry its schema
-                path, rel = self._segment_path(name)
+                path, rel = self._segment_path(name, "-empty")
                 pq.write_table(TABLES[name].schema.empty_table(), path)
                 files = [rel]
             tables[name] = files
@@ -199,6 +240,4 @@ class Commit:
         return manifest
 
     def abort(self) -> None:
-        for writer in self._writers.values():
-            with contextlib.suppress(Exception):
-                writer.close()
+        self.writer.abort()

@@ -21,15 +21,22 @@ from wmo_lake.tables.trial_result import decode_trial_result
 
 @dataclass
 class Extracted:
+    """What one dir held: its kind and unit, and its rows per table (until they are written)."""
+
     kind: str
     unit_key: str
     trial_name: str | None = None
     tables: dict[str, pa.Table] = field(default_factory=dict)
+    n_problems: int = -1  # counted from `tables` unless given
 
-    @property
-    def n_problems(self) -> int:
-        problems = self.tables.get("problems")
-        return 0 if problems is None else problems.num_rows
+    def __post_init__(self) -> None:
+        if self.n_problems < 0:
+            problems = self.tables.get("problems")
+            self.n_problems = 0 if problems is None else problems.num_rows
+
+    def without_tables(self) -> Extracted:
+        """The summary a reader process sends back once it has written the rows itself."""
+        return Extracted(self.kind, self.unit_key, self.trial_name, {}, self.n_problems)
 
 
 def _not_a_trial(

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import multiprocessing
 import os
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from queue import Empty
+from typing import TYPE_CHECKING, Any
 
 from wmo_lake.discover import Candidate, Job, TrialTask, WalkProblem, discover
 from wmo_lake.store import (
@@ -160,50 +162,113 @@ def _bytes_to_read(task: TrialTask) -> int:
     return total
 
 
-def _extract_all(
-    tasks: list[TrialTask], workers: int | None, progress: Progress | None
-) -> Iterator[tuple[TrialTask, Extracted]]:
-    """Extract every task in completion order, at most 2 per worker in flight (flat memory).
-
-    `workers` None means every core, when there is enough JSON to read to be worth it."""
-    if not tasks:
-        return
-    total = len(tasks)
+def _reader_count(tasks: list[TrialTask], workers: int | None) -> int:
+    """How many reader processes to start: none (read here) for little JSON."""
     if workers is None:
         small = sum(map(_bytes_to_read, tasks)) < POOL_ABOVE_BYTES
         workers = 1 if small else os.cpu_count() or 1
-    if workers <= 1 or total < 2:
+    return workers if workers > 1 and len(tasks) > 1 else 0
+
+
+def _read_here(
+    tasks: list[TrialTask], progress: Progress | None
+) -> Iterator[tuple[TrialTask, Extracted]]:
+    """Extract every task in this process; the caller writes the rows."""
+    if not tasks:
+        return
+    from wmo_lake.extract import extract_trial
+
+    for done, task in enumerate(tasks, 1):
+        yield task, extract_trial(task)
+        if progress:
+            progress(done, len(tasks))
+
+
+def _read_in_processes(
+    tasks: list[TrialTask],
+    readers: int,
+    progress: Progress | None,
+    lake: Path,
+    segment_prefix: Callable[[str], str],
+    on_files: Callable[[dict[str, str]], None],
+) -> Iterator[tuple[TrialTask, Extracted]]:
+    """Extract tasks in `readers` processes that write the rows to segments of their own (so no
+    row crosses a pipe, and this process is free to keep them busy). Yields each task with its
+    summary (no tables) in completion order, at most 2 tasks per reader in flight; hands the
+    readers' files to `on_files` once all are done."""
+    context = _worker_context()
+    task_queue = context.Queue()
+    results = context.Queue()
+    processes = [
+        context.Process(
+            target=_reader_main,
+            args=(task_queue, results, str(lake), segment_prefix(f"-w{i}"), os.getpid()),
+            daemon=True,
+        )
+        for i in range(readers)
+    ]
+    for process in processes:
+        process.start()
+    queue = iter(tasks)
+    in_flight = 0
+    for task in itertools.islice(queue, 2 * readers):
+        task_queue.put(task)
+        in_flight += 1
+    done = finished = 0
+    try:
+        while finished < readers:
+            try:
+                message = results.get(timeout=1.0)
+            except Empty:
+                dead = [p for p in processes if p.exitcode not in (None, 0)]
+                if dead:
+                    raise RuntimeError(
+                        f"a reader process died (exit code {dead[0].exitcode}; out of memory?); "
+                        "nothing was committed: re-run the ingest"
+                    ) from None
+                continue
+            kind, payload, extracted = message
+            if kind == "error":
+                raise RuntimeError(f"a reader process failed; nothing was committed:\n{payload}")
+            if kind == "closed":
+                on_files(payload)
+                finished += 1
+                continue
+            in_flight -= 1
+            task = next(queue, None)
+            if task is not None:
+                task_queue.put(task)
+                in_flight += 1
+            elif in_flight == 0:
+                for _ in processes:
+                    task_queue.put(None)
+            done += 1
+            yield payload, extracted
+            if progress:
+                progress(done, len(tasks))
+    finally:
+        for process in processes:
+            if process.is_alive() and finished < readers:
+                process.terminate()
+            process.join(timeout=5)
+
+
+def _reader_main(tasks: Any, results: Any, lake: str, prefix: str, parent_pid: int) -> None:
+    """A reader process: extract tasks until None, writing their rows to its own segments."""
+    _exit_with_parent(parent_pid)
+    try:
+        from wmo_lake.commit import SegmentWriter
         from wmo_lake.extract import extract_trial
 
-        for done, task in enumerate(tasks, 1):
-            yield task, extract_trial(task)
-            if progress:
-                progress(done, total)
-        return
-    with ProcessPoolExecutor(
-        max_workers=workers,
-        mp_context=_worker_context(),
-        initializer=_exit_with_parent,
-        initargs=(os.getpid(),),
-    ) as pool:
-        pending: dict[Future[Extracted], TrialTask] = {}
-        queue = iter(tasks)
-        done = 0
-        while True:
-            while len(pending) < 2 * workers:
-                task = next(queue, None)
-                if task is None:
-                    break
-                pending[pool.submit(_extract_in_worker, task)] = task
-            if not pending:
-                return
-            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in finished:
-                task = pending.pop(future)
-                yield task, future.result()
-                done += 1
-                if progress:
-                    progress(done, total)
+        writer = SegmentWriter(Path(lake), prefix)
+        while (task := tasks.get()) is not None:
+            extracted = extract_trial(task)
+            for table, rows in extracted.tables.items():
+                writer.append(table, rows)
+            results.put(("trial", task, extracted.without_tables()))
+        results.put(("closed", writer.close(), None))
+    except BaseException:
+        results.put(("error", traceback.format_exc(), None))
 
 
 def _worker_context() -> multiprocessing.context.BaseContext:
@@ -219,14 +284,6 @@ def _worker_context() -> multiprocessing.context.BaseContext:
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["wmo_lake.extract"])
     return context
-
-
-def _extract_in_worker(task: TrialTask) -> Extracted:
-    """Runs in a worker: the extraction modules (pyarrow) are imported there, not before the
-    fork, so the ingest process stays single-threaded until its workers exist."""
-    from wmo_lake.extract import extract_trial
-
-    return extract_trial(task)
 
 
 def ingest(
@@ -259,8 +316,16 @@ def ingest(
             if not run.unchanged(candidate, fingerprint)
         ]
         try:
-            for task, extracted in _extract_all(tasks, workers, progress):
-                run.add_trial(task, extracted, candidates[task.real][1])
+            readers = _reader_count(tasks, workers)
+            if readers:
+                commit = run._commit()
+                found = _read_in_processes(
+                    tasks, readers, progress, store.root, commit.segment_prefix, commit.add_files
+                )
+            else:
+                found = _read_here(tasks, progress)
+            for task, extracted in found:
+                run.add_trial(task, extracted, candidates[task.real][1], written=bool(readers))
                 crash_point("mid_extract")
             for job in run.jobs.values():
                 run.add_job(job)
@@ -292,6 +357,8 @@ class _Ingest:
         self.summary = IngestSummary(str(store.root), base.generation, committed=False)
         self.jobs: dict[str, Job] = {}  # the job dirs of every trial seen, for the jobs table
         self.added: set[str] = set()  # trial keys stored by this ingest
+        self.restored: set[str] = set()  # duplicated keys re-stored through this process
+        self.tasks: dict[str, TrialTask] = {}  # real path -> task, of the dirs read
         self.commit: Commit | None = None
 
     def _commit(self) -> Commit:
@@ -313,15 +380,21 @@ class _Ingest:
         self.summary.problems += entry.n_problems
         return True
 
-    def add_trial(self, task: TrialTask, extracted: Extracted, fingerprint: str) -> None:
-        """Store what one changed dir holds, replacing whatever it (or its trial) held before."""
+    def add_trial(
+        self, task: TrialTask, extracted: Extracted, fingerprint: str, written: bool = False
+    ) -> None:
+        """Store what one changed dir holds, replacing whatever it (or its trial) held before.
+        `written`: a reader process already wrote its rows (`extracted` has no tables)."""
         commit = self._commit()
         old = self.catalog.get(task.real)
         if old is not None and old.unit_key:
             commit.remove_units([old.unit_key])
             self.owner.pop(old.unit_key, None)
         if extracted.kind == TRIAL and extracted.unit_key in self.added:
-            extracted = _duplicate(task, extracted, self.owner[extracted.unit_key])
+            first_source = self.owner[extracted.unit_key]
+            if written:
+                self._store_once(extracted.unit_key, first_source)
+            extracted = _duplicate(task, extracted, first_source)
         key, kind = extracted.unit_key, extracted.kind
         if kind == TRIAL:
             previous_source = self.owner.get(key)
@@ -337,11 +410,25 @@ class _Ingest:
         self.summary.unreadable_trials += kind == UNREADABLE
         self.summary.problems += extracted.n_problems
         self.owner[key] = task.real
+        self.tasks[task.real] = task
         for table, rows in extracted.tables.items():
             commit.append(table, rows)
         self.catalog[task.real] = CatalogEntry(
             task.real, key, kind, task.job_key, task.batch, fingerprint, extracted.n_problems
         )
+
+    def _store_once(self, key: str, first_source: str) -> None:
+        """A trial two dirs hold, both written by reader processes: drop both from their
+        segments and store the first dir's rows again from here."""
+        if key in self.restored:
+            return
+        self.restored.add(key)
+        from wmo_lake.extract import extract_trial
+
+        commit = self._commit()
+        commit.exclude_from_added([key])
+        for table, rows in extract_trial(self.tasks[first_source]).tables.items():
+            commit.append(table, rows)
 
     def add_job(self, job: Job) -> None:
         """The jobs row of a job dir with trials, when its files changed."""
