@@ -109,7 +109,12 @@ def extract_trial(task: TrialTask) -> Extracted:
     )
     if found is None:
         sink = spans.find_sink([Path(s) for s in task.sinks], trial_name)
-        found = spans.from_sink(sink, problems) if sink else spans.Spans(spans.ABSENT, [])
+        if sink is None:
+            found = spans.Spans(spans.ABSENT, [])
+        else:
+            from wmo_lake.tables.sink import from_sink
+
+            found = from_sink(sink, problems)
     try:
         span_table = spans.table(found, key, task.batch, trial_name)
     except (OverflowError, pa.ArrowInvalid) as error:

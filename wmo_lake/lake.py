@@ -11,13 +11,22 @@ Two doors, same views:
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wmo_lake.store import DUCKDB_FILE, DUCKDB_STAMP, LakeError, Manifest, Store, atomic_write_bytes
+from wmo_lake.store import (
+    DUCKDB_FILE,
+    DUCKDB_STAMP,
+    LakeError,
+    Manifest,
+    Store,
+    atomic_write_bytes,
+    fsync_dir,
+)
 
 if TYPE_CHECKING:
     import duckdb
@@ -193,7 +202,7 @@ def ensure_duckdb_file(store: Store) -> Path:
         con.execute("CHECKPOINT")
     finally:
         con.close()
-    atomic_write_bytes(target, tmp.read_bytes())
-    tmp.unlink(missing_ok=True)
+    os.replace(tmp, target)  # one rename: a reader opens the old file or the new one
+    fsync_dir(store.root)
     atomic_write_bytes(store.root / DUCKDB_STAMP, stamp.encode("utf-8"))
     return target

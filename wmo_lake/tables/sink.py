@@ -1,0 +1,74 @@
+"""Spans from the WMO pi-bridge token sink: `{SINK}/{trial_name}.jsonl`, one `TokenSpan` JSON
+per line (seed 000, `load_trial_spans`). Imported only when a trial has a sink file, since
+pydantic is the one thing here no other table needs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from wmo_lake.tables.fields import ProblemLog
+from wmo_lake.tables.spans import SINK, SINK_CORRUPT, Spans, Turn, compress
+
+
+class SinkSpan(BaseModel):
+    """One line of the WMO pi-bridge token sink (a `TokenSpan`). Strict: "1" is not a token id."""
+
+    model_config = ConfigDict(strict=True)
+
+    call_index: int = Field(ge=0)
+    prompt_token_ids: list[int]
+    sampled_token_ids: list[int]
+    sampled_logprobs: list[float]
+
+    @model_validator(mode="after")
+    def _aligned(self) -> SinkSpan:
+        if len(self.sampled_token_ids) != len(self.sampled_logprobs):
+            raise ValueError(
+                f"{len(self.sampled_token_ids)} sampled token(s) against "
+                f"{len(self.sampled_logprobs)} logprob(s)"
+            )
+        return self
+
+
+def from_sink(sink_path: Path, problems: ProblemLog) -> Spans:
+    """Spans from a pi-bridge sink file; none at all when any line is invalid (seed 000)."""
+    advice = "the sink is corrupt, so delete this step's token sink directory and re-run the step"
+    try:
+        text = sink_path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        problems.add(
+            "sink_corrupt", sink_path, f"cannot read token sink {sink_path}: {error}; {advice}"
+        )
+        return Spans(SINK_CORRUPT, [])
+    spans: list[SinkSpan] = []
+    for line_number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            spans.append(SinkSpan.model_validate_json(line))
+        except ValidationError as error:
+            reason = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'line'}: {e['msg']}"
+                for e in error.errors()
+            )
+            problems.add(
+                "sink_corrupt",
+                sink_path,
+                f"invalid token span on line {line_number} of {sink_path} ({reason}); {advice}",
+            )
+            return Spans(SINK_CORRUPT, [])
+    observed = [span.call_index for span in spans]
+    if observed != list(range(len(spans))):
+        problems.add(
+            "sink_corrupt",
+            sink_path,
+            f"token sink {sink_path} has call_index sequence {observed[:20]}"
+            f"{'...' if len(observed) > 20 else ''}, expected 0..{len(spans) - 1}; more than one "
+            "recorder appended to it (e.g. a re-run trial reused the sink), so delete this step's "
+            "token sink directory and re-run the step",
+        )
+        return Spans(SINK_CORRUPT, [])
+    turns = [Turn(s.prompt_token_ids, s.sampled_token_ids, s.sampled_logprobs) for s in spans]
+    return Spans(SINK, compress(turns), "sink")
