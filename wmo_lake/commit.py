@@ -28,6 +28,7 @@ from wmo_lake.store import (
     atomic_write_bytes,
     crash_point,
     fsync_dir,
+    segment_prefix,
 )
 from wmo_lake.tables import TABLES
 
@@ -119,18 +120,18 @@ class SegmentWriter:
 class Commit:
     """One generation in the making: new segments, removed units, then an atomic swap."""
 
-    def __init__(self, store: Store, base: Manifest) -> None:
+    def __init__(self, store: Store, base: Manifest, token: str | None = None) -> None:
         self.store = store
         self.base = base
         self.generation = base.generation + 1
-        self.token = secrets.token_hex(4)
+        self.token = token or secrets.token_hex(4)
         self.writer = SegmentWriter(store.root, self.segment_prefix())
         self.added: dict[str, list[str]] = {}  # segments other processes wrote for this commit
         self.removed: set[str] = set()
         self.excluded_from_added: set[str] = set()
 
     def segment_prefix(self, label: str = "") -> str:
-        return f"{self.generation:06d}-{self.token}{label}"
+        return segment_prefix(self.generation, self.token, label)
 
     @property
     def changed(self) -> bool:

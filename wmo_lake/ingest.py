@@ -5,6 +5,9 @@
 A dir whose files (and labels) are unchanged since the last ingest is not parsed at all. A trial
 is identified by its TrialResult `id` (or its resolved dir when it has none), so re-ingesting it,
 from the same PATH or another, replaces its rows instead of doubling them.
+
+With enough JSON to read, reader processes (one per core) extract the changed dirs and write
+their rows to Parquet segments of their own; this process keeps the catalog and commits.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import hashlib
 import itertools
 import multiprocessing
 import os
+import secrets
 import threading
 import time
 import traceback
@@ -34,6 +38,7 @@ from wmo_lake.store import (
     Manifest,
     Store,
     crash_point,
+    segment_prefix,
 )
 
 if TYPE_CHECKING:  # the heavy modules (pyarrow) load only when something has changed
@@ -209,6 +214,9 @@ def _read_in_processes(
     ]
     for process in processes:
         process.start()
+    # Now that the readers are forked, this process may start threads: load what the commit
+    # and lake.duckdb need while the readers work, instead of after them.
+    threading.Thread(target=_preload_commit_modules, daemon=True).start()
     queue = iter(tasks)
     in_flight = 0
     for task in itertools.islice(queue, 2 * readers):
@@ -251,6 +259,12 @@ def _read_in_processes(
             if process.is_alive() and finished < readers:
                 process.terminate()
             process.join(timeout=5)
+
+
+def _preload_commit_modules() -> None:
+    import duckdb  # noqa: F401
+
+    import wmo_lake.commit  # noqa: F401
 
 
 def _reader_main(tasks: Any, results: Any, lake: str, prefix: str, parent_pid: int) -> None:
@@ -317,10 +331,16 @@ def ingest(
         ]
         try:
             readers = _reader_count(tasks, workers)
-            if readers:
-                commit = run._commit()
+            if (
+                readers
+            ):  # the commit (and pyarrow) only after the readers exist: see _worker_context
                 found = _read_in_processes(
-                    tasks, readers, progress, store.root, commit.segment_prefix, commit.add_files
+                    tasks,
+                    readers,
+                    progress,
+                    store.root,
+                    run.segment_prefix,
+                    lambda files: run._commit().add_files(files),
                 )
             else:
                 found = _read_here(tasks, progress)
@@ -360,12 +380,16 @@ class _Ingest:
         self.restored: set[str] = set()  # duplicated keys re-stored through this process
         self.tasks: dict[str, TrialTask] = {}  # real path -> task, of the dirs read
         self.commit: Commit | None = None
+        self.token = secrets.token_hex(4)  # names this ingest's files before its Commit exists
+
+    def segment_prefix(self, label: str = "") -> str:
+        return segment_prefix(self.base.generation + 1, self.token, label)
 
     def _commit(self) -> Commit:
         if self.commit is None:
             from wmo_lake.commit import Commit
 
-            self.commit = Commit(self.store, self.base)
+            self.commit = Commit(self.store, self.base, self.token)
         return self.commit
 
     def unchanged(self, candidate: Candidate, fingerprint: str) -> bool:

@@ -40,6 +40,11 @@ JOB = "job"
 WALK = "walk"
 
 
+def segment_prefix(generation: int, token: str, label: str = "") -> str:
+    """The name stem of a generation's new files: `<generation>-<token><label>`."""
+    return f"{generation:06d}-{token}{label}"
+
+
 def crash_point(name: str) -> None:
     """Fault injection for the crash tests: SIGKILL ourselves at a named point of a commit when
     WMO_LAKE_CRASH_AT names it. Costs one dict lookup otherwise."""
