@@ -19,7 +19,7 @@ $(BIN)/wmo-lake: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "need Python >= 3.12 (python3.12 / python3.13 on PATH)"; exit 2; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,tinker]'
+	$(BIN)/pip install -q -e '.[dev,tinker,harbor]'
 	@touch $@
 
 setup: $(BIN)/wmo-lake

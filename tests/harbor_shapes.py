@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import uuid
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -98,7 +99,8 @@ def write_trial(
     result = real_result()
     result["trial_name"] = trial_name
     result["task_name"] = task_name
-    result["id"] = trial_id or f"id-{job_dir.name}-{trial_name}"
+    # harbor ids are UUIDs; a stable one per (job, trial) unless a test names its own
+    result["id"] = trial_id or str(uuid.uuid5(uuid.NAMESPACE_URL, f"{job_dir}/{trial_name}"))
     result["config"]["trial_name"] = trial_name
     if reward is not UNSET:
         result["verifier_result"] = {"rewards": {"reward": reward}}
