@@ -102,3 +102,21 @@ def test_errors_are_clear(lake: Path, tmp_path: Path) -> None:
     assert bad.exit_code == 1 and "query failed" in bad.output and "nope" in bad.output
     unparsable = _sql(lake, "SELEC 1")
     assert unparsable.exit_code == 2 and "cannot parse" in unparsable.output
+
+
+def test_datum_settings_reach_the_views(lake: Path) -> None:
+    """--context-budget and --max-datum-tokens set the datums views' variables, like
+    SET VARIABLE does in plain SQL."""
+    query = (
+        "SELECT getvariable('wmo_context_budget') AS b, getvariable('wmo_max_datum_tokens') AS m"
+    )
+    result = _sql(
+        lake, query, "--format", "json", "--context-budget", "7", "--max-datum-tokens", "9"
+    )
+    assert json.loads(result.stdout) == [{"b": 7, "m": 9}]
+    dropped = _sql(
+        lake, "SELECT count(*) AS n FROM datums", "--format", "json", "--context-budget", "1"
+    )
+    assert json.loads(dropped.stdout) == [{"n": 0}]  # every span overflows a 1-token budget
+    kept = _sql(lake, "SELECT count(*) AS n FROM datums", "--format", "json")
+    assert json.loads(kept.stdout)[0]["n"] > 0  # the default budget (65536) drops nothing

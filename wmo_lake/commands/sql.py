@@ -10,6 +10,7 @@ import click
 import duckdb
 
 from wmo_lake.commands.options import (
+    datum_options,
     fail,
     lake_option,
     output_options,
@@ -32,12 +33,14 @@ READ_ONLY_STATEMENTS = {
 @lake_option
 @output_options
 @setting_options
+@datum_options
 def sql(query: str, lake: Path, fmt: str, output: Path | None, **options: Any) -> None:
     """Run read-only SQL over the lake's tables and views. QUERY '-' reads it from stdin.
 
-    Tables: jobs, trials, spans, stop_reasons, tests, problems. Views: spans_full (full
-    prompts back), cells, trial_records, rollout_stats, and more (see the README).
-    Several statements may be given; the last one's result is printed. Settings are DuckDB
+    Tables: jobs, trials, spans, stop_reasons, tests, trajectories, steps, tool_calls,
+    problems. Views: spans_full (full prompts back), cells, trial_records, rollout_stats,
+    datums, datum_stats, episodes, conversations, and more (see the README). Several
+    statements may be given; the last one's result is printed. Settings are DuckDB
     variables, so plain SQL (here, or in any DuckDB client on lake/lake.duckdb) sets them too:
 
     \b
@@ -45,6 +48,8 @@ def sql(query: str, lake: Path, fmt: str, output: Path | None, **options: Any) -
       SET VARIABLE wmo_reward_mode = 'positive-binary'; -- --reward-mode
       SET VARIABLE wmo_max_turns = 30;                  -- --max-turns
       SET VARIABLE wmo_max_tokens = 4096;               -- --max-tokens
+      SET VARIABLE wmo_context_budget = 32768;          -- --context-budget
+      SET VARIABLE wmo_max_datum_tokens = 32768;        -- --max-datum-tokens
 
     \b
     Examples:
