@@ -39,3 +39,24 @@ ROLLOUT_STATS_COLUMNS = [
     "scaffold_loss_rate",
     "unreadable_trials",
 ]
+
+# seed 000's TrialRecord, as issue 3 lists its columns
+RECORD_COLUMNS = [
+    "batch",
+    "run",
+    "step",
+    "task_id",
+    "attempt",
+    "trial_name",
+    "reward",
+    "passed",
+    "infra_failed",
+    "tests_passed",
+    "tests_resolved",
+    "tests_unresolved",
+    "graded_score",
+    "stop_reason",
+    "n_spans",
+    "spans",
+    "artifact_dir",
+]

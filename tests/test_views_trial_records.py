@@ -11,6 +11,7 @@ import duckdb
 import oracle
 import pytest
 from harbor_shapes import write_job, write_trial
+from spec import RECORD_COLUMNS
 from treegen import generate_tree
 
 from wmo_lake.ingest import ingest
@@ -188,26 +189,7 @@ def test_untrustworthy_or_missing_details_give_no_spans(
 
 def test_record_columns(records: dict[str, dict[str, Any]]) -> None:
     record = records["spans-chained"]
-    assert list(record) == [
-        "batch",
-        "run",
-        "step",
-        "task_id",
-        "attempt",
-        "trial_name",
-        "reward",
-        "passed",
-        "infra_failed",
-        "tests_passed",
-        "tests_resolved",
-        "tests_unresolved",
-        "graded_score",
-        "stop_reason",
-        "n_spans",
-        "spans",
-        "artifact_dir",
-        "trial_key",
-    ]
+    assert list(record) == [*RECORD_COLUMNS, "trial_key"]
     assert (record["batch"], record["run"], record["step"]) == (
         "exp/harbor/step-0004/job",
         "exp",
@@ -215,26 +197,6 @@ def test_record_columns(records: dict[str, dict[str, Any]]) -> None:
     )
     assert record["artifact_dir"].endswith("exp/harbor/step-0004/job/spans-chained")
 
-
-RECORD_COLUMNS = [
-    "batch",
-    "run",
-    "step",
-    "task_id",
-    "attempt",
-    "trial_name",
-    "reward",
-    "passed",
-    "infra_failed",
-    "tests_passed",
-    "tests_resolved",
-    "tests_unresolved",
-    "graded_score",
-    "stop_reason",
-    "n_spans",
-    "spans",
-    "artifact_dir",
-]
 
 SETTINGS = [
     oracle.Settings(),

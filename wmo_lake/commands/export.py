@@ -26,6 +26,14 @@ from wmo_lake.export import ExportError, manifest_path, require_guard_choice
 from wmo_lake.store import LakeError
 
 
+def _require_guard_choice(tasks: Path | None, no_split_guard: bool) -> None:
+    """--tasks or --no-split-guard, exactly one: a usage error (exit 2) before anything is read."""
+    try:
+        require_guard_choice(tasks, no_split_guard)
+    except ExportError as error:
+        fail(str(error), 2)
+
+
 @click.group()
 def export() -> None:
     """Export training data from the lake: a dataset file plus FILE.manifest.json.
@@ -103,10 +111,7 @@ def datums(
     """
     from wmo_lake.datums import export_datums
 
-    try:
-        require_guard_choice(tasks, no_split_guard)
-    except ExportError as error:
-        fail(str(error), 2)  # a usage error: nothing was read
+    _require_guard_choice(tasks, no_split_guard)
     try:
         manifest = export_datums(
             lake,
@@ -228,10 +233,7 @@ def conversations(
     """
     from wmo_lake.conversations import export_conversations
 
-    try:
-        require_guard_choice(tasks, no_split_guard)
-    except ExportError as error:
-        fail(str(error), 2)  # a usage error: nothing was read
+    _require_guard_choice(tasks, no_split_guard)
     try:
         manifest = export_conversations(
             lake,
