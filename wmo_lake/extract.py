@@ -1,6 +1,9 @@
-"""One trial dir -> its rows in every table. Runs in worker processes, so it takes and returns
-plain picklable values, reads each file once, and never raises on bad input: what it cannot read
-becomes `problems` rows attached to the trial (or to the dir, when there is no trial to attach to).
+"""One ingested unit -> its rows in every table it has rows in: a trial dir (`extract_trial`), a
+job dir (`extract_job`), a problem of the walk (`extract_walk_problem`), and a second dir holding
+a trial already read (`duplicate`). Trial dirs are extracted in reader processes, so this takes
+and returns plain picklable values, reads each file once, and never raises on bad input: what it
+cannot read becomes `problems` rows attached to the trial (or to the dir, when there is no trial
+to attach to).
 """
 
 from __future__ import annotations
@@ -11,10 +14,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from wmo_lake.discover import TrialTask
+from wmo_lake.discover import Job, TrialTask, WalkProblem
 from wmo_lake.jsonfile import ReadFailure, read_bytes, read_json
-from wmo_lake.store import OTHER, TRIAL, UNREADABLE
-from wmo_lake.tables import TABLES, spans, stop_reasons, tests, trajectories, trials
+from wmo_lake.store import DUPLICATE, JOB, OTHER, TRIAL, UNREADABLE, WALK
+from wmo_lake.tables import TABLES, jobs, spans, stop_reasons, tests, trajectories, trials
 from wmo_lake.tables.fields import Fields, ProblemLog
 from wmo_lake.tables.trial_result import decode_trial_result
 
@@ -59,9 +62,36 @@ def _not_a_trial(
 
 
 def _problem_table(problems: ProblemLog) -> dict[str, pa.Table]:
-    if not problems.rows:
-        return {}
-    return {"problems": pa.Table.from_pylist(problems.rows, schema=TABLES["problems"].schema)}
+    return {"problems": problems.table()} if problems.rows else {}
+
+
+def extract_job(job: Job) -> Extracted:
+    """A job dir's `jobs` row and the problems of its config.json and result.json."""
+    problems = ProblemLog(unit_key=job.key, batch=job.batch)
+    row = jobs.row(job, problems)
+    tables = {"jobs": pa.Table.from_pylist([row], schema=TABLES["jobs"].schema)}
+    return Extracted(JOB, job.key, tables=tables | _problem_table(problems))
+
+
+def extract_walk_problem(problem: WalkProblem) -> Extracted:
+    """A problem of the walk (a symlink loop, a dir that cannot be listed) as a `problems` row."""
+    problems = ProblemLog(unit_key=f"walk:{problem.path}", batch=None)
+    problems.add(problem.kind, problem.path, problem.message)
+    return Extracted(WALK, problems.unit_key, tables=_problem_table(problems))
+
+
+def duplicate(task: TrialTask, extracted: Extracted, first_source: str) -> Extracted:
+    """A second dir holding a trial this ingest already read: kept out, and said so."""
+    problems = ProblemLog(
+        unit_key=f"dup:{task.real}", batch=task.batch, trial_name=extracted.trial_name
+    )
+    problems.add(
+        "duplicate_trial",
+        task.path,
+        f"{task.path} holds trial {extracted.unit_key}, which {first_source} also holds; the "
+        "trial is stored once, from the first dir read",
+    )
+    return Extracted(DUPLICATE, problems.unit_key, extracted.trial_name, _problem_table(problems))
 
 
 def extract_trial(task: TrialTask) -> Extracted:

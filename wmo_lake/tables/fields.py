@@ -48,6 +48,10 @@ class ProblemLog:
             }
         )
 
+    def table(self) -> pa.Table:
+        """The `problems` rows as an Arrow table."""
+        return pa.Table.from_pylist(self.rows, schema=PROBLEMS_SCHEMA)
+
 
 def json_type_name(value: Any) -> str:
     """The JSON name of a decoded value's type, for messages."""

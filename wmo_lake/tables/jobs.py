@@ -8,6 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from wmo_lake.discover import Job
 from wmo_lake.jsonfile import ReadFailure, read_json, to_json_text
 from wmo_lake.tables.fields import Fields, ProblemLog
 
@@ -53,7 +54,9 @@ def _load(path: Path, problems: ProblemLog) -> tuple[str, Any]:
     return "ok", doc
 
 
-def row(job_dir: Path, problems: ProblemLog) -> dict[str, Any]:
+def row(job: Job, problems: ProblemLog) -> dict[str, Any]:
+    """The `jobs` row of a job dir: its labels, then what its config.json and result.json say."""
+    job_dir = job.path
     config_status, config_doc = _load(job_dir / "config.json", problems)
     result_status, result_doc = _load(job_dir / "result.json", problems)
     config = Fields(config_doc, job_dir / "config.json", problems)
@@ -66,6 +69,10 @@ def row(job_dir: Path, problems: ProblemLog) -> dict[str, Any]:
     first = Fields(agent, config.path, problems)
     kwargs = first.obj("kwargs")
     return {
+        "job_key": job.key,
+        "batch": job.batch,
+        "run": job.run,
+        "step": job.step,
         "job_dir": str(job_dir),
         "job_name": config.str("job_name"),
         "job_id": result.str("id"),

@@ -1,0 +1,74 @@
+"""What decides whether an ingested dir must be read again: the sizes and mtimes of the files its
+rows come from, the labels it is stored under, and the extract version.
+
+Needs neither pyarrow nor duckdb: an ingest that finds nothing changed stops here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from wmo_lake.discover import Candidate, Job, WalkProblem
+
+# Bump when extraction changes what it writes: every dir is then re-read on the next ingest.
+EXTRACT_VERSION = "2"  # 2: trajectories / steps / tool_calls
+# The files of a trial dir its rows come from (besides agent/trajectory*.json and its sinks).
+TRIAL_FILES = (
+    "result.json",
+    "config.json",
+    "agent/wmo-run.json",
+    "wmo-run.json",
+    "verifier/ctrf.json",
+)
+
+
+def _stat_token(path: Path) -> str:
+    try:
+        st = path.stat()
+    except OSError:
+        return "-"
+    return f"{st.st_size}:{st.st_mtime_ns}"
+
+
+def _digest(parts: Iterable[str]) -> str:
+    return hashlib.sha1("\x00".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def trial_fingerprint(candidate: Candidate, sinks: tuple[str, ...]) -> str:
+    """What decides whether a trial dir must be re-read: its files' sizes and mtimes, the
+    trajectories beside them, its sink files, and the labels it would be stored under."""
+    job = candidate.job
+    directory = candidate.path
+    parts = [EXTRACT_VERSION, job.batch, str(job.run), str(job.step), *sinks]
+    parts += [f"{name}={_stat_token(directory / name)}" for name in TRIAL_FILES]
+    try:
+        agent_files = sorted(
+            n for n in os.listdir(directory / "agent") if n.startswith("trajectory")
+        )
+    except OSError:
+        agent_files = []
+    parts += [f"agent/{name}={_stat_token(directory / 'agent' / name)}" for name in agent_files]
+    parts += [f"sink={_stat_token(Path(s) / f'{directory.name}.jsonl')}" for s in sinks]
+    return _digest(parts)
+
+
+def job_fingerprint(job: Job) -> str:
+    """A job dir's: its config.json and result.json, and its labels."""
+    return _digest(
+        [
+            EXTRACT_VERSION,
+            job.batch,
+            str(job.run),
+            str(job.step),
+            _stat_token(job.path / "config.json"),
+            _stat_token(job.path / "result.json"),
+        ]
+    )
+
+
+def walk_fingerprint(problem: WalkProblem) -> str:
+    """A walk problem's: recorded again only when what it says changed."""
+    return _digest([problem.kind, problem.message])

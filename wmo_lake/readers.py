@@ -1,0 +1,213 @@
+"""The reader processes: changed trial dirs in, each dir's `Extracted` summary out.
+
+With enough JSON to read, reader processes (one per core) extract the dirs and write their rows
+to Parquet segments of their own, so no row crosses a pipe and the ingest process is free to keep
+them busy; with little, starting processes costs more than the second core saves, so the dirs are
+extracted in the ingest process and their rows come back with them.
+
+Readers are forked while the CLI is still single-threaded (see `_worker_context`), so nothing
+here imports pyarrow before they exist.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import multiprocessing
+import os
+import threading
+import time
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+from queue import Empty
+from typing import TYPE_CHECKING, Any
+
+from wmo_lake.discover import TrialTask
+
+if TYPE_CHECKING:  # pyarrow loads only once the readers are forked
+    from wmo_lake.extract import Extracted
+
+# Below this much JSON to read, starting worker processes (~0.5 s, and every row crosses a pipe)
+# costs more than the second core saves.
+POOL_ABOVE_BYTES = 48 * 2**20
+IN_FLIGHT_PER_READER = 2  # tasks queued per reader: enough to keep it busy, few enough to be flat
+
+
+class Readers:
+    """Reads `tasks`. Iterate for (task, its Extracted) in completion order. When `write_rows`,
+    the readers wrote the rows to their own segments (the Extracted carry no tables) and, once
+    the iteration ends, `files` lists those segments (table -> path relative to the lake), one
+    dict per reader, for the commit to take."""
+
+    def __init__(
+        self, tasks: list[TrialTask], workers: int | None, lake: Path, segment_prefix: str
+    ) -> None:
+        self.tasks = tasks
+        self.lake = lake
+        self.segment_prefix = segment_prefix  # a reader's segments are named <prefix>-w<i>
+        self.processes = reader_count(tasks, workers)
+        self.files: list[dict[str, str]] = []
+
+    @property
+    def write_rows(self) -> bool:
+        return self.processes > 0
+
+    def __iter__(self) -> Iterator[tuple[TrialTask, Extracted]]:
+        if self.processes:
+            return self._read_in_processes()
+        return self._read_here()
+
+    def _read_here(self) -> Iterator[tuple[TrialTask, Extracted]]:
+        """Extract every task in this process; the rows come back in each Extracted."""
+        if not self.tasks:
+            return
+        from wmo_lake.extract import extract_trial
+
+        for task in self.tasks:
+            yield task, extract_trial(task)
+
+    def _read_in_processes(self) -> Iterator[tuple[TrialTask, Extracted]]:
+        """At most IN_FLIGHT_PER_READER tasks per reader in flight; the readers' files are
+        collected as each one closes."""
+        readers = self.processes
+        lake, parent = str(self.lake), os.getpid()
+        context = _worker_context()
+        task_queue = context.Queue()
+        results = context.Queue()
+        processes = [
+            context.Process(
+                target=_reader_main,
+                args=(task_queue, results, lake, f"{self.segment_prefix}-w{i}", parent),
+                daemon=True,
+            )
+            for i in range(readers)
+        ]
+        for process in processes:
+            process.start()
+        # Now that the readers are forked, this process may start threads: load what the commit
+        # and lake.duckdb need while the readers work, instead of after them.
+        threading.Thread(target=_preload_commit_modules, daemon=True).start()
+        queue = iter(self.tasks)
+        in_flight = 0
+        for task in itertools.islice(queue, IN_FLIGHT_PER_READER * readers):
+            task_queue.put(task)
+            in_flight += 1
+        finished = 0
+        try:
+            while finished < readers:
+                try:
+                    message = results.get(timeout=1.0)
+                except Empty:
+                    dead = [p for p in processes if p.exitcode not in (None, 0)]
+                    if dead:
+                        raise RuntimeError(
+                            f"a reader process died (exit code {dead[0].exitcode}; out of "
+                            "memory?); nothing was committed: re-run the ingest"
+                        ) from None
+                    continue
+                kind, payload, extracted = message
+                if kind == "error":
+                    raise RuntimeError(
+                        f"a reader process failed; nothing was committed:\n{payload}"
+                    )
+                if kind == "closed":
+                    self.files.append(payload)
+                    finished += 1
+                    continue
+                in_flight -= 1
+                task = next(queue, None)
+                if task is not None:
+                    task_queue.put(task)
+                    in_flight += 1
+                elif in_flight == 0:
+                    for _ in processes:
+                        task_queue.put(None)
+                yield payload, extracted
+        finally:
+            for process in processes:
+                if process.is_alive() and finished < readers:
+                    process.terminate()
+                process.join(timeout=5)
+
+
+def _bytes_to_read(task: TrialTask) -> int:
+    """The size of the JSON one task parses (result.json and the trajectories)."""
+    trial_dir = Path(task.path)
+    total = 0
+    for path in [trial_dir / "result.json", *(trial_dir / "agent").glob("trajectory*.json")]:
+        with contextlib.suppress(OSError):
+            total += path.stat().st_size
+    return total
+
+
+def reader_count(tasks: list[TrialTask], workers: int | None) -> int:
+    """How many reader processes to start: none (read here) for little JSON."""
+    if workers is None:
+        small = sum(map(_bytes_to_read, tasks)) < POOL_ABOVE_BYTES
+        workers = 1 if small else os.cpu_count() or 1
+    return workers if workers > 1 and len(tasks) > 1 else 0
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """Worker initializer: a SIGKILLed ingest must not leave its readers running forever (they
+    would block on a queue nobody writes to), so each worker exits once the ingest is gone."""
+
+    def alive() -> bool:
+        try:  # a killed parent nobody reaped yet is a zombie: dead for our purpose
+            with open(f"/proc/{parent_pid}/stat", "rb") as stat:
+                return stat.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+        except FileNotFoundError:
+            return False
+        except OSError:
+            try:
+                os.kill(parent_pid, 0)
+            except ProcessLookupError:
+                return False
+            return True
+
+    def watch() -> None:
+        while alive():
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="wmo-lake-parent-watch").start()
+
+
+def _preload_commit_modules() -> None:
+    import duckdb  # noqa: F401
+
+    import wmo_lake.commit  # noqa: F401
+
+
+def _reader_main(tasks: Any, results: Any, lake: str, prefix: str, parent_pid: int) -> None:
+    """A reader process: extract tasks until None, writing their rows to its own segments."""
+    _exit_with_parent(parent_pid)
+    try:
+        from wmo_lake.commit import SegmentWriter
+        from wmo_lake.extract import extract_trial
+
+        writer = SegmentWriter(Path(lake), prefix)
+        while (task := tasks.get()) is not None:
+            extracted = extract_trial(task)
+            for table, rows in extracted.tables.items():
+                writer.append(table, rows)
+            results.put(("trial", task, extracted.without_tables()))
+        results.put(("closed", writer.close(), None))
+    except BaseException:
+        results.put(("error", traceback.format_exc(), None))
+
+
+def _worker_context() -> multiprocessing.context.BaseContext:
+    """`fork` while this process is still single-threaded (the CLI: workers start at once, with
+    nothing to import but extraction); `forkserver` otherwise, since forking a process whose
+    other threads may hold locks (pyarrow starts some on import) can deadlock the child."""
+    try:
+        single_threaded = len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        single_threaded = False
+    if single_threaded and threading.active_count() == 1:
+        return multiprocessing.get_context("fork")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["wmo_lake.extract"])
+    return context
