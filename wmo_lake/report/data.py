@@ -1,0 +1,383 @@
+"""What the report, `compare` and `stats --by task` show, read from the lake's views.
+
+Every number here is a view's number: rates and counts are `rollout_stats` columns, datum counts
+`datum_stats` columns, pass rates `cells` rows counted per task and batch. The one thing added is
+the difference between a measurement and a gap: rollout_stats gives 0.0 for an empty denominator
+(as the seed does); here that point is None, so a plot leaves a gap instead of drawing a 0.
+
+    data = collect_report(Path("lake"), {"wmo_max_tokens": 4096}, runs=["exp1"])
+    data.batches[0]["solve_rate"]     # the rollout_stats value
+    measured(data.batches[0], "solve_rate")   # the same, or None when 0 trials were executed
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from wmo_lake import __version__
+from wmo_lake.lake import SETTINGS, connect
+from wmo_lake.output import rows_as_dicts
+
+NO_RUN = "(no run)"
+
+# The selection, bound as parameters (never pasted): runs is a list or NULL, glob a string or NULL.
+SELECTED_STATS = """
+SELECT *
+FROM rollout_stats
+WHERE ($runs IS NULL OR list_contains($runs, coalesce(run, $no_run)))
+  AND ($batch_glob IS NULL OR batch GLOB $batch_glob)
+ORDER BY run NULLS LAST, step NULLS LAST, batch
+"""
+
+# Trials with a stop reason per batch: scaffold_loss_rate's denominator (null and '' are none).
+STOP_REASON_DENOMINATOR = """
+SELECT batch, count(*) FILTER (WHERE coalesce(stop_reason, '') <> '') AS with_stop_reason
+FROM trial_stop_reasons
+WHERE list_contains($batches, batch)
+GROUP BY batch
+"""
+
+# Prompt and sampled tokens per batch, from the sampled turns (`spans`).
+TOKENS = """
+SELECT
+    batch,
+    count(*) AS turns,
+    sum(prompt_len)::BIGINT AS prompt_tokens,
+    sum(n_sampled)::BIGINT AS sampled_tokens
+FROM spans
+WHERE list_contains($batches, batch)
+GROUP BY batch
+"""
+
+DATUM_STATS = "SELECT * FROM datum_stats WHERE list_contains($batches, batch)"
+
+# One row per (batch, task): pass rate over executed trials, as solve_rate counts them.
+TASK_CELLS = """
+SELECT
+    batch,
+    task_id,
+    count(*) AS trials,
+    count(*) FILTER (WHERE NOT infra_failed) AS executed,
+    count(*) FILTER (WHERE NOT infra_failed AND passed) AS passed
+FROM cells
+WHERE list_contains($batches, batch)
+GROUP BY ALL
+"""
+
+PROBLEMS = """
+SELECT batch, kind, count(*) AS n
+FROM problems
+WHERE list_contains($batches, batch)
+GROUP BY ALL
+ORDER BY batch, kind
+"""
+
+UNBATCHED_PROBLEMS = """
+SELECT kind, count(*) AS n FROM problems WHERE batch IS NULL GROUP BY ALL ORDER BY kind
+"""
+
+# The caps each trial was judged against (the settings, else the batch's recorded values).
+CAPS = """
+SELECT max_turns, max_tokens, count(DISTINCT batch) AS batches, count(*) AS trials
+FROM trial_caps
+WHERE list_contains($batches, batch)
+GROUP BY ALL
+ORDER BY max_turns NULLS FIRST, max_tokens
+"""
+
+DATUM_CAPS = """
+SELECT context_budget, max_datum_tokens, count(DISTINCT batch) AS batches
+FROM datum_episodes
+WHERE list_contains($batches, batch)
+GROUP BY ALL
+ORDER BY context_budget, max_datum_tokens
+"""
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A per-batch line: its value is `column` (or numerator / denominator) when the
+    denominator is not empty, else a gap."""
+
+    key: str
+    label: str
+    denominator: str
+    numerator: str | None = None  # a share computed here; None: the rollout_stats column itself
+    percent: bool = True
+
+
+METRICS: list[Metric] = [
+    Metric("solve_rate", "solve rate (passed / executed)", "executed_trials"),
+    Metric("graded_solve_rate", "graded solve rate (mean test score)", "graded_trials"),
+    Metric("raw_solve_rate", "raw solve rate (passed / all)", "trials"),
+    Metric("scaffold_loss_rate", "scaffold loss (not submitted)", "with_stop_reason"),
+    Metric("infra_failed_share", "infra-failed share", "trials", "infra_failed_trials"),
+    Metric("empty_span_share", "empty-span share", "trials", "empty_span_trials"),
+    Metric("truncated_spans", "truncated spans", "trials", None, percent=False),
+]
+METRIC_BY_KEY = {m.key: m for m in METRICS}
+
+
+def measured(row: dict[str, Any], key: str) -> float | int | None:
+    """A batch's value of a metric, or None when its denominator is empty (a gap, never 0)."""
+    metric = METRIC_BY_KEY[key]
+    denominator = row[metric.denominator]
+    if not denominator:
+        return None
+    if metric.numerator is None:
+        return row[metric.key]
+    return row[metric.numerator] / denominator
+
+
+@dataclass
+class TaskTrend:
+    """One task in one series: its pass rate per batch (None: not executed there)."""
+
+    series: str
+    task_id: str
+    pass_rates: list[float | None]
+    slope: float
+    mean: float | None
+
+
+@dataclass
+class Flip:
+    """A regression (solved, then failed at every later step) or a newly solved task."""
+
+    series: str
+    task_id: str
+    at: Any  # the step (or batch) of the last solve (regression) / the first solve (new)
+    batch: str
+    steps_failed: int  # later (regression) / earlier (new) executed steps with no pass
+    pass_rate: float  # at `at`
+    still_solved: bool | None = None  # newly solved: solved at the series' last executed step
+
+
+@dataclass
+class ReportData:
+    """Everything the page shows, as plain rows (no plotting library involved)."""
+
+    lake: str
+    x_mode: str  # "step": every batch has a step; "batch": batches as categories
+    batches: list[dict[str, Any]]  # rollout_stats rows + with_stop_reason, tokens, datum_*
+    series: dict[str, list[dict[str, Any]]]  # run label -> its batches, in order
+    trends: dict[str, list[TaskTrend]]  # run label -> tasks ordered by trend
+    regressions: list[Flip]
+    newly_solved: list[Flip]
+    problem_kinds: list[str]
+    unbatched_problems: dict[str, int]
+    datums_computable: bool
+    datum_note: str
+    settings: list[dict[str, Any]]
+    caps: list[dict[str, Any]]
+    datum_caps: list[dict[str, Any]]
+    selection: dict[str, Any]
+    generated_at: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat())
+    version: str = __version__
+
+
+def series_label(run: str | None) -> str:
+    return NO_RUN if run is None else run
+
+
+def x_value(row: dict[str, Any], x_mode: str) -> Any:
+    return row["step"] if x_mode == "step" else row["batch"]
+
+
+def _by_batch(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {row["batch"]: row for row in rows}
+
+
+def _slope(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of pass rate over x; 0.0 with fewer than two points."""
+    if len(points) < 2:
+        return 0.0
+    mean_x = sum(x for x, _ in points) / len(points)
+    mean_y = sum(y for _, y in points) / len(points)
+    spread = sum((x - mean_x) ** 2 for x, _ in points)
+    if spread == 0:
+        return 0.0
+    return sum((x - mean_x) * (y - mean_y) for x, y in points) / spread
+
+
+def task_trends(
+    series: dict[str, list[dict[str, Any]]],
+    task_cells: list[dict[str, Any]],
+    x_mode: str,
+) -> tuple[dict[str, list[TaskTrend]], list[Flip], list[Flip]]:
+    """Per series: every task's pass rate per batch ordered by trend (most improved first), and
+    the regressions and newly solved tasks. A task is solved at a batch when one of its executed
+    trials passed, failed when it was executed and none passed."""
+    cells: dict[tuple[str, str], dict[str, Any]] = {
+        (c["batch"], c["task_id"]): c for c in task_cells
+    }
+    tasks_by_batch: dict[str, set[str]] = defaultdict(set)
+    for batch, task in cells:
+        tasks_by_batch[batch].add(task)
+    trends: dict[str, list[TaskTrend]] = {}
+    regressions: list[Flip] = []
+    newly_solved: list[Flip] = []
+    for label, rows in series.items():
+        tasks = sorted(set().union(*(tasks_by_batch[r["batch"]] for r in rows)))
+        positions = [
+            float(r["step"]) if x_mode == "step" else float(i) for i, r in enumerate(rows)
+        ]
+        found: list[TaskTrend] = []
+        for task in tasks:
+            rates: list[float | None] = []
+            for row in rows:
+                cell = cells.get((row["batch"], task))
+                rates.append(cell["passed"] / cell["executed"] if cell and cell["executed"] else None)
+            points = [(p, r) for p, r in zip(positions, rates, strict=True) if r is not None]
+            mean = sum(r for _, r in points) / len(points) if points else None
+            found.append(TaskTrend(label, task, rates, _slope(points), mean))
+            executed = [(i, r) for i, r in enumerate(rates) if r is not None]
+            solved = [i for i, r in executed if r > 0]
+            if not solved:
+                continue
+            last, first = solved[-1], solved[0]
+            later = [i for i, _ in executed if i > last]
+            if later:
+                regressions.append(
+                    Flip(
+                        label,
+                        task,
+                        x_value(rows[last], x_mode),
+                        rows[last]["batch"],
+                        len(later),
+                        rates[last] or 0.0,
+                    )
+                )
+            earlier = [i for i, _ in executed if i < first]
+            if earlier:
+                newly_solved.append(
+                    Flip(
+                        label,
+                        task,
+                        x_value(rows[first], x_mode),
+                        rows[first]["batch"],
+                        len(earlier),
+                        rates[first] or 0.0,
+                        still_solved=executed[-1][1] > 0,
+                    )
+                )
+        found.sort(key=lambda t: (-t.slope, -(t.mean or 0.0), t.task_id))
+        trends[label] = found
+    return trends, regressions, newly_solved
+
+
+def settings_rows(settings: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each query-time setting: the value given, or its default as the lake documents it."""
+    rows = []
+    for name, setting in SETTINGS.items():
+        given = settings.get(name)
+        rows.append(
+            {
+                "variable": name,
+                "value": given if given is not None else setting.default,
+                "given": given is not None,
+                "meaning": setting.help,
+            }
+        )
+    return rows
+
+
+def collect_report(
+    lake: Path | str,
+    settings: dict[str, Any] | None = None,
+    *,
+    runs: list[str] | None = None,
+    batch_glob: str | None = None,
+) -> ReportData:
+    """Query the lake for the selected batches (every batch when no run or glob is given)."""
+    settings = {k: v for k, v in (settings or {}).items() if v is not None}
+    con = connect(lake, settings)
+    try:
+        return _collect(con, str(lake), settings, runs or None, batch_glob)
+    finally:
+        con.close()
+
+
+def _collect(
+    con: duckdb.DuckDBPyConnection,
+    lake: str,
+    settings: dict[str, Any],
+    runs: list[str] | None,
+    batch_glob: str | None,
+) -> ReportData:
+    stats = rows_as_dicts(
+        con.sql(
+            SELECTED_STATS, params={"runs": runs, "batch_glob": batch_glob, "no_run": NO_RUN}
+        )
+    )
+    batches = [row["batch"] for row in stats]
+    params = {"batches": batches}
+    denominators = _by_batch(rows_as_dicts(con.sql(STOP_REASON_DENOMINATOR, params=params)))
+    tokens = _by_batch(rows_as_dicts(con.sql(TOKENS, params=params)))
+    datum_note = ""
+    try:
+        datum_rows = _by_batch(rows_as_dicts(con.sql(DATUM_STATS, params=params)))
+        datum_caps = rows_as_dicts(con.sql(DATUM_CAPS, params=params))
+    except duckdb.Error as error:  # datums need spans; say why instead of failing the page
+        datum_rows, datum_caps = {}, []
+        datum_note = f"datum_stats could not be computed: {error}"
+    problem_rows = rows_as_dicts(con.sql(PROBLEMS, params=params))
+    problems: dict[str, dict[str, int]] = defaultdict(dict)
+    for p in problem_rows:
+        problems[p["batch"]][p["kind"]] = p["n"]
+    for row in stats:
+        batch = row["batch"]
+        row["with_stop_reason"] = denominators.get(batch, {}).get("with_stop_reason", 0)
+        token_row = tokens.get(batch, {})
+        row["turns"] = token_row.get("turns", 0)
+        row["prompt_tokens"] = token_row.get("prompt_tokens", 0)
+        row["sampled_tokens"] = token_row.get("sampled_tokens", 0)
+        datum = datum_rows.get(batch)
+        for key in (
+            "episodes",
+            "datums",
+            "fragments",
+            "overflow_drops",
+            "overlong_drops",
+            "loss_tokens",
+            "context_tokens",
+        ):
+            row[f"datum_{key}"] = None if datum is None else datum[key]
+        row["problems"] = problems.get(batch, {})
+    datums_computable = any(row["trials_with_spans"] for row in stats) and bool(datum_rows)
+    if not datum_note and not datums_computable:
+        datum_note = "no selected batch recorded token spans, so no datums can be built"
+    x_mode = "step" if stats and all(row["step"] is not None for row in stats) else "batch"
+    series: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in stats:
+        series[series_label(row["run"])].append(row)
+    task_cells = rows_as_dicts(con.sql(TASK_CELLS, params=params))
+    trends, regressions, newly_solved = task_trends(series, task_cells, x_mode)
+    unbatched = (
+        {r["kind"]: r["n"] for r in rows_as_dicts(con.sql(UNBATCHED_PROBLEMS))}
+        if runs is None and batch_glob is None
+        else {}
+    )
+    return ReportData(
+        lake=lake,
+        x_mode=x_mode,
+        batches=stats,
+        series=dict(series),
+        trends=trends,
+        regressions=regressions,
+        newly_solved=newly_solved,
+        problem_kinds=sorted({p["kind"] for p in problem_rows}),
+        unbatched_problems=unbatched,
+        datums_computable=datums_computable,
+        datum_note=datum_note,
+        settings=settings_rows(settings),
+        caps=rows_as_dicts(con.sql(CAPS, params=params)),
+        datum_caps=datum_caps,
+        selection={"runs": runs, "batch_glob": batch_glob},
+    )

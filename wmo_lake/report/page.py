@@ -1,0 +1,567 @@
+"""The report page: plotly figures as plain JSON, plotly.js inlined, plain HTML tables around them.
+
+Why plotly: its figures are data (JSON) that plotly.js draws in the browser, so one file holds
+the script and every point, opens offline, stays interactive (hover shows the batch of a point,
+legends toggle runs), and a test reads the plotted numbers straight back out of the page. The
+Python package is used only for the plotly.js bundle it ships (`plotly.offline.get_plotlyjs`);
+figures are built as dicts, which is fast and keeps the page's data exactly the lake's rows.
+
+Every trace carries `meta` = {"metric", "series"} and `customdata` = the batch of each point, so a
+point can be traced back to its `rollout_stats` row.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from wmo_lake.report.data import (
+    METRICS,
+    Flip,
+    ReportData,
+    measured,
+    x_value,
+)
+
+PLOTLY_MISSING = (
+    "wmo-lake report needs plotly (it ships the plotly.js the page inlines): "
+    "pip install 'wmo-lake[report]'"
+)
+
+# Distinct, color-blind-safe colors (Okabe-Ito), one per run.
+PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
+STOP_COLORS = {
+    "submitted": "#009E73",
+    "max_turns": "#E69F00",
+    "budget": "#D55E00",
+    "context_overflow": "#CC79A7",
+    "provider_error": "#56B4E9",
+    "error": "#B22222",
+    "unknown": "#999999",
+}
+
+
+class PlotlyMissing(RuntimeError):
+    """plotly is not installed; the message says how to install it."""
+
+
+def plotly_js() -> str:
+    """The plotly.js bundle the plotly package ships (inlined, so the page needs no network)."""
+    try:
+        from plotly.offline import get_plotlyjs
+    except ImportError as error:
+        raise PlotlyMissing(PLOTLY_MISSING) from error
+    return get_plotlyjs()
+
+
+def _color(index: int) -> str:
+    return PALETTE[index % len(PALETTE)]
+
+
+def _axis_title(data: ReportData) -> str:
+    return "step" if data.x_mode == "step" else "batch"
+
+
+def _layout(data: ReportData, title: str, y_title: str, **extra: Any) -> dict[str, Any]:
+    xaxis: dict[str, Any] = {"title": {"text": _axis_title(data)}}
+    if data.x_mode == "batch":
+        xaxis["type"] = "category"
+        xaxis["automargin"] = True
+    layout: dict[str, Any] = {
+        "title": {"text": title, "font": {"size": 15}},
+        "xaxis": xaxis,
+        "yaxis": {"title": {"text": y_title}, "rangemode": "tozero"},
+        "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
+        "height": 320,
+        "legend": {"orientation": "h", "y": -0.25},
+        "hovermode": "closest",
+        "template": None,
+        "plot_bgcolor": "#fafafa",
+    }
+    layout.update(extra)
+    return layout
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe: NaN/inf become null (a gap) rather than invalid JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _line_trace(
+    data: ReportData, label: str, index: int, metric: str, rows: list[dict[str, Any]], ys: list
+) -> dict[str, Any]:
+    return {
+        "type": "scatter",
+        "mode": "lines+markers",
+        "name": label,
+        "x": [x_value(r, data.x_mode) for r in rows],
+        "y": [_clean(y) for y in ys],
+        "customdata": [r["batch"] for r in rows],
+        "connectgaps": False,
+        "line": {"color": _color(index)},
+        "meta": {"metric": metric, "series": label},
+        "hovertemplate": "%{customdata}<br>%{y}<extra>" + html.escape(label) + "</extra>",
+    }
+
+
+def metric_figures(data: ReportData) -> list[dict[str, Any]]:
+    """One line chart per rollout_stats metric, a line per run; a null measurement is a gap."""
+    figures = []
+    for metric in METRICS:
+        traces = [
+            _line_trace(
+                data, label, i, metric.key, rows, [measured(r, metric.key) for r in rows]
+            )
+            for i, (label, rows) in enumerate(data.series.items())
+        ]
+        yaxis: dict[str, Any] = {"title": {"text": metric.label}, "rangemode": "tozero"}
+        if metric.percent:
+            yaxis.update({"tickformat": ".0%", "range": [0, 1.05]})
+        figures.append(
+            {
+                "id": f"metric-{metric.key}",
+                "section": "metrics",
+                "figure": {
+                    "data": traces,
+                    "layout": _layout(data, metric.label, metric.label, yaxis=yaxis),
+                },
+            }
+        )
+    return figures
+
+
+def token_figures(data: ReportData) -> list[dict[str, Any]]:
+    """Prompt and sampled tokens per step, and sampled turns per trial with spans."""
+    specs = [
+        ("prompt_tokens", "prompt tokens per step (all turns)", lambda r: r["prompt_tokens"]),
+        ("sampled_tokens", "sampled tokens per step", lambda r: r["sampled_tokens"]),
+        (
+            "turns_per_trial",
+            "sampled turns per trial (trials with spans)",
+            lambda r: r["turns"] / r["trials_with_spans"] if r["trials_with_spans"] else None,
+        ),
+    ]
+    figures = []
+    for key, title, value in specs:
+        traces = [
+            _line_trace(data, label, i, key, rows, [value(r) if r["trials"] else None for r in rows])
+            for i, (label, rows) in enumerate(data.series.items())
+        ]
+        figures.append(
+            {
+                "id": f"tokens-{key}",
+                "section": "tokens",
+                "figure": {"data": traces, "layout": _layout(data, title, key.replace("_", " "))},
+            }
+        )
+    return figures
+
+
+def _slug(label: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in label).strip("-") or "run"
+
+
+def _stacked(
+    data: ReportData,
+    fig_id: str,
+    section: str,
+    title: str,
+    y_title: str,
+    label: str,
+    rows: list[dict[str, Any]],
+    parts: list[tuple[str, str, list[Any]]],
+) -> dict[str, Any]:
+    traces = [
+        {
+            "type": "bar",
+            "name": name,
+            "x": [x_value(r, data.x_mode) for r in rows],
+            "y": [_clean(v) for v in values],
+            "customdata": [r["batch"] for r in rows],
+            "marker": {"color": color},
+            "meta": {"metric": name, "series": label},
+            "hovertemplate": "%{customdata}<br>" + html.escape(name) + ": %{y}<extra></extra>",
+        }
+        for name, color, values in parts
+    ]
+    return {
+        "id": fig_id,
+        "section": section,
+        "figure": {
+            "data": traces,
+            "layout": _layout(data, title, y_title, barmode="stack"),
+        },
+    }
+
+
+def stop_reason_figures(data: ReportData) -> list[dict[str, Any]]:
+    """Per run: the share of each stop reason per step, stacked (null counts as 'unknown')."""
+    figures = []
+    for label, rows in data.series.items():
+        reasons = sorted({k for r in rows for k in r["stop_reason_counts"]})
+        parts = [
+            (
+                reason,
+                STOP_COLORS.get(reason, _color(i + 3)),
+                [
+                    r["stop_reason_counts"].get(reason, 0) / r["trials"] if r["trials"] else None
+                    for r in rows
+                ],
+            )
+            for i, reason in enumerate(reasons)
+        ]
+        figures.append(
+            _stacked(
+                data,
+                f"stop-{_slug(label)}",
+                "stop",
+                f"stop-reason mix: {label}",
+                "share of trials",
+                label,
+                rows,
+                parts,
+            )
+        )
+        figures[-1]["figure"]["layout"]["yaxis"].update({"tickformat": ".0%"})
+    return figures
+
+
+def datum_figures(data: ReportData) -> list[dict[str, Any]]:
+    """Per run: episodes kept / dropped by reason per step (stacked), datums as a line."""
+    if not data.datums_computable:
+        return []
+    figures = []
+    for label, rows in data.series.items():
+
+        def kept(r: dict[str, Any]) -> int | None:
+            if r["datum_episodes"] is None:
+                return None
+            return r["datum_episodes"] - r["datum_overflow_drops"] - r["datum_overlong_drops"]
+
+        parts = [
+            ("episodes kept", "#009E73", [kept(r) for r in rows]),
+            ("dropped: overflow", "#D55E00", [r["datum_overflow_drops"] for r in rows]),
+            ("dropped: overlong", "#E69F00", [r["datum_overlong_drops"] for r in rows]),
+        ]
+        figure = _stacked(
+            data,
+            f"datums-{_slug(label)}",
+            "datums",
+            f"datum_stats: {label}",
+            "episodes / datums",
+            label,
+            rows,
+            parts,
+        )
+        figure["figure"]["data"].append(
+            {
+                "type": "scatter",
+                "mode": "lines+markers",
+                "name": "datums",
+                "x": [x_value(r, data.x_mode) for r in rows],
+                "y": [r["datum_datums"] for r in rows],
+                "customdata": [r["batch"] for r in rows],
+                "line": {"color": "#000000"},
+                "meta": {"metric": "datums", "series": label},
+            }
+        )
+        figures.append(figure)
+    return figures
+
+
+def problem_figures(data: ReportData) -> list[dict[str, Any]]:
+    """Per run with problems: problems per step by kind (stacked)."""
+    figures = []
+    for label, rows in data.series.items():
+        kinds = sorted({k for r in rows for k in r["problems"]})
+        if not kinds:
+            continue
+        parts = [
+            (kind, _color(i), [r["problems"].get(kind, 0) for r in rows])
+            for i, kind in enumerate(kinds)
+        ]
+        figures.append(
+            _stacked(
+                data,
+                f"problems-{_slug(label)}",
+                "problems",
+                f"problems by kind: {label}",
+                "problems",
+                label,
+                rows,
+                parts,
+            )
+        )
+    return figures
+
+
+def heatmap_figures(data: ReportData) -> list[dict[str, Any]]:
+    """Per run: task x step pass rate (passed / executed; blank = not executed), tasks ordered
+    by trend (least-squares slope over steps), the most improved at the top."""
+    figures = []
+    for label, rows in data.series.items():
+        trends = data.trends.get(label, [])
+        if not trends:
+            continue
+        x = [x_value(r, data.x_mode) for r in rows]
+        z = [t.pass_rates for t in trends]
+        height = max(260, min(40 + 18 * len(trends), 4000) + 90)
+        figures.append(
+            {
+                "id": f"heatmap-{_slug(label)}",
+                "section": "tasks",
+                "figure": {
+                    "data": [
+                        {
+                            "type": "heatmap",
+                            "name": label,
+                            "x": x,
+                            "y": [t.task_id for t in trends],
+                            "z": z,
+                            "zmin": 0,
+                            "zmax": 1,
+                            "colorscale": "Viridis",
+                            "colorbar": {"title": {"text": "pass rate"}, "tickformat": ".0%"},
+                            "hoverongaps": False,
+                            "meta": {"metric": "task_pass_rate", "series": label},
+                            "hovertemplate": "%{y}<br>"
+                            + _axis_title(data)
+                            + " %{x}: %{z:.0%}<extra></extra>",
+                        }
+                    ],
+                    "layout": _layout(
+                        data,
+                        f"task pass rate by {_axis_title(data)}: {label}",
+                        "task",
+                        height=height,
+                        yaxis={"autorange": "reversed", "automargin": True, "type": "category"},
+                        xaxis={
+                            "title": {"text": _axis_title(data)},
+                            "type": "category" if data.x_mode == "batch" else "linear",
+                            "automargin": True,
+                        },
+                    ),
+                },
+            }
+        )
+    return figures
+
+
+def all_figures(data: ReportData) -> list[dict[str, Any]]:
+    return [
+        *metric_figures(data),
+        *stop_reason_figures(data),
+        *token_figures(data),
+        *datum_figures(data),
+        *heatmap_figures(data),
+        *problem_figures(data),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# HTML
+
+
+def _table(headers: list[str], rows: list[list[Any]], empty: str) -> str:
+    if not rows:
+        return f"<p class='empty'>{html.escape(empty)}</p>"
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(_text(c))}</td>" for c in row) + "</tr>"
+        for row in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.1%}" if 0 <= value <= 1 else f"{value:g}"
+    return str(value)
+
+
+def _flip_rows(flips: list[Flip], regression: bool) -> list[list[Any]]:
+    rows = []
+    for f in flips:
+        row: list[Any] = [f.series, f.task_id, f.at, f.pass_rate, f.steps_failed]
+        if not regression:
+            row.append(f.still_solved)
+        rows.append(row)
+    return rows
+
+
+def _charts(figures: list[dict[str, Any]], section: str) -> str:
+    return "".join(
+        f"<div class='chart' id='{html.escape(f['id'])}'></div>"
+        for f in figures
+        if f["section"] == section
+    )
+
+
+STYLE = """
+body { font-family: system-ui, -apple-system, 'Segoe UI', sans-serif; margin: 24px; color: #222;
+       background: #fff; }
+h1 { font-size: 22px; margin-bottom: 4px; } h2 { font-size: 18px; margin-top: 32px;
+     border-bottom: 1px solid #ddd; padding-bottom: 4px; }
+.sub { color: #555; font-size: 13px; }
+.grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(520px, 1fr)); gap: 12px; }
+.chart { min-height: 260px; border: 1px solid #eee; }
+table { border-collapse: collapse; font-size: 13px; margin: 8px 0; }
+th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: left; }
+th { background: #f3f3f3; } .empty { color: #777; font-style: italic; }
+"""
+
+RENDER_SCRIPT = """
+(function () {
+  const figures = JSON.parse(document.getElementById('wmo-figures').textContent);
+  const config = {displaylogo: false, displayModeBar: false, responsive: true};
+  Promise.all(figures.map(f => Plotly.newPlot(f.id, f.figure.data, f.figure.layout, config)))
+    .then(() => { document.body.dataset.rendered = String(figures.length); })
+    .catch(error => { console.error('wmo-lake report: ' + error); });
+})();
+"""
+
+
+def _json_in_script(value: Any) -> str:
+    """JSON safe inside <script>: '<\\/' is JSON's own escape of '/', so no '</' closes it."""
+    return json.dumps(value, ensure_ascii=False, allow_nan=False).replace("</", "<\\/")
+
+
+def _js_in_script(code: str) -> str:
+    """Script text that cannot close its element early (plotly.js has no '</script' today)."""
+    return re.sub(r"</(script)", lambda m: "<\\/" + m.group(1), code, flags=re.IGNORECASE)
+
+
+def render_html(data: ReportData, js: str | None = None) -> str:
+    """The whole page as one string (plotly.js inlined unless `js` is given)."""
+    figures = all_figures(data)
+    js = plotly_js() if js is None else js
+    runs = ", ".join(data.series) or "none"
+    n_trials = sum(r["trials"] for r in data.batches)
+    settings_table = _table(
+        ["variable", "value", "set by", "meaning"],
+        [
+            [s["variable"], s["value"], "option" if s["given"] else "default", s["meaning"]]
+            for s in data.settings
+        ],
+        "no settings",
+    )
+    caps_table = _table(
+        ["max_turns", "max_tokens", "batches", "trials"],
+        [[c["max_turns"], c["max_tokens"], c["batches"], c["trials"]] for c in data.caps],
+        "no trials",
+    )
+    datum_caps_table = _table(
+        ["context_budget", "max_datum_tokens", "batches"],
+        [[c["context_budget"], c["max_datum_tokens"], c["batches"]] for c in data.datum_caps],
+        "no datum episodes",
+    )
+    unbatched = _table(
+        ["kind", "problems"],
+        [[k, n] for k, n in data.unbatched_problems.items()],
+        "none",
+    )
+    datum_section = (
+        f"<div class='grid'>{_charts(figures, 'datums')}</div>"
+        if data.datums_computable
+        else f"<p class='empty'>{html.escape(data.datum_note)}</p>"
+    )
+    problems_section = _charts(figures, "problems") or (
+        "<p class='empty'>no problems recorded for the selected batches</p>"
+    )
+    selection = ", ".join(
+        f"{k} = {v}" for k, v in data.selection.items() if v is not None
+    ) or "every batch"
+    x_note = (
+        "x axis: the training step"
+        if data.x_mode == "step"
+        else "x axis: batches in run/step order (some batches have no step)"
+    )
+    body = f"""
+<h1>wmo-lake report</h1>
+<div class="sub">lake {html.escape(data.lake)} · {len(data.batches)} batches · {n_trials} trials ·
+runs: {html.escape(runs)} · selection: {html.escape(selection)} · {html.escape(x_note)} ·
+generated {html.escape(data.generated_at)} by wmo-lake {html.escape(data.version)}</div>
+<h2>Per-step metrics (rollout_stats)</h2>
+<p class="sub">A gap is a null measurement (an empty denominator: no executed, graded or
+stop-reasoned trial), never a 0.</p>
+<div class="grid">{_charts(figures, "metrics")}</div>
+<h2>Stop-reason mix</h2>
+<div class="grid">{_charts(figures, "stop")}</div>
+<h2>Tokens</h2>
+<div class="grid">{_charts(figures, "tokens")}</div>
+<h2>Datums (datum_stats)</h2>
+{datum_section}
+<h2>Tasks</h2>
+<p class="sub">Pass rate = passed / executed trials of the task at that step; blank = not executed.
+Tasks ordered by trend (least-squares slope over steps), most improved at the top.</p>
+{_charts(figures, "tasks")}
+<h3>Regressions: solved at a step, failed at every later one</h3>
+{
+        _table(
+            ["run", "task", "last solved at", "pass rate then", "later steps failed"],
+            _flip_rows(data.regressions, True),
+            "no regressions",
+        )
+    }
+<h3>Newly solved: failed at every earlier step, then solved</h3>
+{
+        _table(
+            [
+                "run",
+                "task",
+                "first solved at",
+                "pass rate then",
+                "earlier steps failed",
+                "solved at the last step",
+            ],
+            _flip_rows(data.newly_solved, False),
+            "no newly solved tasks",
+        )
+    }
+<h2>Problems</h2>
+<div class="grid">{problems_section}</div>
+<h3>Problems not tied to a batch</h3>
+{unbatched}
+<h2>Settings the numbers were computed under</h2>
+{settings_table}
+<h3>Caps applied per trial (trial_caps)</h3>
+{caps_table}
+<h3>Datum budgets applied (datum_episodes)</h3>
+{datum_caps_table}
+"""
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<title>wmo-lake report: {html.escape(runs)}</title><style>{STYLE}</style>"
+        f"<script>{_js_in_script(js)}</script></head><body>{body}"
+        "<script type='application/json' id='wmo-figures'>"
+        f"{_json_in_script(figures)}</script>"
+        f"<script>{RENDER_SCRIPT}</script></body></html>\n"
+    )
+
+
+def read_figures(page: str) -> list[dict[str, Any]]:
+    """The figures a page holds, read back from its embedded JSON (what plotly.js draws)."""
+    start_tag = "<script type='application/json' id='wmo-figures'>"
+    start = page.index(start_tag) + len(start_tag)
+    end = page.index("</script>", start)
+    return json.loads(page[start:end])
+
+
+def write_report(data: ReportData, out: Path) -> Path:
+    """Write the page to `out` (through a temporary file and a rename, so never half-written)."""
+    text = render_html(data)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(out)
+    return out
