@@ -6,12 +6,13 @@ PYTHON ?= $(shell for p in $$(command -v python3.12 python3.13 python3) \
 VENV := .venv
 BIN := $(VENV)/bin
 DEMO_LAKE ?= /tmp/wmo-lake-demo
+DEMO_REPORT ?= $(DEMO_LAKE)-report.html
 
-.PHONY: help setup demo test lint bench clean
+.PHONY: help setup demo test test-fast lint bench screenshot clean
 
 help:
-	@echo "make demo   ingest fixtures/harbor into a lake and print stats and a query"
-	@echo "make test   install and run the test suite"
+	@echo "make demo   ingest fixtures/harbor into a lake, print stats and a query, write the report"
+	@echo "make test   install and run the test suite (make test-fast: without the slow tests)"
 	@echo "make lint   ruff"
 	@echo "make bench  benchmarks (ratios against anchors measured in the same run)"
 
@@ -19,7 +20,7 @@ $(BIN)/wmo-lake: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "need Python >= 3.12 (python3.12 / python3.13 on PATH)"; exit 2; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,tinker,harbor]'
+	$(BIN)/pip install -q -e '.[dev,tinker,harbor,report]'
 	@touch $@
 
 setup: $(BIN)/wmo-lake
@@ -30,9 +31,19 @@ demo: setup
 	$(BIN)/wmo-lake stats --lake $(DEMO_LAKE)
 	$(BIN)/wmo-lake sql --lake $(DEMO_LAKE) \
 		"SELECT batch, trial_name, task_id, reward, passed, stop_reason, n_spans FROM trial_records ORDER BY batch, trial_name"
+	$(BIN)/wmo-lake report --lake $(DEMO_LAKE) --out $(DEMO_REPORT)
+	@echo "report: $(DEMO_REPORT) (open it in a browser; it needs no network)"
 
 test: setup
 	$(BIN)/python -m pytest -q
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow"
+
+# The README's picture of the report, written by the browser test (needs chromium).
+screenshot: setup
+	WMO_LAKE_SCREENSHOT=$(CURDIR)/docs/report.png $(BIN)/python -m pytest -q \
+		tests/test_report_browser.py -k renders_offline
 
 lint: setup
 	$(BIN)/ruff check wmo_lake tests bench

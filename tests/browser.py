@@ -15,6 +15,7 @@ a screenshot, with Debian's `chromium` and nothing downloaded.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -113,10 +114,8 @@ class Browser:
         self.close()
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(BrowserError, OSError):
             self.call("Browser.close", timeout=5)
-        except (BrowserError, OSError):
-            pass
         try:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:

@@ -19,7 +19,9 @@ MAX_TURNS = 4
 MAX_TOKENS = 6
 
 
-def _turns(rng: random.Random, n: int, truncate: bool) -> list[tuple[list[int], list[int], list[float]]]:
+def _turns(
+    rng: random.Random, n: int, truncate: bool
+) -> list[tuple[list[int], list[int], list[float]]]:
     """n prefix-chained turns (each prompt extends the previous prompt + completion); the last
     one samples the whole max_tokens when `truncate`."""
     prompt = [rng.randrange(1, 5000) for _ in range(rng.randint(5, 12))]
@@ -144,5 +146,7 @@ def write_two_runs(root: Path, steps: int = 6, attempts: int = 3) -> Path:
         unreadable_steps=(1,),
         empty_steps=(4,) if steps > 4 else (),
     )
-    write_training_run(root, "exp-b", steps=steps, tasks=TASKS, attempts=attempts, solve=flat, seed=2)
+    write_training_run(
+        root, "exp-b", steps=steps, tasks=TASKS, attempts=attempts, solve=flat, seed=2
+    )
     return root

@@ -225,15 +225,15 @@ def task_trends(
     newly_solved: list[Flip] = []
     for label, rows in series.items():
         tasks = sorted(set().union(*(tasks_by_batch[r["batch"]] for r in rows)))
-        positions = [
-            float(r["step"]) if x_mode == "step" else float(i) for i, r in enumerate(rows)
-        ]
+        positions = [float(r["step"]) if x_mode == "step" else float(i) for i, r in enumerate(rows)]
         found: list[TaskTrend] = []
         for task in tasks:
             rates: list[float | None] = []
             for row in rows:
                 cell = cells.get((row["batch"], task))
-                rates.append(cell["passed"] / cell["executed"] if cell and cell["executed"] else None)
+                rates.append(
+                    cell["passed"] / cell["executed"] if cell and cell["executed"] else None
+                )
             points = [(p, r) for p, r in zip(positions, rates, strict=True) if r is not None]
             mean = sum(r for _, r in points) / len(points) if points else None
             found.append(TaskTrend(label, task, rates, _slope(points), mean))
@@ -312,9 +312,7 @@ def _collect(
     batch_glob: str | None,
 ) -> ReportData:
     stats = rows_as_dicts(
-        con.sql(
-            SELECTED_STATS, params={"runs": runs, "batch_glob": batch_glob, "no_run": NO_RUN}
-        )
+        con.sql(SELECTED_STATS, params={"runs": runs, "batch_glob": batch_glob, "no_run": NO_RUN})
     )
     batches = [row["batch"] for row in stats]
     params = {"batches": batches}

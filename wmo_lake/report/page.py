@@ -115,9 +115,7 @@ def metric_figures(data: ReportData) -> list[dict[str, Any]]:
     figures = []
     for metric in METRICS:
         traces = [
-            _line_trace(
-                data, label, i, metric.key, rows, [measured(r, metric.key) for r in rows]
-            )
+            _line_trace(data, label, i, metric.key, rows, [measured(r, metric.key) for r in rows])
             for i, (label, rows) in enumerate(data.series.items())
         ]
         yaxis: dict[str, Any] = {"title": {"text": metric.label}, "rangemode": "tozero"}
@@ -150,7 +148,9 @@ def token_figures(data: ReportData) -> list[dict[str, Any]]:
     figures = []
     for key, title, value in specs:
         traces = [
-            _line_trace(data, label, i, key, rows, [value(r) if r["trials"] else None for r in rows])
+            _line_trace(
+                data, label, i, key, rows, [value(r) if r["trials"] else None for r in rows]
+            )
             for i, (label, rows) in enumerate(data.series.items())
         ]
         figures.append(
@@ -373,8 +373,7 @@ def _table(headers: list[str], rows: list[list[Any]], empty: str) -> str:
         return f"<p class='empty'>{html.escape(empty)}</p>"
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(_text(c))}</td>" for c in row) + "</tr>"
-        for row in rows
+        "<tr>" + "".join(f"<td>{html.escape(_text(c))}</td>" for c in row) + "</tr>" for row in rows
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
@@ -478,9 +477,9 @@ def render_html(data: ReportData, js: str | None = None) -> str:
     problems_section = _charts(figures, "problems") or (
         "<p class='empty'>no problems recorded for the selected batches</p>"
     )
-    selection = ", ".join(
-        f"{k} = {v}" for k, v in data.selection.items() if v is not None
-    ) or "every batch"
+    selection = (
+        ", ".join(f"{k} = {v}" for k, v in data.selection.items() if v is not None) or "every batch"
+    )
     x_note = (
         "x axis: the training step"
         if data.x_mode == "step"

@@ -1,0 +1,316 @@
+"""`wmo-lake report`: the page is self-contained, every plotted point is the lake's number (read
+back out of the HTML and compared with queries on the views), a null measurement is a gap, the
+task tables name the regressed and newly solved tasks, and usage errors say what to do."""
+
+from __future__ import annotations
+
+import json
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from wmo_lake.cli import cli
+from wmo_lake.lake import connect
+
+EMPTY_STEP = "exp-a/harbor/step-0004/job"  # only unreadable trials: every rate is unmeasured
+RATE_DENOMINATORS = {
+    "solve_rate": "executed_trials",
+    "graded_solve_rate": "graded_trials",
+    "raw_solve_rate": "trials",
+}
+
+
+class _Scripts(HTMLParser):
+    """Every <script> of a page: (attributes, text)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scripts: list[tuple[dict[str, str | None], str]] = []
+        self.links: list[dict[str, str | None]] = []
+        self._open: dict[str, str | None] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "script":
+            self._open = dict(attrs)
+            self.scripts.append((self._open, ""))
+        if tag in ("link", "img", "iframe"):
+            self.links.append(dict(attrs))
+
+    def handle_data(self, data: str) -> None:
+        if self._open is not None:
+            attrs, text = self.scripts[-1]
+            self.scripts[-1] = (attrs, text + data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "script":
+            self._open = None
+
+
+def parse(page: str) -> _Scripts:
+    parser = _Scripts()
+    parser.feed(page)
+    return parser
+
+
+def figures_of(page: str) -> dict[str, dict[str, Any]]:
+    """The figures plotly.js draws, read from the page's data script, by chart id."""
+    [(_, text)] = [(a, t) for a, t in parse(page).scripts if a.get("id") == "wmo-figures"]
+    return {f["id"]: f["figure"] for f in json.loads(text)}
+
+
+def report(lake: Path, out: Path, *args: str) -> Result:
+    return CliRunner().invoke(cli, ["report", "--lake", str(lake), "--out", str(out), *args])
+
+
+@pytest.fixture(scope="module")
+def page(two_runs_lake: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    out = tmp_path_factory.mktemp("report") / "report.html"
+    result = report(two_runs_lake, out)
+    assert result.exit_code == 0, result.output
+    assert f"wrote {out} (12 batches, 198 trials, runs: exp-a, exp-b)" in result.output
+    return out.read_text(encoding="utf-8")
+
+
+def lake_rows(lake: Path, sql: str) -> list[dict[str, Any]]:
+    relation = connect(lake).sql(sql)
+    return [dict(zip(relation.columns, row, strict=True)) for row in relation.fetchall()]
+
+
+def points(trace: dict[str, Any]) -> dict[str, Any]:
+    """batch -> plotted y of one trace."""
+    return dict(zip(trace["customdata"], trace["y"], strict=True))
+
+
+def test_page_is_self_contained(page: str) -> None:
+    parsed = parse(page)
+    assert all("src" not in attrs for attrs, _ in parsed.scripts), "a script loads from a URL"
+    assert parsed.links == [], "the page links a resource"
+    assert "http://" not in page.split("<script>", 1)[0]
+    [plotly] = [text for attrs, text in parsed.scripts if len(text) > 1_000_000]
+    assert "plotly.js" in plotly[:500]  # the library itself, inlined
+
+
+def test_every_metric_point_is_the_rollout_stats_value(page: str, two_runs_lake: Path) -> None:
+    stats = {r["batch"]: r for r in lake_rows(two_runs_lake, "SELECT * FROM rollout_stats")}
+    with_reason = {
+        r["batch"]: r["n"]
+        for r in lake_rows(
+            two_runs_lake,
+            "SELECT batch, count(*) FILTER (WHERE stop_reason <> '') AS n "
+            "FROM trial_records GROUP BY batch",
+        )
+    }
+    figures = figures_of(page)
+    checked = 0
+    for key in (*RATE_DENOMINATORS, "scaffold_loss_rate"):
+        traces = figures[f"metric-{key}"]["data"]
+        assert {t["name"] for t in traces} == {"exp-a", "exp-b"}
+        plotted = {b: y for t in traces for b, y in points(t).items()}
+        assert set(plotted) == set(stats), key  # every batch is a point or a gap
+        for batch, y in plotted.items():
+            row = stats[batch]
+            denominator = (
+                with_reason.get(batch, 0)
+                if key == "scaffold_loss_rate"
+                else row[RATE_DENOMINATORS[key]]
+            )
+            assert y == (row[key] if denominator else None), (key, batch)
+            checked += 1
+    for key, numerator in (
+        ("infra_failed_share", "infra_failed_trials"),
+        ("empty_span_share", "empty_span_trials"),
+        ("truncated_spans", None),
+    ):
+        for trace in figures[f"metric-{key}"]["data"]:
+            for batch, y in points(trace).items():
+                row = stats[batch]
+                expected = (
+                    None
+                    if not row["trials"]
+                    else row["truncated_spans"]
+                    if numerator is None
+                    else row[numerator] / row["trials"]
+                )
+                assert y == expected, (key, batch)
+                checked += 1
+    assert checked == 7 * len(stats)
+
+
+def test_null_measurement_is_a_gap_never_zero(page: str, two_runs_lake: Path) -> None:
+    [row] = lake_rows(two_runs_lake, f"SELECT * FROM rollout_stats WHERE batch = '{EMPTY_STEP}'")
+    assert row["trials"] == 0 and row["solve_rate"] == 0.0  # the view's 0.0 for "no data"
+    for figure_id, figure in figures_of(page).items():
+        if not figure_id.startswith(("metric-", "tokens-")):
+            continue
+        [trace] = [t for t in figure["data"] if t["name"] == "exp-a"]
+        assert points(trace)[EMPTY_STEP] is None, figure_id
+        assert trace["connectgaps"] is False
+
+
+def test_stop_reasons_tokens_and_datums_are_the_views_numbers(
+    page: str, two_runs_lake: Path
+) -> None:
+    figures = figures_of(page)
+    stats = {r["batch"]: r for r in lake_rows(two_runs_lake, "SELECT * FROM rollout_stats")}
+    for run in ("exp-a", "exp-b"):
+        for trace in figures[f"stop-{run}"]["data"]:
+            reason = trace["name"]
+            for batch, y in points(trace).items():
+                row = stats[batch]
+                if not row["trials"]:
+                    assert y is None, batch
+                    continue
+                assert y == row["stop_reason_counts"].get(reason, 0) / row["trials"], batch
+    tokens = {
+        r["batch"]: r
+        for r in lake_rows(
+            two_runs_lake,
+            "SELECT batch, sum(len(prompt_token_ids)) AS prompt, sum(len(sampled_token_ids)) "
+            "AS sampled, count(*) AS turns FROM spans_full GROUP BY batch",
+        )
+    }
+    for trace in figures["tokens-prompt_tokens"]["data"]:
+        for batch, y in points(trace).items():
+            assert y == (tokens[batch]["prompt"] if batch in tokens else None), batch
+    for trace in figures["tokens-sampled_tokens"]["data"]:
+        for batch, y in points(trace).items():
+            assert y == (tokens[batch]["sampled"] if batch in tokens else None), batch
+    for trace in figures["tokens-turns_per_trial"]["data"]:
+        for batch, y in points(trace).items():
+            with_spans = stats[batch]["trials_with_spans"]
+            assert y == (tokens[batch]["turns"] / with_spans if with_spans else None)
+    datum_stats = {r["batch"]: r for r in lake_rows(two_runs_lake, "SELECT * FROM datum_stats")}
+    for run in ("exp-a", "exp-b"):
+        by_name = {t["name"]: points(t) for t in figures[f"datums-{run}"]["data"]}
+        for batch, datums in by_name["datums"].items():
+            row = datum_stats.get(batch)
+            assert datums == (row["datums"] if row else None)
+            if row:
+                assert by_name["dropped: overflow"][batch] == row["overflow_drops"]
+                assert by_name["episodes kept"][batch] == (
+                    row["episodes"] - row["overflow_drops"] - row["overlong_drops"]
+                )
+
+
+def test_heatmap_is_cells_pass_rate_ordered_by_trend(page: str, two_runs_lake: Path) -> None:
+    figures = figures_of(page)
+    cells = {
+        (r["batch"], r["task_id"]): r["rate"]
+        for r in lake_rows(
+            two_runs_lake,
+            "SELECT batch, task_id, avg(passed::INT) AS rate FROM cells "
+            "WHERE NOT infra_failed GROUP BY ALL",
+        )
+    }
+    [heatmap] = figures["heatmap-exp-a"]["data"]
+    steps = heatmap["x"]
+    assert steps == [0, 1, 2, 3, 4, 5]
+    for task, row in zip(heatmap["y"], heatmap["z"], strict=True):
+        for step, z in zip(steps, row, strict=True):
+            expected = cells.get((f"exp-a/harbor/step-{step:04d}/job", task))
+            assert z == pytest.approx(expected) if expected is not None else z is None
+    # most improved first: task-5 (0% until step 3, then ~80%) above task-4 (regresses)
+    order = heatmap["y"]
+    assert order.index("demo/task-5") < order.index("demo/task-4")
+    assert order[-1] == "demo/task-4"
+
+
+def test_regressions_and_newly_solved_tables(page: str) -> None:
+    regressions = page.split("<h3>Regressions", 1)[1].split("<h3>", 1)[0]
+    newly = page.split("<h3>Newly solved", 1)[1].split("<h3>", 1)[0]
+    assert "<td>exp-a</td><td>demo/task-4</td>" in regressions
+    assert "<td>exp-a</td><td>demo/task-5</td>" in newly
+    assert "demo/task-5" not in regressions
+    # exp-b never solves task-5: neither table
+    assert "<td>exp-b</td><td>demo/task-5</td>" not in page
+
+
+def test_problems_per_step_by_kind(page: str, two_runs_lake: Path) -> None:
+    expected = {
+        (r["batch"], r["kind"]): r["n"]
+        for r in lake_rows(
+            two_runs_lake, "SELECT batch, kind, count(*) AS n FROM problems GROUP BY ALL"
+        )
+    }
+    plotted = {
+        (batch, trace["name"]): y
+        for trace in figures_of(page)["problems-exp-a"]["data"]
+        for batch, y in points(trace).items()
+        if y
+    }
+    assert plotted == expected
+    assert "problems-exp-b" not in figures_of(page)  # exp-b recorded none
+
+
+def test_figures_are_valid_plotly(page: str) -> None:
+    graph_objects = pytest.importorskip("plotly.graph_objects")
+    for figure in figures_of(page).values():
+        graph_objects.Figure(figure)  # raises on any attribute plotly does not know
+
+
+def test_settings_the_numbers_were_computed_under(two_runs_lake: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r.html"
+    result = report(two_runs_lake, out, "--run", "exp-b", "--max-tokens", "3")
+    assert result.exit_code == 0, result.output
+    page = out.read_text()
+    assert "<td>wmo_max_tokens</td><td>3</td><td>option</td>" in page
+    assert "<td>wmo_reward_key</td><td>reward</td><td>default</td>" in page
+    figures = figures_of(page)
+    assert {t["name"] for t in figures["metric-solve_rate"]["data"]} == {"exp-b"}
+    truncated = {
+        r["batch"]: r["truncated_spans"]
+        for r in lake_rows(two_runs_lake, "SET VARIABLE wmo_max_tokens = 3; FROM rollout_stats")
+        if r["run"] == "exp-b"
+    }
+    [trace] = figures["metric-truncated_spans"]["data"]
+    assert points(trace) == truncated
+    assert sum(truncated.values()) > 0
+
+
+def test_batch_glob_selects(two_runs_lake: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r.html"
+    result = report(two_runs_lake, out, "--batch", "exp-a/*step-000[0-2]*")
+    assert result.exit_code == 0, result.output
+    [trace] = figures_of(out.read_text())["metric-solve_rate"]["data"]
+    assert trace["x"] == [0, 1, 2]
+
+
+def test_usage_errors(two_runs_lake: Path, tmp_path: Path) -> None:
+    result = report(two_runs_lake, tmp_path / "r.html", "--run", "nope")
+    assert result.exit_code == 1
+    assert "no batch matches --run 'nope'" in result.output
+    result = report(two_runs_lake, tmp_path)
+    assert result.exit_code == 2 and "is a directory" in result.output
+    result = report(two_runs_lake, tmp_path / "missing" / "r.html")
+    assert result.exit_code == 2 and "does not exist" in result.output
+    result = CliRunner().invoke(cli, ["report", "--lake", str(two_runs_lake)])
+    assert result.exit_code == 2 and "--out" in result.output
+    result = report(tmp_path / "no-lake", tmp_path / "r.html")
+    assert result.exit_code == 1 and "wmo-lake ingest" in result.output
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_without_plotly_the_error_says_how_to_install(
+    two_runs_lake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "plotly.offline", None)  # import fails as if absent
+    result = report(two_runs_lake, tmp_path / "r.html")
+    assert result.exit_code == 1
+    assert "pip install 'wmo-lake[report]'" in result.output
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_bundled_runs_without_steps(fixtures_dir: Path, tmp_path: Path) -> None:
+    """Batches with no step are categories on the x axis, in run/step order."""
+    from wmo_lake.ingest import ingest
+
+    ingest([fixtures_dir / "harbor"], tmp_path / "lake", workers=1)
+    result = report(tmp_path / "lake", tmp_path / "r.html")
+    assert result.exit_code == 0, result.output
+    figure = figures_of((tmp_path / "r.html").read_text())["metric-solve_rate"]
+    assert figure["layout"]["xaxis"]["type"] == "category"
+    assert figure["data"][0]["x"] == ["offline-demo", "offline-terminus2"]

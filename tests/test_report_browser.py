@@ -1,0 +1,84 @@
+"""The report in a real browser: Debian's headless Chromium (driven over the DevTools pipe,
+tests/browser.py) opens the page with the network blocked; no console error, no request leaves
+the machine, every chart is drawn (a non-empty SVG with marks in its plot area), and a full-page
+screenshot is written for a human (`WMO_LAKE_SCREENSHOT=docs/report.png` also copies it there:
+`make screenshot`).
+
+.ci/run installs chromium as root when it is missing; without it these tests fail (not skip)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from browser import Browser
+from click.testing import CliRunner
+
+from wmo_lake.cli import cli
+
+pytestmark = pytest.mark.slow
+
+# Per chart: its size, and the marks plotly drew in the plot area (lines, bars, heatmap image).
+CHART_STATE = """
+Array.from(document.querySelectorAll('.chart')).map(div => {
+  const svg = div.querySelector('svg.main-svg');
+  const box = svg ? svg.getBoundingClientRect() : {width: 0, height: 0};
+  const marks = div.querySelectorAll(
+    '.scatterlayer path.js-line, .scatterlayer path.point, .barlayer path, ' +
+    '.heatmaplayer image');
+  const drawn = Array.from(marks).filter(m => {
+    const b = m.getBBox ? m.getBBox() : {width: 1, height: 1};
+    return b.width > 0 || b.height > 0;
+  });
+  return {id: div.id, width: box.width, height: box.height, marks: drawn.length,
+          traces: (div.data || []).length};
+})
+"""
+
+
+def test_report_renders_offline_in_chromium(two_runs_lake: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    result = CliRunner().invoke(cli, ["report", "--lake", str(two_runs_lake), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    with Browser.launch() as browser:
+        page = browser.open(out.as_uri())
+        rendered = page.wait_for("document.body && document.body.dataset.rendered")
+        charts = page.evaluate(CHART_STATE)
+        screenshot = page.screenshot(tmp_path / "report.png")
+        assert browser.errors == []
+        assert browser.blocked == []  # the page asked for nothing beyond its own file
+    print(f"screenshot: {screenshot}")
+    assert int(rendered) == len(charts) >= 17
+    ids = {chart["id"] for chart in charts}
+    assert {"metric-solve_rate", "stop-exp-a", "heatmap-exp-a", "datums-exp-b"} <= ids
+    for chart in charts:
+        assert chart["width"] > 100 and chart["height"] > 100, chart
+        assert chart["traces"] > 0 and chart["marks"] > 0, chart
+    png = screenshot.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 50_000
+    target = os.environ.get("WMO_LAKE_SCREENSHOT")
+    if target:
+        shutil.copyfile(screenshot, target)
+
+
+def test_the_harness_sees_errors_and_blocks_the_network(tmp_path: Path) -> None:
+    """The checks above can fail: a console error, an uncaught exception and a request to the
+    network are each caught here."""
+    page_file = tmp_path / "bad.html"
+    page_file.write_text(
+        "<html><body><img src='http://example.com/x.png'>"
+        "<script>console.error('boom'); fetch('https://example.org/data.json')"
+        ".catch(() => {}); document.body.dataset.done = '1'; undefinedName();</script>"
+        "</body></html>"
+    )
+    with Browser.launch() as browser:
+        page = browser.open(page_file.as_uri())
+        page.wait_for("document.body && document.body.dataset.done")
+        page.wait_for("true")  # one more round trip: the events arrive
+        assert any("console.error: boom" in e for e in browser.errors), browser.errors
+        assert any("undefinedName" in e for e in browser.errors), browser.errors
+        assert "http://example.com/x.png" in browser.blocked
+        network = page.evaluate("fetch('https://example.org/x').then(() => 'ok', () => 'failed')")
+        assert network == "failed"
