@@ -17,7 +17,7 @@ import pyarrow as pa
 from wmo_lake.discover import Job, TrialTask, WalkProblem
 from wmo_lake.jsonfile import ReadFailure, read_bytes, read_json
 from wmo_lake.store import DUPLICATE, JOB, OTHER, TRIAL, UNREADABLE, WALK
-from wmo_lake.tables import TABLES, jobs, spans, stop_reasons, tests, trajectories, trials
+from wmo_lake.tables import TABLES, ctrf_tests, jobs, spans, stop_reasons, trajectories, trials
 from wmo_lake.tables.fields import Fields, ProblemLog
 from wmo_lake.tables.trial_result import decode_trial_result
 
@@ -157,7 +157,7 @@ def extract_trial(task: TrialTask) -> Extracted:
         found = spans.Spans(spans.OUT_OF_RANGE, [])
         span_table = spans.table(found, key, task.batch, trial_name)
 
-    report = tests.read_report(trial_dir, problems)
+    report = ctrf_tests.read_report(trial_dir, problems)
     trajectory_status, trajectory = _read_trajectory(trial_dir, problems)
     trace = stop_reasons.read_trace(trial_dir, problems)
     identity = {"trial_key": key, "batch": task.batch, "trial_name": trial_name}
@@ -188,7 +188,7 @@ def extract_trial(task: TrialTask) -> Extracted:
         "trials": pa.Table.from_pylist([row], schema=TABLES["trials"].schema),
         "spans": span_table,
         "stop_reasons": pa.Table.from_pylist([stop_row], schema=TABLES["stop_reasons"].schema),
-        "tests": tests.table(report, key, task.batch, trial_name),
+        "tests": ctrf_tests.table(report, key, task.batch, trial_name),
         **trajectory_tables,
         **_problem_table(problems),
     }

@@ -11,6 +11,9 @@ Two doors, same views:
 
 from __future__ import annotations
 
+import functools
+import graphlib
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -75,34 +78,56 @@ def sql_dir() -> Path:
 
 
 def view_sources() -> list[tuple[str, str]]:
-    """(view name, SQL) for every `sql/*.sql`, ordered so each view follows the views it reads."""
+    """(view name, SQL) for every `sql/*.sql`, ordered so each view follows the views it reads
+    (a topological order of the references DuckDB's parser finds in each view)."""
     texts = {p.stem: p.read_text(encoding="utf-8") for p in sorted(sql_dir().glob("*.sql"))}
-    words = {
-        name: set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", _strip_comments(sql)))
-        for name, sql in texts.items()
-    }
-    ordered: list[str] = []
-    visiting: set[str] = set()
-
-    def visit(name: str) -> None:
-        if name in ordered:
-            return
-        if name in visiting:
-            raise LakeError(f"views {sorted(visiting)} depend on each other in a cycle")
-        visiting.add(name)
-        for other in sorted(words[name] & set(texts)):
-            if other != name:
-                visit(other)
-        visiting.discard(name)
-        ordered.append(name)
-
-    for name in texts:
-        visit(name)
-    return [(name, texts[name]) for name in ordered]
+    return [(name, texts[name]) for name in _view_order(tuple(texts.items()))]
 
 
-def _strip_comments(sql: str) -> str:
-    return re.sub(r"--[^\n]*", "", sql)
+@functools.cache  # parsed once per process (and per set of view texts)
+def _view_order(texts: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
+    import duckdb
+
+    names = {name for name, _ in texts}
+    with duckdb.connect() as parser:
+        graph = {
+            name: sorted(view_dependencies(sql, parser) & names - {name}) for name, sql in texts
+        }
+    try:
+        return tuple(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as error:
+        raise LakeError(f"views {error.args[1]} depend on each other in a cycle") from None
+
+
+_CREATE_VIEW = re.compile(r"^\s*CREATE\s+(?:OR\s+REPLACE\s+)?VIEW\s+\w+\s+AS\s", re.I | re.M)
+
+
+def view_dependencies(sql: str, con: duckdb.DuckDBPyConnection) -> set[str]:
+    """The tables and views a `CREATE VIEW name AS <query>` reads: every table its query names
+    (in FROM, JOIN or a subquery), its own CTEs excepted. Parsed by DuckDB, not matched as words,
+    so a column that shares a view's name (`datum_stats.datums`) is not a dependency."""
+    match = _CREATE_VIEW.search(sql)
+    if match is None:
+        raise LakeError(f"not a CREATE VIEW statement: {sql[:80]!r}")
+    row = con.execute("SELECT json_serialize_sql(?)", [sql[match.end() :]]).fetchone()
+    tree = json.loads(row[0]) if row else {"error": True, "error_message": "no result"}
+    if tree.get("error"):
+        raise LakeError(f"cannot parse view SQL: {tree.get('error_message')}")
+    tables: set[str] = set()
+    ctes: set[str] = set()
+    stack: list[Any] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if node.get("type") == "BASE_TABLE" and isinstance(node.get("table_name"), str):
+                tables.add(node["table_name"])
+            cte_map = node.get("cte_map")
+            if isinstance(cte_map, dict):
+                ctes.update(entry["key"] for entry in cte_map.get("map", []))
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return tables - ctes
 
 
 def _require(store: Store) -> Manifest:

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from wmo_lake.tables import (
+    ctrf_tests,
     jobs,
     spans,
     steps,
     stop_reasons,
-    tests,
     tool_calls,
     trajectories,
     trials,
@@ -43,7 +43,7 @@ TABLES: dict[str, Table] = {
             "one row per sampled turn, prompts prefix-compressed",
         ),
         Table("stop_reasons", stop_reasons.SCHEMA, "trial_key", "stop-reason evidence per trial"),
-        Table("tests", tests.SCHEMA, "trial_key", "one row per CTRF test"),
+        Table("tests", ctrf_tests.SCHEMA, "trial_key", "one row per CTRF test"),
         Table("trajectories", trajectories.SCHEMA, "trial_key", "one row per ATIF trajectory file"),
         Table("steps", steps.SCHEMA, "trial_key", "one row per ATIF trajectory step"),
         Table("tool_calls", tool_calls.SCHEMA, "trial_key", "one row per tool call of a step"),

@@ -8,7 +8,7 @@ from typing import Any
 import pyarrow as pa
 
 from wmo_lake.jsonfile import to_json_text
-from wmo_lake.tables import tests
+from wmo_lake.tables import ctrf_tests
 from wmo_lake.tables.fields import Fields, is_real_number
 
 PHASES = ("environment_setup", "agent_setup", "agent_execution", "verifier")
@@ -44,7 +44,7 @@ SCHEMA = pa.schema(
         ("n_rollout_segments", pa.int32()),
         ("spans_status", pa.string()),
         ("n_spans", pa.int32()),
-        *tests.TRIAL_COLUMNS,
+        *ctrf_tests.TRIAL_COLUMNS,
         ("result_bytes", pa.int64()),
     ]
 )
