@@ -1,6 +1,7 @@
--- datum_episodes: one row per trial with at least one span (an episode), with its group
--- advantage and whether it is dropped whole (issue 4; never truncated: that would misalign
--- tokens and logprobs). n_datums / datum_tokens / loss_tokens: its sequences with a sampled
+-- datum_episodes: one row per trial with at least one span (an episode), and per trial whose stop
+-- reason is context_overflow even without spans (upstream data.py checks the stop reason before
+-- the spans, so such a trial is an overflow drop), with its group advantage and whether it is
+-- dropped whole (issue 4; never truncated: that would misalign tokens and logprobs). n_datums / datum_tokens / loss_tokens: its sequences with a sampled
 -- token (the rows `datums` gives it when it is kept), their tokens and their sampled tokens. Rules:
 --   reward, passed, infra_failed, task_id, attempt come from `cells`, stop_reason from
 --     `trial_stop_reasons` (the columns trial_records shows; read there to skip its span lists);
@@ -61,17 +62,18 @@ SELECT
     r.advantage,
     r.context_budget,
     r.max_datum_tokens,
-    e.n_spans,
-    e.n_sequences,
-    e.n_datums,
+    coalesce(e.n_spans, 0)::BIGINT AS n_spans,
+    coalesce(e.n_sequences, 0) AS n_sequences,
+    coalesce(e.n_datums, 0) AS n_datums,
     e.longest_span_tokens,
     e.longest_datum_tokens,
-    e.datum_tokens,
-    e.loss_tokens,
+    coalesce(e.datum_tokens, 0)::BIGINT AS datum_tokens,
+    coalesce(e.loss_tokens, 0)::BIGINT AS loss_tokens,
     CASE
         WHEN r.stop_reason = 'context_overflow' OR e.longest_span_tokens > r.context_budget
             THEN 'overflow'
         WHEN e.longest_datum_tokens > r.max_datum_tokens THEN 'overlong'
     END AS drop_reason
 FROM records AS r
-JOIN per_episode AS e USING (trial_key);
+LEFT JOIN per_episode AS e USING (trial_key)
+WHERE e.trial_key IS NOT NULL OR r.stop_reason = 'context_overflow';

@@ -1,7 +1,8 @@
 -- datum_stats: one row per batch (every batch with trials), the health of its training datums
--- (issue 4): datums, fragments (datums beyond the first of their episode: prefix breaks),
+-- (issue 4): episodes (trials with spans), datums, fragments (datums beyond the first of their episode: prefix breaks),
 -- fragmentation_rate = fragments / datums (0.0 when no datums), overflow_drops / overlong_drops
--- (episodes dropped whole, see datum_episodes), loss_tokens (sampled tokens trained on) and
+-- (episodes dropped whole, see datum_episodes; a context_overflow trial without spans is an
+-- overflow drop too), loss_tokens (sampled tokens trained on) and
 -- context_tokens (mask-0 tokens) over the datums kept. Counted from datum_episodes' lengths:
 -- exactly the rows of `datums`, without building their token lists.
 CREATE OR REPLACE VIEW datum_stats AS
@@ -13,7 +14,7 @@ WITH batches AS (
 per_batch AS (
     SELECT
         batch,
-        count(*) AS episodes,
+        count(*) FILTER (WHERE n_spans > 0) AS episodes,
         count(*) FILTER (WHERE drop_reason = 'overflow') AS overflow_drops,
         count(*) FILTER (WHERE drop_reason = 'overlong') AS overlong_drops,
         sum(n_datums) FILTER (WHERE drop_reason IS NULL) AS datums,

@@ -66,7 +66,6 @@ def _rewrite(trial_dir: Path, change) -> None:
         (lambda d: d["agent_result"]["metadata"].update(n_episodes="3"), "n_episodes"),
         (lambda d: d.update(agent_info="terminus-2"), "agent_info"),
         (lambda d: d.update(exception_info=["boom"]), "exception_info"),
-        (lambda d: d["verifier_result"]["rewards"].update(reward=True), "rewards.reward"),
         (lambda d: d["verifier_result"].update(rewards=[1.0]), "verifier_result.rewards"),
         (lambda d: d.update(started_at=12), "started_at"),
     ],
@@ -76,7 +75,6 @@ def _rewrite(trial_dir: Path, change) -> None:
         "str-episodes",
         "str-object",
         "list-object",
-        "bool-reward",
         "list-rewards",
         "number-time",
     ],
@@ -208,7 +206,7 @@ def test_nan_and_huge_numbers_read_like_the_seeds_json_loads(tmp_path: Path) -> 
         .fetchall()
     )
     assert row == [("NaN", True)]
-    assert [p[0] for p in problems] == ["wrong_type"]  # a NaN reward is no measured reward
+    assert [p[0] for p in problems] == ["invalid_reward"]  # a NaN reward is no measurement
 
 
 def test_very_large_result_json(tmp_path: Path) -> None:

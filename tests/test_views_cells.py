@@ -55,14 +55,24 @@ CTRF_CASES: list[tuple[str, tuple[int, int, int] | None]] = [
     ("unresolved-only", None),  # summary 0/0 + 3 skipped, items all unresolved
     ("summary-zero-items-resolved", (1, 2, 0)),
     ("items-zero-summary-resolved", (2, 4, 0)),  # items: one skipped -> the summary 2/2
-    ("negative-count", None),
-    ("string-count", None),
-    ("float-count", None),
-    ("bool-count", None),  # skipped: true spoils the summary, items too
-    ("null-optional", (2, 3, 0)),
+    # upstream ctrf.py validates the report with a pydantic model: what it rejects grades nothing
+    # (not even its items), what it coerces counts as coerced
+    ("negative-count", None),  # ge=0 rejects the report
+    ("string-count", (1, 1, 0)),  # "2" -> 2: summary 2/2 disagrees with items passed -> items
+    ("float-count", (1, 1, 0)),  # 2.0 -> 2, likewise
+    ("bool-count", (1, 1, 0)),  # skipped: true -> 1: summary (1, 1, 1) loses to the items
+    ("null-optional", None),  # skipped: null is not an int: rejected
     ("summary-without-failed", (1, 3, 0)),  # no summary reading; items failed passed failed
-    ("odd-items", (1, 1, 3)),  # "passed", 7, status 5, "Passed": only the first resolves
-    ("tests-not-list", (1, 4, 0)),
+    ("odd-items", None),  # a non-object test item (7) and a non-string status: rejected
+    ("tests-not-list", None),  # results.tests must be a list
+    ("tests-null", None),  # ... not null
+    ("status-null", None),  # status must be a string
+    ("status-absent", (1, 1, 1)),  # an absent status reads "": unresolved
+    ("summary-not-object", None),
+    ("string-summary-only", (2, 3, 1)),  # "2", 1.0, "1" -> 2/3 and one skipped
+    ("underscore-count", (20, 20, 0)),  # pydantic reads "2_0" as 20
+    ("fractional-count", None),  # 2.5 is no integer
+    ("huge-count", None),  # valid upstream, but no 64-bit count: recorded, graded as nothing
 ]
 
 

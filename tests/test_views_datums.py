@@ -221,7 +221,7 @@ def test_overlong_drops_whole_episodes_at_max_datum_tokens(tmp_path: Path) -> No
         assert stats["overflow_drops"] == 0
 
 
-def test_trials_without_spans_contribute_nothing(tmp_path: Path) -> None:
+def test_trials_without_spans_give_no_datums_but_an_overflow_is_a_drop(tmp_path: Path) -> None:
     def build(runs: Path) -> None:
         job = write_job(runs / "job")
         write_trial(job, "none", task_name="a", reward=1.0, rollout_details=None)
@@ -252,7 +252,7 @@ def test_trials_without_spans_contribute_nothing(tmp_path: Path) -> None:
         "datums": 0,
         "fragments": 0,
         "fragmentation_rate": 0.0,
-        "overflow_drops": 0,
+        "overflow_drops": 1,  # data.py checks the stop reason before the spans
         "overlong_drops": 0,
         "loss_tokens": 0,
         "context_tokens": 0,
@@ -375,13 +375,15 @@ def oracle_view(
             spec.batch,
             {"episodes": 0, "overflow_drops": 0, "overlong_drops": 0, "datums": 0, "fragments": 0},
         )
+        if spec.stop_reason == "context_overflow":  # data.py: before looking at the spans
+            batch_stats["episodes"] += bool(spec.turns)
+            batch_stats["overflow_drops"] += 1
+            continue
         if not spec.turns:
             continue
         batch_stats["episodes"] += 1
         sequences = oracle_episode(spec.turns)
-        if spec.stop_reason == "context_overflow" or any(
-            len(p) + len(s) > budget for p, s, _ in spec.turns
-        ):
+        if any(len(p) + len(s) > budget for p, s, _ in spec.turns):
             batch_stats["overflow_drops"] += 1
             continue
         if any(len(s.tokens) > max_datum_tokens for s in sequences):

@@ -140,6 +140,14 @@ CTRFS = [
     "summary-without-failed",
     "odd-items",
     "tests-not-list",
+    "tests-null",
+    "status-null",
+    "status-absent",
+    "summary-not-object",
+    "string-summary-only",
+    "underscore-count",
+    "fractional-count",
+    "huge-count",
 ]
 
 DIMENSIONS: dict[str, list[str]] = {
@@ -422,6 +430,14 @@ def _ctrf(variant: str, rng: random.Random) -> Any:
         "summary-without-failed": report({"passed": 4}, items("failed", "passed", "failed")),
         "odd-items": report(tests=[{"status": "passed"}, 7, {"status": 5}, {"status": "Passed"}]),
         "tests-not-list": report(summary(1, 3), {"t0": "passed"}),
+        "tests-null": {"results": {"summary": summary(1, 0), "tests": None}},
+        "status-null": report(tests=[{"name": "a", "status": "passed"}, {"status": None}]),
+        "status-absent": report(tests=[{"name": "a", "status": "passed"}, {"name": "b"}]),
+        "summary-not-object": report("2 passed", items("passed")),
+        "string-summary-only": report(summary("2", 1.0, "1")),
+        "underscore-count": report(summary("2_0", 0)),
+        "fractional-count": report(summary(2.5, 0), items("passed")),
+        "huge-count": report(summary(2**64, 0), items("passed")),
     }[variant]
 
 

@@ -30,6 +30,14 @@ WHERE ($batch_glob IS NULL OR batch GLOB $batch_glob)
 ORDER BY run NULLS LAST, step NULLS LAST, batch
 """
 
+# Trials whose reward under the key in force is there but no measurement (1.5, true, NaN, "1").
+INVALID_REWARDS_QUERY = """
+SELECT batch, count(*) AS trials, arg_min(reward_json, trial_name) AS example
+FROM cells
+WHERE infra_failed AND reward_json IS NOT NULL
+GROUP BY batch
+"""
+
 # The output cap each batch was judged against, for the truncation note.
 CAPS_QUERY = """
 SELECT batch, min(max_tokens) AS low, max(max_tokens) AS high
@@ -47,6 +55,7 @@ class StatsReport:
     columns: list[str]
     rows: list[dict[str, Any]]
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # printed first; `--strict` exits 1
 
 
 def query_stats(
@@ -80,13 +89,21 @@ def collect_stats(
     run: str | None = None,
 ) -> StatsReport:
     """The rows plus the seed's warnings as notes; raises LakeError / duckdb.Error."""
-    con = connect(lake, settings)
+    from wmo_lake.checks import reward_key_warning
+
+    con = connect(lake, settings, check=False)
     try:
         columns, rows = query_stats(con, batch_glob=batch_glob, run=run)
         caps: dict[str, tuple[int, int]] = {}
         if any(row["truncated_spans"] for row in rows):
             caps = {batch: (low, high) for batch, low, high in con.sql(CAPS_QUERY).fetchall()}
-        return StatsReport(columns, rows, notes_for(rows, caps))
+        invalid: dict[str, tuple[int, str]] = {}
+        if any(row["infra_failed_trials"] for row in rows):
+            invalid = {b: (n, ex) for b, n, ex in con.sql(INVALID_REWARDS_QUERY).fetchall()}
+        warning = reward_key_warning(con, batch_glob=batch_glob, run=run)
+        report = StatsReport(columns, rows, notes_for(rows, caps, invalid))
+        report.warnings = [] if warning is None else [warning]
+        return report
     finally:
         con.close()
 
@@ -98,12 +115,29 @@ def _cap_text(caps: tuple[int, int] | None) -> str:
     return f"max_tokens = {low}" if low == high else f"max_tokens ({low}..{high})"
 
 
-def notes_for(rows: list[dict[str, Any]], caps: dict[str, tuple[int, int]]) -> list[str]:
-    """Seed 003's `collect_rollouts` warnings, one short line per batch and condition."""
+def notes_for(
+    rows: list[dict[str, Any]],
+    caps: dict[str, tuple[int, int]],
+    invalid_rewards: dict[str, tuple[int, str]] | None = None,
+) -> list[str]:
+    """Seed 003's `collect_rollouts` warnings, one short line per batch and condition, plus the
+    lake's own: empty batches and rewards that are no measurement."""
     notes: list[str] = []
     for row in rows:
         batch, trials = row["batch"], row["trials"]
         executed = row["executed_trials"]
+        if trials == 0 and not row["unreadable_trials"]:
+            notes.append(
+                f"{batch}: empty batch: the job dir holds no trial dirs, so its 0.0 rates are "
+                "null measurements over zero executed trials"
+            )
+        if batch in (invalid_rewards or {}):
+            count, example = (invalid_rewards or {})[batch]
+            notes.append(
+                f"{batch}: {count}/{trials} trial(s) carry a reward that is no measurement (e.g. "
+                f"{example}; expected a number in [0, 1]): counted as infra failures with a 0.0 "
+                "stand-in (problems kind 'invalid_reward')"
+            )
         if row["truncated_spans"]:
             notes.append(
                 f"{batch}: {row['truncated_spans']} turn(s) across "

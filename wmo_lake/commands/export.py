@@ -8,6 +8,7 @@ discipline they share (split guard, no overwrite, atomic write, manifest) lives 
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,36 @@ def _require_guard_choice(tasks: Path | None, no_split_guard: bool) -> None:
         require_guard_choice(tasks, no_split_guard)
     except ExportError as error:
         fail(str(error), 2)
+
+
+def _check_reward_key(
+    lake: Path, reward_key: str | None, batch_glob: str | None, run: str | None, strict: bool
+) -> None:
+    """Warn when no trial in scope has the reward key; under --strict exit 1 before writing."""
+    from wmo_lake.checks import RewardKeyWarning, reward_key_warning
+    from wmo_lake.lake import connect
+
+    try:
+        con = connect(lake, {"wmo_reward_key": reward_key}, check=False)
+    except LakeError as error:
+        fail(str(error))
+    try:
+        warning = reward_key_warning(con, batch_glob=batch_glob, run=run)
+    finally:
+        con.close()
+    if warning is not None:
+        click.echo(f"warning: {warning}", err=True)
+        if strict:
+            fail("--strict: nothing was written", 1)
+    # The export's own connect() would warn again, over the whole lake: said once, above.
+    warnings.simplefilter("ignore", RewardKeyWarning)
+
+
+strict_option = click.option(
+    "--strict",
+    is_flag=True,
+    help="Exit 1 and write nothing when a warning is given (a reward key no trial in scope has).",
+)
 
 
 @click.group()
@@ -81,6 +112,7 @@ def _summary(manifest: dict[str, Any], out: Path) -> str:
 @guard_options
 @datum_options
 @reward_options
+@strict_option
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 def datums(
     out: Path,
@@ -94,6 +126,7 @@ def datums(
     max_datum_tokens: int | None,
     reward_key: str | None,
     reward_mode: str | None,
+    strict: bool,
     as_json: bool,
 ) -> None:
     """Write the `datums` view (prefix-merged training sequences, unshifted) to a Parquet file.
@@ -112,6 +145,7 @@ def datums(
     from wmo_lake.datums import export_datums
 
     _require_guard_choice(tasks, no_split_guard)
+    _check_reward_key(lake, reward_key, batch_glob, run, strict)
     try:
         manifest = export_datums(
             lake,
@@ -201,6 +235,7 @@ def _conversations_summary(manifest: dict[str, Any], out: Path) -> str:
     help="Also export each subagent trajectory (context summarization) as one conversation.",
 )
 @reward_options
+@strict_option
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 def conversations(
     out: Path,
@@ -215,6 +250,7 @@ def conversations(
     subagents: bool,
     reward_key: str | None,
     reward_mode: str | None,
+    strict: bool,
     as_json: bool,
 ) -> None:
     """Write agent conversations (SFT data) from the trials' ATIF trajectories.
@@ -234,6 +270,7 @@ def conversations(
     from wmo_lake.conversations import export_conversations
 
     _require_guard_choice(tasks, no_split_guard)
+    _check_reward_key(lake, reward_key, batch_glob, run, strict)
     try:
         manifest = export_conversations(
             lake,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from wmo_lake.commands.options import (
     setting_options,
     settings_from,
 )
-from wmo_lake.stats import collect_stats, table_lines
+from wmo_lake.stats import StatsReport, collect_stats, table_lines
 from wmo_lake.store import LakeError
 
 
@@ -31,8 +32,18 @@ from wmo_lake.store import LakeError
     help="Print one JSON array, one object per batch, keys exactly the rollout_stats columns "
     "(rates as fractions in [0, 1]).",
 )
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Exit 1 after printing when a warning was given (a reward key no trial has).",
+)
 def stats(
-    lake: Path, batch_glob: str | None, run: str | None, as_json: bool, **options: Any
+    lake: Path,
+    batch_glob: str | None,
+    run: str | None,
+    as_json: bool,
+    strict: bool,
+    **options: Any,
 ) -> None:
     """Per-batch rollout health (seed 003's RolloutStats), one row per batch in run/step order.
 
@@ -56,6 +67,7 @@ def stats(
       wmo-lake stats
       wmo-lake stats --run exp1 --max-tokens 4096   # would exp1's turns truncate at 4096?
       wmo-lake stats --batch 'exp1/harbor/step-001*/*' --json
+      wmo-lake stats --reward-key score --strict     # exit 1 if no trial has 'score'
     """
     try:
         report = collect_stats(lake, settings_from(options), batch_glob=batch_glob, run=run)
@@ -63,9 +75,17 @@ def stats(
         fail(str(error))
     except duckdb.Error as error:
         fail(f"stats query failed: {error}")
+    for warning in report.warnings:
+        click.echo(f"warning: {warning}", err=True)
     if as_json:
         click.echo(json.dumps(report.rows, ensure_ascii=False, indent=2))
-        return
+    else:
+        _print_table(report, lake, batch_glob, run)
+    if strict and report.warnings:
+        sys.exit(1)
+
+
+def _print_table(report: StatsReport, lake: Path, batch_glob: str | None, run: str | None) -> None:
     if not report.rows:
         filters = " ".join(
             f"{flag} {value!r}"

@@ -1,8 +1,9 @@
 """`tests`: one row per CTRF test in `verifier/ctrf.json`; the report's summary goes on `trials`.
 
-Extraction keeps what the report says, typed: the graded-tests rule (summary vs itemized reading)
-is SQL, in `cells.sql`. Counts are kept only when they are non-negative JSON integers;
-`ctrf_summary_valid` says whether every summary count was one.
+The report is validated the way upstream's `ctrf.py` model does it (`wmo_lake/ctrf.py`): a report
+that model rejects is `not_ctrf` and grades nothing (no partial grading), and counts are kept as
+that model coerces them (`2.0` and `"2"` are 2). The graded-tests rule (summary vs itemized
+reading) is SQL, in `cells.sql`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from wmo_lake.jsonfile import ReadFailure, read_json
+from wmo_lake.ctrf import SUMMARY_COUNTS, read_ctrf
 from wmo_lake.tables.fields import ProblemLog
 
 SCHEMA = pa.schema(
@@ -27,8 +28,6 @@ SCHEMA = pa.schema(
         ("duration", pa.float64()),
     ]
 )
-
-SUMMARY_COUNTS = ("passed", "failed", "skipped", "pending", "other")
 
 # The per-trial summary columns this module contributes to `trials`.
 TRIAL_COLUMNS = [
@@ -49,6 +48,7 @@ class Report:
     summary_valid: bool | None = None
     counts: dict[str, int | None] = field(default_factory=dict)
     tests: list[dict[str, Any]] | None = None
+    statuses: list[str] = field(default_factory=list)
 
     def trial_columns(self) -> dict[str, Any]:
         return {
@@ -60,74 +60,37 @@ class Report:
         }
 
 
-def _count(value: Any) -> int | None:
-    if type(value) is int and 0 <= value < 2**63:
-        return value
-    return None
-
-
 def read_report(trial_dir: Path, problems: ProblemLog) -> Report:
     path = trial_dir / "verifier" / "ctrf.json"
-    doc = read_json(path)
-    if doc is None:
-        return Report()
-    if isinstance(doc, ReadFailure):
-        problems.add(doc.kind, path, doc.message + "; the trial has no graded tests")
-        return Report(status="unreadable")
-    results = doc.get("results") if isinstance(doc, dict) else None
-    if not isinstance(results, dict):
-        problems.add(
-            "not_ctrf",
-            path,
-            f"{path} is not a CTRF report (expected an object with a `results` object); "
-            "the trial has no graded tests",
-        )
-        return Report(status="not_ctrf")
-    report = Report(status="ok")
-    summary = results.get("summary")
-    if isinstance(summary, dict):
-        report.summary_present = (
-            summary.get("passed") is not None and summary.get("failed") is not None
-        )
-        if report.summary_present:
-            # A null optional count reads as 0 (absent); any other non-count spoils the summary.
-            report.counts = {name: _count(summary.get(name)) for name in SUMMARY_COUNTS}
-            report.summary_valid = all(
-                report.counts[name] is not None or summary.get(name) is None
-                for name in SUMMARY_COUNTS
-            )
-            if not report.summary_valid:
-                problems.add(
-                    "wrong_type",
-                    path,
-                    f"{path.name}: results.summary counts must be non-negative integers, got "
-                    f"{ {k: summary.get(k) for k in SUMMARY_COUNTS if k in summary} }; "
-                    "the report grades nothing",
-                )
-    else:
-        report.summary_present = False
-    tests = results.get("tests")
-    if isinstance(tests, list):
-        report.tests = tests
-    elif tests is not None:
-        problems.add("wrong_type", path, f"{path.name}: results.tests is not an array; ignored")
+    ctrf = read_ctrf(path)
+    if ctrf.status != "ok":
+        if ctrf.problem is not None:
+            problems.add(ctrf.problem_kind or ctrf.status, path, ctrf.problem)
+        return Report(status=ctrf.status)
+    report = Report(status="ok", tests=ctrf.items, statuses=ctrf.statuses)
+    report.summary_present = ctrf.summary is not None and all(
+        ctrf.summary[name] is not None for name in ("passed", "failed")
+    )
+    if ctrf.summary is not None:  # the model accepted it (a rejected one is `not_ctrf`)
+        report.summary_valid = True
+        report.counts = dict(ctrf.summary)
     return report
 
 
 def table(report: Report, trial_key: str, batch: str, trial_name: str) -> pa.Table:
-    items = report.tests or []
-    names, statuses, durations = [], [], []
+    statuses = report.statuses
+    n = len(statuses)
+    items = report.tests if report.tests is not None and len(report.tests) == n else [{}] * n
+    names, durations = [], []
     for item in items:
         item = item if isinstance(item, dict) else {}
-        name, status, duration = item.get("name"), item.get("status"), item.get("duration")
+        name, duration = item.get("name"), item.get("duration")
         names.append(name if isinstance(name, str) else None)
-        statuses.append(status if isinstance(status, str) else None)
         durations.append(
             float(duration)
             if isinstance(duration, int | float) and not isinstance(duration, bool)
             else None
         )
-    n = len(items)
     return pa.table(
         {
             "trial_key": [trial_key] * n,

@@ -66,18 +66,21 @@ def _seconds(start: datetime | None, end: datetime | None) -> float | None:
 
 
 def rewards(doc: Fields) -> list[tuple[str, str]] | None:
-    """`verifier_result.rewards` as (key, JSON text) pairs; non-numbers are kept and reported."""
+    """`verifier_result.rewards` as (key, JSON text) pairs. A value that is no reward measurement
+    (upstream's scorer: a non-bool number, finite, in [0, 1]) is kept and reported: under that
+    reward key the trial gets the 0.0 stand-in and counts as infra_failed, where upstream's
+    scorer would refuse the whole batch."""
     values = doc.obj("verifier_result", "rewards")
     if values is None:
         return None
     for key, value in values.items():
-        if not is_real_number(value):
+        if not is_real_number(value) or not 0 <= value <= 1:
             doc.problems.add(
-                "wrong_type",
+                "invalid_reward",
                 doc.path,
-                f"{doc.path.name}: verifier_result.rewards.{key} is {to_json_text(value)}, "
-                "expected a finite number; the trial counts as having no measured reward "
-                "under that key",
+                f"{doc.path.name}: verifier_result.rewards.{key} is {to_json_text(value)}, not a "
+                "reward measurement (a number in [0, 1]); scored under reward key "
+                f"{key!r} the trial counts as infra_failed with a 0.0 stand-in",
             )
     return [(str(key), to_json_text(value)) for key, value in values.items()]
 

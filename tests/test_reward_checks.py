@@ -1,0 +1,137 @@
+"""Rewards that are no measurement, and reward keys no trial has.
+
+Upstream's scorer raises for a whole batch when one reward is not a finite number in [0, 1]; the
+lake keeps the 0.0 stand-in (infra_failed), records a problems row per such value, and `stats`
+notes the trials. A reward key that no trial in scope has is a warning naming the keys that do
+occur (`stats`, `export`, `connect()`), exit 1 under `--strict`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from harbor_shapes import write_job, write_trial
+
+from wmo_lake.checks import RewardKeyWarning
+from wmo_lake.cli import cli
+from wmo_lake.ingest import ingest
+from wmo_lake.lake import connect
+
+INVALID = {"above": 1.5, "bool": True, "text": "1", "null": None, "negative": -0.25}
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("rewards")
+    job = write_job(root / "runs" / "exp" / "harbor" / "step-0001" / "job")
+    for name, value in INVALID.items():
+        write_trial(job, f"{name}__1", reward=value)
+    nan_dir = write_trial(job, "nan__1", reward=0.75)
+    text = (nan_dir / "result.json").read_text().replace('"reward": 0.75', '"reward": NaN')
+    (nan_dir / "result.json").write_text(text)
+    write_trial(job, "good__1", reward=1)
+    write_trial(job, "half__1", reward=0.5)
+    other = write_job(root / "runs" / "exp" / "harbor" / "step-0002" / "job")
+    write_trial(other, "score__1", rewards={"score": 1.0})
+    ingest([root / "runs"], root / "lake")
+    return root / "lake"
+
+
+def test_a_reward_that_is_no_measurement_is_a_stand_in(lake: Path) -> None:
+    con = connect(lake)
+    rows = dict(
+        con.sql(
+            "SELECT trial_name, (reward, infra_failed, passed) FROM cells "
+            "WHERE batch LIKE '%step-0001%'"
+        ).fetchall()
+    )
+    stand_in = (0.0, True, False)  # (reward, infra_failed, passed)
+    assert rows == {
+        **{f"{name}__1": stand_in for name in [*INVALID, "nan"]},
+        "good__1": (1.0, False, True),
+        "half__1": (0.5, False, False),
+    }
+
+
+def test_each_such_trial_has_a_problems_row_saying_why(lake: Path) -> None:
+    rows = (
+        connect(lake)
+        .sql(
+            "SELECT trial_name, batch, kind, message FROM problems ORDER BY trial_name",
+        )
+        .fetchall()
+    )
+    batch = "exp/harbor/step-0001/job"
+    shown = {"above": "1.5", "bool": "true", "text": '"1"', "null": "null", "negative": "-0.25"}
+    shown["nan"] = "NaN"
+    assert rows == [
+        (
+            f"{name}__1",
+            batch,
+            "invalid_reward",
+            f"result.json: verifier_result.rewards.reward is {text}, not a reward measurement "
+            "(a number in [0, 1]); scored under reward key 'reward' the trial counts as "
+            "infra_failed with a 0.0 stand-in",
+        )
+        for name, text in sorted(shown.items())
+    ]
+
+
+def test_stats_notes_such_trials(lake: Path) -> None:
+    result = CliRunner().invoke(cli, ["stats", "--lake", str(lake), "--batch", "*step-0001*"])
+    assert result.exit_code == 0, result.output
+    assert (
+        "note: exp/harbor/step-0001/job: 6/8 trial(s) carry a reward that is no measurement "
+        "(e.g. 1.5; expected a number in [0, 1]): counted as infra failures with a 0.0 "
+        "stand-in (problems kind 'invalid_reward')"
+    ) in result.output
+
+
+def test_stats_warns_of_a_reward_key_no_trial_has(lake: Path) -> None:
+    args = ["stats", "--lake", str(lake), "--reward-key", "scor"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0
+    assert (
+        "warning: reward key 'scor' occurs in no trial in scope, so every trial reads as an "
+        "infra failure with a 0.0 stand-in; the keys that occur: 'reward' (8 trials), 'score' "
+        "(1 trials). Pass --reward-key KEY (SQL: SET VARIABLE wmo_reward_key = 'KEY')"
+    ) in result.stderr
+    assert CliRunner().invoke(cli, [*args, "--strict"]).exit_code == 1
+    assert CliRunner().invoke(cli, [*args, "--json", "--strict"]).exit_code == 1
+
+
+def test_the_warning_follows_the_scope(lake: Path) -> None:
+    base = ["stats", "--lake", str(lake), "--strict"]
+    assert CliRunner().invoke(cli, [*base, "--batch", "*step-0001*"]).exit_code == 0
+    scoped = CliRunner().invoke(cli, [*base, "--batch", "*step-0002*"])
+    assert scoped.exit_code == 1
+    assert "reward key 'reward' occurs in no trial" in scoped.stderr
+    assert "the keys that occur: 'score' (1 trials)" in scoped.stderr
+    keyed = ["--batch", "*step-0002*", "--reward-key", "score"]
+    assert CliRunner().invoke(cli, [*base, *keyed]).exit_code == 0
+
+
+@pytest.mark.parametrize("kind", ["datums", "conversations"])
+def test_export_warns_and_strict_writes_nothing(lake: Path, tmp_path: Path, kind: str) -> None:
+    out = tmp_path / f"out.{'parquet' if kind == 'datums' else 'jsonl'}"
+    args = ["export", kind, "--lake", str(lake), "--out", str(out), "--no-split-guard"]
+    args += ["--reward-key", "scor"]
+    strict = CliRunner().invoke(cli, [*args, "--strict"])
+    assert strict.exit_code == 1
+    assert "reward key 'scor' occurs in no trial in scope" in strict.stderr
+    assert not out.exists() and not Path(f"{out}.manifest.json").exists()
+    warned = CliRunner().invoke(cli, args)
+    assert warned.exit_code == 0, warned.output
+    assert warned.stderr.count("reward key 'scor'") == 1 and out.exists()
+
+
+def test_connect_warns_over_the_whole_lake(lake: Path) -> None:
+    with pytest.warns(RewardKeyWarning, match="'reward' \\(8 trials\\), 'score' \\(1 trials\\)"):
+        connect(lake, {"wmo_reward_key": "scor"})
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RewardKeyWarning)
+        connect(lake, {"wmo_reward_key": "score"})  # occurs in one batch: no warning
+        connect(lake, {"wmo_reward_key": "scor"}, check=False)

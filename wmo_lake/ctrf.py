@@ -1,0 +1,187 @@
+"""A CTRF report (`verifier/ctrf.json`) read exactly the way upstream's `ctrf.py` validates it.
+
+Upstream validates the report with a pydantic model (`results` required; `summary` an object or
+null; counts `passed` / `failed` optional, `skipped` / `pending` / `other` defaulting to 0, all
+>= 0; `tests` a list of objects whose `status` is a string, "" when absent) and grades nothing
+when that model rejects it. Pydantic's lax mode coerces counts (`2.0`, `"2"`, `true`, even
+`"2_0"`), so the only exact reading of "where that model accepts" is that model itself. It costs a
+~0.3 s import, though, and almost every report harbor writes is plain: integer counts, string
+statuses. So a plain report is read here directly (a shape on which the model's result is
+obviously the same), and anything else goes through the model (`_validated`), which decides.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from wmo_lake.jsonfile import ReadFailure, check_text, decode, read_bytes
+
+OPTIONAL_COUNTS = ("passed", "failed")  # may be null: no summary reading without both
+DEFAULTED_COUNTS = ("skipped", "pending", "other")  # absent -> 0; null is rejected
+SUMMARY_COUNTS = OPTIONAL_COUNTS + DEFAULTED_COUNTS
+INT64_MAX = 2**63 - 1
+# Upstream's JSON parser (pydantic's jiter) rejects lone surrogate escapes and nesting deeper
+# than ~200 levels, which msgspec / json accept: such texts take the model's path.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_PLAIN_DEPTH = 32
+_DECODER = msgspec.json.Decoder()
+NO_GRADE = "; the trial has no graded tests (a report is graded whole or not at all)"
+
+
+@dataclass
+class CtrfReport:
+    """What a report says, after upstream's validation.
+
+    status: `ok` (the model accepts it), `absent`, `unreadable` (cannot be read as UTF-8 JSON)
+    or `not_ctrf` (the model rejects its shape: `problem` says where). Only an `ok` report grades.
+    """
+
+    status: str = "absent"
+    problem_kind: str | None = None  # the `problems` kind, when there is a problem
+    problem: str | None = None
+    summary: dict[str, int | None] | None = None  # the validated counts, when a summary object
+    statuses: list[str] = field(default_factory=list)  # results.tests[].status, "" when absent
+    items: list[Any] = field(default_factory=list)  # the raw test items, for names / durations
+
+
+def read_ctrf(path: Path) -> CtrfReport:
+    data = read_bytes(path)
+    if data is None:
+        return CtrfReport()
+    if isinstance(data, ReadFailure):
+        return CtrfReport("unreadable", data.kind, data.message + NO_GRADE)
+    failure = check_text(data, path)
+    if failure is not None:
+        return CtrfReport("unreadable", failure.kind, failure.message + NO_GRADE)
+    plain = _plain(data)
+    return plain if plain is not None else _validated(data, path)
+
+
+def _plain(data: bytes) -> CtrfReport | None:
+    """The report when it has the plain shape, else None (let the model decide)."""
+    if data[:3] == b"\xef\xbb\xbf" or (b"\\u" in data and _SURROGATE_ESCAPE.search(data)):
+        return None
+    try:
+        doc = _DECODER.decode(data)
+    except msgspec.DecodeError:
+        return None
+    results = doc.get("results") if isinstance(doc, dict) else None
+    if not isinstance(results, dict) or _too_deep(doc, _PLAIN_DEPTH):
+        return None
+    summary = results.get("summary")
+    counts: dict[str, int | None] | None = None
+    if summary is not None:
+        if not isinstance(summary, dict):
+            return None
+        counts = {}
+        for name in SUMMARY_COUNTS:
+            value = summary.get(name, 0 if name in DEFAULTED_COUNTS else None)
+            if value is None and name in OPTIONAL_COUNTS:
+                counts[name] = None
+            elif type(value) is int and 0 <= value <= INT64_MAX:
+                counts[name] = value
+            else:
+                return None
+    tests = results.get("tests", [])
+    if not isinstance(tests, list):
+        return None
+    statuses = []
+    for item in tests:
+        status = item.get("status", "") if isinstance(item, dict) else None
+        if not isinstance(status, str):
+            return None
+        statuses.append(status)
+    return CtrfReport("ok", summary=counts, statuses=statuses, items=tests)
+
+
+def _too_deep(value: Any, limit: int) -> bool:
+    if limit <= 0:
+        return True
+    if isinstance(value, dict):
+        return any(_too_deep(v, limit - 1) for v in value.values())
+    if isinstance(value, list):
+        return any(_too_deep(v, limit - 1) for v in value)
+    return False
+
+
+def _validated(data: bytes, path: Path) -> CtrfReport:
+    """Upstream's model decides (lazily imported: only odd reports get here)."""
+    from pydantic import ValidationError
+
+    try:
+        report = _model().model_validate_json(data)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the document"
+        if first["type"] == "json_invalid":
+            return CtrfReport(
+                "unreadable",
+                "invalid_json",
+                f"{path} is not valid JSON ({first['msg']}); it was probably truncated while "
+                "being written" + NO_GRADE,
+            )
+        return CtrfReport(
+            "not_ctrf",
+            "not_ctrf",
+            f"{path} is not a CTRF report as upstream's model validates it ({where}: "
+            f"{first['msg']})" + NO_GRADE,
+        )
+    results = report.results
+    summary = None
+    if results.summary is not None:
+        summary = {name: getattr(results.summary, name) for name in SUMMARY_COUNTS}
+        too_big = [n for n, v in summary.items() if v is not None and v > INT64_MAX]
+        if too_big:  # valid upstream, but not storable as a count: said, and graded as nothing
+            return CtrfReport(
+                "not_ctrf",
+                "out_of_range",
+                f"{path}: results.summary.{too_big[0]} is {summary[too_big[0]]}, more than a "
+                "64-bit count holds" + NO_GRADE,
+            )
+    raw = decode(data, path)  # the items again, as plain values, for names and durations
+    items = raw["results"].get("tests", []) if isinstance(raw, dict) else []
+    return CtrfReport(
+        "ok",
+        summary=summary,
+        statuses=[test.status for test in results.tests],
+        items=items if isinstance(items, list) else [],
+    )
+
+
+_MODEL: Any = None
+
+
+def _model() -> Any:
+    """Upstream's CTRF document model, field for field (validation only; grading is SQL)."""
+    global _MODEL
+    if _MODEL is None:
+        from pydantic import BaseModel, ConfigDict, Field
+
+        class CtrfTest(BaseModel):
+            model_config = ConfigDict(extra="ignore")
+            status: str = ""
+
+        class CtrfSummary(BaseModel):
+            model_config = ConfigDict(extra="ignore")
+            passed: int | None = Field(default=None, ge=0)
+            failed: int | None = Field(default=None, ge=0)
+            skipped: int = Field(default=0, ge=0)
+            pending: int = Field(default=0, ge=0)
+            other: int = Field(default=0, ge=0)
+
+        class CtrfResults(BaseModel):
+            model_config = ConfigDict(extra="ignore")
+            summary: CtrfSummary | None = None
+            tests: list[CtrfTest] = Field(default_factory=list)
+
+        class CtrfDocument(BaseModel):
+            model_config = ConfigDict(extra="ignore")
+            results: CtrfResults
+
+        _MODEL = CtrfDocument
+    return _MODEL
