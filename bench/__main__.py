@@ -10,6 +10,7 @@ the measured command interleaved so both see the same machine load.
     stats         issue 3.5  `wmo-lake stats --json` vs re-reading the trial dirs; 100k-trial lake
     export        issue 4.6  `wmo-lake export datums` vs the prefix merge in plain Python
     trajectories  issue 5.5  trajectory ingest vs orjson.loads of the same trajectory.json files
+    report        issue 10.4 `wmo-lake report` over 100 steps x 1,000 trials (goal < 5 s)
 
 Commands run as subprocesses (process start included), their peak memory sampled with psutil
 over the whole process tree. Trees and lakes are cached in --out, keyed by their parameters.
@@ -36,7 +37,8 @@ import psutil
 
 from bench import baselines, treegen
 
-BENCHES = ("ingest", "stats", "export", "trajectories")
+BENCHES = ("ingest", "stats", "export", "trajectories", "report")
+REPORT_STEPS = 100  # the report bench's tree: --tiny-trials spread over this many steps
 DEFAULT_OUT = Path(__file__).resolve().parent / "out"
 MIB = 2**20
 TINY_SLICE_TRIALS = 8192  # trials per stock ingest run when building the 100k lake
@@ -69,6 +71,8 @@ FIGURES: list[tuple[str, str, str, str, Goal]] = [
     ("trajectories", "throughput_ratio", "x", "> 1x (issue 5.5 sets none)", lambda v: v > 1),
     ("trajectories", "throughput_mb_s", "MB/s", "(detail)", None),
     ("trajectories", "marginal_throughput_ratio", "x", "(detail)", None),
+    ("report", "hundred_step_report_seconds", "s", "< 5 s", lambda v: v < 5.0),
+    ("report", "report_over_stats", "x", "(detail)", None),
 ]
 
 
@@ -623,6 +627,55 @@ def bench_trajectories(report: Report, args: argparse.Namespace) -> None:
     }
 
 
+def bench_report(report: Report, args: argparse.Namespace) -> None:
+    """Issue 10.4: `wmo-lake report` over 100 steps x 1,000 small trials, from the lake (goal
+    < 5 s, process start and writing the ~5 MB page included). The tree is the stats bench's
+    tiny trials laid out as 100 jobs (one per step) instead of 64-trial jobs; built and cached
+    the same way (build_lake_in_chunks). `wmo-lake stats --json` over the same lake is the
+    detail ratio: what the page costs beyond the rollout_stats query itself."""
+    if not command_exists("report"):
+        report.unavailable("report", "`wmo-lake report` does not exist yet")
+        return
+    per_step = max(1, args.tiny_trials // REPORT_STEPS)
+    spec = replace(treegen.TINY, trials=per_step * REPORT_STEPS, trials_per_job=per_step)
+    tree = treegen.cached(spec, args.out, workers=args.gen_workers)
+    lake = args.out / "lakes" / tree.root.name
+    built_mark = lake.with_name(lake.name + ".built")
+    if not built_mark.exists():
+        build_lake_in_chunks(tree, lake, TINY_SLICE_TRIALS, args.workers)
+        built_mark.touch()
+    cached_lake(tree, args.out, args.workers)  # the whole tree: every trial unchanged
+    page = args.out / "work" / "report.html"
+    page.parent.mkdir(parents=True, exist_ok=True)
+    report_seconds, stats_seconds = [], []
+    summary = ""
+    for _ in range(args.repeat):
+        run = run_measured(["report", "--lake", str(lake), "--out", str(page)])
+        report_seconds.append(run.seconds)
+        summary = run.stdout.strip()
+        stats_seconds.append(_stats_json(lake)[0])
+    report.set(
+        "report",
+        "hundred_step_report_seconds",
+        round(median(report_seconds), 3),
+        f"`wmo-lake report` (process start included): {summary}; "
+        f"page {mb(page.stat().st_size):.1f} MB",
+    )
+    report.set(
+        "report",
+        "report_over_stats",
+        round(median(report_seconds) / median(stats_seconds), 2),
+        f"`wmo-lake stats --json` over the same lake: {median(stats_seconds):.2f} s",
+    )
+    report.measurements["report"] = {
+        "trials": spec.trials,
+        "steps": REPORT_STEPS,
+        "report_seconds": report_seconds,
+        "stats_seconds": stats_seconds,
+        "page_bytes": page.stat().st_size,
+    }
+
+
 # ---------------------------------------------------------------------------------------------
 # Report
 
@@ -679,7 +732,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--tiny-trials",
         type=int,
         default=None,
-        help="trials of the small-trial stats lake [default: 100000; --quick: 300]",
+        help="trials of the small-trial stats and report lakes [default: 100000; --quick: 300]",
     )
     parser.add_argument(
         "--trajectory-trials",
@@ -745,6 +798,7 @@ def run(argv: list[str] | None = None, log: Callable[[str], None] = print) -> di
         "stats": lambda: bench_stats(report, tree, args),
         "export": lambda: bench_export(report, tree, args),
         "trajectories": lambda: bench_trajectories(report, args),
+        "report": lambda: bench_report(report, args),
     }
     for name in BENCHES:
         if name not in args.only:

@@ -20,6 +20,7 @@ COMMANDS = {
     "stats": "wmo_lake.commands.stats",
     "export": "wmo_lake.commands.export",
     "report": "wmo_lake.commands.report",
+    "compare": "wmo_lake.commands.compare",
 }
 
 
@@ -50,6 +51,7 @@ def cli() -> None:
     wmo-lake export datums --out F.parquet  training datums for a trainer (Tinker)
     wmo-lake export conversations --out F   SFT conversations from ATIF trajectories
     wmo-lake report --out report.html       one offline HTML page of a run across steps
+    wmo-lake compare RUN_A RUN_B            metric deltas and tasks that flipped
 
     The lake is also a DuckDB database: `duckdb lake/lake.duckdb`.
     """

@@ -1,0 +1,107 @@
+"""`wmo-lake compare A B`: each side's metrics are the rollout_stats rules (one batch: its row
+exactly), null measurements stay null, flipped tasks match the cells, two runs line up by step."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner, Result
+
+from wmo_lake.cli import cli
+from wmo_lake.lake import connect
+
+STEP = "exp-a/harbor/step-{:04d}/job"
+
+
+def compare(lake: Path, *args: str) -> Result:
+    return CliRunner().invoke(cli, ["compare", "--lake", str(lake), *args])
+
+
+def as_json(lake: Path, *args: str) -> dict[str, Any]:
+    result = compare(lake, *args, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def rows(lake: Path, sql: str) -> list[dict[str, Any]]:
+    relation = connect(lake).sql(sql)
+    return [dict(zip(relation.columns, r, strict=True)) for r in relation.fetchall()]
+
+
+def test_one_batch_sides_are_their_rollout_stats_rows(two_runs_lake: Path) -> None:
+    result = as_json(two_runs_lake, STEP.format(2), STEP.format(3))
+    stats = {r["batch"]: r for r in rows(two_runs_lake, "FROM rollout_stats")}
+    a, b = stats[STEP.format(2)], stats[STEP.format(3)]
+    metrics = {m["metric"]: m for m in result["metrics"]}
+    for key in ("solve_rate", "graded_solve_rate", "raw_solve_rate", "scaffold_loss_rate"):
+        assert metrics[key]["a"] == a[key] and metrics[key]["b"] == b[key], key
+        assert metrics[key]["delta"] == b[key] - a[key]
+    assert metrics["infra_failed_share"]["a"] == a["infra_failed_trials"] / a["trials"]
+    assert metrics["truncated_spans"]["b"] == b["truncated_spans"]
+    assert result["a"] == {
+        "selection": STEP.format(2),
+        "kind": "batches",
+        "batches": 1,
+        "trials": a["trials"],
+    }
+
+
+def test_flipped_tasks_are_the_cells(two_runs_lake: Path) -> None:
+    result = as_json(two_runs_lake, STEP.format(2), STEP.format(3))
+    solved = {
+        (r["batch"], r["task_id"]): r["solved"]
+        for r in rows(
+            two_runs_lake,
+            "SELECT batch, task_id, bool_or(passed) AS solved FROM cells "
+            "WHERE NOT infra_failed GROUP BY ALL",
+        )
+    }
+    tasks = {t for _, t in solved}
+    a, b = STEP.format(2), STEP.format(3)
+    expected_up = sorted(t for t in tasks if solved.get((a, t)) is False and solved.get((b, t)))
+    expected_down = sorted(t for t in tasks if solved.get((a, t)) and solved.get((b, t)) is False)
+    assert [t["task_id"] for t in result["flipped"]["fail_to_pass"]] == expected_up
+    assert [t["task_id"] for t in result["flipped"]["pass_to_fail"]] == expected_down
+    assert "demo/task-4" in expected_down and "demo/task-5" in expected_up  # the designed flips
+    text = compare(two_runs_lake, a, b).output
+    assert f"flipped fail -> pass ({len(expected_up)}):" in text
+    assert "  demo/task-4  " in text.split("flipped pass -> fail", 1)[1]
+
+
+def test_an_empty_side_is_no_measurement(two_runs_lake: Path) -> None:
+    result = as_json(two_runs_lake, STEP.format(4), STEP.format(3))
+    for metric in result["metrics"]:
+        assert metric["a"] is None and metric["delta"] is None, metric
+    text = compare(two_runs_lake, STEP.format(4), STEP.format(3)).output
+    [line] = [x for x in text.splitlines() if x.startswith("solve rate (passed / executed)")]
+    a_cell, b_cell, delta_cell = line.split()[-3:]
+    assert (a_cell, delta_cell) == ("-", "-") and b_cell.endswith("%"), line
+
+
+def test_two_runs_pooled_and_step_by_step(two_runs_lake: Path) -> None:
+    result = as_json(two_runs_lake, "exp-a", "exp-b")
+    [pooled] = rows(
+        two_runs_lake,
+        "SELECT count(*) FILTER (WHERE passed AND NOT infra_failed) / "
+        "count(*) FILTER (WHERE NOT infra_failed) AS solve, count(*) AS trials "
+        "FROM trial_records WHERE run = 'exp-a'",
+    )
+    metrics = {m["metric"]: m for m in result["metrics"]}
+    assert metrics["solve_rate"]["a"] == pooled["solve"]
+    assert result["a"]["kind"] == "run" and result["a"]["trials"] == pooled["trials"]
+    steps = {s["step"]: s for s in result["steps"]}
+    assert sorted(steps) == [0, 1, 2, 3, 4, 5]
+    assert steps[4]["solve_rate_a"] is None and steps[4]["solve_rate_delta"] is None
+    stats = {r["batch"]: r for r in rows(two_runs_lake, "FROM rollout_stats")}
+    assert steps[5]["solve_rate_b"] == stats["exp-b/harbor/step-0005/job"]["solve_rate"]
+
+
+def test_a_side_that_selects_nothing_is_a_usage_error(two_runs_lake: Path) -> None:
+    result = compare(two_runs_lake, "nope", "exp-a")
+    assert result.exit_code == 2
+    assert "'nope' is neither a run nor a glob matching a batch (runs: exp-a, exp-b" in (
+        result.output
+    )
+    assert compare(two_runs_lake, "exp-a").exit_code == 2  # B missing

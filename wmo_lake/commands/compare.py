@@ -1,0 +1,118 @@
+"""`wmo-lake compare A B`: two runs (or two batch globs) side by side."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+import duckdb
+
+from wmo_lake.commands.options import fail, lake_option, setting_options, settings_from
+from wmo_lake.store import LakeError
+
+
+def _value(value: float | int | None, percent: bool) -> str:
+    if value is None:
+        return "-"
+    return f"{100 * value:.1f}%" if percent else str(value)
+
+
+def _delta(value: float | int | None, percent: bool) -> str:
+    if value is None:
+        return "-"
+    return f"{100 * value:+.1f} pt" if percent else f"{value:+d}"
+
+
+def render_text(result: dict[str, Any]) -> list[str]:
+    from wmo_lake.report.data import METRIC_BY_KEY
+
+    a, b = result["a"], result["b"]
+    lines = [
+        f"A: {a['selection']} ({a['kind']}, {a['batches']} batches, {a['trials']} trials)",
+        f"B: {b['selection']} ({b['kind']}, {b['batches']} batches, {b['trials']} trials)",
+        "",
+    ]
+    rows = [["metric", "A", "B", "B - A"]]
+    for m in result["metrics"]:
+        percent = METRIC_BY_KEY[m["metric"]].percent
+        rows.append(
+            [
+                m["label"],
+                _value(m["a"], percent),
+                _value(m["b"], percent),
+                _delta(m["delta"], percent),
+            ]
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for row in rows:
+        lines.append(
+            "  ".join(
+                cell.ljust(w) if i == 0 else cell.rjust(w)
+                for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
+    flipped = result["flipped"]
+    for key, title in (("fail_to_pass", "fail -> pass"), ("pass_to_fail", "pass -> fail")):
+        tasks = flipped[key]
+        lines.append("")
+        lines.append(f"flipped {title} ({len(tasks)}):")
+        for t in tasks:
+            lines.append(
+                f"  {t['task_id']}  {100 * t['a_pass_rate']:.0f}% -> {100 * t['b_pass_rate']:.0f}%"
+            )
+    for key, side in (("only_in_a", "A"), ("only_in_b", "B")):
+        if flipped[key]:
+            lines.append(
+                f"executed only in {side} ({len(flipped[key])}): {', '.join(flipped[key])}"
+            )
+    if result["steps"]:
+        lines += ["", "solve rate by step:", "step      A       B    B - A"]
+        for s in result["steps"]:
+            lines.append(
+                f"{s['step']:>4}  {_value(s['solve_rate_a'], True):>6}  "
+                f"{_value(s['solve_rate_b'], True):>6}  {_delta(s['solve_rate_delta'], True):>8}"
+            )
+    return lines
+
+
+@click.command()
+@lake_option
+@click.argument("a")
+@click.argument("b")
+@setting_options
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as one JSON object.")
+def compare(lake: Path, a: str, b: str, as_json: bool, **options: Any) -> None:
+    """Compare two runs, or two batch globs: metric deltas side by side and the tasks that
+    flipped between pass and fail.
+
+    A and B each name a run (the dir before harbor/) or are a batch glob ('*' crosses '/').
+    Each side's metrics are the rollout_stats rules over its trials pooled (one batch: exactly
+    its rollout_stats row); '-' is a null measurement (an empty denominator). A task is solved
+    on a side when one of its executed trials passed there; it flipped when it is solved on one
+    side and failed (executed, never passed) on the other. Two runs also get their solve rates
+    step by step. Rates in --json are fractions, deltas B - A.
+
+    \b
+    Examples:
+      wmo-lake compare exp1 exp2
+      wmo-lake compare 'exp1/harbor/step-0007/*' 'exp1/harbor/step-0008/*'
+      wmo-lake compare exp1 exp2 --reward-mode positive-binary --json
+    """
+    from wmo_lake.compare import CompareError
+    from wmo_lake.compare import compare as compare_sides
+
+    try:
+        result = compare_sides(lake, a, b, settings_from(options))
+    except CompareError as error:
+        fail(str(error), 2)
+    except LakeError as error:
+        fail(str(error))
+    except duckdb.Error as error:
+        fail(f"compare query failed: {error}")
+    if as_json:
+        click.echo(json.dumps(result, ensure_ascii=False, indent=2))
+        return
+    for line in render_text(result):
+        click.echo(line)
