@@ -37,12 +37,40 @@ from wmo_lake.store import LakeError
     is_flag=True,
     help="Exit 1 after printing when a warning was given (a reward key no trial has).",
 )
+@click.option(
+    "--by",
+    type=click.Choice(["batch", "task"]),
+    default="batch",
+    show_default=True,
+    help="batch: one row per batch; task: the task x step pass-rate matrix per run.",
+)
+@click.option(
+    "--last", type=click.IntRange(min=1), metavar="N", help="Only the last N batches of each run."
+)
+@click.option(
+    "--steps",
+    "steps_text",
+    metavar="A:B",
+    help="Only steps A through B (inclusive; 'A:' or ':B' leave an end open).",
+)
+@click.option(
+    "--notes",
+    "notes_mode",
+    type=click.Choice(["short", "full"]),
+    default="short",
+    show_default=True,
+    help="short: one line per kind of note, with counts; full: every batch's notes.",
+)
 def stats(
     lake: Path,
     batch_glob: str | None,
     run: str | None,
     as_json: bool,
     strict: bool,
+    by: str,
+    last: int | None,
+    steps_text: str | None,
+    notes_mode: str,
     **options: Any,
 ) -> None:
     """Per-batch rollout health (seed 003's RolloutStats), one row per batch in run/step order.
@@ -50,7 +78,10 @@ def stats(
     Rates are percentages of their own denominators: solve over executed trials (infra
     failures excluded), graded over executed trials with a CTRF report, raw over all trials,
     scaffold loss over trials with a stop reason. '-' marks an empty denominator (a null
-    measurement, 0.0 in --json). The seed's warnings follow the table as short notes.
+    measurement, 0.0 in --json). The seed's warnings follow the table as short notes, one line
+    per kind (--notes full: one per batch), then one sparkline per metric across the steps of
+    each run (a gap for a null measurement). --by task prints each run's task x step pass rate
+    (passed / executed trials), tasks ordered by trend, as the report's heatmap.
 
     The same numbers in SQL: SELECT * FROM rollout_stats. The options are DuckDB variables, so
     any DuckDB client sets them in plain SQL before querying:
@@ -68,24 +99,65 @@ def stats(
       wmo-lake stats --run exp1 --max-tokens 4096   # would exp1's turns truncate at 4096?
       wmo-lake stats --batch 'exp1/harbor/step-001*/*' --json
       wmo-lake stats --reward-key score --strict     # exit 1 if no trial has 'score'
+      wmo-lake stats --run exp1 --last 10            # the latest 10 steps
+      wmo-lake stats --steps 10:20 --notes full
+      wmo-lake stats --run exp1 --by task            # which tasks climb, which regress
     """
+    from wmo_lake import stats_views
+
+    try:
+        steps = stats_views.parse_steps(steps_text)
+    except stats_views.StepsError as error:
+        fail(str(error), 2)
+    details = None
     try:
         report = collect_stats(lake, settings_from(options), batch_glob=batch_glob, run=run)
+        report.rows = stats_views.limit_rows(report.rows, last=last, steps=steps)
+        report.notes = stats_views.notes_of(report.notes, [row["batch"] for row in report.rows])
+        if report.rows and (not as_json or by == "task"):
+            from wmo_lake.report.data import stats_details
+
+            details = stats_details(
+                lake, settings_from(options), report.rows, with_tasks=by == "task"
+            )
     except LakeError as error:
         fail(str(error))
     except duckdb.Error as error:
         fail(f"stats query failed: {error}")
     for warning in report.warnings:
         click.echo(f"warning: {warning}", err=True)
-    if as_json:
+    if by == "task" and details is not None:
+        _print_tasks(report, details[1], as_json)
+    elif as_json:
         click.echo(json.dumps(report.rows, ensure_ascii=False, indent=2))
     else:
-        _print_table(report, lake, batch_glob, run)
+        _print_table(report, lake, batch_glob, run, notes_mode, details)
     if strict and report.warnings:
         sys.exit(1)
 
 
-def _print_table(report: StatsReport, lake: Path, batch_glob: str | None, run: str | None) -> None:
+def _print_tasks(report: StatsReport, trends: dict[str, Any], as_json: bool) -> None:
+    from wmo_lake import stats_views
+    from wmo_lake.report.data import x_mode_of
+
+    if as_json:
+        matrix = stats_views.task_matrix_rows(report.rows, trends)
+        click.echo(json.dumps(matrix, ensure_ascii=False, indent=2))
+        return
+    for line in stats_views.task_matrix_lines(report.rows, trends, x_mode_of(report.rows)):
+        click.echo(line)
+
+
+def _print_table(
+    report: StatsReport,
+    lake: Path,
+    batch_glob: str | None,
+    run: str | None,
+    notes_mode: str,
+    details: tuple[dict[str, int], Any] | None,
+) -> None:
+    from wmo_lake import stats_views
+
     if not report.rows:
         filters = " ".join(
             f"{flag} {value!r}"
@@ -101,5 +173,14 @@ def _print_table(report: StatsReport, lake: Path, batch_glob: str | None, run: s
         click.echo(line)
     if report.notes:
         click.echo("")
-        for note in report.notes:
+        notes = report.notes
+        if notes_mode == "short":
+            notes = stats_views.collapse_notes(notes, [row["batch"] for row in report.rows])
+        for note in notes:
             click.echo(f"note: {note}")
+    if details is not None:
+        sparklines = stats_views.sparkline_lines(report.rows, details[0])
+        if sparklines:
+            click.echo("")
+            for line in sparklines:
+                click.echo(line)

@@ -351,10 +351,8 @@ def _collect(
     datums_computable = any(row["trials_with_spans"] for row in stats) and bool(datum_rows)
     if not datum_note and not datums_computable:
         datum_note = "no selected batch recorded token spans, so no datums can be built"
-    x_mode = "step" if stats and all(row["step"] is not None for row in stats) else "batch"
-    series: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in stats:
-        series[series_label(row["run"])].append(row)
+    x_mode = x_mode_of(stats)
+    series = series_of(stats)
     task_cells = rows_as_dicts(con.sql(TASK_CELLS, params=params))
     trends, regressions, newly_solved = task_trends(series, task_cells, x_mode)
     unbatched = (
@@ -366,7 +364,7 @@ def _collect(
         lake=lake,
         x_mode=x_mode,
         batches=stats,
-        series=dict(series),
+        series=series,
         trends=trends,
         regressions=regressions,
         newly_solved=newly_solved,
@@ -379,3 +377,41 @@ def _collect(
         datum_caps=datum_caps,
         selection={"runs": runs, "batch_glob": batch_glob},
     )
+
+
+def x_mode_of(rows: list[dict[str, Any]]) -> str:
+    """'step' when every batch has a step, else 'batch' (batches as categories)."""
+    return "step" if rows and all(row["step"] is not None for row in rows) else "batch"
+
+
+def series_of(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    series: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        series[series_label(row["run"])].append(row)
+    return dict(series)
+
+
+def stats_details(
+    lake: Path | str,
+    settings: dict[str, Any] | None,
+    rows: list[dict[str, Any]],
+    *,
+    with_tasks: bool,
+) -> tuple[dict[str, int], dict[str, list[TaskTrend]]]:
+    """For `wmo-lake stats`: each batch's trials with a stop reason (scaffold loss's
+    denominator) and, with_tasks, each run's tasks with their pass rate per batch."""
+    settings = {k: v for k, v in (settings or {}).items() if v is not None}
+    con = connect(lake, settings)
+    try:
+        params = {"batches": [row["batch"] for row in rows]}
+        denominators = {
+            r["batch"]: r["with_stop_reason"]
+            for r in rows_as_dicts(con.sql(STOP_REASON_DENOMINATOR, params=params))
+        }
+        trends: dict[str, list[TaskTrend]] = {}
+        if with_tasks:
+            task_cells = rows_as_dicts(con.sql(TASK_CELLS, params=params))
+            trends = task_trends(series_of(rows), task_cells, x_mode_of(rows))[0]
+        return denominators, trends
+    finally:
+        con.close()

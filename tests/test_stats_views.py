@@ -1,0 +1,163 @@
+"""`wmo-lake stats` narrowed and summarized: --last / --steps, notes collapsed per kind (--notes
+full for all), a sparkline per metric across steps with gaps for null measurements, and
+--by task (the task x step pass matrix, as the cells count it)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from wmo_lake.cli import cli
+from wmo_lake.lake import connect
+from wmo_lake.stats_views import collapse_notes, parse_steps, sparkline
+
+
+def stats(lake: Path, *args: str) -> Result:
+    result = CliRunner().invoke(cli, ["stats", "--lake", str(lake), *args])
+    return result
+
+
+def rows(lake: Path, sql: str) -> list[dict[str, Any]]:
+    relation = connect(lake).sql(sql)
+    return [dict(zip(relation.columns, r, strict=True)) for r in relation.fetchall()]
+
+
+def table_batches(output: str) -> list[str]:
+    return [line.split()[0] for line in output.splitlines() if line.startswith("exp-")]
+
+
+def test_last_n_batches_of_each_run(two_runs_lake: Path) -> None:
+    result = stats(two_runs_lake, "--last", "2")
+    assert result.exit_code == 0, result.output
+    assert table_batches(result.output.split("\n\n")[0]) == [
+        f"exp-{r}/harbor/step-000{s}/job" for r in "ab" for s in (4, 5)
+    ]
+
+
+def test_steps_range_inclusive(two_runs_lake: Path) -> None:
+    result = stats(two_runs_lake, "--steps", "1:2", "--json")
+    assert result.exit_code == 0, result.output
+    expected = rows(two_runs_lake, "FROM rollout_stats WHERE step BETWEEN 1 AND 2")
+    got = json.loads(result.output)
+    assert [r["batch"] for r in got] == [r["batch"] for r in expected]
+    assert [r["solve_rate"] for r in got] == [r["solve_rate"] for r in expected]
+    assert [
+        r["step"] for r in json.loads(stats(two_runs_lake, "--steps", "4:", "--json").output)
+    ] == [
+        4,
+        5,
+        4,
+        5,
+    ]
+    for bad in ("3-4", "5:2", "a:b", ":"):
+        result = stats(two_runs_lake, "--steps", bad)
+        assert result.exit_code == 2, bad
+        assert "--steps" in result.output
+
+
+def test_parse_steps() -> None:
+    assert parse_steps("10:20") == (10, 20)
+    assert parse_steps("10:") == (10, None)
+    assert parse_steps(":20") == (None, 20)
+    assert parse_steps("7") == (7, 7)
+
+
+def test_repeated_notes_collapse_to_one_line_per_kind(two_runs_lake: Path) -> None:
+    empty_span_batches = [
+        r["batch"] for r in rows(two_runs_lake, "FROM rollout_stats WHERE empty_span_trials > 0")
+    ]
+    assert len(empty_span_batches) > 1
+    short = [line for line in stats(two_runs_lake).output.splitlines() if "no token spans" in line]
+    assert len(short) == 1
+    assert short[0].startswith(f"note: {len(empty_span_batches)} batches ({empty_span_batches[0]}")
+    assert "--notes full" in short[0]
+    full = [
+        line
+        for line in stats(two_runs_lake, "--notes", "full").output.splitlines()
+        if "no token spans" in line
+    ]
+    assert [line.split()[1].rstrip(":") for line in full] == empty_span_batches
+
+
+def test_collapse_keeps_a_single_note_and_ranges_numbers() -> None:
+    batches = ["a/1", "a/2", "b"]
+    notes = [
+        "a/1: 1/18 trial(s) never produced verifier evidence; excluded (17 executed)",
+        "a/2: 3/20 trial(s) never produced verifier evidence; excluded (17 executed)",
+        "b: 2 trial dir(s) have no readable result.json",
+    ]
+    assert collapse_notes(notes, batches) == [
+        "2 batches (a/1 .. a/2): 1..3/18..20 trial(s) never produced verifier evidence; "
+        "excluded [--notes full lists each]",
+        notes[2],
+    ]
+
+
+def test_sparkline() -> None:
+    assert sparkline([0.0, None, 1.0, 0.5], 0.0, 1.0) == "▁ █▅"
+    assert sparkline([3, 3]) == "▁▁"
+    assert len(sparkline([0.5] * 500, 0.0, 1.0)) == 60
+
+
+def test_sparkline_per_metric_with_gaps(two_runs_lake: Path) -> None:
+    output = stats(two_runs_lake).output
+    section = output.split("exp-a: 6 batches, per metric across steps\n", 1)[1]
+    solve = next(line for line in section.splitlines() if "solve rate (passed / executed)" in line)
+    spark = solve.split(")", 1)[1].strip().split("  ")[0]
+    assert len(spark) == 6 and spark[4] == " "  # step 4 executed nothing: a gap, not ▁
+    stats_rows = rows(two_runs_lake, "FROM rollout_stats WHERE run = 'exp-a'")
+    first, last = stats_rows[0]["solve_rate"], stats_rows[-1]["solve_rate"]
+    assert solve.endswith(f"{100 * first:.1f}% -> {100 * last:.1f}%")
+    assert spark == sparkline(
+        [r["solve_rate"] if r["executed_trials"] else None for r in stats_rows], 0.0, 1.0
+    )
+
+
+@pytest.fixture(scope="module")
+def pass_rates(two_runs_lake: Path) -> dict[tuple[str, str], float]:
+    return {
+        (r["batch"], r["task_id"]): r["rate"]
+        for r in rows(
+            two_runs_lake,
+            "SELECT batch, task_id, avg(passed::INT) AS rate FROM cells "
+            "WHERE NOT infra_failed GROUP BY ALL",
+        )
+    }
+
+
+def test_by_task_matrix(two_runs_lake: Path, pass_rates: dict[tuple[str, str], float]) -> None:
+    result = stats(two_runs_lake, "--by", "task", "--run", "exp-a")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == "exp-a: pass rate by task and step (passed / executed)"
+    assert lines[1].split() == ["task", "0", "1", "2", "3", "4", "5", "trend"]
+    tasks = []
+    for line in lines[2:]:
+        task, *cells, _trend = line.split()
+        tasks.append(task)
+        # the sparkline may contain a gap; cells are the 6 entries after the task
+        cells = line.split()[1:7]
+        for step, cell in enumerate(cells):
+            rate = pass_rates.get((f"exp-a/harbor/step-{step:04d}/job", task))
+            assert cell == ("-" if rate is None else f"{100 * rate:.0f}%"), (task, step)
+    assert tasks[-1] == "demo/task-4"  # the regression trends down the most
+    assert len(tasks) == 6
+
+
+def test_by_task_json(two_runs_lake: Path, pass_rates: dict[tuple[str, str], float]) -> None:
+    result = stats(two_runs_lake, "--by", "task", "--json", "--steps", "2:3")
+    assert result.exit_code == 0, result.output
+    got = json.loads(result.output)
+    assert {r["step"] for r in got} == {2, 3}
+    assert len(got) == 2 * 6 * 2
+    for r in got:
+        expected = pass_rates.get((r["batch"], r["task_id"]))
+        assert (
+            r["pass_rate"] == pytest.approx(expected)
+            if expected is not None
+            else (r["pass_rate"] is None)
+        )

@@ -1,0 +1,274 @@
+"""Ways `wmo-lake stats` narrows and summarizes its rows: --last / --steps, collapsed notes,
+sparklines per metric across steps, and the task x step pass matrix (--by task).
+
+Nothing here computes a metric: rows are `rollout_stats` rows, pass rates the `cells` counts the
+report uses (wmo_lake.report.data), and a null measurement stays a gap.
+
+    rows = limit_rows(rows, last=5, steps=parse_steps("10:20"))
+    collapse_notes(notes, [r["batch"] for r in rows])   # one line per kind of note
+    sparkline([0.1, None, 0.5, 1.0])                       # '▁ ▄█'
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from typing import Any
+
+from wmo_lake.report.data import (
+    METRICS,
+    NO_RUN,
+    TaskTrend,
+    measured,
+    series_label,
+    series_of,
+)
+
+BLOCKS = "▁▂▃▄▅▆▇█"
+SPARK_WIDTH = 60  # more steps than this are averaged into buckets
+
+
+class StepsError(ValueError):
+    """--steps is not A:B, A:, :B or A (integers)."""
+
+
+def parse_steps(text: str | None) -> tuple[int | None, int | None] | None:
+    """'10:20' -> (10, 20), both ends inclusive; '10:' and ':20' leave one end open; '7' is 7:7."""
+    if text is None:
+        return None
+    match = re.fullmatch(r"\s*(\d*)\s*(?::\s*(\d*)\s*)?", text)
+    if not match or not (match.group(1) or match.group(2)):
+        raise StepsError(f"--steps {text!r}: expected A:B (e.g. 10:20), A: or :B, with integers")
+    low = int(match.group(1)) if match.group(1) else None
+    if match.group(2) is None:
+        return low, low
+    high = int(match.group(2)) if match.group(2) else None
+    if low is not None and high is not None and low > high:
+        raise StepsError(f"--steps {text!r}: the first step is after the last")
+    return low, high
+
+
+def limit_rows(
+    rows: list[dict[str, Any]],
+    *,
+    last: int | None = None,
+    steps: tuple[int | None, int | None] | None = None,
+) -> list[dict[str, Any]]:
+    """Rows whose step is in `steps` (a batch without a step is left out when a range is
+    given), then the last `last` rows of each run; run/step order kept."""
+    if steps is not None:
+        low, high = steps
+        rows = [
+            r
+            for r in rows
+            if r["step"] is not None
+            and (low is None or r["step"] >= low)
+            and (high is None or r["step"] <= high)
+        ]
+    if last is not None:
+        by_run: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+        for row in rows:
+            by_run[row["run"]].append(row)
+        keep = {id(r) for run_rows in by_run.values() for r in run_rows[-last:]}
+        rows = [r for r in rows if id(r) in keep]
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Notes
+
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_PAREN_WITH_DIGITS = re.compile(r"\s*\([^()]*\d[^()]*\)")
+
+
+def _split_batch(note: str, batches: list[str]) -> tuple[str | None, str]:
+    """(batch, the rest) for a note that starts with 'BATCH: '; the longest batch wins."""
+    for batch in sorted(batches, key=len, reverse=True):
+        if note.startswith(f"{batch}: "):
+            return batch, note[len(batch) + 2 :]
+    return None, note
+
+
+def notes_of(notes: list[str], batches: list[str]) -> list[str]:
+    """The notes about these batches (and notes about no batch)."""
+    known = set(batches)
+    return [n for n in notes if _split_batch(n, batches)[0] in known or ":" not in n]
+
+
+def _span(values: list[str]) -> str:
+    numbers = [float(v) for v in values]
+    low, high = min(numbers), max(numbers)
+    if low == high:
+        return values[0]
+    return f"{values[numbers.index(low)]}..{values[numbers.index(high)]}"
+
+
+def collapse_notes(notes: list[str], batches: list[str]) -> list[str]:
+    """One line per kind of note. A kind is the note's text with its batch, its numbers and any
+    parenthesized detail holding a number set aside; a kind seen in one batch keeps its note
+    as it is, a kind seen in several becomes one line naming how many batches (first and last)
+    with each number shown as its range across them."""
+    groups: dict[str, list[tuple[str | None, str, str]]] = {}
+    for note in notes:
+        batch, text = _split_batch(note, batches)
+        plain = _PAREN_WITH_DIGITS.sub("", text)
+        kind = _NUMBER.sub("#", plain) if batch is not None else note
+        groups.setdefault(kind, []).append((batch, plain, note))
+    lines = []
+    for kind, items in groups.items():
+        if len(items) == 1:
+            lines.append(items[0][2])
+            continue
+        slots = list(zip(*(_NUMBER.findall(plain) for _, plain, _ in items), strict=True))
+        parts = kind.split("#")
+        text = parts[0] + "".join(_span(list(s)) + p for s, p in zip(slots, parts[1:], strict=True))
+        first, last = items[0][0], items[-1][0]
+        lines.append(f"{len(items)} batches ({first} .. {last}): {text} [--notes full lists each]")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# Sparklines
+
+
+def sparkline(
+    values: list[float | None], low: float | None = None, high: float | None = None
+) -> str:
+    """One character per value (a space for None), scaled to [low, high] (default: the values'
+    own range); more than SPARK_WIDTH values are averaged into that many buckets."""
+    if len(values) > SPARK_WIDTH:
+        size = len(values) / SPARK_WIDTH
+        buckets = []
+        for i in range(SPARK_WIDTH):
+            chunk = [v for v in values[int(i * size) : int((i + 1) * size)] if v is not None]
+            buckets.append(sum(chunk) / len(chunk) if chunk else None)
+        values = buckets
+    present = [v for v in values if v is not None]
+    if not present:
+        return " " * len(values)
+    low = min(present) if low is None else low
+    high = max(present) if high is None else high
+    span = high - low
+    out = []
+    for v in values:
+        if v is None:
+            out.append(" ")
+        else:
+            level = 0 if span <= 0 else round((v - low) / span * (len(BLOCKS) - 1))
+            out.append(BLOCKS[max(0, min(len(BLOCKS) - 1, level))])
+    return "".join(out)
+
+
+def _shown(value: float | int | None, percent: bool) -> str:
+    if value is None:
+        return "-"
+    return f"{100 * value:.1f}%" if percent else str(value)
+
+
+def sparkline_lines(rows: list[dict[str, Any]], with_stop_reason: dict[str, int]) -> list[str]:
+    """Per run with two or more batches, one line per metric: its sparkline across steps (a gap
+    for a null measurement), the first and last measured values. Rates are drawn on 0..100%."""
+    by_run: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        by_run[series_label(row["run"])].append(row)
+    lines: list[str] = []
+    width = max(len(m.label) for m in METRICS)
+    for run, run_rows in by_run.items():
+        if len(run_rows) < 2:
+            continue
+        lines.append(f"{run}: {len(run_rows)} batches, per metric across steps")
+        for metric in METRICS:
+            values = [
+                measured({**r, "with_stop_reason": with_stop_reason.get(r["batch"], 0)}, metric.key)
+                for r in run_rows
+            ]
+            line = sparkline(values, 0.0, 1.0) if metric.percent else sparkline(values, 0.0)
+            present = [v for v in values if v is not None]
+            ends = (
+                f"{_shown(present[0], metric.percent)} -> {_shown(present[-1], metric.percent)}"
+                if present
+                else "no measurement"
+            )
+            lines.append(f"  {metric.label:<{width}}  {line}  {ends}")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# --by task
+
+
+def task_matrix_rows(
+    rows: list[dict[str, Any]], trends: dict[str, list[TaskTrend]]
+) -> list[dict[str, Any]]:
+    """--by task --json: one object per (run, task, batch), tasks in trend order."""
+    series = series_of(rows)
+    return [
+        {
+            "run": task.series,
+            "task_id": task.task_id,
+            "batch": row["batch"],
+            "step": row["step"],
+            "pass_rate": rate,
+        }
+        for tasks in trends.values()
+        for task in tasks
+        for row, rate in zip(series[task.series], task.pass_rates, strict=True)
+    ]
+
+
+def task_matrix_lines(
+    rows: list[dict[str, Any]], trends: dict[str, list[TaskTrend]], x_mode: str
+) -> list[str]:
+    """Per run: a task x step table of pass rates (passed / executed trials; '-' = not
+    executed), tasks ordered by trend as in the report (most improved first)."""
+    by_run: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        by_run[series_label(row["run"])].append(row)
+    lines: list[str] = []
+    for run, run_rows in by_run.items():
+        tasks = trends.get(run, [])
+        headers = [
+            str(r["step"]) if x_mode == "step" else r["batch"].rsplit("/", 1)[-1] for r in run_rows
+        ]
+        cells = [[("-" if v is None else f"{100 * v:.0f}%") for v in t.pass_rates] for t in tasks]
+        name_width = max([len("task"), *(len(t.task_id) for t in tasks)])
+        widths = [max([len(h), *(len(c[i]) for c in cells)]) for i, h in enumerate(headers)]
+        if lines:
+            lines.append("")
+        label = "step" if x_mode == "step" else "batch"
+        lines.append(f"{run}: pass rate by task and {label} (passed / executed)")
+        lines.append(
+            "  ".join(
+                [
+                    "task".ljust(name_width),
+                    *(h.rjust(w) for h, w in zip(headers, widths, strict=True)),
+                ]
+            )
+            + "  trend"
+        )
+        for task, row_cells in zip(tasks, cells, strict=True):
+            lines.append(
+                "  ".join(
+                    [
+                        task.task_id.ljust(name_width),
+                        *(c.rjust(w) for c, w in zip(row_cells, widths, strict=True)),
+                    ]
+                )
+                + f"  {sparkline(task.pass_rates, 0.0, 1.0)}"
+            )
+    return lines
+
+
+__all__ = [
+    "NO_RUN",
+    "StepsError",
+    "collapse_notes",
+    "limit_rows",
+    "notes_of",
+    "parse_steps",
+    "series_label",
+    "sparkline",
+    "sparkline_lines",
+    "task_matrix_lines",
+    "task_matrix_rows",
+]
