@@ -2,11 +2,11 @@
 -- the cell seed 000 assembles a TrialRecord from and seed 003 scores.
 --   task_id = task_name; attempt = 1-based rank of trial_name (ascending) among the batch's trials
 --   of that task.
---   reward: the value under the reward key (SET VARIABLE wmo_reward_key, default 'reward') in
+--   reward: the value under the reward key (settings.reward_key, SET VARIABLE wmo_reward_key) in
 --   verifier_result.rewards when it is a JSON number (not a bool, not a string), finite, and in
 --   [0, 1]. Otherwise the trial has no measured reward: reward = 0.0 stand-in, infra_failed = true.
 --   A measured reward means infra_failed = false whatever exception the trial carries.
---   passed: wmo_reward_mode 'raw' (default) = reward is 1.0; 'positive-binary' = reward > 0.
+--   passed: settings.reward_mode 'raw' = reward is 1.0; 'positive-binary' = reward > 0.
 --   graded tests (upstream ctrf.py over verifier/ctrf.json): the summary reading (passed, resolved =
 --   passed + failed, unresolved = skipped + pending + other) and the itemized reading of
 --   results.tests[].status (passed = "passed", resolved = "passed" or "failed", unresolved = the
@@ -18,12 +18,7 @@
 -- null optional count (skipped / pending / other) reads as 0; the summary reading exists only when
 -- passed and failed are both present (ctrf_summary_present).
 CREATE OR REPLACE VIEW cells AS
-WITH settings AS (
-    SELECT
-        coalesce(CAST(getvariable('wmo_reward_key') AS VARCHAR), 'reward') AS reward_key,
-        coalesce(CAST(getvariable('wmo_reward_mode') AS VARCHAR), 'raw') AS reward_mode
-),
-reward_texts AS (
+WITH reward_texts AS (
     -- rewards values are JSON texts: "1", "1.0", "true", "\"x\"", "null", "NaN", "Infinity".
     SELECT t.trial_key, t.rewards[s.reward_key] AS reward_json, s.reward_mode
     FROM trials AS t
@@ -114,7 +109,7 @@ SELECT
         WHEN 'positive-binary' THEN coalesce(m.reward, 0.0) > 0.0
         ELSE error(
             'wmo_reward_mode must be ''raw'' or ''positive-binary'', got ''' || m.reward_mode
-            || '''; fix it with SET VARIABLE wmo_reward_mode = ''raw'''
+            || '''; set one of them, or RESET VARIABLE wmo_reward_mode for the default'
         )
     END AS passed,
     m.reward IS NULL AS infra_failed,

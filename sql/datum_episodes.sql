@@ -10,8 +10,9 @@
 --     compute_advantages: centred on the group mean, no std scaling);
 --   drop_reason 'overflow' when stop_reason = 'context_overflow' or any span's prompt + sampled
 --     length exceeds the context budget (wmo_context_budget, else the batch's recorded
---     llm_kwargs.context_limit, else 65536); else 'overlong' when any merged sequence with sampled
---     tokens is longer than max_datum_tokens (wmo_max_datum_tokens, else 65536); else NULL.
+--     llm_kwargs.context_limit, else the setting's default); else 'overlong' when any merged
+--     sequence with sampled tokens is longer than max_datum_tokens (see the settings view); else
+--     NULL.
 CREATE OR REPLACE VIEW datum_episodes AS
 WITH records AS (
     SELECT
@@ -27,11 +28,11 @@ WITH records AS (
         c.infra_failed,
         r.stop_reason,
         c.reward - avg(c.reward) OVER (PARTITION BY c.batch, c.task_id) AS advantage,
-        coalesce(CAST(getvariable('wmo_context_budget') AS BIGINT), j.context_limit, 65536)
-            AS context_budget,
-        coalesce(CAST(getvariable('wmo_max_datum_tokens') AS BIGINT), 65536) AS max_datum_tokens
+        coalesce(s.context_budget, j.context_limit, s.context_budget_default) AS context_budget,
+        s.max_datum_tokens
     FROM cells AS c
     JOIN trial_stop_reasons AS r ON r.trial_key = c.trial_key
+    CROSS JOIN settings AS s
     LEFT JOIN jobs AS j ON j.job_key = c.job_key
 ),
 per_episode AS (

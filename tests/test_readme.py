@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from wmo_lake.lake import SETTINGS, view_sources
+from wmo_lake.lake import view_sources
+from wmo_lake.settings import BY_VARIABLE as SETTINGS
 from wmo_lake.tables import TABLES
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from treegen import _ctrf, generate_tree
 
 from wmo_lake.ingest import ingest
-from wmo_lake.lake import connect, sql_dir
+from wmo_lake.lake import connect, create_settings, sql_dir
 from wmo_lake.output import rows_as_dicts
 
 # (case, verifier_result, reward, infra_failed, passed raw, passed positive-binary)
@@ -310,6 +310,7 @@ def test_reward_rule_matches_the_oracle_for_any_json_value(values: list[Any]) ->
             [[json.dumps(v) for v in values], len(values)],
         )
         con.execute("CREATE TABLE tests (trial_key VARCHAR, status VARCHAR)")
+        create_settings(con)
         con.execute((sql_dir() / "cells.sql").read_text(encoding="utf-8"))
         got = dict(
             con.sql("SELECT trial_name, reward FROM cells WHERE NOT infra_failed").fetchall()

@@ -27,12 +27,9 @@ WITH scope AS (
     WHERE ($batch_glob IS NULL OR batch GLOB $batch_glob) AND ($run IS NULL OR run = $run)
 )
 SELECT
-    coalesce(CAST(getvariable('wmo_reward_key') AS VARCHAR), 'reward') AS reward_key,
-    EXISTS (
-        SELECT 1 FROM scope
-        WHERE map_contains(rewards, coalesce(CAST(getvariable('wmo_reward_key') AS VARCHAR),
-            'reward'))
-    ) AS found
+    s.reward_key,
+    EXISTS (SELECT 1 FROM scope WHERE map_contains(rewards, s.reward_key)) AS found
+FROM settings AS s
 """
 SCOPE_KEYS_QUERY = """
 SELECT key, count(*) AS trials

@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 
 from wmo_lake import export
 from wmo_lake.export import ExportError, SplitGuard
-from wmo_lake.lake import connect
+from wmo_lake.lake import connect, settings_row
 
 KIND = "conversations"
 FORMATS = ("jsonl", "parquet")
@@ -147,12 +147,13 @@ def export_conversations(
     batch_glob: str | None = None,
     run: str | None = None,
     subagents: bool = True,
-    reward_key: str | None = None,
-    reward_mode: str | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Export the lake's conversations to `out` (JSONL or Parquet) with `out.manifest.json`;
     return the manifest. Raises ExportError (clear message, nothing written) on a missing guard
-    choice, a bad registry, an unregistered task, an existing target or an empty export."""
+    choice, a bad registry, an unregistered task, an existing target or an empty export.
+    `settings` are the query-time settings, as `wmo_lake.lake.connect` takes them (the reward
+    key and mode decide `passed` for --filter); the manifest records the `settings` view's row."""
     export.require_guard_choice(tasks, no_split_guard)
     _choice("format", fmt, FORMATS)
     _choice("episodes", episodes, EPISODES)
@@ -161,9 +162,9 @@ def export_conversations(
     out = Path(out)
     export.refuse_existing(out)  # before the (possibly long) query
     scope = {"batch_glob": batch_glob, "run": run}
-    settings = {"wmo_reward_key": reward_key, "wmo_reward_mode": reward_mode}
-    con = connect(lake, settings)
+    con = connect(lake, dict(settings or {}))
     try:
+        used = settings_row(con)
         con.execute(
             f"CREATE TEMP TABLE candidates AS {CANDIDATES}",
             scope | {"last_only": episodes == "last", "subagents": subagents},
@@ -215,9 +216,10 @@ def export_conversations(
                     "subagents": subagents,
                     "tasks": None if tasks is None else str(tasks),
                     "no_split_guard": no_split_guard,
-                    "reward_key": reward_key or "reward",
-                    "reward_mode": reward_mode or "raw",
+                    "reward_key": used["reward_key"],
+                    "reward_mode": used["reward_mode"],
                 },
+                "settings": used,
             },
         )
     except duckdb.Error as error:

@@ -22,7 +22,8 @@ import polars as pl
 
 from wmo_lake import export
 from wmo_lake.export import ExportError, SplitGuard, TaskRegistry
-from wmo_lake.lake import connect
+from wmo_lake.lake import connect, settings_row
+from wmo_lake.settings import SETTINGS
 
 if TYPE_CHECKING:
     import tinker
@@ -46,8 +47,6 @@ COLUMNS = (
     "infra_failed",
     "advantage",
 )
-DEFAULT_MAX_DATUM_TOKENS = 65536
-DEFAULT_CONTEXT_BUDGET = 65536
 # tinker losses that weight sampled tokens by an advantage against the sampler's logprobs
 POLICY_LOSSES = ("importance_sampling", "ppo", "cispo", "dro")
 LOSSES = (*POLICY_LOSSES, "cross_entropy")
@@ -89,23 +88,6 @@ def _scope_sql(where: str | None) -> str:
     return sql
 
 
-def _settings(
-    context_budget: int | None,
-    max_datum_tokens: int | None,
-    reward_key: str | None,
-    reward_mode: str | None,
-) -> dict[str, Any]:
-    for name, value in (("context budget", context_budget), ("max datum tokens", max_datum_tokens)):
-        if value is not None and value < 1:
-            raise ExportError(f"the {name} must be a positive number of tokens, got {value}")
-    return {
-        "wmo_context_budget": context_budget,
-        "wmo_max_datum_tokens": max_datum_tokens,
-        "wmo_reward_key": reward_key,
-        "wmo_reward_mode": reward_mode,
-    }
-
-
 def export_datums(
     lake: Path | str,
     out: Path | str,
@@ -115,23 +97,22 @@ def export_datums(
     batch_glob: str | None = None,
     run: str | None = None,
     where: str | None = None,
-    context_budget: int | None = None,
-    max_datum_tokens: int | None = None,
-    reward_key: str | None = None,
-    reward_mode: str | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Export the lake's `datums` (train-split tasks only, unless `no_split_guard`) to the Parquet
     file `out` with `out.manifest.json` beside it; return the manifest. Raises ExportError (clear
     message, nothing written) on a missing guard choice, a bad registry, an unregistered task, an
-    existing target, an empty export or a bad --where. `make bench` can time this call."""
+    existing target, an empty export or a bad --where. `settings` are the query-time settings
+    ({variable or name: value}, wmo_lake.settings; e.g. {"context_budget": 32768}), as
+    `wmo_lake.lake.connect` takes them; the manifest records the `settings` view's row."""
     export.require_guard_choice(tasks, no_split_guard)
     registry = export.load_registry(tasks) if tasks is not None else None
     out = Path(out)
     export.refuse_existing(out)  # before the (possibly long) query
-    settings = _settings(context_budget, max_datum_tokens, reward_key, reward_mode)
     scope = {"batch_glob": batch_glob, "run": run}
-    con = connect(lake, settings)
+    con = connect(lake, dict(settings or {}))
     try:
+        used = settings_row(con)
         try:
             # Materialized once: the guard counts it, the writer streams it.
             con.execute(f"CREATE TEMP TABLE scoped AS {_scope_sql(where)}", scope)
@@ -187,13 +168,13 @@ def export_datums(
                     "where": where,
                     "tasks": None if tasks is None else str(tasks),
                     "no_split_guard": no_split_guard,
-                    "context_budget": context_budget,
-                    "context_budget_default": "each batch's llm_kwargs.context_limit, else "
-                    f"{DEFAULT_CONTEXT_BUDGET}",
-                    "max_datum_tokens": max_datum_tokens or DEFAULT_MAX_DATUM_TOKENS,
-                    "reward_key": reward_key or "reward",
-                    "reward_mode": reward_mode or "raw",
+                    "context_budget": used["context_budget"],
+                    "context_budget_default": SETTINGS["context_budget"].default_text(),
+                    "max_datum_tokens": used["max_datum_tokens"],
+                    "reward_key": used["reward_key"],
+                    "reward_mode": used["reward_mode"],
                 },
+                "settings": used,
                 "datum_stats": totals,
                 "exported": written,
             },

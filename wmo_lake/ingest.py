@@ -117,9 +117,9 @@ def ingest(
             if update.commit is not None:
                 update.commit.abort()
             raise
-        if update.summary.committed or not store.duckdb_file_current():
-            from wmo_lake.lake import ensure_duckdb_file
+        from wmo_lake.lake import duckdb_file_current, ensure_duckdb_file
 
+        if update.summary.committed or not duckdb_file_current(store):
             crash_point("before_duckdb_file")
             ensure_duckdb_file(store)
     update.summary.seconds = time.perf_counter() - started

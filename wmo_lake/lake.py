@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import functools
 import graphlib
+import hashlib
 import json
 import os
 import re
 import warnings
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from wmo_lake.settings import SettingError, defaults_query, variables
 from wmo_lake.store import (
     DUCKDB_FILE,
     DUCKDB_STAMP,
@@ -34,40 +35,6 @@ from wmo_lake.store import (
 
 if TYPE_CHECKING:
     import duckdb
-
-
-@dataclass(frozen=True)
-class Setting:
-    variable: str
-    default: Any
-    help: str
-
-
-# Query-time settings: DuckDB variables the views read with getvariable(); NULL means the default
-# (or the batch's recorded value, where the view says so).
-SETTINGS: dict[str, Setting] = {
-    s.variable: s
-    for s in [
-        Setting("wmo_reward_key", "reward", "the key read from verifier_result.rewards"),
-        Setting("wmo_reward_mode", "raw", "raw: passed = reward 1.0; positive-binary: reward > 0"),
-        Setting(
-            "wmo_max_turns",
-            None,
-            "turn cap for stop reasons (default: the batch's kwargs.max_turns)",
-        ),
-        Setting(
-            "wmo_max_tokens",
-            None,
-            "output cap for truncated spans (default: the batch's max_tokens, else 8192)",
-        ),
-        Setting(
-            "wmo_context_budget",
-            None,
-            "context budget for datums (default: the batch's llm_kwargs.context_limit, else 65536)",
-        ),
-        Setting("wmo_max_datum_tokens", None, "longest datum kept (default 65536)"),
-    ]
-}
 
 
 def sql_dir() -> Path:
@@ -141,12 +108,48 @@ def _require(store: Store) -> Manifest:
 
 
 def set_settings(con: duckdb.DuckDBPyConnection, values: dict[str, Any]) -> None:
-    """Set query-time settings (None leaves a setting at its default)."""
-    for name, value in values.items():
-        if name not in SETTINGS:
-            raise LakeError(f"unknown setting {name!r}; known: {', '.join(SETTINGS)}")
-        if value is not None:
-            con.execute(f"SET VARIABLE {name} = ?", [value])
+    """Set query-time settings ({variable: value}, wmo_lake.settings.SETTINGS; None leaves a
+    setting at its default). LakeError on an unknown setting or a value it cannot take."""
+    try:
+        checked = variables(values)
+    except SettingError as error:
+        raise LakeError(str(error)) from None
+    for variable, value in checked.items():
+        con.execute(f"SET VARIABLE {variable} = ?", [value])
+
+
+def settings_row(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    """`SELECT * FROM settings`: every setting as the views read it now (for export manifests)."""
+    relation = con.sql("SELECT * FROM settings")
+    (row,) = relation.fetchall()
+    return dict(zip(relation.columns, row, strict=True))
+
+
+def create_settings(con: duckdb.DuckDBPyConnection) -> None:
+    """The `settings` view, and the one-row `setting_defaults` table it reads (the registry's
+    defaults, bound): every other view reads its settings there."""
+    query, defaults = defaults_query()
+    con.execute(f"CREATE OR REPLACE TABLE setting_defaults AS {query}", defaults)
+    con.execute((sql_dir() / "settings.sql").read_text(encoding="utf-8"))
+
+
+def create_views(con: duckdb.DuckDBPyConnection) -> None:
+    """The settings, then the `sql/` views over the lake's tables (already in `con`)."""
+    create_settings(con)
+    for name, sql in view_sources():
+        if name != "settings":
+            con.execute(sql)
+
+
+@functools.cache  # the views ship with the package: they do not change while it runs
+def views_digest() -> str:
+    """What lake.duckdb's views are built from (the view texts and the settings' defaults): part
+    of its stamp, so a file built by another wmo-lake version is rebuilt, not trusted."""
+    digest = hashlib.sha256()
+    for path in sorted(sql_dir().glob("*.sql")):  # not view_sources(): that imports duckdb
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    digest.update(repr(defaults_query()).encode())
+    return digest.hexdigest()[:16]
 
 
 def connect(
@@ -163,7 +166,7 @@ def connect(
     store = Store(lake)
     manifest = _require(store)
     con = None
-    if store.duckdb_file_current():
+    if duckdb_file_current(store):
         try:
             con = duckdb.connect(str(store.root / DUCKDB_FILE), read_only=True)
         except duckdb.Error:
@@ -197,8 +200,7 @@ def connect_in_memory(
         else:  # a lake written before this table existed: empty until the next ingest fills it
             con.register(f"_empty_{name}", TABLES[name].schema.empty_table())
             con.execute(f"CREATE VIEW {name} AS SELECT * FROM _empty_{name}")
-    for _, sql in view_sources():
-        con.execute(sql)
+    create_views(con)
     set_settings(con, settings or {})
     return con
 
@@ -208,13 +210,19 @@ def sql_string(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
+def duckdb_file_current(store: Store) -> bool:
+    """Whether LAKE/lake.duckdb holds the current generation with these views."""
+    return store.duckdb_file_current(views_digest())
+
+
 def ensure_duckdb_file(store: Store) -> Path:
     """(Re)build LAKE/lake.duckdb when it does not match the current generation."""
     manifest = _require(store)
     target = store.root / DUCKDB_FILE
-    if store.duckdb_file_current():
+    views = views_digest()
+    if store.duckdb_file_current(views):
         return target
-    stamp = store.duckdb_stamp(manifest)
+    stamp = store.duckdb_stamp(manifest, views)
     import duckdb
 
     from wmo_lake.tables import TABLES
@@ -234,8 +242,7 @@ def ensure_duckdb_file(store: Store) -> Path:
             con.execute(
                 f"CREATE VIEW {name} AS SELECT * FROM read_parquet([{files}], union_by_name = true)"
             )
-        for _, sql in view_sources():
-            con.execute(sql)
+        create_views(con)
         con.execute("CHECKPOINT")
     finally:
         con.close()

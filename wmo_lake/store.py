@@ -137,17 +137,19 @@ class Store:
             updated_at=raw.get("updated_at"),
         )
 
-    def duckdb_stamp(self, manifest: Manifest) -> str:
-        return f"{manifest.generation}:{manifest.catalog}"
+    def duckdb_stamp(self, manifest: Manifest, views: str) -> str:
+        """What lake.duckdb was built for: the generation, and `views` (a digest of its views)."""
+        return f"{manifest.generation}:{manifest.catalog}:{views}"
 
-    def duckdb_file_current(self) -> bool:
-        """Whether LAKE/lake.duckdb was built for the current generation (its sidecar says)."""
+    def duckdb_file_current(self, views: str) -> bool:
+        """Whether LAKE/lake.duckdb was built for the current generation and these views (its
+        sidecar says)."""
         try:
             stamp = (self.root / DUCKDB_STAMP).read_text(encoding="utf-8")
         except OSError:
             return False
         return (self.root / DUCKDB_FILE).exists() and stamp == self.duckdb_stamp(
-            self.read_manifest()
+            self.read_manifest(), views
         )
 
     def files(self, manifest: Manifest, table: str) -> list[Path]:

@@ -22,6 +22,7 @@ from wmo_lake.commands.options import (
     lake_option,
     reward_options,
     selection_options,
+    settings_from,
 )
 from wmo_lake.export import ExportError, manifest_path, require_guard_choice
 from wmo_lake.store import LakeError
@@ -36,14 +37,14 @@ def _require_guard_choice(tasks: Path | None, no_split_guard: bool) -> None:
 
 
 def _check_reward_key(
-    lake: Path, reward_key: str | None, batch_glob: str | None, run: str | None, strict: bool
+    lake: Path, settings: dict[str, Any], batch_glob: str | None, run: str | None, strict: bool
 ) -> None:
     """Warn when no trial in scope has the reward key; under --strict exit 1 before writing."""
     from wmo_lake.checks import RewardKeyWarning, reward_key_warning
     from wmo_lake.lake import connect
 
     try:
-        con = connect(lake, {"wmo_reward_key": reward_key}, check=False)
+        con = connect(lake, settings, check=False)
     except LakeError as error:
         fail(str(error))
     try:
@@ -122,12 +123,9 @@ def datums(
     where: str | None,
     tasks: Path | None,
     no_split_guard: bool,
-    context_budget: int | None,
-    max_datum_tokens: int | None,
-    reward_key: str | None,
-    reward_mode: str | None,
     strict: bool,
     as_json: bool,
+    **options: Any,
 ) -> None:
     """Write the `datums` view (prefix-merged training sequences, unshifted) to a Parquet file.
 
@@ -145,7 +143,8 @@ def datums(
     from wmo_lake.datums import export_datums
 
     _require_guard_choice(tasks, no_split_guard)
-    _check_reward_key(lake, reward_key, batch_glob, run, strict)
+    settings = settings_from(options)
+    _check_reward_key(lake, settings, batch_glob, run, strict)
     try:
         manifest = export_datums(
             lake,
@@ -155,10 +154,7 @@ def datums(
             batch_glob=batch_glob,
             run=run,
             where=where,
-            context_budget=context_budget,
-            max_datum_tokens=max_datum_tokens,
-            reward_key=reward_key,
-            reward_mode=reward_mode,
+            settings=settings,
         )
     except (ExportError, LakeError) as error:
         fail(str(error))
@@ -248,10 +244,9 @@ def conversations(
     tasks: Path | None,
     no_split_guard: bool,
     subagents: bool,
-    reward_key: str | None,
-    reward_mode: str | None,
     strict: bool,
     as_json: bool,
+    **options: Any,
 ) -> None:
     """Write agent conversations (SFT data) from the trials' ATIF trajectories.
 
@@ -270,7 +265,8 @@ def conversations(
     from wmo_lake.conversations import export_conversations
 
     _require_guard_choice(tasks, no_split_guard)
-    _check_reward_key(lake, reward_key, batch_glob, run, strict)
+    settings = settings_from(options)
+    _check_reward_key(lake, settings, batch_glob, run, strict)
     try:
         manifest = export_conversations(
             lake,
@@ -283,8 +279,7 @@ def conversations(
             batch_glob=batch_glob,
             run=run,
             subagents=subagents,
-            reward_key=reward_key,
-            reward_mode=reward_mode,
+            settings=settings,
         )
     except (ExportError, LakeError) as error:
         fail(str(error))

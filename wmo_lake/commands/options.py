@@ -9,6 +9,8 @@ from typing import Any, NoReturn
 
 import click
 
+from wmo_lake.settings import from_options, options_decorator
+
 FORMATS = ("table", "csv", "json", "jsonl", "parquet")  # what wmo_lake.output.render writes
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -63,70 +65,17 @@ def selection_options(command: Callable[..., Any]) -> Callable[..., Any]:
     )(command)
 
 
-_REWARD_OPTIONS = [
-    ("--reward-key", "Reward key in verifier_result.rewards [default: reward].", str),
-    (
-        "--reward-mode",
-        "raw: passed means reward = 1.0; positive-binary: reward > 0 [default: raw].",
-        click.Choice(["raw", "positive-binary"]),
-    ),
-]
-_CAP_OPTIONS = [
-    (
-        "--max-turns",
-        "Turn cap for stop reasons [default: each batch's recorded max_turns].",
-        click.IntRange(min=1),
-    ),
-    (
-        "--max-tokens",
-        "Output cap for truncated spans [default: each batch's max_tokens, else 8192].",
-        click.IntRange(min=1),
-    ),
-]
-_DATUM_OPTIONS = [
-    (
-        "--context-budget",
-        "Drop episodes with a span (prompt + sampled) longer than this "
-        "[default: each batch's llm_kwargs.context_limit, else 65536].",
-        click.IntRange(min=1),
-    ),
-    (
-        "--max-datum-tokens",
-        "Drop episodes with a merged sequence longer than this [default: 65536].",
-        click.IntRange(min=1),
-    ),
-]
-
-
-def _options(specs: list[tuple[str, str, Any]]) -> Decorator:
-    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
-        for flag, help_text, kind in reversed(specs):
-            command = click.option(flag, type=kind, default=None, help=help_text)(command)
-        return command
-
-    return decorate
-
-
-reward_options = _options(_REWARD_OPTIONS)
+reward_options = options_decorator("reward_key", "reward_mode")
 """--reward-key, --reward-mode: how a trial's reward and passed are read (the `cells` view)."""
 
-setting_options = _options(_REWARD_OPTIONS + _CAP_OPTIONS)
+setting_options = options_decorator("reward_key", "reward_mode", "max_turns", "max_tokens")
 """The query-time settings of the stats views (see `wmo-lake sql --help`)."""
 
-datum_options = _options(_DATUM_OPTIONS)
+datum_options = options_decorator("context_budget", "max_datum_tokens")
 """--context-budget, --max-datum-tokens: the `datums` view's drop rules."""
 
-
-def settings_from(options: dict[str, Any]) -> dict[str, Any]:
-    """The DuckDB variables (wmo_lake.lake.SETTINGS) set by a command's options."""
-    return {
-        "wmo_reward_key": options.get("reward_key"),
-        "wmo_reward_mode": options.get("reward_mode"),
-        "wmo_max_turns": options.get("max_turns"),
-        "wmo_max_tokens": options.get("max_tokens"),
-        "wmo_context_budget": options.get("context_budget"),
-        "wmo_max_datum_tokens": options.get("max_datum_tokens"),
-    }
+settings_from = from_options
+"""The DuckDB variables (wmo_lake.settings.SETTINGS) set by a command's options."""
 
 
 def guard_options(command: Callable[..., Any]) -> Callable[..., Any]:

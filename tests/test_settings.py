@@ -1,0 +1,230 @@
+"""Settings declared once (issue 12, item 1): the registry in wmo_lake/settings.py is the only
+place a default is written; the options, the `settings` view and the README follow from it."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import click
+import duckdb
+import pytest
+from click.testing import CliRunner
+from harbor_shapes import write_job, write_trial
+
+from wmo_lake.cli import cli
+from wmo_lake.ingest import ingest
+from wmo_lake.lake import connect, settings_row, sql_dir
+from wmo_lake.settings import SETTINGS, SettingError, markdown_table, variables, view_columns
+
+ROOT = Path(__file__).resolve().parent.parent
+REGISTRY = Path("wmo_lake/settings.py")
+# Not sources of a default: the README (held equal to the registry below), the tests and the
+# reference implementation (an independent oracle: it must not import the code it checks), and
+# the real harbor fixtures.
+NOT_SOURCES = ("README.md", "tests/", "reference/", "bench/baselines.py", "fixtures/")
+
+
+def _source_files() -> list[Path]:
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    return [
+        Path(name)
+        for name in listed
+        if not name.startswith(NOT_SOURCES)
+        and Path(name).suffix in {".py", ".sql", ".toml", ".md", ".cfg", ""}
+        and (ROOT / name).is_file()
+    ]
+
+
+def _spellings(value: int) -> list[str]:
+    """Ways to write an integer literal: 65536, 65_536, 2**16, 1 << 16."""
+    patterns = [rf"(?<![\w.]){value}(?![\w.])", rf"(?<![\w.]){value:_}(?![\w.])"]
+    if value & (value - 1) == 0:
+        power = value.bit_length() - 1
+        patterns += [rf"\b2\s*\*\*\s*{power}\b", rf"\b1\s*<<\s*{power}\b"]
+    return patterns
+
+
+def _mentions(text: str, name: str) -> bool:
+    forms = (name, name.replace("_", "-"), name.replace("_", " "))
+    return any(form in text.lower() for form in forms)
+
+
+def test_each_default_is_written_once() -> None:
+    """A default's literal near its setting's name (same line, or the next or previous one)
+    anywhere but the registry is a second copy of it."""
+    files = _source_files()
+    assert REGISTRY in files and Path("sql/settings.sql") in files
+    problems = []
+    for path in files:
+        lines = (ROOT / path).read_text(encoding="utf-8", errors="replace").splitlines()
+        for setting in SETTINGS.values():
+            default = setting.default
+            if isinstance(default, int):
+                patterns = [re.compile(p) for p in _spellings(default)]
+                in_registry = sum(1 for s in SETTINGS.values() if s.default == default)
+                found = [
+                    n
+                    for n, line in enumerate(lines)
+                    if any(p.search(line) for p in patterns)
+                    and _mentions("\n".join(lines[max(n - 1, 0) : n + 2]), setting.name)
+                ]
+                # the registry writes it once per setting whose default it is
+                if path == REGISTRY and len(found) <= in_registry:
+                    continue
+                problems += [f"{path}:{n + 1}: {default} ({setting.name})" for n in found]
+            elif isinstance(default, str) and path != REGISTRY:
+                quoted = re.compile(rf"""['"`]{re.escape(default)}['"`]""")
+                others = [c for c in setting.choices or () if c != default]
+                for n, line in enumerate(lines):
+                    lists_choices = others and all(c in line for c in others)
+                    if quoted.search(line) and _mentions(line, setting.name) and not lists_choices:
+                        problems.append(f"{path}:{n + 1}: {default!r} ({setting.name}): {line}")
+    assert not problems, "a default written outside wmo_lake/settings.py:\n" + "\n".join(problems)
+
+
+def test_only_the_settings_view_reads_variables() -> None:
+    for path in sorted(sql_dir().glob("*.sql")):
+        reads = re.findall(r"getvariable\('(\w+)'\)", path.read_text(encoding="utf-8"))
+        if path.stem == "settings":
+            assert sorted(reads) == sorted(s.variable for s in SETTINGS.values())
+            assert len(reads) == len(set(reads))  # each once
+        else:
+            assert not reads, f"{path.name} reads {reads}; read the settings view instead"
+
+
+def test_the_default_check_catches_a_second_copy(tmp_path: Path) -> None:
+    """The scan above is not vacuous: a default pasted into a view is found."""
+    line = "coalesce(s.context_budget, j.context_limit, 65536) AS context_budget"
+    assert re.search(_spellings(65536)[0], line)
+    line = 'settings = {"reward_key": reward_key or "reward"}'
+    quoted = re.compile(r"""['"`]reward['"`]""")
+    assert quoted.search(line) and _mentions(line, "reward_key")
+
+
+def test_the_readme_table_is_the_registry() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert markdown_table() in readme
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("settings")
+    job = write_job(root / "runs" / "exp" / "harbor" / "step-0001" / "job", max_turns=3)
+    write_trial(job, "a__1", reward=1, turns=[([1, 2], [3], [-0.5])])
+    ingest([root / "runs"], root / "lake", workers=1)
+    return root / "lake"
+
+
+def test_the_settings_view_is_one_row_with_every_setting(lake: Path) -> None:
+    con = connect(lake)
+    row = settings_row(con)
+    assert list(row) == view_columns()
+    assert row == {
+        "reward_key": "reward",
+        "reward_mode": "raw",
+        "max_turns": None,
+        "max_turns_default": None,
+        "max_tokens": None,
+        "max_tokens_default": 8192,
+        "context_budget": None,
+        "context_budget_default": 65536,
+        "max_datum_tokens": 65536,
+    }
+    con.execute("SET VARIABLE wmo_max_tokens = 7")
+    con.execute("SET VARIABLE wmo_reward_key = 'score'")
+    con.execute("SET VARIABLE wmo_max_datum_tokens = 9")
+    row = settings_row(con)
+    assert (row["max_tokens"], row["reward_key"], row["max_datum_tokens"]) == (7, "score", 9)
+    assert con.execute("SELECT DISTINCT max_tokens FROM trial_caps").fetchall() == [(7,)]
+    con.execute("RESET VARIABLE wmo_max_tokens")
+    assert settings_row(con)["max_tokens"] is None
+    with duckdb.connect(str(lake / "lake.duckdb"), read_only=True) as plain:
+        (count,) = plain.execute("SELECT count(*) FROM settings").fetchone()
+        assert count == 1
+
+
+def _option_helps(*path: str) -> dict[str, str]:
+    """{flag: help} of a subcommand's options, as --help shows them (unwrapped)."""
+    command = cli
+    for name in path:
+        command = command.get_command(click.Context(command), name)
+    return {flag: param.help or "" for param in command.params for flag in param.opts}
+
+
+def test_every_setting_is_an_option_with_its_default_in_the_help() -> None:
+    sql_options = _option_helps("sql")
+    for setting in SETTINGS.values():
+        shown = re.search(r"\[default: ([^\]]*)\]", sql_options[setting.flag])
+        assert shown, setting.flag
+        if setting.default is not None:
+            assert str(setting.default) in shown.group(1), setting.flag
+        if setting.recorded is not None:
+            assert setting.recorded[1] in shown.group(1), setting.flag
+    datums = _option_helps("export", "datums")
+    for flag in ("--reward-key", "--reward-mode", "--context-budget", "--max-datum-tokens"):
+        assert flag in datums
+    conversations = _option_helps("export", "conversations")
+    assert "--reward-key" in conversations and "--reward-mode" in conversations
+    help_text = CliRunner().invoke(cli, ["stats", "--help"]).output
+    assert "--max-tokens" in help_text and "8192" in help_text
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"wmo_nope": 1}, "unknown setting 'wmo_nope'"),
+        ({"max_tokens": 0}, "wmo_max_tokens (--max-tokens) must be a positive integer"),
+        ({"wmo_context_budget": "big"}, "must be a positive integer"),
+        ({"reward_mode": "binary"}, "must be one of raw, positive-binary"),
+        ({"reward_key": 3}, "must be text"),
+    ],
+)
+def test_a_bad_setting_says_what_it_takes(values: dict, message: str) -> None:
+    with pytest.raises(SettingError, match=re.escape(message)):
+        variables(values)
+
+
+def test_names_and_variables_both_name_a_setting() -> None:
+    assert variables({"max_tokens": 5, "wmo_reward_key": "k", "max_turns": None}) == {
+        "wmo_max_tokens": 5,
+        "wmo_reward_key": "k",
+    }
+
+
+@pytest.mark.parametrize(
+    ("kind", "options", "expected"),
+    [
+        ("datums", [], {}),
+        (
+            "datums",
+            ["--context-budget", "50", "--max-datum-tokens", "40", "--reward-key", "reward"],
+            {"context_budget": 50, "max_datum_tokens": 40},
+        ),
+        ("conversations", ["--reward-mode", "positive-binary"], {"reward_mode": "positive-binary"}),
+    ],
+)
+def test_every_export_manifest_records_the_settings_row(
+    lake: Path, tmp_path: Path, kind: str, options: list[str], expected: dict
+) -> None:
+    out = tmp_path / f"{kind}.out"
+    result = CliRunner().invoke(
+        cli,
+        ["export", kind, "--lake", str(lake), "--out", str(out), "--no-split-guard", *options],
+    )
+    assert result.exit_code == 0, result.output
+    manifest = json.loads(Path(f"{out}.manifest.json").read_text(encoding="utf-8"))
+    con = connect(lake)
+    for variable, value in variables(expected).items():
+        con.execute(f"SET VARIABLE {variable} = ?", [value])
+    assert manifest["settings"] == settings_row(con)
+    for name, value in expected.items():
+        assert manifest["settings"][name] == value
