@@ -21,7 +21,8 @@ from typing import Any
 import duckdb
 
 from wmo_lake import __version__
-from wmo_lake.lake import SETTINGS, connect
+from wmo_lake.lake import connect
+from wmo_lake.settings import SETTINGS
 from wmo_lake.output import rows_as_dicts
 
 NO_RUN = "(no run)"
@@ -275,12 +276,12 @@ def task_trends(
 def settings_rows(settings: dict[str, Any]) -> list[dict[str, Any]]:
     """Each query-time setting: the value given, or its default as the lake documents it."""
     rows = []
-    for name, setting in SETTINGS.items():
-        given = settings.get(name)
+    for setting in SETTINGS.values():
+        given = settings.get(setting.variable)
         rows.append(
             {
-                "variable": name,
-                "value": given if given is not None else setting.default,
+                "variable": setting.variable,
+                "value": given if given is not None else setting.default_text(),
                 "given": given is not None,
                 "meaning": setting.help,
             }
