@@ -22,8 +22,8 @@ import duckdb
 
 from wmo_lake import __version__
 from wmo_lake.lake import connect
-from wmo_lake.settings import SETTINGS
 from wmo_lake.output import rows_as_dicts
+from wmo_lake.settings import SETTINGS
 
 NO_RUN = "(no run)"
 
