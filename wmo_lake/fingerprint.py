@@ -11,10 +11,12 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from wmo_lake.columns import extract_version
 from wmo_lake.discover import Candidate, Job, WalkProblem
 
-# Bump when extraction changes what it writes: every dir is then re-read on the next ingest.
-EXTRACT_VERSION = "2"  # 2: trajectories / steps / tool_calls
+# Derived from the column specs (and a number for changes of extraction they do not show): when
+# it moves, every dir is re-read on the next ingest.
+EXTRACT_VERSION = extract_version()
 # The files of a trial dir its rows come from (besides agent/trajectory*.json and its sinks).
 TRIAL_FILES = (
     "result.json",

@@ -1,4 +1,5 @@
-"""The lake's tables: one module per table, each with its Arrow `SCHEMA` and its extraction.
+"""The lake's tables: one module per table, with its extraction; every column's name, type,
+source and meaning are declared in `wmo_lake/columns.py`, and each module's `SCHEMA` follows.
 
 `TABLES` is the registry the store and the views read: name -> (schema, the column that names the
 unit a row belongs to, so a re-ingested trial or job replaces exactly its own rows).
@@ -10,17 +11,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from wmo_lake.tables import (
-    ctrf_tests,
-    jobs,
-    spans,
-    steps,
-    stop_reasons,
-    tool_calls,
-    trajectories,
-    trials,
-)
-from wmo_lake.tables.fields import PROBLEMS_SCHEMA
+from wmo_lake.columns import SPECS, arrow_schema
 
 
 @dataclass(frozen=True)
@@ -28,25 +19,10 @@ class Table:
     name: str
     schema: pa.Schema
     unit_column: str
-    description: str
+    description: str  # what one row is
 
 
 TABLES: dict[str, Table] = {
-    table.name: table
-    for table in [
-        Table("jobs", jobs.SCHEMA, "job_key", "one row per harbor job dir"),
-        Table("trials", trials.SCHEMA, "trial_key", "one row per trial (result.json)"),
-        Table(
-            "spans",
-            spans.SCHEMA,
-            "trial_key",
-            "one row per sampled turn, prompts prefix-compressed",
-        ),
-        Table("stop_reasons", stop_reasons.SCHEMA, "trial_key", "stop-reason evidence per trial"),
-        Table("tests", ctrf_tests.SCHEMA, "trial_key", "one row per CTRF test"),
-        Table("trajectories", trajectories.SCHEMA, "trial_key", "one row per ATIF trajectory file"),
-        Table("steps", steps.SCHEMA, "trial_key", "one row per ATIF trajectory step"),
-        Table("tool_calls", tool_calls.SCHEMA, "trial_key", "one row per tool call of a step"),
-        Table("problems", PROBLEMS_SCHEMA, "unit_key", "one row per thing that could not be read"),
-    ]
+    name: Table(name, arrow_schema(spec), spec.unit_column, f"one row per {spec.grain}")
+    for name, spec in SPECS.items()
 }

@@ -14,29 +14,11 @@ from typing import Any
 
 import pyarrow as pa
 
+from wmo_lake.columns import SPECS, arrow_schema
 from wmo_lake.ctrf import SUMMARY_COUNTS, read_ctrf
 from wmo_lake.tables.fields import ProblemLog
 
-SCHEMA = pa.schema(
-    [
-        ("trial_key", pa.string()),
-        ("batch", pa.string()),
-        ("trial_name", pa.string()),
-        ("test_index", pa.int32()),
-        ("name", pa.string()),
-        ("status", pa.string()),
-        ("duration", pa.float64()),
-    ]
-)
-
-# The per-trial summary columns this module contributes to `trials`.
-TRIAL_COLUMNS = [
-    ("ctrf_status", pa.string()),
-    ("ctrf_summary_present", pa.bool_()),
-    ("ctrf_summary_valid", pa.bool_()),
-    *[(f"ctrf_{name}", pa.int64()) for name in SUMMARY_COUNTS],
-    ("ctrf_n_tests", pa.int32()),
-]
+SCHEMA = arrow_schema(SPECS["tests"])
 
 
 @dataclass

@@ -15,16 +15,9 @@ from typing import Any
 
 import pyarrow as pa
 
-PROBLEMS_SCHEMA = pa.schema(
-    [
-        ("unit_key", pa.string()),
-        ("batch", pa.string()),
-        ("trial_name", pa.string()),
-        ("path", pa.string()),
-        ("kind", pa.string()),
-        ("message", pa.string()),
-    ]
-)
+from wmo_lake.columns import SPECS, arrow_schema
+
+PROBLEMS_SCHEMA = arrow_schema(SPECS["problems"])
 
 
 @dataclass

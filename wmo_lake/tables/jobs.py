@@ -6,39 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
+from wmo_lake.columns import SPECS, arrow_schema
 from wmo_lake.discover import Job
 from wmo_lake.jsonfile import ReadFailure, read_json, to_json_text
 from wmo_lake.tables.fields import Fields, ProblemLog
 
-SCHEMA = pa.schema(
-    [
-        ("job_key", pa.string()),
-        ("batch", pa.string()),
-        ("run", pa.string()),
-        ("step", pa.int64()),
-        ("job_dir", pa.string()),
-        ("job_name", pa.string()),
-        ("job_id", pa.string()),
-        ("agent_import_path", pa.string()),
-        ("agent_name", pa.string()),
-        ("model_name", pa.string()),
-        ("n_attempts", pa.int64()),
-        ("max_turns", pa.int64()),
-        ("max_tokens", pa.int64()),
-        ("context_limit", pa.int64()),
-        ("model_path", pa.string()),
-        ("temperature", pa.float64()),
-        ("agent_kwargs", pa.string()),
-        # Job times as harbor wrote them: they carry no zone, so they are not guessed into UTC.
-        ("started_at", pa.string()),
-        ("finished_at", pa.string()),
-        ("n_total_trials", pa.int64()),
-        ("config_status", pa.string()),
-        ("result_status", pa.string()),
-    ]
-)
+SCHEMA = arrow_schema(SPECS["jobs"])
 
 
 def _load(path: Path, problems: ProblemLog) -> tuple[str, Any]:

@@ -20,24 +20,11 @@ from typing import Any
 import msgspec
 import pyarrow as pa
 
+from wmo_lake.columns import SPECS, arrow_schema
 from wmo_lake.tables.fields import ProblemLog
 from wmo_lake.tables.trial_result import RawDetail
 
-SCHEMA = pa.schema(
-    [
-        ("trial_key", pa.string()),
-        ("batch", pa.string()),
-        ("trial_name", pa.string()),
-        ("call_index", pa.int32()),
-        ("prompt_len", pa.int32()),
-        ("prompt_prefix_len", pa.int32()),
-        ("prompt_new_ids", pa.list_(pa.int64())),
-        ("sampled_token_ids", pa.list_(pa.int64())),
-        ("sampled_logprobs", pa.list_(pa.float64())),
-        ("n_sampled", pa.int32()),
-        ("source", pa.string()),
-    ]
-)
+SCHEMA = arrow_schema(SPECS["spans"])
 
 OK = "ok"
 EMPTY = "empty"

@@ -19,40 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
+from wmo_lake.columns import SPECS, arrow_schema
 from wmo_lake.tables.fields import ProblemLog, is_real_number, json_type_name
 from wmo_lake.tables.trials import parse_time
 
-SCHEMA = pa.schema(
-    [
-        ("trial_key", pa.string()),
-        ("batch", pa.string()),
-        ("trial_name", pa.string()),
-        # The file the step came from (trajectory.json, trajectory.cont-1.json, ...), its rank
-        # among the trial's trajectory files, and the trace it belongs to: "main" for
-        # trajectory.json and its continuations, else the subagent (summarization-1-summary).
-        ("file", pa.string()),
-        ("file_index", pa.int32()),
-        ("trace_source", pa.string()),
-        ("step_index", pa.int32()),  # 0-based position in its file
-        ("step_id", pa.int64()),
-        ("source", pa.string()),
-        ("timestamp", pa.timestamp("us", tz="UTC")),
-        ("model_name", pa.string()),
-        ("message", pa.string()),
-        ("reasoning_content", pa.string()),
-        ("n_tool_calls", pa.int32()),
-        ("observation", pa.string()),
-        ("media", pa.list_(pa.string())),
-        ("prompt_tokens", pa.int64()),
-        ("completion_tokens", pa.int64()),
-        ("cached_tokens", pa.int64()),
-        ("cost_usd", pa.float64()),
-        ("llm_call_count", pa.int64()),
-        ("is_copied_context", pa.bool_()),
-    ]
-)
+SCHEMA = arrow_schema(SPECS["steps"])
 
 SOURCES = ("system", "user", "agent")
 MAIN = "main"

@@ -11,25 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
+from wmo_lake.columns import SPECS, arrow_schema
 from wmo_lake.jsonfile import ReadFailure, read_json
 from wmo_lake.tables.fields import ProblemLog
 
-SCHEMA = pa.schema(
-    [
-        ("trial_key", pa.string()),
-        ("batch", pa.string()),
-        ("trial_name", pa.string()),
-        ("exception_type", pa.string()),
-        ("n_episodes", pa.int64()),
-        ("trajectory_status", pa.string()),
-        ("declared_complete", pa.bool_()),
-        ("has_trace", pa.bool_()),
-        ("trace_path", pa.string()),
-        ("trace_stop_reason", pa.string()),
-    ]
-)
+SCHEMA = arrow_schema(SPECS["stop_reasons"])
 
 TERMINUS_COMPLETE_TOOL = "mark_task_complete"
 TRACE_FILENAME = "wmo-run.json"

@@ -10,29 +10,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pyarrow as pa
-
+from wmo_lake.columns import SPECS, arrow_schema
 from wmo_lake.tables.steps import FileLabel, WrongTypes
 
 # harbor renders arguments with json.dumps(..., ensure_ascii=False); one encoder, built once.
 _ARGUMENTS = json.JSONEncoder(ensure_ascii=False)
 
-SCHEMA = pa.schema(
-    [
-        ("trial_key", pa.string()),
-        ("batch", pa.string()),
-        ("trial_name", pa.string()),
-        ("file", pa.string()),
-        ("file_index", pa.int32()),
-        ("trace_source", pa.string()),
-        ("step_index", pa.int32()),  # joins steps on (trial_key, file_index, step_index)
-        ("step_id", pa.int64()),
-        ("call_index", pa.int32()),  # 0-based position in the step's tool_calls
-        ("tool_call_id", pa.string()),
-        ("function_name", pa.string()),
-        ("arguments", pa.string()),
-    ]
-)
+SCHEMA = arrow_schema(SPECS["tool_calls"])
 
 
 def call_rows(

@@ -26,36 +26,13 @@ from typing import Any
 
 import pyarrow as pa
 
+from wmo_lake.columns import SPECS, arrow_schema
 from wmo_lake.jsonfile import ReadFailure, decode, read_bytes, read_json
 from wmo_lake.tables import steps, tool_calls
 from wmo_lake.tables.fields import PROBLEMS_SCHEMA, ProblemLog, is_real_number
 from wmo_lake.tables.steps import MAIN, FileLabel, WrongTypes
 
-SCHEMA = pa.schema(
-    [
-        ("trial_key", pa.string()),
-        ("batch", pa.string()),
-        ("trial_name", pa.string()),
-        ("file", pa.string()),
-        ("file_index", pa.int32()),
-        ("trace_source", pa.string()),
-        ("status", pa.string()),  # ok | unreadable | malformed
-        ("bytes", pa.int64()),
-        ("schema_version", pa.string()),
-        ("session_id", pa.string()),
-        ("agent_name", pa.string()),
-        ("agent_version", pa.string()),
-        ("model_name", pa.string()),
-        # agent.tool_definitions as harbor's export embeds them (indent=2 JSON text), or null.
-        ("tool_definitions", pa.string()),
-        ("continued_trajectory_ref", pa.string()),
-        ("n_steps", pa.int32()),
-        ("total_prompt_tokens", pa.int64()),
-        ("total_completion_tokens", pa.int64()),
-        ("total_cached_tokens", pa.int64()),
-        ("total_cost_usd", pa.float64()),
-    ]
-)
+SCHEMA = arrow_schema(SPECS["trajectories"])
 
 MAIN_FILE = "trajectory.json"
 _CONTINUATION = re.compile(r"trajectory\.cont-(\d+)\.json")

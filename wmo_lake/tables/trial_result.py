@@ -1,7 +1,8 @@
 """The fast reader of harbor's `TrialResult` (result.json, 10-50 MB of indent=4 token ids).
 
-One msgspec pass decodes only the fields the tables read and skips the rest (the trial config,
-tracebacks, per-turn `extra` data) without building Python objects for them.
+One msgspec pass decodes only the fields the tables read (the ones the column specs name as their
+source, `wmo_lake/columns.py`) and skips the rest (the trial config, tracebacks, per-turn `extra`
+data) without building Python objects for them.
 The first rollout segment's token lists are kept as raw JSON text per turn (`RawDetail`): a turn's
 prompt repeats the whole conversation so far, so `tables/spans.py` compares that text with the
 previous turn's instead of turning every repeated token into a Python int, and parses only the new
@@ -17,6 +18,7 @@ from typing import Any
 
 import msgspec
 
+from wmo_lake.columns import result_fields
 from wmo_lake.jsonfile import ReadFailure, check_text, decode
 
 
@@ -28,35 +30,29 @@ class RawDetail(msgspec.Struct):
     logprobs: list[list[float]] | None = None
 
 
-class _AgentResult(msgspec.Struct):
-    n_input_tokens: Any = None
-    n_cache_tokens: Any = None
-    n_output_tokens: Any = None
-    cost_usd: Any = None
-    metadata: Any = None
-    # Every segment is read as RawDetail in the one pass over the file (a second pass over the
-    # first segment's text would cost as much as the first); only the first one is used.
-    rollout_details: list[RawDetail] | None = None
+def typed_decoder(fields: dict[str, set[str]]) -> msgspec.json.Decoder[Any]:
+    """A decoder of result.json reading exactly `fields` (top-level key -> the keys read under it,
+    from the column specs: `columns.result_fields`), every value as it is, except
+    `agent_result.rollout_details`: every segment is read as RawDetail in the one pass over the
+    file (a second pass over the first segment's text would cost as much as the first)."""
+    agent_result = msgspec.defstruct(
+        "_AgentResult",
+        [
+            (name, list[RawDetail] | None if name == "rollout_details" else Any, None)
+            for name in sorted(fields.get("agent_result", ()))
+        ],
+    )
+    trial_result = msgspec.defstruct(
+        "_TrialResult",
+        [
+            (name, agent_result | None if name == "agent_result" else Any, None)
+            for name in sorted(fields)
+        ],
+    )
+    return msgspec.json.Decoder(trial_result)
 
 
-class _TrialResult(msgspec.Struct):
-    id: Any = None
-    task_name: Any = None
-    trial_name: Any = None
-    agent_info: Any = None
-    agent_result: _AgentResult | None = None
-    verifier_result: Any = None
-    exception_info: Any = None
-    started_at: Any = None
-    finished_at: Any = None
-    environment_setup: Any = None
-    agent_setup: Any = None
-    agent_execution: Any = None
-    verifier: Any = None
-    step_results: Any = None
-
-
-_TYPED = msgspec.json.Decoder(_TrialResult)
+_TYPED = typed_decoder(result_fields())
 
 
 def decode_trial_result(data: bytes, path: Path) -> Any | ReadFailure:
@@ -69,6 +65,6 @@ def decode_trial_result(data: bytes, path: Path) -> Any | ReadFailure:
     except (msgspec.ValidationError, msgspec.DecodeError):
         return decode(data, path)  # the slow, field-by-field checked path
     doc = msgspec.structs.asdict(typed)
-    if typed.agent_result is not None:
-        doc["agent_result"] = msgspec.structs.asdict(typed.agent_result)
+    if doc.get("agent_result") is not None:
+        doc["agent_result"] = msgspec.structs.asdict(doc["agent_result"])
     return doc

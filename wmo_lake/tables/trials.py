@@ -5,49 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-import pyarrow as pa
-
+from wmo_lake.columns import PHASES, SPECS, arrow_schema
 from wmo_lake.jsonfile import to_json_text
-from wmo_lake.tables import ctrf_tests
 from wmo_lake.tables.fields import Fields, is_real_number
 
-PHASES = ("environment_setup", "agent_setup", "agent_execution", "verifier")
-
-SCHEMA = pa.schema(
-    [
-        ("trial_key", pa.string()),
-        ("trial_id", pa.string()),
-        ("batch", pa.string()),
-        ("run", pa.string()),
-        ("step", pa.int64()),
-        ("job_key", pa.string()),
-        ("trial_name", pa.string()),
-        ("task_name", pa.string()),
-        ("artifact_dir", pa.string()),
-        ("agent_name", pa.string()),
-        ("agent_version", pa.string()),
-        ("model_name", pa.string()),
-        ("model_provider", pa.string()),
-        ("n_input_tokens", pa.int64()),
-        ("n_cache_tokens", pa.int64()),
-        ("n_output_tokens", pa.int64()),
-        ("cost_usd", pa.float64()),
-        # Every reward key -> the value's JSON text, so ints stay ints and bools stay bools.
-        ("rewards", pa.map_(pa.string(), pa.string())),
-        ("exception_type", pa.string()),
-        ("exception_message", pa.string()),
-        ("n_episodes", pa.int64()),
-        ("started_at", pa.timestamp("us", tz="UTC")),
-        ("finished_at", pa.timestamp("us", tz="UTC")),
-        *[(f"{phase}_sec", pa.float64()) for phase in PHASES],
-        ("multi_step", pa.bool_()),
-        ("n_rollout_segments", pa.int32()),
-        ("spans_status", pa.string()),
-        ("n_spans", pa.int32()),
-        *ctrf_tests.TRIAL_COLUMNS,
-        ("result_bytes", pa.int64()),
-    ]
-)
+SCHEMA = arrow_schema(SPECS["trials"])
 
 
 def parse_time(value: str | None) -> datetime | None:

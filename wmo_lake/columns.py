@@ -1,0 +1,684 @@
+"""Every column of every lake table, declared once: its name, its Arrow type, where in which
+source file it comes from, and what it means (as Inspect AI's `analysis` package declares its
+columns). From these follow:
+
+- each table's Arrow schema (`arrow_schema`, used by `wmo_lake/tables/`);
+- the fields the typed msgspec decoder of result.json reads (`tables/trial_result.py`), so a
+  column read from a new result.json field is never silently null;
+- the README's column tables (`python -m wmo_lake.columns README.md` rewrites them;
+  tests/test_readme.py holds the README to them);
+- the extract version (`extract_version`): any change of a name, type or source re-reads every
+  ingested dir on the next ingest, so no trial keeps a null new column.
+
+`source` is `(file, path)`: the file relative to the trial dir (a job's files are `<job>/...`),
+and a dotted path in it (`[0]` one list item, `[]` every item); `None` for a value wmo-lake
+derives (keys, labels, statuses, counts), which `meaning` then explains.
+
+This module needs no pyarrow: the ingest's fingerprint reads the extract version from it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from wmo_lake.ctrf import SUMMARY_COUNTS
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# The Arrow types columns may have, by the name a spec gives them.
+STRING = "string"
+INT32 = "int32"
+INT64 = "int64"
+FLOAT64 = "float64"
+BOOL = "bool"
+TIMESTAMP = "timestamp[us, UTC]"
+LIST_INT64 = "list<int64>"
+LIST_FLOAT64 = "list<float64>"
+LIST_STRING = "list<string>"
+MAP_STRING_STRING = "map<string, string>"
+
+# Bump for a change of extraction the specs do not show (a fixed bug, a new reading of a field):
+# the extract version is this and the specs' digest.
+EXTRACT_LOGIC_VERSION = "2"  # 2: trajectories / steps / tool_calls
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str
+    source: tuple[str, str] | None
+    meaning: str
+
+    @property
+    def file(self) -> str | None:
+        return None if self.source is None else self.source[0]
+
+    @property
+    def path(self) -> str | None:
+        return None if self.source is None else self.source[1]
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    name: str
+    grain: str  # what one row is
+    unit_column: str  # names the unit a row belongs to: a re-ingested unit replaces its own rows
+    columns: tuple[Column, ...]
+
+    @property
+    def names(self) -> list[str]:
+        return [column.name for column in self.columns]
+
+
+RESULT = "result.json"  # the trial's: harbor's TrialResult
+JOB_CONFIG = "<job>/config.json"  # harbor's JobConfig
+JOB_RESULT = "<job>/result.json"  # harbor's JobResult
+CTRF = "verifier/ctrf.json"
+TRAJECTORY = "agent/trajectory*.json"  # every ATIF file of the trial (see the README)
+
+# The identity every trial table carries.
+TRIAL_KEY = Column(
+    "trial_key",
+    STRING,
+    (RESULT, "id"),
+    "the TrialResult `id`, or `dir:` + the resolved trial dir when it has none",
+)
+BATCH = Column(
+    "batch", STRING, None, "the job dir's path relative to the PATH ingested (see Discovery)"
+)
+RUN = Column("run", STRING, None, "the path component before `harbor/`, when there is one")
+STEP = Column("step", INT64, None, "the integer of a `step-NNNN` path component, else null")
+TRIAL_NAME = Column("trial_name", STRING, (RESULT, "trial_name"), "as recorded")
+# Which ATIF file a trajectory row comes from.
+FILE = Column(
+    "file",
+    STRING,
+    None,
+    "the trajectory file (`trajectory.json`, `trajectory.cont-1.json`, ...; an embedded "
+    "subagent is `<file>#<trajectory_id>`)",
+)
+FILE_INDEX = Column("file_index", INT32, None, "the file's rank among the trial's trajectory files")
+TRACE_SOURCE = Column(
+    "trace_source",
+    STRING,
+    None,
+    "`main` for trajectory.json and its continuations, else the subagent's name "
+    "(`summarization-1-summary`)",
+)
+STEP_INDEX = Column("step_index", INT32, None, "0-based position of the step in its file")
+STEP_ID = Column("step_id", INT64, (TRAJECTORY, "steps[].step_id"), "as recorded")
+
+
+PHASES = ("environment_setup", "agent_setup", "agent_execution", "verifier")
+
+JOBS = TableSpec(
+    "jobs",
+    "job dir",
+    "job_key",
+    (
+        Column("job_key", STRING, None, "`job:` + the job dir's resolved path"),
+        BATCH,
+        RUN,
+        STEP,
+        Column("job_dir", STRING, None, "the job dir as walked"),
+        Column("job_name", STRING, (JOB_CONFIG, "job_name"), "as recorded"),
+        Column("job_id", STRING, (JOB_RESULT, "id"), "as recorded"),
+        Column("agent_import_path", STRING, (JOB_CONFIG, "agents[0].import_path"), "as recorded"),
+        Column("agent_name", STRING, (JOB_CONFIG, "agents[0].name"), "as recorded"),
+        Column("model_name", STRING, (JOB_CONFIG, "agents[0].model_name"), "as recorded"),
+        Column(
+            "n_attempts",
+            INT64,
+            (JOB_CONFIG, "n_attempts"),
+            "null when harbor's default was omitted",
+        ),
+        Column("max_turns", INT64, (JOB_CONFIG, "agents[0].kwargs.max_turns"), "the turn cap"),
+        Column(
+            "max_tokens",
+            INT64,
+            (JOB_CONFIG, "agents[0].kwargs.llm_kwargs.max_tokens"),
+            "the output cap per turn",
+        ),
+        Column(
+            "context_limit",
+            INT64,
+            (JOB_CONFIG, "agents[0].kwargs.llm_kwargs.context_limit"),
+            "the context budget",
+        ),
+        Column(
+            "model_path",
+            STRING,
+            (JOB_CONFIG, "agents[0].kwargs.llm_kwargs.model_path"),
+            "as recorded",
+        ),
+        Column("temperature", FLOAT64, (JOB_CONFIG, "agents[0].kwargs.temperature"), "as recorded"),
+        Column("agent_kwargs", STRING, (JOB_CONFIG, "agents[0].kwargs"), "as JSON text"),
+        Column(
+            "started_at",
+            STRING,
+            (JOB_RESULT, "started_at"),
+            "as written (harbor writes job times without a zone, so they are not read as UTC)",
+        ),
+        Column("finished_at", STRING, (JOB_RESULT, "finished_at"), "as written, like started_at"),
+        Column("n_total_trials", INT64, (JOB_RESULT, "n_total_trials"), "as recorded"),
+        Column(
+            "config_status", STRING, None, "`<job>/config.json`: `ok`, `absent` or `unreadable`"
+        ),
+        Column(
+            "result_status", STRING, None, "`<job>/result.json`: `ok`, `absent` or `unreadable`"
+        ),
+    ),
+)
+
+TRIALS = TableSpec(
+    "trials",
+    "trial",
+    "trial_key",
+    (
+        TRIAL_KEY,
+        Column("trial_id", STRING, (RESULT, "id"), "the TrialResult `id`"),
+        BATCH,
+        RUN,
+        STEP,
+        Column("job_key", STRING, None, "the trial's job (`jobs.job_key`)"),
+        TRIAL_NAME,
+        Column("task_name", STRING, (RESULT, "task_name"), "as recorded"),
+        Column("artifact_dir", STRING, None, "the trial dir"),
+        Column("agent_name", STRING, (RESULT, "agent_info.name"), "as recorded"),
+        Column("agent_version", STRING, (RESULT, "agent_info.version"), "as recorded"),
+        Column("model_name", STRING, (RESULT, "agent_info.model_info.name"), "as recorded"),
+        Column("model_provider", STRING, (RESULT, "agent_info.model_info.provider"), "as recorded"),
+        *[
+            Column(name, INT64, (RESULT, f"agent_result.{name}"), "the agent's total")
+            for name in ("n_input_tokens", "n_cache_tokens", "n_output_tokens")
+        ],
+        Column("cost_usd", FLOAT64, (RESULT, "agent_result.cost_usd"), "the agent's total"),
+        Column(
+            "rewards",
+            MAP_STRING_STRING,
+            (RESULT, "verifier_result.rewards"),
+            'key -> the value\'s JSON text (`"1"` stays an int, `"true"` a bool)',
+        ),
+        Column("exception_type", STRING, (RESULT, "exception_info.exception_type"), "as recorded"),
+        Column(
+            "exception_message", STRING, (RESULT, "exception_info.exception_message"), "as recorded"
+        ),
+        Column(
+            "n_episodes",
+            INT64,
+            (RESULT, "agent_result.metadata.n_episodes"),
+            "when an integer",
+        ),
+        Column(
+            "started_at", TIMESTAMP, (RESULT, "started_at"), "UTC (a naive time is taken as UTC)"
+        ),
+        Column("finished_at", TIMESTAMP, (RESULT, "finished_at"), "UTC, like started_at"),
+        *[
+            Column(
+                f"{phase}_sec",
+                FLOAT64,
+                (RESULT, phase),
+                "the phase's duration: finished_at - started_at",
+            )
+            for phase in PHASES
+        ],
+        Column("multi_step", BOOL, (RESULT, "step_results"), "whether it is non-empty"),
+        Column(
+            "n_rollout_segments",
+            INT32,
+            (RESULT, "agent_result.rollout_details"),
+            "how many segments it has (only the first is trainable)",
+        ),
+        Column(
+            "spans_status",
+            STRING,
+            None,
+            "why it has or lacks spans: `ok`, `empty`, `absent`, `multi_step`, `malformed`, "
+            "`unaligned_turns`, `logprob_mismatch`, `out_of_range`, `sink`, `sink_corrupt`",
+        ),
+        Column("n_spans", INT32, None, "rows in `spans`"),
+        Column(
+            "ctrf_status",
+            STRING,
+            None,
+            "`verifier/ctrf.json`: `ok`, `absent`, `unreadable`, `not_ctrf` (upstream's CTRF "
+            "model rejects it)",
+        ),
+        Column(
+            "ctrf_summary_present",
+            BOOL,
+            (CTRF, "results.summary"),
+            "the summary has `passed` and `failed`",
+        ),
+        Column(
+            "ctrf_summary_valid",
+            BOOL,
+            (CTRF, "results.summary"),
+            "the summary was read (upstream's CTRF model accepted it)",
+        ),
+        *[
+            Column(
+                f"ctrf_{name}",
+                INT64,
+                (CTRF, f"results.summary.{name}"),
+                'the summary count as upstream\'s CTRF model reads it (`2.0` and `"2"` are 2; '
+                "`skipped`, `pending`, `other` default to 0)",
+            )
+            for name in SUMMARY_COUNTS
+        ],
+        Column("ctrf_n_tests", INT32, (CTRF, "results.tests"), "its length (null when not a list)"),
+        Column("result_bytes", INT64, None, "the size of result.json"),
+    ),
+)
+
+SPANS = TableSpec(
+    "spans",
+    "sampled turn",
+    "trial_key",
+    (
+        TRIAL_KEY,
+        BATCH,
+        TRIAL_NAME,
+        Column("call_index", INT32, None, "0-based turn"),
+        Column(
+            "prompt_len",
+            INT32,
+            (RESULT, "agent_result.rollout_details[0].prompt_token_ids[]"),
+            "the full prompt's length (or the sink's `prompt_token_ids`)",
+        ),
+        Column(
+            "prompt_prefix_len",
+            INT32,
+            None,
+            "length of the prefix the prompt shares with the previous turn's prompt + sampled "
+            "tokens",
+        ),
+        Column(
+            "prompt_new_ids",
+            LIST_INT64,
+            (RESULT, "agent_result.rollout_details[0].prompt_token_ids[]"),
+            "the prompt's tokens after that prefix",
+        ),
+        Column(
+            "sampled_token_ids",
+            LIST_INT64,
+            (RESULT, "agent_result.rollout_details[0].completion_token_ids[]"),
+            "as recorded (or the sink's `sampled_token_ids`)",
+        ),
+        Column(
+            "sampled_logprobs",
+            LIST_FLOAT64,
+            (RESULT, "agent_result.rollout_details[0].logprobs[]"),
+            "as recorded (or the sink's `sampled_logprobs`)",
+        ),
+        Column("n_sampled", INT32, None, "`len(sampled_token_ids)`"),
+        Column(
+            "source",
+            STRING,
+            None,
+            "`rollout_details`, or `sink` (`{SINK}/{trial_name}.jsonl`, read when result.json "
+            "records no rollout details)",
+        ),
+    ),
+)
+
+STOP_REASONS = TableSpec(
+    "stop_reasons",
+    "trial (the evidence its stop reason is derived from)",
+    "trial_key",
+    (
+        TRIAL_KEY,
+        BATCH,
+        TRIAL_NAME,
+        Column(
+            "exception_type", STRING, (RESULT, "exception_info.exception_type"), "when a string"
+        ),
+        Column("n_episodes", INT64, (RESULT, "agent_result.metadata.n_episodes"), "as in `trials`"),
+        Column(
+            "trajectory_status",
+            STRING,
+            None,
+            "`agent/trajectory.json`: `ok`, `absent`, `unreadable`, `malformed`",
+        ),
+        Column(
+            "declared_complete",
+            BOOL,
+            ("agent/trajectory.json", "steps[].tool_calls[].function_name"),
+            "the last `agent` step calls `mark_task_complete`",
+        ),
+        Column(
+            "has_trace",
+            BOOL,
+            None,
+            "a `wmo-run.json` exists (`agent/` first, then the trial root)",
+        ),
+        Column("trace_path", STRING, None, "which one"),
+        Column("trace_stop_reason", STRING, ("wmo-run.json", "stop_reason"), "when a string"),
+    ),
+)
+
+TESTS = TableSpec(
+    "tests",
+    "CTRF test",
+    "trial_key",
+    (
+        TRIAL_KEY,
+        BATCH,
+        TRIAL_NAME,
+        Column("test_index", INT32, None, "position in `results.tests`"),
+        Column("name", STRING, (CTRF, "results.tests[].name"), "null when not a string"),
+        Column(
+            "status", STRING, (CTRF, "results.tests[].status"), 'as recorded (`""` when absent)'
+        ),
+        Column("duration", FLOAT64, (CTRF, "results.tests[].duration"), "null when not a number"),
+    ),
+)
+
+TRAJECTORIES = TableSpec(
+    "trajectories",
+    "trajectory file of a trial",
+    "trial_key",
+    (
+        TRIAL_KEY,
+        BATCH,
+        TRIAL_NAME,
+        FILE,
+        FILE_INDEX,
+        TRACE_SOURCE,
+        Column("status", STRING, None, "`ok`, `unreadable` or `malformed`"),
+        Column("bytes", INT64, None, "the file's size"),
+        Column("schema_version", STRING, (TRAJECTORY, "schema_version"), "as recorded"),
+        Column("session_id", STRING, (TRAJECTORY, "session_id"), "as recorded"),
+        Column("agent_name", STRING, (TRAJECTORY, "agent.name"), "as recorded"),
+        Column("agent_version", STRING, (TRAJECTORY, "agent.version"), "as recorded"),
+        Column("model_name", STRING, (TRAJECTORY, "agent.model_name"), "as recorded"),
+        Column(
+            "tool_definitions",
+            STRING,
+            (TRAJECTORY, "agent.tool_definitions"),
+            "as JSON text (indent=2, as harbor's export embeds them), null when none",
+        ),
+        Column(
+            "continued_trajectory_ref",
+            STRING,
+            (TRAJECTORY, "continued_trajectory_ref"),
+            "the continuation file it names",
+        ),
+        Column("n_steps", INT32, (TRAJECTORY, "steps"), "how many steps it has"),
+        Column(
+            "total_prompt_tokens",
+            INT64,
+            (TRAJECTORY, "final_metrics.total_prompt_tokens"),
+            "as recorded",
+        ),
+        Column(
+            "total_completion_tokens",
+            INT64,
+            (TRAJECTORY, "final_metrics.total_completion_tokens"),
+            "as recorded",
+        ),
+        Column(
+            "total_cached_tokens",
+            INT64,
+            (TRAJECTORY, "final_metrics.total_cached_tokens"),
+            "as recorded",
+        ),
+        Column(
+            "total_cost_usd", FLOAT64, (TRAJECTORY, "final_metrics.total_cost_usd"), "as recorded"
+        ),
+    ),
+)
+
+STEPS = TableSpec(
+    "steps",
+    "ATIF step",
+    "trial_key",
+    (
+        TRIAL_KEY,
+        BATCH,
+        TRIAL_NAME,
+        FILE,
+        FILE_INDEX,
+        TRACE_SOURCE,
+        STEP_INDEX,
+        STEP_ID,
+        Column("source", STRING, (TRAJECTORY, "steps[].source"), "`system`, `user` or `agent`"),
+        Column("timestamp", TIMESTAMP, (TRAJECTORY, "steps[].timestamp"), "UTC"),
+        Column("model_name", STRING, (TRAJECTORY, "steps[].model_name"), "as recorded"),
+        Column("message", STRING, (TRAJECTORY, "steps[].message"), "its text parts, joined"),
+        Column(
+            "reasoning_content", STRING, (TRAJECTORY, "steps[].reasoning_content"), "as recorded"
+        ),
+        Column(
+            "n_tool_calls",
+            INT32,
+            (TRAJECTORY, "steps[].tool_calls"),
+            "how many (the calls are `tool_calls` rows)",
+        ),
+        Column(
+            "observation",
+            STRING,
+            (TRAJECTORY, "steps[].observation.results[].content"),
+            "every result's text, joined with a newline",
+        ),
+        Column(
+            "media",
+            LIST_STRING,
+            (TRAJECTORY, "steps[].message"),
+            "the non-text parts of the message and observation, as `type:path`",
+        ),
+        Column(
+            "prompt_tokens", INT64, (TRAJECTORY, "steps[].metrics.prompt_tokens"), "as recorded"
+        ),
+        Column(
+            "completion_tokens",
+            INT64,
+            (TRAJECTORY, "steps[].metrics.completion_tokens"),
+            "as recorded",
+        ),
+        Column(
+            "cached_tokens", INT64, (TRAJECTORY, "steps[].metrics.cached_tokens"), "as recorded"
+        ),
+        Column("cost_usd", FLOAT64, (TRAJECTORY, "steps[].metrics.cost_usd"), "as recorded"),
+        Column("llm_call_count", INT64, (TRAJECTORY, "steps[].llm_call_count"), "as recorded"),
+        Column("is_copied_context", BOOL, (TRAJECTORY, "steps[].is_copied_context"), "as recorded"),
+    ),
+)
+
+TOOL_CALLS = TableSpec(
+    "tool_calls",
+    "tool call of an ATIF step",
+    "trial_key",
+    (
+        TRIAL_KEY,
+        BATCH,
+        TRIAL_NAME,
+        FILE,
+        FILE_INDEX,
+        TRACE_SOURCE,
+        Column(
+            "step_index",
+            INT32,
+            None,
+            "the step's (joins `steps` on trial_key, file_index, step_index)",
+        ),
+        STEP_ID,
+        Column("call_index", INT32, None, "0-based position in the step's tool_calls"),
+        Column(
+            "tool_call_id", STRING, (TRAJECTORY, "steps[].tool_calls[].tool_call_id"), "as recorded"
+        ),
+        Column(
+            "function_name",
+            STRING,
+            (TRAJECTORY, "steps[].tool_calls[].function_name"),
+            "as recorded",
+        ),
+        Column(
+            "arguments",
+            STRING,
+            (TRAJECTORY, "steps[].tool_calls[].arguments"),
+            "as JSON text, rendered as harbor's trace export renders it (`{}` when absent)",
+        ),
+    ),
+)
+
+PROBLEMS = TableSpec(
+    "problems",
+    "thing that could not be read as expected",
+    "unit_key",
+    (
+        Column(
+            "unit_key",
+            STRING,
+            None,
+            "the trial (`trial_key`), job (`job:...`), dir (`dir:...`), duplicate (`dup:...`) "
+            "or walk (`walk:...`) it belongs to",
+        ),
+        Column("batch", STRING, None, "when known"),
+        Column("trial_name", STRING, None, "when known"),
+        Column("path", STRING, None, "the file or dir"),
+        Column(
+            "kind",
+            STRING,
+            None,
+            "`unreadable_trial`, `missing_result`, `invalid_json`, `empty_file`, `not_utf8`, "
+            "`not_an_object`, `not_a_trial_result`, `unreadable_file`, `wrong_type`, "
+            "`malformed_spans`, `unaligned_turns`, `logprob_mismatch`, `out_of_range`, "
+            "`sink_corrupt`, `not_ctrf`, `invalid_reward`, `malformed_trajectory`, "
+            "`missing_continuation`, "
+            "`duplicate_trial`, `symlink_loop`, `unreadable_dir`, `not_a_directory`",
+        ),
+        Column(
+            "message",
+            STRING,
+            None,
+            "what was wrong (file, field, what was expected) and what to do",
+        ),
+    ),
+)
+
+SPECS: dict[str, TableSpec] = {
+    spec.name: spec
+    for spec in (
+        JOBS,
+        TRIALS,
+        SPANS,
+        STOP_REASONS,
+        TESTS,
+        TRAJECTORIES,
+        STEPS,
+        TOOL_CALLS,
+        PROBLEMS,
+    )
+}
+
+
+def arrow_type(name: str) -> pa.DataType:
+    import pyarrow as pa
+
+    types = {
+        STRING: pa.string,
+        INT32: pa.int32,
+        INT64: pa.int64,
+        FLOAT64: pa.float64,
+        BOOL: pa.bool_,
+        TIMESTAMP: lambda: pa.timestamp("us", tz="UTC"),
+        LIST_INT64: lambda: pa.list_(pa.int64()),
+        LIST_FLOAT64: lambda: pa.list_(pa.float64()),
+        LIST_STRING: lambda: pa.list_(pa.string()),
+        MAP_STRING_STRING: lambda: pa.map_(pa.string(), pa.string()),
+    }
+    return types[name]()
+
+
+def arrow_schema(spec: TableSpec) -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema([(column.name, arrow_type(column.type)) for column in spec.columns])
+
+
+def extract_version(specs: dict[str, TableSpec] | None = None) -> str:
+    """EXTRACT_LOGIC_VERSION and a digest of every table's column names, types and sources
+    (meanings are documentation: a re-read would change nothing)."""
+    specs = SPECS if specs is None else specs
+    parts = [
+        f"{spec.name}/{spec.unit_column}/{column.name}/{column.type}/{column.source}"
+        for spec in specs.values()
+        for column in spec.columns
+    ]
+    digest = hashlib.sha1("\n".join(parts).encode()).hexdigest()[:12]
+    return f"{EXTRACT_LOGIC_VERSION}-{digest}"
+
+
+def result_fields(specs: dict[str, TableSpec] | None = None) -> dict[str, set[str]]:
+    """The result.json fields the trial tables read: top-level key -> the keys read under it
+    (empty when the whole value is read)."""
+    specs = SPECS if specs is None else specs
+    fields: dict[str, set[str]] = {}
+    for spec in specs.values():
+        for column in spec.columns:
+            if column.file != RESULT or column.path is None:
+                continue
+            top, _, rest = column.path.partition(".")
+            below = fields.setdefault(top, set())
+            if rest:
+                below.add(re.split(r"[.\[]", rest, maxsplit=1)[0])
+    return fields
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def readme_table(spec: TableSpec) -> str:
+    """The README's markdown table of one table's columns."""
+    lines = ["| column | type | from | meaning |", "| --- | --- | --- | --- |"]
+    for column in spec.columns:
+        where = "-" if column.source is None else f"`{column.file}` `{column.path}`"
+        lines.append(
+            f"| {column.name} | {column.type} | {_cell(where)} | {_cell(column.meaning)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def readme_heading(spec: TableSpec) -> str:
+    return f"### `{spec.name}`: one row per {spec.grain}"
+
+
+def rewrite_readme(text: str) -> str:
+    """`text` (the README) with each table's column table replaced by the one its spec gives: the
+    markdown table that follows the table's heading."""
+    for spec in SPECS.values():
+        heading = readme_heading(spec)
+        start = text.find(heading + "\n")
+        if start < 0:
+            raise ValueError(f"the README has no heading {heading!r}")
+        table_start = text.index("\n|", start) + 1
+        table_end = table_start
+        while text.startswith("|", table_end):
+            table_end = text.index("\n", table_end) + 1
+        text = text[:table_start] + readme_table(spec) + text[table_end:]
+    return text
+
+
+def main(argv: list[str]) -> int:
+    """`python -m wmo_lake.columns README.md`: rewrite the README's column tables from the specs."""
+    if len(argv) != 1:
+        print("usage: python -m wmo_lake.columns README.md", file=sys.stderr)
+        return 2
+    path = Path(argv[0])
+    path.write_text(rewrite_readme(path.read_text(encoding="utf-8")), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
+
+
+__all__ = ["SPECS", "Column", "TableSpec", "arrow_schema", "extract_version", "result_fields"]
