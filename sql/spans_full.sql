@@ -1,35 +1,49 @@
 -- spans_full: one row per sampled turn (a `spans` row) with its FULL prompt given back.
 -- Storage keeps each prompt as (prompt_prefix_len, prompt_new_ids): the prefix it shares with the
--- previous turn's full prompt + sampled tokens, then the new tokens. The full prompt of turn i is
--- (full_prompt[i-1] || sampled[i-1])[1 : prefix_len] || prompt_new_ids, turn 0 being its new ids.
+-- previous turn's full prompt + sampled tokens, then the new tokens. Within a merged sequence
+-- (datum_spans: each prompt extends the previous prompt + sampled tokens whole), turn k's prompt
+-- is the sequence's base (prompt_bases: what it kept of the sequences before it; empty for the
+-- first) || for every turn j <= k of the sequence, in call order, turn j-1's sampled_token_ids
+-- (none for its first turn) || turn j's prompt_new_ids. That is a running concatenation (a
+-- window), never a recursion, so any number of turns.
 CREATE OR REPLACE VIEW spans_full AS
-WITH RECURSIVE rebuilt(trial_key, call_index, prompt_token_ids, sampled_token_ids) AS (
-    SELECT trial_key, call_index, prompt_new_ids, sampled_token_ids
-    FROM spans
-    WHERE call_index = 0
-    UNION ALL
+WITH pieces AS (
     SELECT
-        s.trial_key,
-        s.call_index,
-        list_concat(
-            list_slice(list_concat(r.prompt_token_ids, r.sampled_token_ids), 1, s.prompt_prefix_len),
-            s.prompt_new_ids
-        ),
-        s.sampled_token_ids
-    FROM rebuilt AS r
-    JOIN spans AS s
-        ON s.trial_key = r.trial_key AND s.call_index = r.call_index + 1
+        *,
+        coalesce(
+            lag(sampled_token_ids) OVER (
+                PARTITION BY trial_key, sequence_index ORDER BY call_index
+            ),
+            []
+        )
+        || prompt_new_ids AS appended
+    FROM datum_spans
+),
+running AS (
+    SELECT
+        *,
+        flatten(
+            list(appended) OVER (
+                PARTITION BY trial_key, sequence_index
+                ORDER BY call_index
+                ROWS UNBOUNDED PRECEDING
+            )
+        ) AS sequence_prompt
+    FROM pieces
 )
 SELECT
-    s.trial_key,
-    s.batch,
-    s.trial_name,
-    s.call_index,
-    r.prompt_token_ids,
-    s.sampled_token_ids,
-    s.sampled_logprobs,
-    s.prompt_len,
-    s.n_sampled,
-    s.source
-FROM spans AS s
-JOIN rebuilt AS r USING (trial_key, call_index);
+    r.trial_key,
+    r.batch,
+    r.trial_name,
+    r.call_index,
+    CASE
+        WHEN b.base_token_ids IS NULL THEN r.sequence_prompt
+        ELSE b.base_token_ids || r.sequence_prompt
+    END AS prompt_token_ids,
+    r.sampled_token_ids,
+    r.sampled_logprobs,
+    r.prompt_len,
+    r.n_sampled,
+    r.source
+FROM running AS r
+LEFT JOIN prompt_bases AS b USING (trial_key, sequence_index);

@@ -6,14 +6,16 @@ CREATE OR REPLACE VIEW trial_records AS
 WITH span_lists AS (
     SELECT
         trial_key,
-        list(
-            {
-                'call_index': call_index,
-                'prompt_token_ids': prompt_token_ids,
-                'sampled_token_ids': sampled_token_ids,
-                'sampled_logprobs': sampled_logprobs
-            }
-            ORDER BY call_index
+        -- in call order by sorting on the first field (list(... ORDER BY) does not transpile)
+        list_sort(
+            list(
+                {
+                    'call_index': call_index,
+                    'prompt_token_ids': prompt_token_ids,
+                    'sampled_token_ids': sampled_token_ids,
+                    'sampled_logprobs': sampled_logprobs
+                }
+            )
         ) AS spans
     FROM spans_full
     GROUP BY trial_key
