@@ -41,6 +41,18 @@ def orjson_load_seconds(paths: Iterable[Path]) -> tuple[float, int]:
     return time.perf_counter() - started, total
 
 
+def prompt_tokens_from_results(paths: Iterable[Path]) -> int:
+    """Every turn's full prompt read back from result.json with orjson (the spans_full anchor):
+    the prompt token lists of rollout_details[0], as Python lists; returns their token count."""
+    total = 0
+    for path in paths:
+        payload = orjson.loads(path.read_bytes())
+        details = (payload.get("agent_result") or {}).get("rollout_details") or []
+        if details:
+            total += sum(len(prompt) for prompt in details[0].get("prompt_token_ids") or [])
+    return total
+
+
 def read_json(path: Path) -> Any | None:
     """A JSON document, or None when missing or unreadable (the seeds' `_read_json_object`
     reads with the stdlib, which accepts NaN; orjson first because it is faster)."""

@@ -5,8 +5,6 @@
 -- prompt_prefix_len is the prefix shared with exactly those tokens, so the test is
 -- prompt_prefix_len = previous prompt_len + previous n_sampled, and the appended context is then
 -- exactly prompt_new_ids. Any other span starts a new sequence with its whole prompt.
--- The span's stored token lists ride along for spans_full, prompt_bases and datums (a query that
--- does not name them does not read them).
 CREATE OR REPLACE VIEW datum_spans AS
 WITH placed AS (
     SELECT
@@ -17,10 +15,6 @@ WITH placed AS (
         prompt_len,
         prompt_prefix_len,
         n_sampled,
-        prompt_new_ids,
-        sampled_token_ids,
-        sampled_logprobs,
-        source,
         coalesce(
             call_index > 0
             AND prompt_prefix_len
@@ -44,9 +38,5 @@ SELECT
     )::BIGINT - 1 AS sequence_index,
     -- context tokens this span appends: the new prompt tokens, or the whole prompt at a start
     CASE WHEN extends_previous THEN prompt_len - prompt_prefix_len ELSE prompt_len END
-        AS context_tokens,
-    prompt_new_ids,
-    sampled_token_ids,
-    sampled_logprobs,
-    source
+        AS context_tokens
 FROM placed;

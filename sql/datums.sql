@@ -14,18 +14,21 @@ WITH kept AS (
 ),
 pieces AS (
     -- what each span appends; zeros are made by mapping the token list they stand for
+    -- (placement from datum_spans, token lists joined from `spans` after its windows)
     SELECT
-        trial_key,
-        sequence_index,
-        call_index,
-        n_sampled,
-        context_tokens,
-        prompt_new_ids || sampled_token_ids AS tokens,
-        list_transform(prompt_new_ids, lambda token: 0.0::DOUBLE)
-        || list_transform(sampled_token_ids, lambda token: 1.0::DOUBLE) AS mask,
-        list_transform(prompt_new_ids, lambda token: 0.0::DOUBLE) || sampled_logprobs AS logprobs
-    FROM datum_spans
-    WHERE trial_key IN (SELECT trial_key FROM kept)
+        d.trial_key,
+        d.sequence_index,
+        d.call_index,
+        d.n_sampled,
+        d.context_tokens,
+        s.prompt_new_ids || s.sampled_token_ids AS tokens,
+        list_transform(s.prompt_new_ids, lambda token: 0.0::DOUBLE)
+        || list_transform(s.sampled_token_ids, lambda token: 1.0::DOUBLE) AS mask,
+        list_transform(s.prompt_new_ids, lambda token: 0.0::DOUBLE) || s.sampled_logprobs
+            AS logprobs
+    FROM datum_spans AS d
+    JOIN spans AS s ON s.trial_key = d.trial_key AND s.call_index = d.call_index
+    WHERE d.trial_key IN (SELECT trial_key FROM kept)
 ),
 sequences AS (
     SELECT

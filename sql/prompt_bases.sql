@@ -25,20 +25,21 @@ broken AS (
 ),
 streams AS (
     -- C_d, ordered by sorting (call_index, tokens) pairs: list(... ORDER BY) does not transpile
+    -- (the token lists read from `spans`, filtered before they meet a window or a join)
     SELECT
-        trial_key,
-        sequence_index,
+        p.trial_key,
+        p.sequence_index,
         flatten(
             list_transform(
                 list_sort(
-                    list({'call_index': call_index, 'tokens': prompt_new_ids || sampled_token_ids})
+                    list({'call_index': s.call_index, 'tokens': s.prompt_new_ids || s.sampled_token_ids})
                 ),
                 lambda piece: piece.tokens
             )
         ) AS tokens
-    FROM datum_spans
-    WHERE trial_key IN (SELECT trial_key FROM broken)
-    GROUP BY trial_key, sequence_index
+    FROM (SELECT * FROM spans WHERE trial_key IN (SELECT trial_key FROM broken)) AS s
+    JOIN datum_spans AS p ON p.trial_key = s.trial_key AND p.call_index = s.call_index
+    GROUP BY p.trial_key, p.sequence_index
 ),
 reach AS (
     -- for each later sequence c and earlier d = e - 1: how far into the accumulated tokens c

@@ -9,15 +9,17 @@
 CREATE OR REPLACE VIEW spans_full AS
 WITH pieces AS (
     SELECT
-        *,
+        s.*,
+        d.sequence_index,
         coalesce(
-            lag(sampled_token_ids) OVER (
-                PARTITION BY trial_key, sequence_index ORDER BY call_index
+            lag(s.sampled_token_ids) OVER (
+                PARTITION BY s.trial_key, d.sequence_index ORDER BY s.call_index
             ),
             []
         )
-        || prompt_new_ids AS appended
-    FROM datum_spans
+        || s.prompt_new_ids AS appended
+    FROM spans AS s
+    JOIN datum_spans AS d ON d.trial_key = s.trial_key AND d.call_index = s.call_index
 ),
 running AS (
     SELECT

@@ -47,6 +47,16 @@ def test_a_stale_file_is_not_used(lake: Path) -> None:
     assert con.execute("SELECT count(*) FROM trials").fetchall() == [(2,)]
 
 
+def test_a_file_built_for_other_view_definitions_is_not_used(
+    lake: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert connect(lake).execute("SELECT current_database()").fetchall() == [("lake",)]
+    # the same generation, but a wmo-lake whose sql/ differs (an upgrade changed a view)
+    monkeypatch.setattr("wmo_lake.lake.views_digest", lambda: "0123456789abcdef")
+    con = connect(lake)
+    assert con.execute("SELECT current_database()").fetchall() == [("memory",)]
+
+
 def test_settings_reach_both_doors(lake: Path) -> None:
     store = Store(lake)
     settings = {"wmo_reward_mode": "positive-binary", "wmo_max_turns": 1}

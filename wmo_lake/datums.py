@@ -113,15 +113,18 @@ def export_datums(
     con = connect(lake, dict(settings or {}))
     try:
         used = settings_row(con)
+        scoped = _scope_sql(where)
         try:
-            # Materialized once: the guard counts it, the writer streams it.
-            con.execute(f"CREATE TEMP TABLE scoped AS {_scope_sql(where)}", scope)
+            # Counted without building token lists (the view's list columns are not read);
+            # the writer then streams the one full pass.
+            rows_by_task = dict(
+                con.execute(
+                    f"SELECT task_id, count(*) FROM ({scoped}) GROUP BY task_id", scope
+                ).fetchall()
+            )
         except duckdb.Error as error:
             hint = f" (check --where {where!r})" if where else ""
             raise ExportError(f"cannot select the datums{hint}: {error}") from None
-        rows_by_task = dict(
-            con.execute("SELECT task_id, count(*) FROM scoped GROUP BY task_id").fetchall()
-        )
         guard = SplitGuard(registry)
         kept = guard.keep(rows_by_task)
         excluded = dict(guard.excluded)
@@ -133,25 +136,26 @@ def export_datums(
         con.execute("CREATE TEMP TABLE kept_tasks (task_id VARCHAR)")
         if kept:
             con.executemany("INSERT INTO kept_tasks VALUES (?)", [[t] for t in kept])
-        con.execute(
-            "CREATE TEMP VIEW selected AS SELECT * FROM scoped AS d WHERE EXISTS "
+        selected = (
+            f"SELECT * FROM ({scoped}) AS d WHERE EXISTS "
             "(SELECT 1 FROM kept_tasks AS k WHERE k.task_id IS NOT DISTINCT FROM d.task_id)"
         )
         counts = con.execute(
             "SELECT count(*), coalesce(sum(n_tokens), 0), coalesce(sum(loss_tokens), 0), "
-            "count(*) FILTER (WHERE fragment_index > 0) FROM selected"
+            f"count(*) FILTER (WHERE fragment_index > 0) FROM ({selected})",
+            scope,
         ).fetchall()[0]
         written = dict(zip(("rows", "tokens", "loss_tokens", "fragments"), counts, strict=True))
         if not written["rows"]:
             raise ExportError(_nothing_to_export(rows_by_task, excluded, batches, scope, where))
         ordered = con.sql(
-            f"SELECT {', '.join(COLUMNS)} FROM selected "
-            "ORDER BY run NULLS LAST, step NULLS LAST, batch, trial_name, fragment_index"
+            f"SELECT {', '.join(COLUMNS)} FROM ({selected}) "
+            "ORDER BY run NULLS LAST, step NULLS LAST, batch, trial_name, fragment_index",
+            params=scope,
         )
 
         def write(path: Path) -> int:
-            ordered.write_parquet(str(path), compression="zstd")
-            return int(written["rows"])
+            return _write_parquet(ordered, path)
 
         return export.write_export(
             out,
@@ -181,6 +185,26 @@ def export_datums(
         )
     finally:
         con.close()
+
+
+def _write_parquet(relation: duckdb.DuckDBPyRelation, path: Path) -> int:
+    """Stream `relation` into Parquet (zstd) with pyarrow, in record batches so memory stays a
+    batch: dictionaries only for the string columns (token lists: faster and smaller without)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    reader = relation.to_arrow_reader(256)
+    strings = [
+        f.name
+        for f in reader.schema
+        if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
+    ]
+    rows = 0
+    with pq.ParquetWriter(path, reader.schema, compression="zstd", use_dictionary=strings) as out:
+        for batch in reader:
+            out.write_batch(batch)
+            rows += batch.num_rows
+    return rows
 
 
 def _batches(con: duckdb.DuckDBPyConnection, scope: Mapping[str, Any]) -> list[dict[str, Any]]:
