@@ -8,12 +8,13 @@ BIN := $(VENV)/bin
 DEMO_LAKE ?= /tmp/wmo-lake-demo
 DEMO_REPORT ?= $(DEMO_LAKE)-report.html
 
-.PHONY: help setup demo test test-fast lint bench screenshot clean
+.PHONY: help setup demo test test-fast lint typecheck bench screenshot clean
 
 help:
 	@echo "make demo   ingest fixtures/harbor into a lake, print stats and a query, write the report"
 	@echo "make test   install and run the test suite (make test-fast: without the slow tests)"
-	@echo "make lint   ruff"
+	@echo "make lint   ruff check, ruff format --check, sqlfluff over sql/"
+	@echo "make typecheck  mypy over the package and the benchmarks"
 	@echo "make bench  benchmarks (ratios against anchors measured in the same run)"
 
 $(BIN)/wmo-lake: pyproject.toml
@@ -34,7 +35,8 @@ demo: setup
 	$(BIN)/wmo-lake report --lake $(DEMO_LAKE) --out $(DEMO_REPORT)
 	@echo "report: $(DEMO_REPORT) (open it in a browser; it needs no network)"
 
-test: setup
+# What CI runs (.ci/run): the linters, the type check, then every test.
+test: setup lint typecheck
 	$(BIN)/python -m pytest -q
 
 test-fast: setup
@@ -48,9 +50,13 @@ screenshot: setup
 lint: setup
 	$(BIN)/ruff check wmo_lake tests bench
 	$(BIN)/ruff format --check wmo_lake tests bench
+	$(BIN)/sqlfluff lint sql --processes 2
+
+typecheck: setup
+	$(BIN)/mypy
 
 bench: setup
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache

@@ -633,7 +633,7 @@ def bench_trajectories(report: Report, args: argparse.Namespace) -> None:
         anchor, _ = baselines.orjson_load_seconds(files)
         shutil.rmtree(lake, ignore_errors=True)
         run = ingest([tree.root], lake, args.workers)
-        n_steps = connect(lake).execute("SELECT count(*) FROM steps").fetchone()[0]
+        (n_steps,) = connect(lake).execute("SELECT count(*) FROM steps").fetchone() or (0,)
         shutil.rmtree(lake, ignore_errors=True)
         without = ingest([twin.root], lake, args.workers)
         shutil.rmtree(lake, ignore_errors=True)
@@ -827,6 +827,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _generated(tree: treegen.Tree | None) -> treegen.Tree:
+    if tree is None:  # run() generates it whenever a bench that reads it is selected
+        raise RuntimeError("the rollouts tree was not generated")
+    return tree
+
+
 def run(argv: list[str] | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the selected benches; returns the report (also written to OUT/report.json)."""
     args = parse_args(argv)
@@ -839,10 +845,10 @@ def run(argv: list[str] | None = None, log: Callable[[str], None] = print) -> di
     if {"ingest", "stats", "export", "prompts"} & set(args.only):
         tree = treegen.cached(spec, args.out, log=log, workers=args.gen_workers)
     steps: dict[str, Callable[[], None]] = {
-        "ingest": lambda: bench_ingest(report, tree, args),
-        "stats": lambda: bench_stats(report, tree, args),
-        "export": lambda: bench_export(report, tree, args),
-        "prompts": lambda: bench_prompts(report, tree, args),
+        "ingest": lambda: bench_ingest(report, _generated(tree), args),
+        "stats": lambda: bench_stats(report, _generated(tree), args),
+        "export": lambda: bench_export(report, _generated(tree), args),
+        "prompts": lambda: bench_prompts(report, _generated(tree), args),
         "trajectories": lambda: bench_trajectories(report, args),
         "report": lambda: bench_report(report, args),
     }

@@ -91,7 +91,9 @@ def _spans_sampled_lengths(payload: dict[str, Any]) -> list[int]:
     if not isinstance(details, list) or not details or not isinstance(details[0], dict):
         return []
     detail = details[0]
-    lists = [detail.get(k) for k in ("prompt_token_ids", "completion_token_ids", "logprobs")]
+    lists: list[Any] = [
+        detail.get(k) for k in ("prompt_token_ids", "completion_token_ids", "logprobs")
+    ]
     for index, value in enumerate(lists):
         if not isinstance(value, list):
             return []

@@ -56,7 +56,7 @@ item_counts AS (
 readings AS (
     SELECT
         t.trial_key,
-        t.ctrf_status = 'ok' AND t.ctrf_summary_valid IS DISTINCT FROM false AS report_grades,
+        t.ctrf_status = 'ok' AND (t.ctrf_summary_valid IS DISTINCT FROM false) AS report_grades,
         -- itemized reading (results.tests was a list)
         t.ctrf_n_tests IS NOT NULL AND coalesce(i.resolved, 0) > 0 AS items_present,
         coalesce(i.passed, 0) AS items_passed,

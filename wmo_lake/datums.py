@@ -318,7 +318,7 @@ def to_tinker(
     """
     if loss_fn not in LOSSES:
         raise ValueError(f"loss_fn {loss_fn!r} is not supported; choose one of {', '.join(LOSSES)}")
-    tinker = _tinker()
+    tinker_module = _tinker()
     result: list[tinker.Datum] = []
     for index, row in enumerate(_row_dicts(rows)):
         tokens = np.asarray(row["model_input_tokens"], dtype=np.int64)
@@ -329,18 +329,18 @@ def to_tinker(
                 "a training datum needs at least 2 tokens and one mask value per token"
             )
         inputs: dict[str, Any] = {
-            "target_tokens": tinker.TensorData.from_numpy(tokens[1:]),
+            "target_tokens": tinker_module.TensorData.from_numpy(tokens[1:]),
         }
         if loss_fn == "cross_entropy":
-            inputs["weights"] = tinker.TensorData.from_numpy(mask[1:])
+            inputs["weights"] = tinker_module.TensorData.from_numpy(mask[1:])
         else:
             logprobs = np.asarray(row["sampled_logprobs"], dtype=np.float32)
             advantage = np.float32(row["advantage"])
-            inputs["logprobs"] = tinker.TensorData.from_numpy(logprobs[1:])
-            inputs["advantages"] = tinker.TensorData.from_numpy(advantage * mask[1:])
+            inputs["logprobs"] = tinker_module.TensorData.from_numpy(logprobs[1:])
+            inputs["advantages"] = tinker_module.TensorData.from_numpy(advantage * mask[1:])
         result.append(
-            tinker.Datum(
-                model_input=tinker.ModelInput.from_ints(tokens[:-1].tolist()),
+            tinker_module.Datum(
+                model_input=tinker_module.ModelInput.from_ints(tokens[:-1].tolist()),
                 loss_fn_inputs=inputs,
             )
         )

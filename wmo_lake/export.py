@@ -259,7 +259,7 @@ def write_export(
     kind: str,
     registry: TaskRegistry | None,
     excluded: Mapping[str, int],
-    extra: Mapping[str, Any] | Callable[[], Mapping[str, Any]] = (),
+    extra: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Write FILE and FILE.manifest.json atomically, never overwriting; return the manifest.
 
@@ -286,7 +286,7 @@ def write_export(
             excluded=excluded,
         )
         manifest["dataset"] = out.name
-        manifest.update(extra() if callable(extra) else extra)
+        manifest.update(extra() if callable(extra) else (extra or {}))
         tmp_manifest.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", "utf-8")
         _fsync(tmp_manifest)
         # os.link fails when the target exists: no overwrite even if one appeared meanwhile.

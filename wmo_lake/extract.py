@@ -107,7 +107,9 @@ def extract_trial(task: TrialTask) -> Extracted:
             result_path,
             f"{result_path} does not exist" if task.trial_shaped_config else "",
         )
-    doc: Any = data if isinstance(data, ReadFailure) else decode_trial_result(data, result_path)
+    if isinstance(data, ReadFailure):
+        return _not_a_trial(task, problems, data.kind, result_path, data.message)
+    doc: Any = decode_trial_result(data, result_path)
     if isinstance(doc, ReadFailure):
         return _not_a_trial(task, problems, doc.kind, result_path, doc.message)
     if not isinstance(doc, dict):

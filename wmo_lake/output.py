@@ -90,8 +90,8 @@ def render(
         json.dump(rows_as_dicts(relation), buffer, ensure_ascii=False, indent=2)
         buffer.write("\n")
     elif fmt == "jsonl":
-        for row in rows_as_dicts(relation):
-            buffer.write(json.dumps(row, ensure_ascii=False) + "\n")
+        for record in rows_as_dicts(relation):
+            buffer.write(json.dumps(record, ensure_ascii=False) + "\n")
     else:
         raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if output is None:

@@ -116,9 +116,9 @@ class Readers:
                     finished += 1
                     continue
                 in_flight -= 1
-                task = next(queue, None)
-                if task is not None:
-                    task_queue.put(task)
+                following = next(queue, None)
+                if following is not None:
+                    task_queue.put(following)
                     in_flight += 1
                 elif in_flight == 0:
                     for _ in processes:
@@ -198,7 +198,9 @@ def _reader_main(tasks: Any, results: Any, lake: str, prefix: str, parent_pid: i
         results.put(("error", traceback.format_exc(), None))
 
 
-def _worker_context() -> multiprocessing.context.BaseContext:
+def _worker_context() -> (
+    multiprocessing.context.ForkContext | multiprocessing.context.ForkServerContext
+):
     """`fork` while this process is still single-threaded (the CLI: workers start at once, with
     nothing to import but extraction); `forkserver` otherwise, since forking a process whose
     other threads may hold locks (pyarrow starts some on import) can deadlock the child."""

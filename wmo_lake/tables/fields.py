@@ -19,6 +19,8 @@ from wmo_lake.columns import SPECS, arrow_schema
 
 PROBLEMS_SCHEMA = arrow_schema(SPECS["problems"])
 
+Text = str  # `str` is also a method name of Fields; annotations after it say Text
+
 
 @dataclass
 class ProblemLog:
@@ -120,7 +122,7 @@ class Fields:
             return None
         return value
 
-    def obj(self, *keys: str) -> dict[str, Any] | None:
+    def obj(self, *keys: Text) -> dict[Text, Any] | None:
         value = self.get(*keys)
         if value is None:
             return None
@@ -129,7 +131,7 @@ class Fields:
             return None
         return value
 
-    def list(self, *keys: str) -> list[Any] | None:
+    def list(self, *keys: Text) -> list[Any] | None:
         value = self.get(*keys)
         if value is None:
             return None

@@ -113,8 +113,10 @@ def add_file(
                 "its steps are not in the lake. Re-run the trial or restore the file",
             )
         return None
-    agent = doc.get("agent") if isinstance(doc.get("agent"), dict) else {}
-    final = doc.get("final_metrics") if isinstance(doc.get("final_metrics"), dict) else {}
+    agent = doc.get("agent")
+    agent = agent if isinstance(agent, dict) else {}
+    final = doc.get("final_metrics")
+    final = final if isinstance(final, dict) else {}
     tools = agent.get("tool_definitions")
     ref = _text(doc.get("continued_trajectory_ref"))
     row.update(
