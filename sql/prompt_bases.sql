@@ -32,7 +32,10 @@ streams AS (
         flatten(
             list_transform(
                 list_sort(
-                    list({'call_index': s.call_index, 'tokens': s.prompt_new_ids || s.sampled_token_ids})
+                    list({
+                        'call_index': s.call_index,
+                        'tokens': s.prompt_new_ids || s.sampled_token_ids
+                    })
                 ),
                 lambda piece: piece.tokens
             )

@@ -42,6 +42,12 @@ GRAINS: dict[str, tuple[tuple[str, ...], str]] = {
         "(SELECT DISTINCT trial_key, sequence_index FROM datum_spans)",
     ),
     "datum_episodes": (("trial_key",), "(SELECT DISTINCT trial_key FROM spans)"),
+    # sequences after the first whose opening prompt keeps some of the tokens before it
+    "prompt_bases": (
+        ("trial_key", "sequence_index"),
+        "(SELECT 1 FROM datum_spans WHERE sequence_index > 0 AND NOT extends_previous "
+        "AND prompt_prefix_len > 0)",
+    ),
     "datums": (
         ("batch", "trial_name", "fragment_index"),
         "(SELECT 1 FROM datum_episodes, range(n_datums) WHERE drop_reason IS NULL)",
