@@ -12,13 +12,11 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 if TYPE_CHECKING:
     import duckdb
+    import pyarrow as pa
 
-from wmo_lake.commands.options import FORMATS
+FORMATS = ("table", "csv", "json", "jsonl", "parquet")  # what `render` writes
 
 
 def _plain(value: Any) -> Any:
@@ -44,6 +42,8 @@ def _plain(value: Any) -> Any:
 
 def to_arrow(relation: duckdb.DuckDBPyRelation) -> pa.Table:
     """The relation as one Arrow table (DuckDB 1.x returns a table, 2.x a batch reader)."""
+    import pyarrow as pa  # here, not at the top: the commands import FORMATS from this module
+
     result = relation.arrow()
     return result.read_all() if isinstance(result, pa.RecordBatchReader) else result
 
@@ -65,6 +65,8 @@ def render(
     if fmt == "parquet":
         if output is None:
             raise ValueError("--format parquet needs --output FILE.parquet")
+        import pyarrow.parquet as pq
+
         pq.write_table(to_arrow(relation), output, compression="zstd")
         return
     buffer = io.StringIO()

@@ -6,8 +6,6 @@ the seed's `collect_rollouts` log warnings into short notes a person reads under
     report = collect_stats(Path("lake"), {"wmo_max_tokens": 4096}, batch_glob="run-a/*")
     report.rows    # one dict per batch, keys exactly the rollout_stats columns
     report.notes   # ["run-a/harbor/step-0001/job: 3 turn(s) across 2/64 trial(s) ...", ...]
-
-`stats_rows(lake)` is the one call a benchmark needs: open the lake, query, return the rows.
 """
 
 from __future__ import annotations
@@ -52,7 +50,6 @@ NO_MEASUREMENT = "-"
 class StatsReport:
     """What `wmo-lake stats` prints: the rollout_stats rows and the notes under them."""
 
-    columns: list[str]
     rows: list[dict[str, Any]]
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # printed first; `--strict` exits 1
@@ -60,25 +57,10 @@ class StatsReport:
 
 def query_stats(
     con: duckdb.DuckDBPyConnection, *, batch_glob: str | None = None, run: str | None = None
-) -> tuple[list[str], list[dict[str, Any]]]:
-    """(columns, rows) of `rollout_stats` for the matching batches, in run/step order."""
-    relation = con.sql(STATS_QUERY, params={"batch_glob": batch_glob, "run": run})
-    return relation.columns, rows_as_dicts(relation)
-
-
-def stats_rows(
-    lake: Path | str,
-    settings: dict[str, Any] | None = None,
-    *,
-    batch_glob: str | None = None,
-    run: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Open the lake and return its per-batch stats rows (the call `make bench` times)."""
-    con = connect(lake, settings)
-    try:
-        return query_stats(con, batch_glob=batch_glob, run=run)[1]
-    finally:
-        con.close()
+    """The `rollout_stats` rows of the matching batches, in run/step order."""
+    relation = con.sql(STATS_QUERY, params={"batch_glob": batch_glob, "run": run})
+    return rows_as_dicts(relation)
 
 
 def collect_stats(
@@ -93,7 +75,7 @@ def collect_stats(
 
     con = connect(lake, settings, check=False)
     try:
-        columns, rows = query_stats(con, batch_glob=batch_glob, run=run)
+        rows = query_stats(con, batch_glob=batch_glob, run=run)
         caps: dict[str, tuple[int, int]] = {}
         if any(row["truncated_spans"] for row in rows):
             caps = {batch: (low, high) for batch, low, high in con.sql(CAPS_QUERY).fetchall()}
@@ -101,7 +83,7 @@ def collect_stats(
         if any(row["infra_failed_trials"] for row in rows):
             invalid = {b: (n, ex) for b, n, ex in con.sql(INVALID_REWARDS_QUERY).fetchall()}
         warning = reward_key_warning(con, batch_glob=batch_glob, run=run)
-        report = StatsReport(columns, rows, notes_for(rows, caps, invalid))
+        report = StatsReport(rows, notes_for(rows, caps, invalid))
         report.warnings = [] if warning is None else [warning]
         return report
     finally:

@@ -9,9 +9,8 @@ from typing import Any, NoReturn
 
 import click
 
+from wmo_lake.output import FORMATS
 from wmo_lake.settings import from_options, options_decorator
-
-FORMATS = ("table", "csv", "json", "jsonl", "parquet")  # what wmo_lake.output.render writes
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
