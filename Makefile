@@ -14,7 +14,7 @@ help:
 	@echo "make demo   ingest fixtures/harbor into a lake, print stats and a query, write the report"
 	@echo "make test   install and run the test suite (make test-fast: without the slow tests)"
 	@echo "make lint   ruff check, ruff format --check, sqlfluff over sql/"
-	@echo "make typecheck  mypy over the package and the benchmarks"
+	@echo "make typecheck  mypy over the package, the benchmarks and the reference implementations"
 	@echo "make bench  benchmarks (ratios against anchors measured in the same run)"
 
 $(BIN)/wmo-lake: pyproject.toml
@@ -48,9 +48,9 @@ screenshot: setup
 		tests/test_report_browser.py -k renders_offline
 
 lint: setup
-	$(BIN)/ruff check wmo_lake tests bench
-	$(BIN)/ruff format --check wmo_lake tests bench
-	$(BIN)/sqlfluff lint sql --processes 2
+	$(BIN)/ruff check wmo_lake tests bench reference
+	$(BIN)/ruff format --check wmo_lake tests bench reference
+	$(BIN)/sqlfluff lint sql
 
 typecheck: setup
 	$(BIN)/mypy

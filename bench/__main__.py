@@ -1,7 +1,8 @@
 """`python -m bench` (`make bench`): the benchmark items of issues 2, 3, 4 and 5.
 
 Every figure with a goal is a RATIO against an anchor measured in the same run (single-threaded
-`orjson.loads` of the same files, or the same result computed in plain Python by bench/baselines),
+`orjson.loads` of the same files (bench/baselines), or the same result computed in plain Python by
+the reference implementations the tests also use, reference/),
 or a size; bare seconds appear only as detail, except the one goal the issue states in seconds
 (stats over a 100k-trial lake < 1 s). Each ratio is the median over --repeat runs, the anchor and
 the measured command interleaved so both see the same machine load.
@@ -35,7 +36,9 @@ from typing import Any
 
 import psutil
 
-from bench import baselines, treegen
+from bench import baselines, realistic_trees
+from reference import oracle
+from reference.datums import DatumTotals, datums_from_spans
 
 BENCHES = ("ingest", "stats", "export", "prompts", "trajectories", "report")
 REPORT_STEPS = 100  # the report bench's tree: --tiny-trials spread over this many steps
@@ -211,7 +214,7 @@ def ingest(paths: list[Path], lake: Path, workers: int | None) -> Run:
 _READY_LAKES: dict[Path, tuple[Path, Run]] = {}
 
 
-def cached_lake(tree: treegen.Tree, out: Path, workers: int | None) -> Path:
+def cached_lake(tree: realistic_trees.Tree, out: Path, workers: int | None) -> Path:
     """The lake of `tree` under out/lakes/, brought up to date by a real ingest (once per run):
     incremental, so a no-op when nothing changed, a full re-read when EXTRACT_VERSION moved."""
     if tree.root not in _READY_LAKES:
@@ -236,7 +239,7 @@ def mb(n_bytes: float) -> float:
 # The benches
 
 
-def bench_ingest(report: Report, tree: treegen.Tree, args: argparse.Namespace) -> None:
+def bench_ingest(report: Report, tree: realistic_trees.Tree, args: argparse.Namespace) -> None:
     """Issue 2.9: throughput vs orjson, peak RSS at two sizes, re-ingest, lake size."""
     work = args.out / "work"
     results = tree.files("result.json")
@@ -263,7 +266,7 @@ def bench_ingest(report: Report, tree: treegen.Tree, args: argparse.Namespace) -
     reingest_s = median([r.seconds for r in reingests])
     re_summary = json.loads(reingests[-1].stdout)
     lake_bytes = files_bytes(lake)
-    raw_bytes = files_bytes(tree.root) - (tree.root / treegen.COMPLETE_MARK).stat().st_size
+    raw_bytes = files_bytes(tree.root) - (tree.root / realistic_trees.COMPLETE_MARK).stat().st_size
 
     small_lake = work / "ingest-lake-small"
     small_runs = []
@@ -365,7 +368,7 @@ def _same_stats(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> lis
     return differences
 
 
-def bench_stats(report: Report, tree: treegen.Tree, args: argparse.Namespace) -> None:
+def bench_stats(report: Report, tree: realistic_trees.Tree, args: argparse.Namespace) -> None:
     """Issue 3.5: stats vs re-reading the trial dirs; stats over a 100k-trial lake."""
     if not command_exists("stats"):
         report.unavailable("stats", "`wmo-lake stats` does not exist yet")
@@ -377,7 +380,7 @@ def bench_stats(report: Report, tree: treegen.Tree, args: argparse.Namespace) ->
     lake_stats: list[dict[str, Any]] = []
     for _ in range(args.repeat):
         started = time.perf_counter()
-        python_stats = baselines.rollout_stats_from_dirs(tree.root)
+        python_stats = list(oracle.batch_stats(oracle.read_tree(tree.root)).values())
         anchor_seconds.append(time.perf_counter() - started)
         seconds, lake_stats = _stats_json(lake)
         stats_seconds.append(seconds)
@@ -402,7 +405,7 @@ def bench_stats(report: Report, tree: treegen.Tree, args: argparse.Namespace) ->
 
 
 def build_lake_in_chunks(
-    tree: treegen.Tree, lake: Path, chunk_trials: int, workers: int | None
+    tree: realistic_trees.Tree, lake: Path, chunk_trials: int, workers: int | None
 ) -> list[Run]:
     """Ingest `tree` into `lake` with the stock `wmo-lake ingest`, a slice of its jobs at a time.
 
@@ -432,9 +435,9 @@ def _bench_tiny_lake(report: Report, args: argparse.Namespace) -> None:
     to date by a whole-tree (incremental) ingest every run."""
     from wmo_lake.lake import connect
 
-    tiny_spec = replace(treegen.TINY, trials=args.tiny_trials)
+    tiny_spec = replace(realistic_trees.TINY, trials=args.tiny_trials)
     started = time.perf_counter()
-    tiny = treegen.cached(tiny_spec, args.out, workers=args.gen_workers)
+    tiny = realistic_trees.cached(tiny_spec, args.out, workers=args.gen_workers)
     generated = time.perf_counter() - started
     started = time.perf_counter()
     tiny_lake = args.out / "lakes" / tiny.root.name
@@ -491,7 +494,7 @@ def _bench_tiny_lake(report: Report, args: argparse.Namespace) -> None:
     }
 
 
-def bench_export(report: Report, tree: treegen.Tree, args: argparse.Namespace) -> None:
+def bench_export(report: Report, tree: realistic_trees.Tree, args: argparse.Namespace) -> None:
     """Issue 4.6: `wmo-lake export datums` vs the same merge in plain Python from the spans."""
     if not command_exists("export", "datums"):
         report.unavailable("export", "`wmo-lake export datums` does not exist yet")
@@ -507,7 +510,7 @@ def bench_export(report: Report, tree: treegen.Tree, args: argparse.Namespace) -
     work.mkdir(parents=True, exist_ok=True)
     ratios, export_seconds, anchor_seconds, mb_rates = [], [], [], []
     tokens = parquet_bytes = 0
-    totals = baselines.DatumTotals()
+    totals = DatumTotals()
     for attempt in range(args.repeat):
         target = work / f"datums-{attempt}.parquet"
         for stale in (target, target.with_name(target.name + ".manifest.json")):
@@ -522,7 +525,7 @@ def bench_export(report: Report, tree: treegen.Tree, args: argparse.Namespace) -
         parquet_bytes = target.stat().st_size
         anchor_out = work / f"python-datums-{attempt}.parquet"
         started = time.perf_counter()
-        totals = baselines.datums_from_spans(span_files, anchor_out)
+        totals = datums_from_spans(span_files, anchor_out)
         anchor = time.perf_counter() - started
         export_seconds.append(run.seconds)
         anchor_seconds.append(anchor)
@@ -562,7 +565,7 @@ def bench_export(report: Report, tree: treegen.Tree, args: argparse.Namespace) -
     }
 
 
-def bench_prompts(report: Report, tree: treegen.Tree, args: argparse.Namespace) -> None:
+def bench_prompts(report: Report, tree: realistic_trees.Tree, args: argparse.Namespace) -> None:
     """Issue 14.4: `SELECT * FROM spans_full` over the bench lake (every full prompt, streamed
     as Arrow record batches through connect()) vs re-reading the same prompts from result.json
     with orjson. Both in this process, interleaved; the prompts are checked equal in count."""
@@ -616,11 +619,13 @@ def bench_trajectories(report: Report, args: argparse.Namespace) -> None:
         report.unavailable("trajectories", "the steps table does not exist yet")
         return
     spec = replace(
-        treegen.QUICK_TRAJECTORIES if args.quick else treegen.TRAJECTORIES,
+        realistic_trees.QUICK_TRAJECTORIES if args.quick else realistic_trees.TRAJECTORIES,
         trials=args.trajectory_trials,
     )
-    tree = treegen.cached(spec, args.out, workers=args.gen_workers)
-    twin = treegen.cached(replace(spec, omit_trajectories=True), args.out, workers=args.gen_workers)
+    tree = realistic_trees.cached(spec, args.out, workers=args.gen_workers)
+    twin = realistic_trees.cached(
+        replace(spec, omit_trajectories=True), args.out, workers=args.gen_workers
+    )
     files = tree.files("agent/trajectory.json")
     n_bytes = sum(p.stat().st_size for p in files)
     baselines.orjson_load_seconds(files)  # warm the page cache
@@ -682,8 +687,8 @@ def bench_report(report: Report, args: argparse.Namespace) -> None:
         report.unavailable("report", "`wmo-lake report` does not exist yet")
         return
     per_step = max(1, args.tiny_trials // REPORT_STEPS)
-    spec = replace(treegen.TINY, trials=per_step * REPORT_STEPS, trials_per_job=per_step)
-    tree = treegen.cached(spec, args.out, workers=args.gen_workers)
+    spec = replace(realistic_trees.TINY, trials=per_step * REPORT_STEPS, trials_per_job=per_step)
+    tree = realistic_trees.cached(spec, args.out, workers=args.gen_workers)
     lake = args.out / "lakes" / tree.root.name
     built_mark = lake.with_name(lake.name + ".built")
     if not built_mark.exists():
@@ -812,10 +817,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--only: unknown bench {', '.join(unknown)}; choose from {BENCHES}")
     args.only = only
     if args.quick:
-        args.trials, args.small_trials = treegen.QUICK_ROLLOUTS.trials, 4
+        args.trials, args.small_trials = realistic_trees.QUICK_ROLLOUTS.trials, 4
     defaults = {
         "tiny_trials": (100_000, 300),
-        "trajectory_trials": (treegen.TRAJECTORIES.trials, treegen.QUICK_TRAJECTORIES.trials),
+        "trajectory_trials": (
+            realistic_trees.TRAJECTORIES.trials,
+            realistic_trees.QUICK_TRAJECTORIES.trials,
+        ),
         "repeat": (3, 1),
     }
     for name, (full, quick) in defaults.items():
@@ -827,7 +835,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _generated(tree: treegen.Tree | None) -> treegen.Tree:
+def _generated(tree: realistic_trees.Tree | None) -> realistic_trees.Tree:
     if tree is None:  # run() generates it whenever a bench that reads it is selected
         raise RuntimeError("the rollouts tree was not generated")
     return tree
@@ -839,11 +847,11 @@ def run(argv: list[str] | None = None, log: Callable[[str], None] = print) -> di
     args.out.mkdir(parents=True, exist_ok=True)
     options = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
     report = Report(options)
-    base = treegen.QUICK_ROLLOUTS if args.quick else treegen.TreeSpec()
+    base = realistic_trees.QUICK_ROLLOUTS if args.quick else realistic_trees.TreeSpec()
     spec = replace(base, trials=args.trials, trials_per_job=args.small_trials)
     tree = None
     if {"ingest", "stats", "export", "prompts"} & set(args.only):
-        tree = treegen.cached(spec, args.out, log=log, workers=args.gen_workers)
+        tree = realistic_trees.cached(spec, args.out, log=log, workers=args.gen_workers)
     steps: dict[str, Callable[[], None]] = {
         "ingest": lambda: bench_ingest(report, _generated(tree), args),
         "stats": lambda: bench_stats(report, _generated(tree), args),

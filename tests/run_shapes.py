@@ -12,8 +12,8 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
+from edge_case_trees import write_unreadable_trial
 from harbor_shapes import write_job, write_trial
-from treegen import write_unreadable_trial
 
 MAX_TURNS = 4
 MAX_TOKENS = 6

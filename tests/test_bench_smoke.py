@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from bench import __main__ as bench
-from bench import treegen
+from bench import realistic_trees
 from wmo_lake.lake import connect
 
-REAL_RESULT = treegen.REAL_TRIAL / "result.json"
+REAL_RESULT = realistic_trees.REAL_TRIAL / "result.json"
 
 
 @pytest.fixture(scope="module")
@@ -32,10 +32,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]
     return report, out
 
 
-def _tree(out: Path, spec: treegen.TreeSpec) -> treegen.Tree:
+def _tree(out: Path, spec: realistic_trees.TreeSpec) -> realistic_trees.Tree:
     root = out / "trees" / spec.key()
-    assert (root / treegen.COMPLETE_MARK).is_file()
-    return treegen.Tree(root, spec)
+    assert (root / realistic_trees.COMPLETE_MARK).is_file()
+    return realistic_trees.Tree(root, spec)
 
 
 def test_report_has_every_figure_beside_its_goal(run: tuple[dict[str, Any], Path]) -> None:
@@ -67,10 +67,10 @@ def test_the_lake_agrees_with_the_plain_python_anchors(run: tuple[dict[str, Any]
 
 
 def test_result_json_is_harbor_shaped(run: tuple[dict[str, Any], Path]) -> None:
-    tree = _tree(run[1], treegen.QUICK_ROLLOUTS)
+    tree = _tree(run[1], realistic_trees.QUICK_ROLLOUTS)
     real_keys = set(json.loads(REAL_RESULT.read_text()))
     results = tree.files("result.json")
-    assert len(results) == treegen.QUICK_ROLLOUTS.trials
+    assert len(results) == realistic_trees.QUICK_ROLLOUTS.trials
     for path in results:
         text = path.read_text(encoding="utf-8")
         doc = json.loads(text)
@@ -90,7 +90,7 @@ def test_result_json_is_harbor_shaped(run: tuple[dict[str, Any], Path]) -> None:
 
 def test_wmo_lake_reads_the_generated_spans_exactly(run: tuple[dict[str, Any], Path]) -> None:
     out = run[1]
-    tree = _tree(out, treegen.QUICK_ROLLOUTS)
+    tree = _tree(out, realistic_trees.QUICK_ROLLOUTS)
     con = connect(out / "lakes" / tree.root.name)
     for path in tree.files("result.json"):
         doc = json.loads(path.read_text(encoding="utf-8"))
@@ -112,7 +112,7 @@ def test_wmo_lake_reads_the_generated_spans_exactly(run: tuple[dict[str, Any], P
 
 
 def test_trajectory_tree_is_long_atif(run: tuple[dict[str, Any], Path]) -> None:
-    spec = replace(treegen.QUICK_TRAJECTORIES, trials=2)
+    spec = replace(realistic_trees.QUICK_TRAJECTORIES, trials=2)
     files = _tree(run[1], spec).files("agent/trajectory.json")
     assert len(files) == 2
     twin = _tree(run[1], replace(spec, omit_trajectories=True))
@@ -132,7 +132,9 @@ def test_trajectory_tree_is_long_atif(run: tuple[dict[str, Any], Path]) -> None:
     [[["1", "22"], []], [], [["-0.5"]], [[], ["7", "8", "9"]]],
 )
 def test_template_splices_rows_exactly_as_json_dumps(rows: list[list[str]]) -> None:
-    template = treegen.Template({"a": {"b": ["@@x@@", {"c": "@@y@@"}], "d": "@@z@@"}}, indent=4)
+    template = realistic_trees.Template(
+        {"a": {"b": ["@@x@@", {"c": "@@y@@"}], "d": "@@z@@"}}, indent=4
+    )
     value = [[json.loads(item) for item in row] for row in rows]
-    text = template.render(x=treegen.Rows(rows), y={"k": [1, None]}, z=None)
+    text = template.render(x=realistic_trees.Rows(rows), y={"k": [1, None]}, z=None)
     assert text == json.dumps({"a": {"b": [value, {"c": {"k": [1, None]}}], "d": None}}, indent=4)

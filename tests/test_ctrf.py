@@ -12,9 +12,9 @@ import pytest
 from harbor_shapes import write_job, write_trial
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from oracle import _CtrfReport
 from pydantic import ValidationError
 
+from reference.oracle import _CtrfReport
 from wmo_lake.ctrf import SUMMARY_COUNTS, read_ctrf
 from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect

@@ -54,7 +54,7 @@ def test_test_trees_are_harbor_shaped(tmp_path: Path) -> None:
 
 
 def test_bench_trees_are_harbor_shaped(tmp_path: Path) -> None:
-    from bench.treegen import TreeSpec, generate
+    from bench.realistic_trees import TreeSpec, generate
 
     for kind in ("rollouts", "trajectories"):
         spec = TreeSpec(kind=kind, trials=2, trials_per_job=2, turns=(2, 3))

@@ -8,13 +8,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-import oracle
 import pytest
 from click.testing import CliRunner, Result
+from edge_case_trees import write_unreadable_trial
 from harbor_shapes import write_job, write_trial
 from spec import ROLLOUT_STATS_COLUMNS
-from treegen import write_unreadable_trial
 
+from reference import oracle
 from wmo_lake.cli import cli
 from wmo_lake.ingest import ingest
 

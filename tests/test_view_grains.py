@@ -14,7 +14,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from treegen import generate_tree
+from edge_case_trees import generate_tree
 
 from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect, view_sources

@@ -10,14 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import oracle
 import pytest
+from edge_case_trees import _ctrf, generate_tree
 from harbor_shapes import write_job, write_trial
 from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
-from treegen import _ctrf, generate_tree
 
+from reference import oracle
 from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect, create_settings, sql_dir
 from wmo_lake.output import rows_as_dicts
@@ -40,7 +40,7 @@ REWARD_CASES: list[tuple[str, Any, float, bool, bool, bool]] = [
     ("verifier-null", None, 0.0, True, False, False),
 ]
 
-# (ctrf variant of tests/treegen.py, (passed, resolved, unresolved) worked out by hand, or None)
+# (ctrf variant of tests/edge_case_trees.py, (passed, resolved, unresolved) by hand, or None)
 CTRF_CASES: list[tuple[str, tuple[int, int, int] | None]] = [
     ("real", (2, 2, 0)),  # the real harbor report: 2 items passed, summary 2/0 agrees
     ("absent", None),

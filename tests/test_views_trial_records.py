@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import oracle
 import pytest
+from edge_case_trees import generate_tree
 from harbor_shapes import write_job, write_trial
 from spec import RECORD_COLUMNS
-from treegen import generate_tree
 
+from reference import oracle
 from wmo_lake.ingest import ingest
 from wmo_lake.lake import DUCKDB_FILE, connect
 from wmo_lake.output import rows_as_dicts

@@ -7,7 +7,7 @@ Each rule is a *dimension* (reward, exception, episodes, trajectory, spans, trac
 list of named variants. Every variant of every dimension appears at least once in each tree (a
 tree has more trials than any dimension has variants); the rest are drawn at random, so different
 seeds mix the variants differently. Expected values never come from here: the oracle
-(`tests/oracle.py`) reads the written dirs back with plain `json`.
+(`reference/oracle.py`) reads the written dirs back with plain `json`.
 """
 
 from __future__ import annotations
