@@ -38,12 +38,14 @@ def test_labels_without_harbor_or_step() -> None:
         "x",
         12,
     )
-    # The run is read from the job dir's full path, so a PATH below `harbor/` keeps it.
-    assert job_labels(Path("/r/x/harbor/step-0002/j"), Path("/r/x/harbor")) == (
-        "step-0002/j",
-        "x",
-        2,
-    )
+    # A job under <run>/harbor/step-NNNN/ is labelled from its run dir whatever PATH was given
+    # (the collector ingests one job dir; `ingest runs/` must give the same batch).
+    for path in ("/r/x/harbor", "/r/x/harbor/step-0002", "/r/x/harbor/step-0002/j", "/r/x"):
+        assert job_labels(Path("/r/x/harbor/step-0002/j"), Path(path)) == (
+            "x/harbor/step-0002/j",
+            "x",
+            2,
+        )
 
 
 def test_any_depth_and_trial_dirs_are_not_searched_further(tmp_path: Path) -> None:
@@ -93,7 +95,7 @@ def test_hostile_paths_work_everywhere(tmp_path: Path) -> None:
     ingest([root], lake)
     con = connect(lake)
     assert con.execute("SELECT batch, run, artifact_dir FROM trials").fetchall() == [
-        ("harbor/step-0001/jöb 'x'", root.name, str(job / "t__1"))
+        (f"{root.name}/harbor/step-0001/jöb 'x'", root.name, str(job / "t__1"))
     ]
     # The DuckDB file at the lake root reads the same rows from the same hostile path.
     import duckdb

@@ -15,6 +15,7 @@ from wmo_lake import __version__
 # name -> the module defining it: imported only when that command runs, so `wmo-lake ingest`
 # does not pay for the query engine's imports (an unchanged re-ingest is mostly start-up).
 COMMANDS = {
+    "collect": "wmo_lake.commands.collect",
     "ingest": "wmo_lake.commands.ingest",
     "sql": "wmo_lake.commands.sql",
     "stats": "wmo_lake.commands.stats",
@@ -45,6 +46,8 @@ def cli() -> None:
     """Harbor agent-training rollouts as a columnar lake, and every batch-health metric as SQL.
 
     \b
+    wmo-lake collect --template job.yaml --run-dir runs/exp1 --step 0
+                                          run a step's harbor job, ingest it, print its stats
     wmo-lake ingest runs/                 read run trees into ./lake (Parquet)
     wmo-lake sql "SELECT ... FROM trials"  ask anything, across every batch
     wmo-lake stats                         per-batch RolloutStats

@@ -93,11 +93,16 @@ def job_labels(job_dir: Path, root: Path) -> tuple[str, str | None, int | None]:
     """(batch, run, step) for a job dir found under `root` (see the README's discovery rules)."""
     absolute = Path(os.path.abspath(job_dir))
     root_abs = Path(os.path.abspath(root))
-    if absolute != root_abs and absolute.is_relative_to(root_abs):
+    parts = absolute.parts
+    anchor = _run_anchor(parts)
+    if anchor is not None:
+        # A collector's <run>/harbor/step-NNNN/<job>: labelled from the run dir, so ingesting
+        # the runs dir, one run, one step or one job gives the same batch.
+        batch = "/".join(parts[anchor:])
+    elif absolute != root_abs and absolute.is_relative_to(root_abs):
         batch = absolute.relative_to(root_abs).as_posix()
     else:
         batch = absolute.name or Path(os.path.realpath(absolute)).name
-    parts = absolute.parts
     run = None
     for index in range(len(parts) - 1, 0, -1):
         if parts[index] == "harbor":
@@ -110,6 +115,14 @@ def job_labels(job_dir: Path, root: Path) -> tuple[str, str | None, int | None]:
             step = int(match.group(1))
             break
     return batch, run, step
+
+
+def _run_anchor(parts: tuple[str, ...]) -> int | None:
+    """Index of <run> in a path holding <run>/harbor/step-NNNN/<job...> (the last such), or None."""
+    for index in range(len(parts) - 3, 1, -1):
+        if parts[index] == "harbor" and _STEP.match(parts[index + 1]):
+            return index - 1
+    return None
 
 
 def _is_trial_config(path: Path) -> bool:

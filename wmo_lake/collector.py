@@ -1,0 +1,664 @@
+"""The collector: one real harbor job per training step, then that step into the lake.
+
+WMO's `collect_rollouts` (wmo/distill/rollouts.py) runs one harbor job per training step into a
+fresh jobs dir, `<run_dir>/harbor/step-NNNN`, so a step never resumes another step's trials.
+This is the same contract on harbor's own Python API (`JobConfig`, `Job`), for any job template:
+
+    plan = plan_step("job.yaml", "runs/exp1", 3, task_ids=["hello-file"], attempts=8)
+    result = collect("job.yaml", "runs/exp1", 3, lake="lake")
+    result.stats      # one row: rollout_stats for this step's batch (a polars DataFrame)
+    result.records    # one row per trial: trial_records for the batch (spans on request)
+
+Resuming is harbor's own: the job dir is keyed by the step, and `Job` keeps every trial whose
+result.json it can read and re-runs the rest. Before handing a dir back to harbor, the two kinds of
+trial dir it would otherwise keep or double are removed, as `harbor job resume` does: a trial
+cancelled by an interrupt (CancelledError), and one whose result.json was cut off mid-write (harbor
+skips it and runs a fresh trial beside it). A step whose every trial is done is not run again.
+
+harbor is the optional extra `wmo-lake[harbor]`, imported only here and only when called, so
+`ingest`, `sql`, `stats` and the exports work without it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import polars as pl
+    from harbor.models.job.config import JobConfig
+    from harbor.models.trial.config import TaskConfig
+
+    from wmo_lake.ingest import IngestSummary
+
+MISSING_HARBOR_EXTRA = (
+    "wmo-lake collect runs harbor, which is not installed: install the extra with "
+    "`pip install 'wmo-lake[harbor]'` (or `make setup` in a checkout) and retry"
+)
+DEFAULT_JOB_NAME = "rollouts"
+"""The job dir's name under the step's jobs dir when the template names none (a fixed name, so
+the next call with the same arguments finds the step again; harbor's default is a timestamp)."""
+CANCELLED = "CancelledError"  # harbor's job.CANCELLED_ERROR_TYPE; `harbor job resume` drops these
+
+
+class CollectError(ValueError):
+    """A collect that cannot start as asked (bad template, unknown task, another config)."""
+
+
+class MissingHarborError(ImportError):
+    """The harbor extra is not installed."""
+
+
+class HarborRunError(RuntimeError):
+    """harbor could not run the job (not a failed trial: those are results)."""
+
+
+def step_name(step: int) -> str:
+    return f"step-{step:04d}"
+
+
+def jobs_dir_for(run_dir: Path | str, step: int) -> Path:
+    """Where a step's harbor job lives: `<run_dir>/harbor/step-NNNN` (WMO's layout)."""
+    return Path(os.path.abspath(run_dir)) / "harbor" / step_name(step)
+
+
+def _require_harbor() -> None:
+    try:
+        import harbor  # noqa: F401
+    except ImportError as error:
+        raise MissingHarborError(MISSING_HARBOR_EXTRA) from error
+
+
+# ----------------------------------------------------------------------------- the template
+
+
+def load_template(path: Path | str) -> dict[str, Any]:
+    """The template file (YAML or JSON) as a mapping; a clear error naming the file otherwise."""
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise CollectError(
+            f"cannot read the job template {path}: {error.strerror or error}"
+        ) from error
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise CollectError(f"the job template {path} is not valid YAML: {error}") from error
+    if not isinstance(raw, dict):
+        raise CollectError(
+            f"the job template {path} must be a mapping of harbor JobConfig fields, "
+            f"got {type(raw).__name__}"
+        )
+    return raw
+
+
+def apply_sets(raw: dict[str, Any], assignments: Iterable[str]) -> dict[str, Any]:
+    """Apply `--set dotted.path=VALUE` overrides; VALUE is read as YAML (8, true, [a, b], text).
+
+    List items are addressed by index (`agents.0.kwargs.max_turns=8`); a missing mapping key
+    along the way is created.
+    """
+    import yaml
+
+    for assignment in assignments:
+        key, sep, text = assignment.partition("=")
+        if not sep or not key.strip():
+            raise CollectError(f"--set {assignment!r}: expected KEY=VALUE, e.g. n_attempts=4")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            value = text
+        parts = key.strip().split(".")
+        node: Any = raw
+        for depth, part in enumerate(parts):
+            where = ".".join(parts[: depth + 1])
+            last = depth == len(parts) - 1
+            if isinstance(node, list):
+                if not part.isdigit() or int(part) >= len(node):
+                    raise CollectError(
+                        f"--set {key}: {'.'.join(parts[:depth]) or 'the template'} is a list "
+                        f"of {len(node)} item(s); {part!r} is not an index into it"
+                    )
+                if last:
+                    node[int(part)] = value
+                else:
+                    node = node[int(part)]
+            elif isinstance(node, dict):
+                if last:
+                    node[part] = value
+                else:
+                    node = node.setdefault(part, {})
+            else:
+                raise CollectError(
+                    f"--set {key}: {where.rsplit('.', 1)[0]} is a {type(node).__name__}, "
+                    "not a mapping or list"
+                )
+    return raw
+
+
+def _field_error(template: Path | str, error: Any) -> CollectError:
+    """One message naming the first invalid field (pydantic's location, dotted)."""
+    problems = error.errors()
+    first = problems[0]
+    location = ".".join(str(part) for part in first.get("loc", ())) or "(the template)"
+    message = first.get("msg", "invalid")
+    given = first.get("input")
+    shown = "" if isinstance(given, dict | list) or given is None else f" (got {given!r})"
+    more = f"; {len(problems) - 1} more problem(s) after this one" if len(problems) > 1 else ""
+    return CollectError(
+        f"invalid job template {template}: field '{location}': {message}{shown}{more}. "
+        "It must validate as harbor's JobConfig"
+    )
+
+
+def validate_template(raw: dict[str, Any], template: Path | str) -> JobConfig:
+    """`raw` as harbor's JobConfig, or a CollectError naming the field."""
+    from harbor.models.job.config import JobConfig
+    from pydantic import ValidationError
+
+    try:
+        return JobConfig.model_validate(raw)
+    except ValidationError as error:
+        raise _field_error(template, error) from None
+    except ValueError as error:  # raised by a model validator outside pydantic's wrapping
+        raise CollectError(f"invalid job template {template}: {error}") from None
+
+
+# ----------------------------------------------------------------------------- the tasks
+
+
+def read_task_ids(path: Path | str) -> list[str]:
+    """Task ids from a file: one per line (`#` comments), a JSON list of ids, or a JSON task
+    registry (a list, or {"tasks": [...]}, of objects with an `id`)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise CollectError(f"cannot read --tasks {path}: {error.strerror or error}") from error
+    stripped = text.strip()
+    if stripped.startswith(("[", "{")):
+        try:
+            doc = json.loads(stripped)
+        except json.JSONDecodeError as error:
+            raise CollectError(f"--tasks {path} is not valid JSON: {error}") from error
+        entries = doc.get("tasks") if isinstance(doc, dict) else doc
+        if not isinstance(entries, list):
+            raise CollectError(f'--tasks {path}: expected a JSON list or {{"tasks": [...]}}')
+        ids: list[str] = []
+        for index, entry in enumerate(entries):
+            value = entry.get("id") if isinstance(entry, dict) else entry
+            if not isinstance(value, str) or not value:
+                raise CollectError(
+                    f"--tasks {path}: entry {index} must be a task id or an object with a "
+                    f"non-empty string 'id', got {entry!r}"
+                )
+            ids.append(value)
+    else:
+        ids = [
+            line.split("#", 1)[0].strip()
+            for line in text.splitlines()
+            if line.split("#", 1)[0].strip()
+        ]
+    if not ids:
+        raise CollectError(f"--tasks {path} lists no task ids")
+    return ids
+
+
+def task_names(task: TaskConfig) -> list[str]:
+    """The ids a task answers to: its configured name (task.toml [task] name, what trials record
+    as task_name), and harbor's own name for it (the task dir's name, or org/name)."""
+    names = [task.get_task_id().get_name()]
+    if task.path is not None and not task.is_git_task():
+        toml = Path(task.path).expanduser() / "task.toml"
+        try:
+            import tomllib
+
+            configured = tomllib.loads(toml.read_text(encoding="utf-8")).get("task", {})
+            name = configured.get("name") if isinstance(configured, dict) else None
+        except (OSError, ValueError):
+            name = None
+        if isinstance(name, str) and name and name not in names:
+            names.insert(0, name)
+    return names
+
+
+def _absolute_local_paths(config: JobConfig) -> JobConfig:
+    """Local dataset and task paths made absolute (harbor reads them relative to the cwd), so
+    the job's recorded config, and so its resume check, do not depend on where it ran from."""
+    datasets = [
+        d.model_copy(update={"path": Path(os.path.abspath(d.path.expanduser()))})
+        if d.path is not None and d.is_local()
+        else d
+        for d in config.datasets
+    ]
+    tasks = [
+        t.model_copy(update={"path": Path(os.path.abspath(t.path.expanduser()))})
+        if t.path is not None and not t.is_git_task()
+        else t
+        for t in config.tasks
+    ]
+    return config.model_copy(update={"datasets": datasets, "tasks": tasks})
+
+
+def _resolve_tasks(config: JobConfig, template: Path | str) -> list[TaskConfig]:
+    """The template's tasks (its `tasks`, then each dataset's), as harbor expands them."""
+    from harbor.job_plan import JobPlan
+
+    if not config.tasks and not config.datasets:
+        return []
+    try:
+        return asyncio.run(JobPlan.resolve_task_configs(config))
+    except ValueError as error:
+        raise CollectError(
+            f"cannot list the tasks of the job template {template}: {error}"
+        ) from error
+
+
+def _task_dir(text: str) -> Path | None:
+    """`text` as a local task dir (one holding task.toml), or None."""
+    path = Path(text).expanduser()
+    return Path(os.path.abspath(path)) if (path / "task.toml").is_file() else None
+
+
+def select_tasks(
+    tasks: Sequence[TaskConfig], wanted: Sequence[str], template: Path | str
+) -> list[TaskConfig]:
+    """The tasks named by `wanted`, in that order, each once: a name of one of the template's
+    tasks, else a path to a task dir; anything else is an error naming every unknown id."""
+    from harbor.models.trial.config import TaskConfig
+
+    by_name: dict[str, TaskConfig] = {}
+    for task in tasks:
+        for name in task_names(task):
+            by_name.setdefault(name, task)
+    chosen: list[TaskConfig] = []
+    unknown: list[str] = []
+    for name in wanted:
+        task = by_name.get(name)
+        if task is None:
+            local = _task_dir(name)
+            task = TaskConfig(path=local) if local is not None else None
+        if task is None:
+            unknown.append(name)
+        elif task not in chosen:
+            chosen.append(task)
+    if unknown:
+        known = sorted({task_names(t)[0] for t in tasks})
+        shown = ", ".join(known[:20]) + (f", ... ({len(known)} in all)" if len(known) > 20 else "")
+        has = f"has {len(known)} task(s): {shown}" if known else "names no tasks"
+        raise CollectError(
+            f"unknown task id(s) {', '.join(map(repr, unknown))}: not a task of the job "
+            f"template {template} (it {has}) and not a task dir (with task.toml)"
+        )
+    return chosen
+
+
+# ----------------------------------------------------------------------------- the plan
+
+
+@dataclass
+class StepPlan:
+    """One step's harbor job, validated, before anything runs."""
+
+    config: JobConfig
+    step: int
+    task_names: list[str]
+
+    @property
+    def job_dir(self) -> Path:
+        return Path(self.config.jobs_dir) / self.config.job_name
+
+    @property
+    def trials_planned(self) -> int:
+        return len(self.task_names) * self.config.n_attempts * len(self.config.agents)
+
+
+def plan_step(
+    template: Path | str,
+    run_dir: Path | str,
+    step: int,
+    *,
+    task_ids: Sequence[str] = (),
+    tasks_file: Path | str | None = None,
+    attempts: int | None = None,
+    sets: Iterable[str] = (),
+) -> StepPlan:
+    """Validate the template and pin it to this step (jobs dir, tasks, n_attempts)."""
+    _require_harbor()
+    if step < 0:
+        raise CollectError(f"--step must be >= 0, got {step}")
+    if attempts is not None and attempts < 1:
+        raise CollectError(f"--attempts must be >= 1, got {attempts}")
+    if task_ids and tasks_file is not None:
+        raise CollectError("give the tasks either as --tasks FILE or as --task ID, not both")
+    raw = apply_sets(load_template(template), sets)
+    raw["jobs_dir"] = str(jobs_dir_for(run_dir, step))
+    raw.setdefault("job_name", DEFAULT_JOB_NAME)
+    if attempts is not None:
+        raw["n_attempts"] = attempts
+    config = _absolute_local_paths(validate_template(raw, template))
+    resolved = _resolve_tasks(config, template)
+    wanted = list(task_ids) or (read_task_ids(tasks_file) if tasks_file is not None else [])
+    if wanted:
+        selected = select_tasks(resolved, wanted, template)
+        # The selection is recorded as the job's own task list, so its config (and harbor's
+        # resume check) says exactly what ran.
+        config = config.model_copy(update={"tasks": selected, "datasets": []})
+    elif resolved:
+        selected = resolved
+    else:
+        raise CollectError(
+            f"the job template {template} names no tasks: give it `datasets: [{{path: DIR}}]` "
+            "or `tasks: [{path: TASK_DIR}]`, or pass --task TASK_DIR"
+        )
+    return StepPlan(config, step, [task_names(t)[0] for t in selected])
+
+
+# ----------------------------------------------------------------------------- the job dir
+
+
+@dataclass
+class JobDirState:
+    """What a step's job dir already holds."""
+
+    exists: bool = False
+    done_trials: int = 0
+    finished: bool = False
+    removed: list[str] = field(default_factory=list)
+
+
+def _config_differences(recorded: Any, planned: Any, where: str = "") -> list[str]:
+    """Dotted paths where two JSON documents differ (the first few)."""
+    if isinstance(recorded, dict) and isinstance(planned, dict):
+        found: list[str] = []
+        for key in sorted(set(recorded) | set(planned), key=str):
+            found += _config_differences(
+                recorded.get(key), planned.get(key), f"{where}.{key}" if where else str(key)
+            )
+        return found
+    if isinstance(recorded, list) and isinstance(planned, list) and len(recorded) == len(planned):
+        found = []
+        for index, (a, b) in enumerate(zip(recorded, planned, strict=True)):
+            found += _config_differences(a, b, f"{where}.{index}" if where else str(index))
+        return found
+    return [] if recorded == planned else [f"{where}: {recorded!r} -> {planned!r}"]
+
+
+def check_recorded_config(plan: StepPlan) -> None:
+    """A job dir written under another config cannot be resumed by this one: say where they
+    differ (harbor would refuse with FileExistsError, naming nothing)."""
+    from harbor.models.job.config import JobConfig
+
+    path = plan.job_dir / "config.json"
+    if not path.exists():
+        return
+    try:
+        recorded = JobConfig.model_validate_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise CollectError(
+            f"{path} is not a readable harbor JobConfig ({error}); move the dir away to "
+            "collect this step again"
+        ) from error
+    recorded.jobs_dir = plan.config.jobs_dir
+    recorded.job_name = plan.config.job_name
+    if recorded == plan.config:
+        return
+    exclude = {"job_name", "debug"}
+    differences = _config_differences(
+        recorded.model_dump(mode="json", exclude=exclude),
+        plan.config.model_dump(mode="json", exclude=exclude),
+    )
+    shown = "; ".join(differences[:3]) + (
+        f"; {len(differences) - 3} more" if len(differences) > 3 else ""
+    )
+    raise CollectError(
+        f"step {plan.step} in {plan.job_dir} was collected with another job config ({shown}); "
+        "a step resumes only under the config it started with: collect into a new --step or "
+        "--run-dir, or move that dir away"
+    )
+
+
+def prepare_job_dir(plan: StepPlan) -> JobDirState:
+    """Count the finished trials, and remove the ones harbor would keep wrongly or double."""
+    from harbor.models.job.result import JobResult
+    from harbor.models.trial.result import TrialResult
+    from pydantic import ValidationError
+
+    state = JobDirState()
+    if not plan.job_dir.is_dir():
+        return state
+    state.exists = True
+    for trial_dir in sorted(p for p in plan.job_dir.iterdir() if p.is_dir()):
+        result_path = trial_dir / "result.json"
+        if not result_path.exists():
+            continue  # harbor removes a trial dir without result.json itself
+        try:
+            result = TrialResult.model_validate_json(result_path.read_bytes())
+        except (OSError, ValidationError):
+            shutil.rmtree(trial_dir)  # cut off mid-write: harbor would run a twin beside it
+            state.removed.append(trial_dir.name)
+            continue
+        if any(e.exception_type == CANCELLED for e in result.recorded_exceptions()):
+            shutil.rmtree(trial_dir)  # interrupted, not finished: run it again
+            state.removed.append(trial_dir.name)
+            continue
+        state.done_trials += 1
+    try:
+        job_result = JobResult.model_validate_json((plan.job_dir / "result.json").read_bytes())
+        state.finished = job_result.finished_at is not None
+    except (OSError, ValueError):
+        state.finished = False
+    return state
+
+
+# ----------------------------------------------------------------------------- running
+
+
+TrialDone = Callable[[str, int, int], None]
+"""Called as each trial ends: (trial name, trials done in the step, trials planned)."""
+
+
+def run_job(plan: StepPlan, already_done: int, on_trial_done: TrialDone | None = None) -> None:
+    """Run (or resume) the step's harbor job to the end."""
+    from harbor.job import Job
+
+    done = already_done
+
+    async def main() -> None:
+        nonlocal done
+        try:
+            job = await Job.create(plan.config)
+        except FileExistsError as error:  # the resume check we ran first should prevent this
+            raise CollectError(str(error)) from error
+        if on_trial_done is not None:
+
+            async def ended(event: Any) -> None:
+                nonlocal done
+                done += 1
+                on_trial_done(event.trial_name, done, plan.trials_planned)
+
+            job.on_trial_ended(ended)
+        await job.run()
+
+    try:
+        asyncio.run(main())
+    except CollectError:
+        raise
+    except Exception as error:
+        raise HarborRunError(
+            f"harbor could not run step {plan.step} ({plan.job_dir}): "
+            f"{type(error).__name__}: {error}; run the same command again to resume it"
+        ) from error
+
+
+# ----------------------------------------------------------------------------- the result
+
+
+@dataclass
+class StepResult:
+    """What `collect` did and what the step's batch looks like in the lake."""
+
+    step: int
+    batch: str
+    job_dir: Path
+    trials_planned: int
+    trials_done_before: int
+    harbor_ran: bool
+    removed_trials: list[str]
+    ingest: IngestSummary
+    stats: pl.DataFrame
+    records: pl.DataFrame
+    notes: list[str]
+    stats_row: dict[str, Any] | None = None  # the stats as `wmo-lake stats --json` prints them
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON form `wmo-lake collect --json` prints."""
+        return {
+            "step": self.step,
+            "batch": self.batch,
+            "job_dir": str(self.job_dir),
+            "trials_planned": self.trials_planned,
+            "trials_done_before": self.trials_done_before,
+            "harbor_ran": self.harbor_ran,
+            "removed_trials": self.removed_trials,
+            "ingest": self.ingest.as_dict(),
+            "stats": self.stats_row,
+            "notes": self.notes,
+        }
+
+
+def _glob_literal(text: str) -> str:
+    """`text` as a GLOB pattern matching only itself."""
+    return "".join(f"[{c}]" if c in "*?[]" else c for c in text)
+
+
+@dataclass
+class StepReport:
+    batch: str
+    stats: pl.DataFrame
+    stats_row: dict[str, Any] | None
+    records: pl.DataFrame
+    notes: list[str]
+
+
+def step_report(
+    lake: Path | str,
+    job_dir: Path,
+    settings: dict[str, Any] | None = None,
+    *,
+    with_spans: bool = False,
+) -> StepReport:
+    """The stats, records and notes of the batch the lake holds for `job_dir`."""
+    from wmo_lake.lake import connect
+    from wmo_lake.output import rows_as_dicts
+    from wmo_lake.stats import collect_stats
+
+    con = connect(lake, settings)
+    try:
+        found = con.execute(
+            "SELECT batch FROM jobs WHERE job_key = ?", [f"job:{os.path.realpath(job_dir)}"]
+        ).fetchall()
+        if not found:
+            raise CollectError(f"the lake at {lake} holds no job {job_dir} after the ingest")
+        batch = found[0][0]
+        stats = con.sql("SELECT * FROM rollout_stats WHERE batch = $batch", params={"batch": batch})
+        stats_frame = stats.pl()
+        rows = rows_as_dicts(stats)
+        columns = list(con.sql("FROM trial_records LIMIT 0").columns)
+        if not with_spans:
+            columns = [c for c in columns if c != "spans"]
+        selected = ", ".join('"' + c.replace('"', '""') + '"' for c in columns)
+        records = con.sql(
+            f"SELECT {selected} FROM trial_records WHERE batch = $batch "
+            "ORDER BY task_id, attempt, trial_name",
+            params={"batch": batch},
+        ).pl()
+    finally:
+        con.close()
+    notes = collect_stats(lake, settings, batch_glob=_glob_literal(batch)).notes
+    return StepReport(batch, stats_frame, rows[0] if rows else None, records, notes)
+
+
+def collect(
+    template: Path | str,
+    run_dir: Path | str,
+    step: int,
+    *,
+    tasks: Sequence[str] = (),
+    tasks_file: Path | str | None = None,
+    attempts: int | None = None,
+    sets: Iterable[str] = (),
+    lake: Path | str = "lake",
+    settings: dict[str, Any] | None = None,
+    with_spans: bool = False,
+    on_plan: Callable[[StepPlan, JobDirState], None] | None = None,
+    on_trial_done: TrialDone | None = None,
+) -> StepResult:
+    """Collect training step `step`: run its harbor job (or finish it), ingest it, report it.
+
+    Args:
+        template: A harbor JobConfig file (YAML or JSON). Its `jobs_dir` is replaced by
+            `<run_dir>/harbor/step-NNNN`; its `job_name` defaults to "rollouts".
+        run_dir: The training run's directory.
+        step: The 0-based training step.
+        tasks, tasks_file: Run only these tasks (ids as trials record them, `task.toml`'s name,
+            or the task dir's name); an unknown id raises before anything runs.
+        attempts: `n_attempts` (the group size) instead of the template's.
+        sets: `dotted.path=VALUE` overrides applied to the template (VALUE read as YAML).
+        lake: The lake the step is ingested into.
+        settings: Query-time settings for the stats (`wmo_reward_key`, `wmo_max_tokens`, ...).
+        with_spans: Include `spans` (every turn's token ids) in `records`.
+        on_plan, on_trial_done: progress callbacks (before running; as each trial ends).
+
+    Returns:
+        A StepResult: `stats` (rollout_stats, one row), `records` (trial_records, one row per
+        trial) as polars DataFrames, and the seed's warnings as `notes`.
+
+    Raises:
+        CollectError: the template, tasks or options are wrong, or the step's dir was collected
+            under another config. Nothing has run.
+        MissingHarborError: the harbor extra is not installed.
+    """
+    from wmo_lake.ingest import ingest
+
+    plan = plan_step(
+        template,
+        run_dir,
+        step,
+        task_ids=tasks,
+        tasks_file=tasks_file,
+        attempts=attempts,
+        sets=sets,
+    )
+    check_recorded_config(plan)
+    state = prepare_job_dir(plan)
+    if on_plan is not None:
+        on_plan(plan, state)
+    complete = state.finished and state.done_trials >= plan.trials_planned
+    if not complete:
+        run_job(plan, state.done_trials, on_trial_done)
+    summary = ingest([plan.job_dir], Path(lake))
+    report = step_report(lake, plan.job_dir, settings, with_spans=with_spans)
+    return StepResult(
+        step=step,
+        batch=report.batch,
+        job_dir=plan.job_dir,
+        trials_planned=plan.trials_planned,
+        trials_done_before=state.done_trials,
+        harbor_ran=not complete,
+        removed_trials=state.removed,
+        ingest=summary,
+        stats=report.stats,
+        records=report.records,
+        notes=report.notes,
+        stats_row=report.stats_row,
+    )
