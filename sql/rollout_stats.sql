@@ -8,6 +8,12 @@
 --   'unknown'; scaffold_loss_rate = trials whose reason is not 'submitted' / trials with a
 --   reason (null and '' are no reason, as the seed's truthiness test). An empty denominator
 --   gives 0.0, a null measurement the counts tell apart from a score.
+-- Beside the seed's columns (which keep their exact values), two things the seed cannot see:
+--   dropped_turns / dropped_turn_trials: turns stopped at max_tokens that harbor kept no span or
+--   step of (`trials.dropped_turns`, from trial.log); verifier_error_trials: trials whose
+--   exception was raised by the verifier (`trial_stop_reasons.exception_side`), and
+--   verifier_scaffold_loss_rate: the part of scaffold_loss_rate made of those trials (same
+--   denominator), so scaffold_loss_rate - verifier_scaffold_loss_rate is the agent's.
 -- graded_solve_rate sums left to right in (task_id, attempt) order, as Python's sum() over the
 -- scorer's task x attempt cells, so it equals the seed's float exactly rather than to a ulp.
 CREATE OR REPLACE VIEW rollout_stats AS
@@ -29,7 +35,9 @@ records AS (
         r.stop_reason,
         coalesce(r.stop_reason, '') <> '' AS has_stop_reason,
         coalesce(t.n_spans, 0) AS n_spans,
-        coalesce(x.truncated_spans, 0) AS truncated_spans
+        coalesce(x.truncated_spans, 0) AS truncated_spans,
+        coalesce(t.dropped_turns, 0) AS dropped_turns,
+        r.exception_side = 'verifier' AS verifier_error
     FROM cells AS c
     JOIN trial_stop_reasons AS r ON r.trial_key = c.trial_key
     JOIN trials AS t ON t.trial_key = c.trial_key
@@ -48,7 +56,13 @@ per_batch AS (
         sum(truncated_spans) AS truncated_spans,
         count(*) FILTER (WHERE truncated_spans > 0) AS truncated_span_trials,
         count(*) FILTER (WHERE has_stop_reason) AS with_stop_reason,
-        count(*) FILTER (WHERE has_stop_reason AND stop_reason = 'submitted') AS submitted
+        count(*) FILTER (WHERE has_stop_reason AND stop_reason = 'submitted') AS submitted,
+        sum(dropped_turns) AS dropped_turns,
+        count(*) FILTER (WHERE dropped_turns > 0) AS dropped_turn_trials,
+        count(*) FILTER (WHERE verifier_error) AS verifier_error_trials,
+        count(*) FILTER (
+            WHERE verifier_error AND has_stop_reason AND stop_reason <> 'submitted'
+        ) AS verifier_lost
     FROM records
     GROUP BY batch
 ),
@@ -115,7 +129,14 @@ SELECT
             THEN (p.with_stop_reason - p.submitted)::DOUBLE / p.with_stop_reason
         ELSE 0.0
     END AS scaffold_loss_rate,
-    coalesce(u.unreadable_trials, 0) AS unreadable_trials
+    coalesce(u.unreadable_trials, 0) AS unreadable_trials,
+    coalesce(p.dropped_turns, 0)::BIGINT AS dropped_turns,
+    coalesce(p.dropped_turn_trials, 0) AS dropped_turn_trials,
+    coalesce(p.verifier_error_trials, 0) AS verifier_error_trials,
+    CASE
+        WHEN p.with_stop_reason > 0 THEN p.verifier_lost::DOUBLE / p.with_stop_reason
+        ELSE 0.0
+    END AS verifier_scaffold_loss_rate
 FROM batches AS b
 LEFT JOIN labels AS l ON l.batch = b.batch
 LEFT JOIN per_batch AS p ON p.batch = b.batch

@@ -9,6 +9,11 @@
 --   n_episodes >= max_turns -> max_turns (skipped when no max_turns is known; a completion
 --   declared on exactly the last allowed turn still reads max_turns); a trajectory whose last
 --   agent step called mark_task_complete -> submitted; else error.
+-- exception_side says whose exception it was, beside (never instead of) the seed's reason: an
+--   exception raised by harbor's verifier phase (the classes of harbor.verifier.verifier plus
+--   harbor.trial.errors.VerifierTimeoutError) is 'verifier', any other recorded exception
+--   'agent' (the episode and its environment), no exception null. A verifier crash still reads
+--   `error`; rollout_stats counts how much of the scaffold loss is the verifier's.
 CREATE OR REPLACE VIEW trial_stop_reasons AS
 SELECT
     s.trial_key,
@@ -24,6 +29,17 @@ SELECT
         ELSE 'error'
     END AS stop_reason,
     CASE WHEN coalesce(s.has_trace, false) THEN 'trace' ELSE 'reconstructed' END AS stop_source,
-    c.max_turns
+    c.max_turns,
+    CASE
+        WHEN s.exception_type IN (
+            'AddTestsDirError',
+            'DownloadVerifierDirError',
+            'RewardFileEmptyError',
+            'RewardFileNotFoundError',
+            'VerifierOutputParseError',
+            'VerifierTimeoutError'
+        ) THEN 'verifier'
+        WHEN s.exception_type IS NOT NULL THEN 'agent'
+    END AS exception_side
 FROM stop_reasons AS s
 JOIN trial_caps AS c ON c.trial_key = s.trial_key;

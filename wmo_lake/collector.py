@@ -44,6 +44,7 @@ MISSING_HARBOR_EXTRA = (
 DEFAULT_JOB_NAME = "rollouts"
 """The job dir's name under the step's jobs dir when the template names none (a fixed name, so
 the next call with the same arguments finds the step again; harbor's default is a timestamp)."""
+LEGACY_JOB_KEYS = {"orchestrator", "plugins"}  # read by harbor's migrate_legacy_job_config
 CANCELLED = "CancelledError"  # harbor's job.CANCELLED_ERROR_TYPE; `harbor job resume` drops these
 
 
@@ -165,6 +166,14 @@ def validate_template(raw: dict[str, Any], template: Path | str) -> JobConfig:
     from harbor.models.job.config import JobConfig
     from pydantic import ValidationError
 
+    # JobConfig ignores keys it does not know, so a misspelt field would silently run with its
+    # default; the legacy keys its own migration reads are known.
+    unknown = sorted(set(raw) - set(JobConfig.model_fields) - LEGACY_JOB_KEYS, key=str)
+    if unknown:
+        raise CollectError(
+            f"invalid job template {template}: field '{unknown[0]}' is not a harbor JobConfig "
+            f"field (it has: {', '.join(sorted(JobConfig.model_fields))})"
+        )
     try:
         return JobConfig.model_validate(raw)
     except ValidationError as error:

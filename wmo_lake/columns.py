@@ -80,6 +80,7 @@ RESULT = "result.json"  # the trial's: harbor's TrialResult
 JOB_CONFIG = "<job>/config.json"  # harbor's JobConfig
 JOB_RESULT = "<job>/result.json"  # harbor's JobResult
 CTRF = "verifier/ctrf.json"
+TRIAL_LOG = "trial.log"  # harbor's log of the trial
 TRAJECTORY = "agent/trajectory*.json"  # every ATIF file of the trial (see the README)
 
 # The identity every trial table carries.
@@ -243,6 +244,14 @@ TRIALS = TableSpec(
             "`unaligned_turns`, `logprob_mismatch`, `out_of_range`, `sink`, `sink_corrupt`",
         ),
         Column("n_spans", INT32, None, "rows in `spans`"),
+        Column(
+            "dropped_turns",
+            INT32,
+            (TRIAL_LOG, 'lines "Output length exceeded: ..."'),
+            "turns stopped at max_tokens (`finish_reason: length`) that harbor dropped: no span, "
+            "no trajectory step, only that terminus-2 log line, counted here; null without a "
+            "trial.log",
+        ),
         Column(
             "ctrf_status",
             STRING,

@@ -17,7 +17,16 @@ import pyarrow as pa
 from wmo_lake.discover import Job, TrialTask, WalkProblem
 from wmo_lake.jsonfile import ReadFailure, read_bytes, read_json
 from wmo_lake.store import DUPLICATE, JOB, OTHER, TRIAL, UNREADABLE, WALK
-from wmo_lake.tables import TABLES, ctrf_tests, jobs, spans, stop_reasons, trajectories, trials
+from wmo_lake.tables import (
+    TABLES,
+    ctrf_tests,
+    jobs,
+    spans,
+    stop_reasons,
+    trajectories,
+    trial_log,
+    trials,
+)
 from wmo_lake.tables.fields import Fields, ProblemLog
 from wmo_lake.tables.trial_result import decode_trial_result
 
@@ -171,6 +180,7 @@ def extract_trial(task: TrialTask) -> Extracted:
         artifact_dir=task.path,
         spans_status=found.status,
         n_spans=len(found.turns),
+        dropped_turns=trial_log.dropped_turns(trial_dir, problems),
         result_bytes=len(data),
         **report.trial_columns(),
     )

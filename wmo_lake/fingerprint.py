@@ -24,6 +24,7 @@ TRIAL_FILES = (
     "agent/wmo-run.json",
     "wmo-run.json",
     "verifier/ctrf.json",
+    "trial.log",
 )
 
 

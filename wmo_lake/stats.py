@@ -126,6 +126,13 @@ def notes_for(
                 f"{row['truncated_span_trials']}/{trials} trial(s) sampled the full "
                 f"{_cap_text(caps.get(batch))} and were cut off mid-answer; raise max_tokens"
             )
+        if row.get("dropped_turns"):
+            notes.append(
+                f"{batch}: {row['dropped_turns']} turn(s) across {row['dropped_turn_trials']}/"
+                f"{trials} trial(s) stopped at max_tokens and were dropped by harbor (trial.log: "
+                "'Output length exceeded'): no span, no step, and the cut-off text is in the next "
+                "prompt; truncated_spans cannot count them; raise max_tokens"
+            )
         if row["empty_span_trials"]:
             notes.append(
                 f"{batch}: {row['empty_span_trials']}/{trials} trial(s) recorded no token spans "
@@ -147,9 +154,18 @@ def notes_for(
                 for reason, count in row["stop_reason_counts"].items()
                 if reason not in ("submitted", "unknown")
             )
+            verifier_part = row.get("verifier_scaffold_loss_rate") or 0.0
+            of_which = (
+                f"; {100.0 * verifier_part:.1f} points of it are verifier crashes "
+                f"({row['verifier_error_trials']} trial(s) with a verifier-side exception), "
+                "not agent failures"
+                if verifier_part > 0
+                else ""
+            )
             notes.append(
                 f"{batch}: scaffold loss {100.0 * row['scaffold_loss_rate']:.1f}%: trials that "
                 f"never reached an explicit submit ({losses}); their rewards measure the cutoff"
+                f"{of_which}"
             )
         if row["unreadable_trials"]:
             notes.append(
@@ -170,6 +186,13 @@ def _with_stop_reason(row: dict[str, Any]) -> int:
     return known or int(row["scaffold_loss_rate"] > 0)
 
 
+def _scaffold_cell(row: dict[str, Any]) -> str:
+    """The scaffold loss rate, with the verifier's part of it when there is one."""
+    cell = percent(row["scaffold_loss_rate"], _with_stop_reason(row))
+    verifier_part = row.get("verifier_scaffold_loss_rate") or 0.0
+    return f"{cell} ({100.0 * verifier_part:.1f}% verifier)" if verifier_part > 0 else cell
+
+
 def table_lines(rows: list[dict[str, Any]]) -> list[str]:
     """The stats as an aligned text table, rates as percentages."""
     headers = [
@@ -183,6 +206,7 @@ def table_lines(rows: list[dict[str, Any]]) -> list[str]:
         "infra failed",
         "no spans",
         "truncated",
+        "dropped",
         "scaffold loss",
         "unreadable",
         "stop reasons",
@@ -199,7 +223,8 @@ def table_lines(rows: list[dict[str, Any]]) -> list[str]:
             str(row["infra_failed_trials"]),
             str(row["empty_span_trials"]),
             f"{row['truncated_spans']} in {row['truncated_span_trials']}",
-            percent(row["scaffold_loss_rate"], _with_stop_reason(row)),
+            f"{row.get('dropped_turns', 0)} in {row.get('dropped_turn_trials', 0)}",
+            _scaffold_cell(row),
             str(row["unreadable_trials"]),
             ", ".join(f"{k} {v}" for k, v in row["stop_reason_counts"].items()),
         ]

@@ -153,6 +153,8 @@ def collect(
         return
     from wmo_lake.stats import table_lines
 
+    if result.harbor_ran and not sys.stderr.isatty():
+        say("")  # harbor's last progress frame ends without a newline off a terminal
     say(result.ingest.line())
     rows = [result.stats_row] if result.stats_row is not None else []
     for line in table_lines(rows):

@@ -1,0 +1,294 @@
+"""`wmo-lake collect` before anything runs: the template validated as harbor's JobConfig, the
+step's jobs dir, the task selection, --set, a step dir of another config, and the interrupted
+trial dirs harbor would keep or double. Nothing here starts harbor's job (the real runs are in
+test_collect_e2e.py); the template and tasks are the offline kit's (tests/harbor_e2e/)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import FIXTURES
+from harbor_kit import TASKS, TEMPLATE
+
+from wmo_lake.cli import cli
+from wmo_lake.collector import (
+    CollectError,
+    apply_sets,
+    plan_step,
+    prepare_job_dir,
+    read_task_ids,
+)
+
+KIT_TASKS = f"datasets=[{{path: '{TASKS}'}}]"
+KIT_JOB = FIXTURES / "harbor" / "kit-e2e" / "exp1" / "harbor" / "step-0000" / "rollouts"
+
+
+def _collect(tmp_path: Path, *extra: str, template: Path = TEMPLATE) -> tuple[int, str]:
+    args = ["collect", "--template", str(template), "--run-dir", str(tmp_path / "runs" / "exp1")]
+    result = CliRunner().invoke(
+        cli, [*args, "--step", "0", "--lake", str(tmp_path / "lake"), *extra]
+    )
+    return result.exit_code, result.output
+
+
+def _template(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "job.yaml"
+    path.write_text(TEMPLATE.read_text() + text)
+    return path
+
+
+# ----------------------------------------------------------------------------- the template
+
+
+@pytest.mark.parametrize(
+    ("appended", "field"),
+    [
+        ("n_concurrent_trials: 0\n", "n_concurrent_trials"),
+        ("retry: {max_retries: -1}\n", "retry.max_retries"),
+        ("timeout_multiplier: fast\n", "timeout_multiplier"),
+        ("n_attempt: 3\n", "n_attempt"),  # a typo harbor itself would ignore silently
+    ],
+)
+def test_an_invalid_template_is_one_error_naming_the_field(
+    tmp_path: Path, appended: str, field: str
+) -> None:
+    code, output = _collect(tmp_path, "--set", KIT_TASKS, template=_template(tmp_path, appended))
+    assert code == 2
+    assert output.count("error:") == 1 and f"'{field}'" in output
+    assert "Traceback" not in output
+    assert not (tmp_path / "runs").exists()  # nothing ran, nothing was created
+
+
+def test_a_bad_agent_list_entry_is_named_by_its_index(tmp_path: Path) -> None:
+    code, output = _collect(tmp_path, "--set", KIT_TASKS, "--set", "agents.0.kwargs=5")
+    assert code == 2 and "'agents.0.kwargs'" in output
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("n_attempts: [1\n", "not valid YAML"),
+        ("- just\n- a list\n", "must be a mapping"),
+    ],
+)
+def test_a_template_that_is_not_a_mapping_is_refused(tmp_path: Path, text: str, says: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    code, output = _collect(tmp_path, template=path)
+    assert code == 2 and says in output and str(path) in output
+
+
+def test_a_missing_template_is_a_usage_error(tmp_path: Path) -> None:
+    code, output = _collect(tmp_path, template=tmp_path / "nope.yaml")
+    assert code == 2 and "cannot read the job template" in output
+
+
+def test_a_template_without_tasks_says_how_to_give_them(tmp_path: Path) -> None:
+    code, output = _collect(tmp_path)
+    assert code == 2 and "names no tasks" in output and "--task" in output
+
+
+# ----------------------------------------------------------------------------- the tasks
+
+
+def test_an_unknown_task_id_fails_before_anything_runs(tmp_path: Path) -> None:
+    code, output = _collect(
+        tmp_path, "--set", KIT_TASKS, "--task", "e2e/hello-file", "--task", "e2e/no-such-task"
+    )
+    assert code == 2
+    assert "'e2e/no-such-task'" in output and "e2e/hello-file" in output  # what exists
+    assert "e2e/sum-numbers" in output
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "lake").exists()
+
+
+def test_tasks_by_name_by_dir_name_and_by_path(tmp_path: Path) -> None:
+    plan = plan_step(
+        TEMPLATE,
+        tmp_path / "runs" / "exp1",
+        7,
+        task_ids=["no-reward", "e2e/hello-file", str(TASKS / "sum-numbers"), "hello-file"],
+        attempts=2,
+        sets=[KIT_TASKS],
+    )
+    assert plan.task_names == ["e2e/no-reward", "e2e/hello-file", "e2e/sum-numbers"]
+    assert plan.trials_planned == 3 * 2
+    config = plan.config
+    assert config.n_attempts == 2 and config.datasets == []
+    assert [Path(t.path).name for t in config.tasks] == ["no-reward", "hello-file", "sum-numbers"]
+    assert Path(config.jobs_dir) == (tmp_path / "runs" / "exp1" / "harbor" / "step-0007")
+    assert plan.job_dir == Path(config.jobs_dir) / "rollouts"  # the default job name
+
+
+def test_without_a_selection_every_template_task_runs(tmp_path: Path) -> None:
+    plan = plan_step(TEMPLATE, tmp_path / "r", 0, sets=[KIT_TASKS, "job_name=grpo"])
+    assert sorted(plan.task_names) == [
+        "e2e/hello-file",
+        "e2e/multi-reward",
+        "e2e/no-reward",
+        "e2e/sum-numbers",
+    ]
+    assert plan.trials_planned == 4 * 3  # job.yaml: n_attempts 3
+    assert plan.job_dir.name == "grpo"
+
+
+def test_a_task_dir_alone_needs_no_dataset_in_the_template(tmp_path: Path) -> None:
+    plan = plan_step(TEMPLATE, tmp_path / "r", 0, task_ids=[str(TASKS / "multi-reward")])
+    assert plan.task_names == ["e2e/multi-reward"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "e2e/hello-file\n# a comment\n\nno-reward  # trailing comment\n",
+        '["e2e/hello-file", "no-reward"]',
+        '{"tasks": [{"id": "e2e/hello-file", "split": "train"}, {"id": "no-reward"}]}',
+    ],
+    ids=["lines", "json-list", "registry"],
+)
+def test_a_tasks_file_in_each_form(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "tasks.txt"
+    path.write_text(text)
+    assert read_task_ids(path) == ["e2e/hello-file", "no-reward"]
+
+
+def test_a_bad_tasks_file_and_both_task_options_are_usage_errors(tmp_path: Path) -> None:
+    path = tmp_path / "tasks.json"
+    path.write_text('[{"split": "train"}]')
+    code, output = _collect(tmp_path, "--set", KIT_TASKS, "--tasks", str(path))
+    assert code == 2 and "entry 0" in output
+    path.write_text("e2e/hello-file\n")
+    code, output = _collect(tmp_path, "--tasks", str(path), "--task", "x", "--set", KIT_TASKS)
+    assert code == 2 and "not both" in output
+
+
+# ----------------------------------------------------------------------------- --set
+
+
+def test_set_reaches_into_mappings_and_lists_with_yaml_values() -> None:
+    raw = {"agents": [{"name": "terminus-2", "kwargs": {"max_turns": 5}}]}
+    apply_sets(
+        raw,
+        [
+            "agents.0.kwargs.max_turns=8",
+            "agents.0.kwargs.temperature=0.7",
+            "agents.0.kwargs.llm_kwargs.max_tokens=512",  # created on the way
+            "agents.0.model_name=openai/gpt-4o",
+            "n_attempts=4",
+            "quiet=true",
+        ],
+    )
+    assert raw == {
+        "agents": [
+            {
+                "name": "terminus-2",
+                "model_name": "openai/gpt-4o",
+                "kwargs": {"max_turns": 8, "temperature": 0.7, "llm_kwargs": {"max_tokens": 512}},
+            }
+        ],
+        "n_attempts": 4,
+        "quiet": True,
+    }
+
+
+@pytest.mark.parametrize(
+    ("assignment", "says"),
+    [
+        ("agents.3.kwargs.max_turns=8", "list of 1 item(s)"),
+        ("agents.x=1", "not an index"),
+        ("max_turns", "expected KEY=VALUE"),
+        ("agents.0.name.first=1", "not a mapping or list"),
+    ],
+)
+def test_set_errors_say_what_is_there(assignment: str, says: str) -> None:
+    with pytest.raises(CollectError, match=re.escape(says)):
+        apply_sets({"agents": [{"name": "terminus-2"}]}, [assignment])
+
+
+# ----------------------------------------------------------------------------- the step's dir
+
+
+def test_a_step_dir_of_another_config_is_refused_naming_what_differs(tmp_path: Path) -> None:
+    plan = plan_step(TEMPLATE, tmp_path / "runs" / "exp1", 0, sets=[KIT_TASKS])
+    plan.job_dir.mkdir(parents=True)
+    (plan.job_dir / "config.json").write_text(plan.config.model_dump_json(indent=4))
+    code, output = _collect(tmp_path, "--set", KIT_TASKS, "--set", "agents.0.kwargs.max_turns=8")
+    assert code == 2
+    assert "agents.0.kwargs.max_turns: 5 -> 8" in output and "--step" in output
+
+
+def test_interrupted_trial_dirs_are_removed_and_finished_ones_counted(tmp_path: Path) -> None:
+    plan = plan_step(TEMPLATE, tmp_path / "runs" / "exp1", 0, sets=[KIT_TASKS])
+    shutil.copytree(KIT_JOB, plan.job_dir)
+    trials = sorted(p for p in plan.job_dir.iterdir() if p.is_dir())
+    assert len(trials) == 6
+    # killed mid-write: result.json cut off (harbor would skip it and run a twin beside it)
+    cut = trials[0] / "result.json"
+    cut.write_bytes(cut.read_bytes()[:100])
+    # cancelled by an interrupt: harbor wrote a result recording CancelledError
+    cancelled = json.loads((trials[1] / "result.json").read_text())
+    cancelled["exception_info"] = {
+        "exception_type": "CancelledError",
+        "exception_message": "",
+        "exception_traceback": "",
+        "occurred_at": cancelled["started_at"],
+    }
+    (trials[1] / "result.json").write_text(json.dumps(cancelled))
+    # still running when killed: no result.json (harbor removes these itself)
+    (trials[2] / "result.json").unlink()
+
+    state = prepare_job_dir(plan)
+    assert sorted(state.removed) == sorted([trials[0].name, trials[1].name])
+    assert not trials[0].exists() and not trials[1].exists() and trials[2].exists()
+    assert state.done_trials == 3 and state.exists and state.finished
+
+
+# ----------------------------------------------------------------------------- without harbor
+
+WITHOUT_HARBOR = """
+import sys
+sys.modules["harbor"] = None   # as if the extra were not installed
+from click.testing import CliRunner
+import wmo_lake
+from wmo_lake.cli import cli
+for args in (["ingest", sys.argv[1], "--lake", sys.argv[2]], ["stats", "--lake", sys.argv[2]],
+             ["sql", "--lake", sys.argv[2], "SELECT count(*) FROM trials"]):
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, (args, result.output)
+import wmo_lake.export, wmo_lake.datums, wmo_lake.conversations  # noqa
+result = CliRunner().invoke(cli, ["collect", "--template", "t.yaml", "--run-dir", "r",
+                                  "--step", "0", "--lake", sys.argv[2]])
+print(result.exit_code)
+print(result.output)
+try:
+    wmo_lake.collect("t.yaml", "r", 0)
+except ImportError as error:
+    print("ImportError:", error)
+"""
+
+
+def test_without_the_harbor_extra_everything_else_works_and_collect_names_the_extra(
+    tmp_path: Path,
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_HARBOR, str(KIT_JOB.parent), str(tmp_path / "lake")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    lines = done.stdout.splitlines()
+    assert lines[0] == "1"
+    assert "wmo-lake[harbor]" in lines[1]
+    assert lines[-1].startswith("ImportError:") and "wmo-lake[harbor]" in lines[-1]
+
+
+def test_importing_wmo_lake_does_not_import_harbor() -> None:
+    code = "import sys, wmo_lake, wmo_lake.cli; print('harbor' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
