@@ -230,6 +230,40 @@ def stop_reason(trial_dir: Path, result: dict[str, Any], max_turns: int | None) 
     return "submitted" if declared_complete(trial_dir) else "error"
 
 
+# -- beside the seeds: dropped turns and verifier-side exceptions (issue 11) ---------------------
+def dropped_turns(trial_dir: Path) -> int:
+    """trial.log lines terminus-2 writes for a turn cut at max_tokens (0 without a log)."""
+    try:
+        text = (trial_dir / "trial.log").read_text(encoding="utf-8")
+    except OSError:
+        return 0
+    return sum(1 for line in text.splitlines() if "Output length exceeded: " in line)
+
+
+def exception_type(result: dict[str, Any]) -> str | None:
+    exception = result.get("exception_info")
+    value = exception.get("exception_type") if isinstance(exception, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def verifier_exceptions() -> set[str]:
+    """The exceptions harbor's verifier phase raises, from harbor's own modules."""
+    import inspect
+
+    import harbor.trial.errors
+    import harbor.verifier.verifier
+
+    def defined_in(module: Any) -> set[str]:
+        return {
+            name
+            for name, value in inspect.getmembers(module, inspect.isclass)
+            if issubclass(value, BaseException) and value.__module__ == module.__name__
+        }
+
+    timeouts = {n for n in defined_in(harbor.trial.errors) if n.startswith("Verifier")}
+    return defined_in(harbor.verifier.verifier) | timeouts
+
+
 # -- the tree ------------------------------------------------------------------------------------
 def job_caps(job_dir: Path, settings: Settings) -> tuple[int | None, int]:
     """(max_turns, max_tokens) for a job: the override, else agents[0].kwargs, else defaults."""
@@ -302,6 +336,9 @@ def read_tree(root: Path, settings: Settings = Settings()) -> Tree:
             "spans": trial_spans,
             "artifact_dir": str(trial_dir),
             "max_tokens": max_tokens,  # not a column: the cap rollout_stats judges it by
+            # not trial_records columns: what rollout_stats adds beside the seed's
+            "dropped_turns": dropped_turns(trial_dir),
+            "verifier_error": exception_type(result) in verifier_exceptions(),
         }
         by_task.setdefault((batch, record["task_id"]), []).append(record)
         tree.records.append(record)
@@ -363,5 +400,22 @@ def batch_stats(tree: Tree) -> dict[str, dict[str, Any]]:
             "step": step,
             **stats,
             "unreadable_trials": tree.unreadable.get(batch, 0),
+            **beside_the_seed([r for r in tree.records if r["batch"] == batch]),
         }
     return rows
+
+
+def beside_the_seed(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The rollout_stats columns issue 11 adds after the seed's."""
+    with_reason = [r for r in records if r["stop_reason"]]
+    verifier_lost = [
+        r for r in with_reason if r["stop_reason"] != "submitted" and r["verifier_error"]
+    ]
+    return {
+        "dropped_turns": sum(r["dropped_turns"] for r in records),
+        "dropped_turn_trials": sum(1 for r in records if r["dropped_turns"]),
+        "verifier_error_trials": sum(1 for r in records if r["verifier_error"]),
+        "verifier_scaffold_loss_rate": (
+            len(verifier_lost) / len(with_reason) if with_reason else 0.0
+        ),
+    }

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import random
 import string
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -483,7 +484,23 @@ def write_generated_trial(
     _apply_raw(result_path)
     _write_trajectory(trial_dir, choice["trajectory"])
     _write_trace(trial_dir, choice["trace"])
+    _write_trial_log(trial_dir)
     return trial_dir
+
+
+def _write_trial_log(trial_dir: Path) -> None:
+    """harbor's trial.log, with 0-2 turns dropped at max_tokens; none at all for some trials.
+    Chosen from the trial's name, not the tree's rng, so every other choice stays as it was."""
+    variant = zlib.crc32(trial_dir.name.encode()) % 4
+    if variant == 0:
+        return
+    lines = ["sandbox pid 123, root /tmp/harbor-x/root"]
+    lines += [
+        "Output length exceeded: Model openai/gpt-4o hit max_tokens limit. Response was "
+        "truncated. Consider increasing max_tokens if possible."
+    ] * (variant - 1)
+    lines += ["Trajectory dumped to agent/trajectory.json"]
+    (trial_dir / "trial.log").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def write_unreadable_trial(job_dir: Path, trial_name: str, how: str) -> Path:

@@ -40,6 +40,14 @@ ROLLOUT_STATS_COLUMNS = [
     "unreadable_trials",
 ]
 
+# issue 11: rollout_stats columns after the seed's (which keep their exact values)
+ROLLOUT_STATS_EXTRA_COLUMNS = [
+    "dropped_turns",
+    "dropped_turn_trials",
+    "verifier_error_trials",
+    "verifier_scaffold_loss_rate",
+]
+
 # seed 000's TrialRecord, as issue 3 lists its columns
 RECORD_COLUMNS = [
     "batch",

@@ -27,7 +27,7 @@ from wmo_lake.collector import (
 )
 
 KIT_TASKS = f"datasets=[{{path: '{TASKS}'}}]"
-KIT_JOB = FIXTURES / "harbor" / "kit-e2e" / "exp1" / "harbor" / "step-0000" / "rollouts"
+KIT_JOB = FIXTURES / "harbor" / "kit-e2e"
 
 
 def _collect(tmp_path: Path, *extra: str, template: Path = TEMPLATE) -> tuple[int, str]:

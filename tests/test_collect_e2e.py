@@ -37,6 +37,7 @@ from harbor_kit import (
     hello_dropped_turns,
     kit_env,
     kit_sets,
+    mock_llm,
     mock_requests,
     mock_server,
     require_sandbox_tools,
@@ -79,6 +80,12 @@ def expected_stats(attempts: range) -> dict[str, object]:
         "stop_reason_counts": {k: v for k, v in sorted(stop_reasons.items()) if v},
         "scaffold_loss_rate": (VERIFIER_CRASHES + out_of_turns) / trials,
         "unreadable_trials": 0,
+        # beside the seed's columns: hello-file's turns cut at max tokens, which harbor dropped
+        "dropped_turns": sum(dropped),
+        "dropped_turn_trials": sum(1 for n in dropped if n),
+        # no-reward's verifier crashes, all of them in the scaffold loss as `error`
+        "verifier_error_trials": VERIFIER_CRASHES,
+        "verifier_scaffold_loss_rate": VERIFIER_CRASHES / trials,
     }
 
 
@@ -148,7 +155,12 @@ def test_two_steps_collected_and_reported_as_the_script_says(
     # The warnings name the step's batch: infra failures and scaffold loss.
     notes = " | ".join(step1.notes)
     assert "3/12 trial(s) never produced verifier evidence" in notes
-    assert "scaffold loss" in notes
+    assert "scaffold loss" in notes and "25.0 points of it are verifier crashes" in notes
+    assert "1 turn(s) across 1/12 trial(s) stopped at max_tokens" in notes
+    hello = by_task["e2e/hello-file"]
+    assert sorted(hello["n_spans"].to_list()) == sorted(
+        len(mock_llm.hello(a)) - hello_dropped_turns(a) for a in range(3, 6)
+    )
 
     # the multi-key reward: with n_failed as the reward key only multi-reward has a measured
     # reward (0: not passed); every other task's rewards lack that key (infra failure)

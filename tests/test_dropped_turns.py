@@ -24,14 +24,14 @@ from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect
 from wmo_lake.stats import collect_stats
 
-KIT_RUNS = FIXTURES / "harbor" / "kit-e2e"
-BATCH = "exp1/harbor/step-0000/rollouts"
+KIT_JOB = FIXTURES / "harbor" / "kit-e2e"
+BATCH = "kit-e2e"
 
 
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
     lake = tmp_path_factory.mktemp("kit") / "lake"
-    ingest([KIT_RUNS], lake)
+    ingest([KIT_JOB], lake)
     return lake
 
 
@@ -43,7 +43,7 @@ def _log_lines(trial_dir: Path) -> int:
 
 def test_each_trial_counts_its_dropped_turns_from_trial_log(lake: Path) -> None:
     rows = dict(connect(lake).execute("SELECT trial_name, dropped_turns FROM trials").fetchall())
-    trial_dirs = [p.parent for p in KIT_RUNS.glob("*/harbor/*/*/*/result.json")]
+    trial_dirs = [p.parent for p in KIT_JOB.glob("*/result.json")]
     assert rows == {d.name: _log_lines(d) for d in trial_dirs}
     # what the kit's script makes the mock do on attempts 0, 1, 2
     assert sorted(rows.values()) == sorted([0, 0, 0] + [hello_dropped_turns(a) for a in range(3)])
@@ -105,7 +105,7 @@ def test_without_trial_log_the_count_is_unknown_and_a_new_log_is_read(tmp_path: 
     assert con.execute("SELECT dropped_turns FROM trials").fetchall() == [(None,)]
     assert con.execute("SELECT dropped_turns FROM rollout_stats").fetchall() == [(0,)]
     con.close()
-    shutil.copy(next(KIT_RUNS.glob("*/harbor/*/*/hello-file__*/trial.log")), trial / "trial.log")
+    shutil.copy(next(KIT_JOB.glob("hello-file__*/trial.log")), trial / "trial.log")
     (trial / "trial.log").write_text(
         "Output length exceeded: Model x hit max_tokens limit.\n" * 2 + "other line\n"
     )

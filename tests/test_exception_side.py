@@ -23,8 +23,8 @@ from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect
 from wmo_lake.stats import collect_stats
 
-KIT_RUNS = FIXTURES / "harbor" / "kit-e2e"
-BATCH = "exp1/harbor/step-0000/rollouts"
+KIT_JOB = FIXTURES / "harbor" / "kit-e2e"
+BATCH = "kit-e2e"
 
 
 def _exception_classes(module_name: str) -> set[str]:
@@ -85,7 +85,7 @@ def test_every_harbor_verifier_exception_is_verifier_side(tmp_path: Path) -> Non
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
     lake = tmp_path_factory.mktemp("kit") / "lake"
-    ingest([KIT_RUNS], lake)
+    ingest([KIT_JOB], lake)
     return lake
 
 

@@ -313,4 +313,4 @@ def test_bundled_runs_without_steps(fixtures_dir: Path, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     figure = figures_of((tmp_path / "r.html").read_text())["metric-solve_rate"]
     assert figure["layout"]["xaxis"]["type"] == "category"
-    assert figure["data"][0]["x"] == ["offline-demo", "offline-terminus2"]
+    assert figure["data"][0]["x"] == ["kit-e2e", "offline-demo", "offline-terminus2"]

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner, Result
 from edge_case_trees import write_unreadable_trial
 from harbor_shapes import write_job, write_trial
-from spec import ROLLOUT_STATS_COLUMNS
+from spec import ROLLOUT_STATS_COLUMNS, ROLLOUT_STATS_EXTRA_COLUMNS
 
 from reference import oracle
 from wmo_lake.cli import cli
@@ -115,7 +115,7 @@ def test_json_is_the_rollout_stats_rows(tree: tuple[Path, Path], args: list[str]
     assert [row["batch"] for row in rows] == [CLEAN, WARNED, OTHER]
     expected = oracle.batch_stats(oracle.read_tree(root, settings_of(args)))
     for row in rows:
-        assert list(row) == ROLLOUT_STATS_COLUMNS
+        assert list(row) == ROLLOUT_STATS_COLUMNS + ROLLOUT_STATS_EXTRA_COLUMNS
         assert isinstance(row["stop_reason_counts"], dict)
         assert row == expected[row["batch"]]
 

@@ -91,7 +91,11 @@ TRIAL_KEY = Column(
     "the TrialResult `id`, or `dir:` + the resolved trial dir when it has none",
 )
 BATCH = Column(
-    "batch", STRING, None, "the job dir's path relative to the PATH ingested (see Discovery)"
+    "batch",
+    STRING,
+    None,
+    "the job dir's path relative to the PATH ingested; from its run dir when it lies under "
+    "`<run>/harbor/step-NNNN/` (see Discovery)",
 )
 RUN = Column("run", STRING, None, "the path component before `harbor/`, when there is one")
 STEP = Column("step", INT64, None, "the integer of a `step-NNNN` path component, else null")
