@@ -46,7 +46,11 @@ from harbor_kit import (
 
 from wmo_lake.cli import cli
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    # harbor 0.26 warns about its own Task.checksum on every trial
+    pytest.mark.filterwarnings("ignore:Task.checksum:DeprecationWarning"),
+]
 
 VERIFIER_CRASHES = ATTEMPTS  # every no-reward attempt
 
@@ -101,10 +105,15 @@ def kit_process_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
 
 
-def collect_args(run_dir: Path, lake: Path, step: int, api_base: str) -> list[str]:
+# All 12 trials of a step at once (job.yaml runs 4): the mock's answers do not depend on it, and
+# the step takes as long as its slowest trial. The SIGKILL test keeps 4, so it can land mid-step.
+ALL_AT_ONCE = "n_concurrent_trials=12"
+
+
+def collect_args(run_dir: Path, lake: Path, step: int, api_base: str, *more_sets: str) -> list[str]:
     args = ["collect", "--template", str(TEMPLATE), "--run-dir", str(run_dir)]
     args += ["--step", str(step), "--lake", str(lake)]
-    for assignment in kit_sets(api_base):
+    for assignment in [*kit_sets(api_base), *more_sets]:
         args += ["--set", assignment]
     return args
 
@@ -116,12 +125,12 @@ def test_two_steps_collected_and_reported_as_the_script_says(
 
     run_dir, lake, log = tmp_path / "runs" / "exp1", tmp_path / "lake", tmp_path / "mock.jsonl"
     with mock_server(log) as api_base:
-        first = CliRunner().invoke(cli, [*collect_args(run_dir, lake, 0, api_base), "--json"])
+        args = collect_args(run_dir, lake, 0, api_base, ALL_AT_ONCE)
+        first = CliRunner().invoke(cli, [*args, "--json"])
         assert first.exit_code == 0, first.output
         step0 = json.loads(first.stdout)
-        step1 = wmo_lake.collect(
-            TEMPLATE, run_dir, 1, sets=kit_sets(api_base), lake=lake, with_spans=True
-        )
+        sets = [*kit_sets(api_base), ALL_AT_ONCE]
+        step1 = wmo_lake.collect(TEMPLATE, run_dir, 1, sets=sets, lake=lake, with_spans=True)
 
     # step 0 through the CLI (--json), step 1 through the Python API
     assert step0["batch"] == "exp1/harbor/step-0000/rollouts"

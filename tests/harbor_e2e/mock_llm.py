@@ -11,7 +11,11 @@ prompt[k+1] starts with prompt[k] + completion[k]. Ids and logprobs are syntheti
 
 Which script answers is chosen by a phrase in the task instruction (SCRIPTS); the
 turn is the number of assistant messages already in the request; the attempt is a
-per-script counter of first turns seen by this server process.
+per-script counter of first turns seen by this server process. The first answer of a
+conversation carries its attempt ("[attempt N]" at the start of its analysis, or of its
+text), and every later turn reads it back from there, so each trial follows its own
+attempt's script however many trials of the same task run at once (wmo-lake's copy: the
+kit's original used the latest counter for every turn).
 """
 
 import argparse
@@ -122,17 +126,33 @@ _attempts: dict[str, int] = {}
 _lock = threading.Lock()
 
 
+ATTEMPT_TAG = re.compile(r"\[attempt (\d+)\] ")
+
+
+def tag_attempt(content, attempt):
+    """The first answer marked with its attempt, inside the JSON's analysis when it has one
+    (even cut short), so the answer parses exactly as it would untagged."""
+    tag = f"[attempt {attempt}] "
+    if '"analysis": "' in content:
+        return content.replace('"analysis": "', '"analysis": "' + tag, 1)
+    return tag + content
+
+
 def answer(body):
     messages = body.get("messages", [])
     first_user = next((text_of(m["content"]) for m in messages if m.get("role") == "user"), "")
     key = next((k for k in SCRIPTS if k in first_user), None)
-    turn = sum(1 for m in messages if m.get("role") == "assistant")
+    assistant = [text_of(m.get("content")) for m in messages if m.get("role") == "assistant"]
+    turn = len(assistant)
+    tagged = ATTEMPT_TAG.search(assistant[0]) if assistant else None
     with _lock:
         if turn == 0:
             _attempts[key] = _attempts.get(key, -1) + 1
-        attempt = _attempts.get(key, 0)
+        attempt = int(tagged.group(1)) if tagged else _attempts.get(key, 0)
     script = SCRIPTS[key](attempt) if key else [DONE]
     finish, content = script[min(turn, len(script) - 1)]
+    if turn == 0:
+        content = tag_attempt(content, attempt)
 
     p_ids = prompt_ids(messages)
     c_pieces = pieces(content) + (["<|end|>"] if finish == "stop" else [])
