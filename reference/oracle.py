@@ -11,6 +11,7 @@ lake's stats equal it.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -246,7 +247,8 @@ def exception_type(result: dict[str, Any]) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def verifier_exceptions() -> set[str]:
+@functools.cache
+def verifier_exceptions() -> frozenset[str]:
     """The exceptions harbor's verifier phase raises, from harbor's own modules."""
     import inspect
 
@@ -261,7 +263,7 @@ def verifier_exceptions() -> set[str]:
         }
 
     timeouts = {n for n in defined_in(harbor.trial.errors) if n.startswith("Verifier")}
-    return defined_in(harbor.verifier.verifier) | timeouts
+    return frozenset(defined_in(harbor.verifier.verifier) | timeouts)
 
 
 # -- the tree ------------------------------------------------------------------------------------
