@@ -1,5 +1,5 @@
 """The lake's tables: one module per table, with its extraction; every column's name, type,
-source and meaning are declared in `wmo_lake/columns.py`, and each module's `SCHEMA` follows.
+source and meaning are declared in `wmo_lake/columns.py`, and the Arrow schemas follow from it.
 
 `TABLES` is the registry the store and the views read: name -> (schema, the column that names the
 unit a row belongs to, so a re-ingested trial or job replaces exactly its own rows).

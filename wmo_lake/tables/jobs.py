@@ -6,12 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from wmo_lake.columns import SPECS, arrow_schema
 from wmo_lake.discover import Job
 from wmo_lake.jsonfile import ReadFailure, read_json, to_json_text
 from wmo_lake.tables.fields import Fields, ProblemLog
-
-SCHEMA = arrow_schema(SPECS["jobs"])
 
 
 def _load(path: Path, problems: ProblemLog) -> tuple[str, Any]:

@@ -11,11 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wmo_lake.columns import SPECS, arrow_schema
 from wmo_lake.jsonfile import ReadFailure, read_json
 from wmo_lake.tables.fields import ProblemLog
-
-SCHEMA = arrow_schema(SPECS["stop_reasons"])
 
 TERMINUS_COMPLETE_TOOL = "mark_task_complete"
 TRACE_FILENAME = "wmo-run.json"

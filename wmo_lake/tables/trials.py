@@ -5,11 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from wmo_lake.columns import PHASES, SPECS, arrow_schema
+from wmo_lake.columns import PHASES
 from wmo_lake.jsonfile import to_json_text
 from wmo_lake.tables.fields import Fields, is_real_number
-
-SCHEMA = arrow_schema(SPECS["trials"])
 
 
 def parse_time(value: str | None) -> datetime | None:
