@@ -259,6 +259,12 @@ def test_settings_the_numbers_were_computed_under(two_runs_lake: Path, tmp_path:
     page = out.read_text()
     assert "<td>wmo_max_tokens</td><td>3</td><td>option</td>" in page
     assert "<td>wmo_reward_key</td><td>reward</td><td>default</td>" in page
+    view = page.split("<h3>The settings view", 1)[1].split("</table>", 1)[0]
+    [expected] = lake_rows(two_runs_lake, "SET VARIABLE wmo_max_tokens = 3; FROM settings")
+    assert "<td>max_tokens</td><td>3</td>" in view
+    for column, value in expected.items():
+        shown = "-" if value is None else str(value)
+        assert f"<td>{column}</td><td>{shown}</td>" in view, column
     figures = figures_of(page)
     assert {t["name"] for t in figures["metric-solve_rate"]["data"]} == {"exp-b"}
     truncated = {

@@ -176,6 +176,7 @@ class ReportData:
     datums_computable: bool
     datum_note: str
     settings: list[dict[str, Any]]
+    settings_view: dict[str, Any]  # the `settings` view's one row, as every view read it
     caps: list[dict[str, Any]]
     datum_caps: list[dict[str, Any]]
     selection: dict[str, Any]
@@ -374,6 +375,7 @@ def _collect(
         datums_computable=datums_computable,
         datum_note=datum_note,
         settings=settings_rows(settings),
+        settings_view=rows_as_dicts(con.sql("SELECT * FROM settings"))[0],
         caps=rows_as_dicts(con.sql(CAPS, params=params)),
         datum_caps=datum_caps,
         selection={"runs": runs, "batch_glob": batch_glob},

@@ -454,6 +454,11 @@ def render_html(data: ReportData, js: str | None = None) -> str:
         ],
         "no settings",
     )
+    settings_view_table = _table(
+        ["column", "value"],
+        [[k, v] for k, v in data.settings_view.items()],
+        "no settings view",
+    )
     caps_table = _table(
         ["max_turns", "max_tokens", "batches", "trials"],
         [[c["max_turns"], c["max_tokens"], c["batches"], c["trials"]] for c in data.caps],
@@ -533,6 +538,8 @@ Tasks ordered by trend (least-squares slope over steps), most improved at the to
 {unbatched}
 <h2>Settings the numbers were computed under</h2>
 {settings_table}
+<h3>The settings view (SELECT * FROM settings; NULL: each batch's recorded value applies)</h3>
+{settings_view_table}
 <h3>Caps applied per trial (trial_caps)</h3>
 {caps_table}
 <h3>Datum budgets applied (datum_episodes)</h3>
