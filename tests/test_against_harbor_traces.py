@@ -27,7 +27,7 @@ from click.testing import CliRunner
 from harbor_shapes import write_job, write_trial
 
 from wmo_lake.cli import cli
-from wmo_lake.conversations import load_verified
+from wmo_lake.exports.conversations import load_verified
 from wmo_lake.ingest import ingest
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

@@ -1,6 +1,6 @@
-"""`wmo-lake export conversations` and `wmo_lake.conversations.load_verified` (issue 5, item 3),
-driven through the real CLI on one small lake built in tmp_path. Expected counts are worked out by
-hand from the trials the fixture writes (listed in `lake`)."""
+"""`wmo-lake export conversations` and `wmo_lake.exports.conversations.load_verified` (issue 5,
+item 3), driven through the real CLI on one small lake built in tmp_path. Expected counts are
+worked out by hand from the trials the fixture writes (listed in `lake`)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from click.testing import CliRunner, Result
 from harbor_shapes import dump, real_trajectory, write_job, write_trial
 
 from wmo_lake.cli import cli
-from wmo_lake.conversations import load_verified
-from wmo_lake.export import ExportError, manifest_path
+from wmo_lake.exports.conversations import load_verified
+from wmo_lake.exports.discipline import ExportError, manifest_path
 from wmo_lake.ingest import ingest
 
 EPISODES_PER_TRIAL = 3  # the real terminus-2 trajectory has three agent steps
@@ -297,7 +297,7 @@ def test_chunked_writing_changes_nothing(
 ) -> None:
     """Messages are built a chunk of trials at a time (flat memory); one trial per chunk gives the
     same file, duplicates across chunks included."""
-    from wmo_lake import conversations
+    from wmo_lake.exports import conversations
 
     whole, _ = exported(lake, tmp_path / "whole.jsonl", "--no-split-guard")
     monkeypatch.setattr(conversations, "CHUNK_TEXT_BYTES", 1)

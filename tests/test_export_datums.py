@@ -1,4 +1,4 @@
-"""`wmo-lake export datums` and `wmo_lake.datums.load_verified` (issue 4, items 3-5), driven
+"""`wmo-lake export datums` and `wmo_lake.exports.datums.load_verified` (issue 4, items 3-5), driven
 through the real CLI on a small lake whose expected datums are worked out by hand below."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from harbor_shapes import write_job, write_trial
 from spec import DATUM_COLUMNS
 
 from wmo_lake.cli import cli
-from wmo_lake.datums import load_verified, to_tinker
-from wmo_lake.export import ExportError
+from wmo_lake.exports.datums import load_verified, to_tinker
+from wmo_lake.exports.discipline import ExportError
 from wmo_lake.ingest import ingest
 
 STEP1 = "r/harbor/step-0001/job-1"

@@ -1,5 +1,5 @@
-"""The shared export discipline (`wmo_lake.export`, seed 001): task registry, split guard,
-no overwrite, atomic dataset + manifest, and the verifying loader core. Datums and
+"""The shared export discipline (`wmo_lake.exports.discipline`, seed 001): task registry, split
+guard, no overwrite, atomic dataset + manifest, and the verifying loader core. Datums and
 conversations exports both rely on these; here they are held on a toy line-per-row dataset."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from wmo_lake import export
-from wmo_lake.export import ExportError, SplitGuard
+from wmo_lake.exports import discipline as export
+from wmo_lake.exports.discipline import ExportError, SplitGuard
 
 TASKS = [
     {"id": "t/train-1", "split": "train", "repository": "x"},
@@ -241,7 +241,7 @@ def test_sigkill_mid_export_leaves_neither_file_and_the_next_export_cleans_up(
         f"""
         import time
         from pathlib import Path
-        from wmo_lake import export
+        from wmo_lake.exports import discipline as export
 
         def write(path):
             path.write_text("partial", encoding="utf-8")

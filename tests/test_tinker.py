@@ -1,5 +1,6 @@
-"""`wmo_lake.datums.to_tinker` (issue 4, item 4): real `tinker.Datum`s in the shifted next-token
-layout, pinned on hand-worked examples (tinker-cookbook's semantics, without depending on it)."""
+"""`wmo_lake.exports.datums.to_tinker` (issue 4, item 4): real `tinker.Datum`s in the shifted
+next-token layout, pinned on hand-worked examples (tinker-cookbook's semantics, without depending
+on it)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from wmo_lake.datums import to_tinker
+from wmo_lake.exports.datums import to_tinker
 
 tinker = pytest.importorskip("tinker")
 

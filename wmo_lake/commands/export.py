@@ -1,8 +1,8 @@
 """`wmo-lake export ...`: training datasets out of the lake, each with a manifest beside it.
 
-Each dataset kind is a subcommand of the `export` group (`datums`, `conversations`). The
-discipline they share (split guard, no overwrite, atomic write, manifest) lives in
-`wmo_lake.export`.
+Each dataset kind is a subcommand of the `export` group (`datums`, `conversations`): its options,
+then one call into its module in `wmo_lake.exports`, and that module's summary. The discipline
+they share (split guard, no overwrite, atomic write, manifest) is `wmo_lake.exports.discipline`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from wmo_lake.commands.options import (
     selection_options,
     settings_from,
 )
-from wmo_lake.export import ExportError, manifest_path, require_guard_choice
+from wmo_lake.exports.discipline import ExportError, require_guard_choice
 from wmo_lake.store import LakeError
 
 
@@ -75,27 +75,6 @@ def export() -> None:
     """
 
 
-def _summary(manifest: dict[str, Any], out: Path) -> str:
-    written = manifest.get("exported", {})
-    stats = manifest.get("datum_stats", {})
-    excluded = manifest.get("excluded") or {}
-    split = manifest.get("split")
-    lines = [
-        f"wrote {manifest['rows']} datums ({written.get('tokens', 0)} tokens, "
-        f"{written.get('loss_tokens', 0)} trained) from {len(manifest.get('sources', []))} "
-        f"batch(es) to {out}",
-        f"manifest: {manifest_path(out)}  sha256 {manifest['dataset_sha256'][:16]}...",
-        "split guard: "
-        + (f"train tasks of {manifest.get('tasks_path')}" if split else "OFF (--no-split-guard)"),
-        f"fragments: {stats.get('fragments', 0)} of {stats.get('datums', 0)} datums "
-        f"({100 * stats.get('fragmentation_rate', 0.0):.1f}%); dropped episodes: "
-        f"{stats.get('overflow_drops', 0)} overflow, {stats.get('overlong_drops', 0)} overlong",
-        "excluded: "
-        + (", ".join(f"{reason} {count}" for reason, count in excluded.items()) or "none"),
-    ]
-    return "\n".join(lines)
-
-
 @export.command("datums")
 @click.option(
     "--out",
@@ -132,15 +111,15 @@ def datums(
     One row per training sequence: model_input_tokens, loss_mask, sampled_logprobs, reward,
     advantage (reward minus the batch's mean for the task) and where it came from. Episodes that
     overflow the context budget or hold an overlong sequence are dropped whole and counted.
-    Load it back with `wmo_lake.datums.load_verified(FILE, tasks=REGISTRY)`, and hand it to
-    tinker with `wmo_lake.datums.to_tinker(rows)`.
+    Load it back with `wmo_lake.exports.datums.load_verified(FILE, tasks=REGISTRY)`, and hand it
+    to tinker with `wmo_lake.exports.datums.to_tinker(rows)`.
 
     \b
     Examples:
       wmo-lake export datums --out step7.parquet --tasks tasks.json --batch 'exp1/*/step-0007/*'
       wmo-lake export datums --out all.parquet --no-split-guard --where "NOT infra_failed"
     """
-    from wmo_lake.datums import export_datums
+    from wmo_lake.exports.datums import export_datums, summary
 
     _require_guard_choice(tasks, no_split_guard)
     settings = settings_from(options)
@@ -163,32 +142,7 @@ def datums(
     if as_json:
         click.echo(json.dumps(manifest, indent=2, ensure_ascii=False))
     else:
-        click.echo(_summary(manifest, out))
-
-
-def _conversations_summary(manifest: dict[str, Any], out: Path) -> str:
-    trials = manifest.get("trials", {})
-    without = trials.get("without_episodes", {})
-    excluded = manifest.get("excluded") or {}
-    split = manifest.get("split")
-    return "\n".join(
-        [
-            f"wrote {manifest['rows']} conversations ({manifest.get('format')}) from "
-            f"{trials.get('in_scope', 0)} trials in {len(manifest.get('sources', []))} "
-            f"batch(es) to {out}",
-            f"manifest: {manifest_path(out)}  sha256 {manifest['dataset_sha256'][:16]}...",
-            "split guard: "
-            + (
-                f"train tasks of {manifest.get('tasks_path')}"
-                if split
-                else "OFF (--no-split-guard)"
-            ),
-            f"trials without episodes: {without.get('no_trajectory', 0)} without a trajectory "
-            f"(oracle / nop), {without.get('no_agent_turns', 0)} without an agent step",
-            "excluded episodes: "
-            + (", ".join(f"{reason} {count}" for reason, count in excluded.items()) or "none"),
-        ]
-    )
+        click.echo(summary(manifest, out))
 
 
 @export.command("conversations")
@@ -254,7 +208,7 @@ def conversations(
     including that agent turn, `messages` as [{role, content}], plus task, trial_name, batch,
     model, reward, passed, trace_source and episode. Exact duplicates are written once and
     counted; trials without a trajectory (oracle / nop) are counted, not errors. Load it back with
-    `wmo_lake.conversations.load_verified(FILE, tasks=REGISTRY)`.
+    `wmo_lake.exports.conversations.load_verified(FILE, tasks=REGISTRY)`.
 
     \b
     Examples:
@@ -262,7 +216,7 @@ def conversations(
       wmo-lake export conversations --out last.parquet --format parquet --episodes last \\
           --no-split-guard --batch 'exp1/*'
     """
-    from wmo_lake.conversations import export_conversations
+    from wmo_lake.exports.conversations import export_conversations, summary
 
     _require_guard_choice(tasks, no_split_guard)
     settings = settings_from(options)
@@ -286,4 +240,4 @@ def conversations(
     if as_json:
         click.echo(json.dumps(manifest, indent=2, ensure_ascii=False))
     else:
-        click.echo(_conversations_summary(manifest, out))
+        click.echo(summary(manifest, out))

@@ -78,7 +78,7 @@ settings_from = from_options
 
 
 def guard_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """--tasks / --no-split-guard: every export must choose one (see wmo_lake.export)."""
+    """--tasks / --no-split-guard: every export must choose one (wmo_lake.exports.discipline)."""
     command = click.option(
         "--no-split-guard",
         is_flag=True,

@@ -1,0 +1,421 @@
+"""Conversations out of the lake (SFT data): the `conversations` view exported as JSONL or Parquet
+with its manifest, and a verifying loader.
+
+    manifest = export_conversations("lake", "sft.jsonl", tasks="tasks.json", outcome="success")
+    rows = load_verified("sft.jsonl", tasks="tasks.json")   # list of dicts
+
+One row per agent episode as harbor's trace export defines it (sql/conversations.sql): `messages`
+[{role, content}] plus task, trial_name, batch, model, reward, passed, trace_source and episode.
+The JSONL form is one `{"messages": [...], ...}` object per line, which tinker-cookbook's
+`FromConversationFileBuilder` reads. The discipline (split guard, no overwrite, atomic write,
+manifest, verified load) is `wmo_lake.exports.discipline`, shared with the other kinds; this
+module is the conversations kind plugged into it, with its own `summary`.
+
+Rules on top of the view, each counted in the manifest's `excluded` (in episodes):
+- split guard: episodes of dev / holdout / custom tasks -> `split_<split>`;
+- `--filter success|failure` keeps the episodes of passed / not passed trials (`cells.passed`,
+  with the query-time reward key and mode) -> `not_passed` / `passed`;
+- episodes holding image or audio content are not text data -> `multimodal`;
+- exact duplicates (the same messages) are exported once -> `duplicate` (seed 001).
+Trials in scope that give no episode at all (oracle / nop agents write no trajectory; a trajectory
+may have no agent step) are counted under `trials.without_episodes`, never an error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from wmo_lake.exports import discipline
+from wmo_lake.exports.discipline import (
+    Export,
+    ExportError,
+    Request,
+    excluded_text,
+    require_guard_choice,
+    scope_condition,
+    summary_lines,
+)
+
+KIND = "conversations"
+FORMATS = ("jsonl", "parquet")
+EPISODES = ("all", "last")
+OUTCOMES = ("all", "success", "failure")
+ROLES = ("system", "user", "assistant")
+BATCH_ROWS = 256  # rows per Arrow batch streamed out of DuckDB: memory stays flat
+
+# Every conversation of the trials in scope, with its trial's task, model and outcome. Filters are
+# bound parameters (NULL matches everything).
+CANDIDATES = f"""
+SELECT
+    v.trial_key, v.batch, v.trial_name, v.trace_source, v.episode, v.is_last_episode,
+    v.has_media, c.run, c.step, c.task_id AS task,
+    coalesce(v.model_name, t.model_name) AS model,
+    CASE WHEN c.infra_failed THEN NULL ELSE c.reward END AS reward,
+    c.passed
+FROM conversations AS v
+JOIN cells AS c USING (trial_key)
+JOIN trials AS t USING (trial_key)
+WHERE {scope_condition("v.batch", "c.run")}
+  AND ($last_only = false OR v.is_last_episode)
+  AND ($subagents OR v.trace_source = 'main')
+"""
+TRIALS = f"""
+SELECT
+    c.batch, c.run, c.step, count(*) AS trials,
+    count(*) FILTER (WHERE NOT e.has_trajectory) AS no_trajectory,
+    count(*) FILTER (WHERE e.has_trajectory AND e.agent_turns = 0) AS no_agent_turns
+FROM cells AS c
+JOIN episodes AS e USING (trial_key)
+WHERE {scope_condition("c.batch", "c.run")}
+GROUP BY ALL
+ORDER BY c.run NULLS LAST, c.step NULLS LAST, c.batch
+"""
+# The trials left after every rule, in export order, with an estimate of the text their
+# conversations hold (each file's text times its episodes): the writer builds the messages a chunk
+# of trials at a time, so memory follows the chunk, not the export.
+TRIAL_SIZES = """
+SELECT c.trial_key, any_value(s.text_bytes) AS text_bytes
+FROM candidates AS c
+JOIN (
+    SELECT trial_key, sum(text_bytes * (episodes + 1)) AS text_bytes
+    FROM (
+        SELECT
+            trial_key,
+            file_index,
+            sum(
+                coalesce(len(message), 0) + coalesce(len(observation), 0)
+                + coalesce(len(reasoning_content), 0)
+            ) AS text_bytes,
+            count(*) FILTER (WHERE source = 'agent') AS episodes
+        FROM steps
+        GROUP BY trial_key, file_index
+    )
+    GROUP BY trial_key
+) AS s USING (trial_key)
+GROUP BY c.trial_key, c.run, c.step, c.batch, c.trial_name
+ORDER BY c.run NULLS LAST, c.step NULLS LAST, c.batch, c.trial_name
+"""
+# The rows of one chunk of trials ($keys): the view's messages, pushed down to those trials.
+CHUNK_ROWS = """
+SELECT v.messages, c.task, c.trial_name, c.batch, c.model, c.reward, c.passed, c.trace_source,
+    c.episode
+FROM candidates AS c
+JOIN conversations AS v USING (trial_key, trace_source, episode)
+WHERE list_contains($keys, v.trial_key)
+ORDER BY c.run NULLS LAST, c.step NULLS LAST, c.batch, c.trial_name,
+    c.trace_source <> 'main', c.trace_source, c.episode
+"""
+CHUNK_TEXT_BYTES = 16 * 2**20
+ROW_SCHEMA = pa.schema(
+    [
+        ("messages", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
+        ("task", pa.string()),
+        ("trial_name", pa.string()),
+        ("batch", pa.string()),
+        ("model", pa.string()),
+        ("reward", pa.float64()),
+        ("passed", pa.bool_()),
+        ("trace_source", pa.string()),
+        ("episode", pa.int64()),
+    ]
+)
+
+
+def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ExportError(f"--{name} must be one of {', '.join(allowed)}, got {value!r}")
+
+
+def messages_identity(messages: list[dict[str, Any]]) -> bytes:
+    """What makes two exported conversations duplicates: their messages, canonically (seed 001)."""
+    text = json.dumps(messages, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).digest()
+
+
+def export_conversations(
+    lake: Path | str,
+    out: Path | str,
+    *,
+    fmt: str = "jsonl",
+    episodes: str = "all",
+    outcome: str = "all",
+    tasks: Path | str | None = None,
+    no_split_guard: bool = False,
+    batch_glob: str | None = None,
+    run: str | None = None,
+    subagents: bool = True,
+    settings: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Export the lake's conversations to `out` (JSONL or Parquet) with `out.manifest.json`;
+    return the manifest. Raises ExportError (clear message, nothing written) on a missing guard
+    choice, a bad registry, an unregistered task, an existing target or an empty export.
+    `settings` are the query-time settings, as `wmo_lake.lake.connect` takes them (the reward
+    key and mode decide `passed` for --filter); the manifest records the `settings` view's row."""
+    require_guard_choice(tasks, no_split_guard)
+    _choice("format", fmt, FORMATS)
+    _choice("episodes", episodes, EPISODES)
+    _choice("filter", outcome, OUTCOMES)
+    request = Request(
+        Path(lake),
+        Path(out),
+        tasks=None if tasks is None else Path(tasks),
+        no_split_guard=no_split_guard,
+        batch_glob=batch_glob,
+        run=run,
+        settings=dict(settings or {}),
+    )
+    scope = request.scope
+    with Export(request, kind=KIND) as export:
+        con = export.con
+        try:
+            con.execute(
+                f"CREATE TEMP TABLE candidates AS {CANDIDATES}",
+                scope | {"last_only": episodes == "last", "subagents": subagents},
+            )
+            excluded: Counter[str] = Counter()
+            rows_by_task = dict(
+                con.execute("SELECT task, count(*) FROM candidates GROUP BY task").fetchall()
+            )
+            export.keep_train_tasks(rows_by_task)
+            excluded.update(export.guard.excluded)
+            con.execute(f"DELETE FROM candidates AS d WHERE NOT {export.kept('d.task')}")
+            _drop(con, excluded, "coalesce(passed, false)", "passed", outcome == "failure")
+            _drop(con, excluded, "NOT coalesce(passed, false)", "not_passed", outcome == "success")
+            _drop(con, excluded, "has_media", "multimodal", True)
+            trials = _trials(con, scope)
+            chunks = _chunks(con.execute(TRIAL_SIZES).fetchall())
+
+            def write(path: Path) -> int:
+                rows = _write(_unique_batches(_chunk_batches(con, chunks), excluded), path, fmt)
+                if not rows:
+                    raise ExportError(_nothing_to_export(trials, excluded))
+                return rows
+
+            used = export.settings
+            return export.write(
+                write,
+                excluded=excluded,
+                parameters={
+                    "format": fmt,
+                    "episodes": episodes,
+                    "filter": outcome,
+                    "subagents": subagents,
+                    "reward_key": used["reward_key"],
+                    "reward_mode": used["reward_mode"],
+                },
+                extra=lambda: {
+                    "format": fmt,
+                    "excluded": dict(sorted(excluded.items())),
+                    "trials": _trial_totals(trials),
+                    "sources": trials,
+                },
+            )
+        except duckdb.Error as error:
+            raise ExportError(f"the conversations query failed: {error}") from None
+
+
+def summary(manifest: Mapping[str, Any], out: Path) -> str:
+    """What `wmo-lake export conversations` prints: rows, the guard, trials without episodes."""
+    trials = manifest.get("trials", {})
+    without = trials.get("without_episodes", {})
+    return "\n".join(
+        [
+            f"wrote {manifest['rows']} conversations ({manifest.get('format')}) from "
+            f"{trials.get('in_scope', 0)} trials in {len(manifest.get('sources', []))} "
+            f"batch(es) to {out}",
+            *summary_lines(manifest, out),
+            f"trials without episodes: {without.get('no_trajectory', 0)} without a trajectory "
+            f"(oracle / nop), {without.get('no_agent_turns', 0)} without an agent step",
+            "excluded episodes: " + excluded_text(manifest),
+        ]
+    )
+
+
+def _drop(
+    con: duckdb.DuckDBPyConnection, excluded: Counter[str], condition: str, reason: str, when: bool
+) -> None:
+    """Drop the candidates matching `condition` (a fixed SQL text of this module), counted."""
+    if not when:
+        return
+    (count,) = con.execute(f"SELECT count(*) FROM candidates WHERE {condition}").fetchone() or (0,)
+    if count:
+        excluded[reason] += count
+        con.execute(f"DELETE FROM candidates WHERE {condition}")
+
+
+def _chunks(sizes: list[tuple[str, int]]) -> list[list[str]]:
+    """Consecutive trials grouped so each group's estimated text stays under CHUNK_TEXT_BYTES
+    (a trial larger than that is a group of its own)."""
+    chunks: list[list[str]] = []
+    total = CHUNK_TEXT_BYTES
+    for trial_key, text_bytes in sizes:
+        if total + (text_bytes or 0) > CHUNK_TEXT_BYTES:
+            chunks.append([])
+            total = 0
+        chunks[-1].append(trial_key)
+        total += text_bytes or 0
+    return chunks
+
+
+def _chunk_batches(
+    con: duckdb.DuckDBPyConnection, chunks: list[list[str]]
+) -> Iterator[pa.RecordBatch]:
+    for keys in chunks:
+        yield from con.sql(CHUNK_ROWS, params={"keys": keys}).to_arrow_reader(BATCH_ROWS)
+
+
+def _unique_batches(
+    reader: pa.RecordBatchReader, excluded: Counter[str]
+) -> Iterator[pa.RecordBatch]:
+    """The batches with every conversation already seen (same messages) dropped and counted; only
+    a 32-byte digest per conversation is kept, so memory stays flat."""
+    seen: set[bytes] = set()
+    for batch in reader:
+        keep = []
+        for messages in batch.column("messages").to_pylist():
+            identity = messages_identity(messages)
+            keep.append(identity not in seen)
+            seen.add(identity)
+        dropped = keep.count(False)
+        if dropped:
+            excluded["duplicate"] += dropped
+            batch = batch.filter(pa.array(keep))
+        if batch.num_rows:
+            yield batch
+
+
+def _write(batches: Iterator[pa.RecordBatch], path: Path, fmt: str) -> int:
+    rows = 0
+    if fmt == "parquet":
+        with pq.ParquetWriter(path, ROW_SCHEMA, compression="zstd") as writer:
+            for batch in batches:
+                writer.write_table(pa.Table.from_batches([batch]).cast(ROW_SCHEMA))
+                rows += batch.num_rows
+        return rows
+    with path.open("w", encoding="utf-8", newline="\n") as stream:
+        for batch in batches:
+            for row in batch.to_pylist():
+                stream.write(json.dumps(row, ensure_ascii=False) + "\n")
+            rows += batch.num_rows
+    return rows
+
+
+def _trials(con: duckdb.DuckDBPyConnection, scope: dict[str, Any]) -> list[dict[str, Any]]:
+    """The batches in scope with their trial counts, and the trials that give no episode."""
+    cursor = con.execute(TRIALS, scope)
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+def _trial_totals(trials: list[dict[str, Any]]) -> dict[str, Any]:
+    no_trajectory = sum(b["no_trajectory"] for b in trials)
+    no_agent_turns = sum(b["no_agent_turns"] for b in trials)
+    return {
+        "in_scope": sum(b["trials"] for b in trials),
+        "without_episodes": {
+            "no_trajectory": no_trajectory,  # oracle / nop agents, or a trajectory-less trial
+            "no_agent_turns": no_agent_turns,
+            "total": no_trajectory + no_agent_turns,
+        },
+    }
+
+
+def _nothing_to_export(trials: list[dict[str, Any]], excluded: Counter[str]) -> str:
+    if not trials:
+        return (
+            "no trials in scope: check --batch / --run against `wmo-lake sql "
+            '"SELECT DISTINCT batch, run FROM trials"`'
+        )
+    totals = _trial_totals(trials)
+    reasons = ", ".join(f"{k} {v}" for k, v in sorted(excluded.items())) or "none"
+    return (
+        f"no conversation to export: {totals['in_scope']} trial(s) in scope, "
+        f"{totals['without_episodes']['total']} without any agent episode (no trajectory or no "
+        f"agent step); episodes excluded: {reasons}. Widen --batch / --filter / --tasks"
+    )
+
+
+# --- the verifying loader ------------------------------------------------------------------------
+
+
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    with path.open("rb") as stream:
+        is_parquet = stream.read(4) == b"PAR1"
+    if is_parquet:
+        return pq.read_table(path).to_pylist()
+    rows = []
+    with path.open(encoding="utf-8") as stream:
+        for number, line in enumerate(stream, 1):
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ExportError(f"{path} line {number} is not JSON: {error}") from None
+            if not isinstance(row, dict):
+                raise ExportError(f"{path} line {number} is not a JSON object")
+            rows.append(row)
+    return rows
+
+
+def _check_row(dataset: Path, index: int, row: dict[str, Any]) -> None:
+    where = f"dataset {dataset}, row {index} ({row.get('trial_name')!r})"
+    messages = row.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ExportError(f"{where}: `messages` must be a non-empty list")
+    for message in messages:
+        if (
+            not isinstance(message, dict)
+            or set(message) != {"role", "content"}
+            or message["role"] not in ROLES
+            or not isinstance(message["content"], str)
+        ):
+            raise ExportError(
+                f"{where}: every message must be exactly {{role, content}} with a role in "
+                f"{', '.join(ROLES)} and text content, got {str(message)[:80]}"
+            )
+    if row.get("trace_source") == "main" and messages[-1]["role"] != "assistant":
+        raise ExportError(f"{where}: an agent episode must end with the assistant's turn")
+    if not any(m["role"] == "assistant" for m in messages):
+        raise ExportError(f"{where}: a conversation needs at least one assistant turn")
+
+
+def load_verified(dataset: Path | str, tasks: Path | str | None = None) -> list[dict[str, Any]]:
+    """The rows of an exported conversations dataset (JSONL or Parquet), after checking it against
+    its manifest (sha256, row count, the registry's sha256 and train split when `tasks` is given),
+    every row's shape, and that no conversation appears twice. ExportError on any mismatch."""
+    dataset = Path(dataset)
+    rows = discipline.load_verified(
+        dataset,
+        _read_rows,
+        lambda rows: [row.get("task") for row in rows],
+        kind=KIND,
+        tasks=tasks,
+    )
+    seen: set[bytes] = set()
+    for index, row in enumerate(rows):
+        _check_row(dataset, index, row)
+        identity = messages_identity(row["messages"])
+        if identity in seen:
+            raise ExportError(
+                f"dataset {dataset}, row {index}: the same conversation appears twice; an export "
+                "writes each once, so the file was changed after export"
+            )
+        seen.add(identity)
+    return rows
+
+
+__all__ = [
+    "ExportError",
+    "export_conversations",
+    "load_verified",
+    "messages_identity",
+    "summary",
+]

@@ -1,0 +1,357 @@
+"""Training datums out of the lake: the `datums` view exported to Parquet with its manifest, a
+verifying loader, and the hand-off to tinker.
+
+    manifest = export_datums(Path("lake"), Path("step7.parquet"), tasks=Path("tasks.json"))
+    rows = load_verified("step7.parquet", tasks="tasks.json")     # a polars DataFrame
+    batch = to_tinker(rows, loss_fn="importance_sampling")         # list[tinker.Datum]
+
+Rows are UNshifted (one token list with its loss mask and sampled logprobs, see sql/datums.sql);
+`to_tinker` shifts them into tinker's next-token layout. The discipline (split guard, no
+overwrite, atomic write, manifest, verification) is `wmo_lake.exports.discipline`, shared with
+the other kinds; this module is the datums kind plugged into it, with its own `summary`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import duckdb
+import numpy as np
+import polars as pl
+
+from wmo_lake.exports import discipline
+from wmo_lake.exports.discipline import (
+    Export,
+    ExportError,
+    Request,
+    TaskRegistry,
+    excluded_text,
+    scope_condition,
+    summary_lines,
+)
+from wmo_lake.settings import SETTINGS
+
+if TYPE_CHECKING:
+    import tinker
+
+KIND = "datums"
+COLUMNS = (
+    "batch",
+    "run",
+    "step",
+    "task_id",
+    "attempt",
+    "trial_name",
+    "fragment_index",
+    "model_input_tokens",
+    "loss_mask",
+    "sampled_logprobs",
+    "n_tokens",
+    "loss_tokens",
+    "reward",
+    "passed",
+    "infra_failed",
+    "advantage",
+)
+# tinker losses that weight sampled tokens by an advantage against the sampler's logprobs
+POLICY_LOSSES = ("importance_sampling", "ppo", "cispo", "dro")
+LOSSES = (*POLICY_LOSSES, "cross_entropy")
+
+# The datums in scope; every filter is a bound parameter (NULL matches everything).
+SCOPE = f"SELECT * FROM datums WHERE {scope_condition()}\n"
+BATCHES_QUERY = f"""
+WITH trial_counts AS (SELECT batch, count(*) AS trials FROM cells GROUP BY batch)
+SELECT
+    s.batch, s.run, s.step, t.trials,
+    s.episodes, s.datums, s.fragments, s.overflow_drops, s.overlong_drops,
+    s.loss_tokens, s.context_tokens,
+    j.model_name, j.model_path, j.max_tokens, j.max_turns, j.context_limit
+FROM datum_stats AS s
+JOIN trial_counts AS t USING (batch)
+LEFT JOIN jobs AS j USING (batch)
+WHERE {scope_condition("s.batch", "s.run")}
+ORDER BY s.run NULLS LAST, s.step NULLS LAST, s.batch
+"""
+
+
+def _scope_sql(where: str | None) -> str:
+    """The scope query, with the user's --where (SQL over datums columns, by intent) appended as
+    one parenthesized condition; anything that is not a single expression is refused."""
+    if where is None:
+        return SCOPE
+    sql = SCOPE + f"  AND ({where})\n"
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as error:
+        raise ExportError(f"--where {where!r} is not a SQL condition: {error}") from None
+    if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
+        raise ExportError(f"--where {where!r} must be one condition over the datums columns")
+    return sql
+
+
+def export_datums(
+    lake: Path | str,
+    out: Path | str,
+    *,
+    tasks: Path | str | None = None,
+    no_split_guard: bool = False,
+    batch_glob: str | None = None,
+    run: str | None = None,
+    where: str | None = None,
+    settings: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Export the lake's `datums` (train-split tasks only, unless `no_split_guard`) to the Parquet
+    file `out` with `out.manifest.json` beside it; return the manifest. Raises ExportError (clear
+    message, nothing written) on a missing guard choice, a bad registry, an unregistered task, an
+    existing target, an empty export or a bad --where. `settings` are the query-time settings
+    ({variable or name: value}, wmo_lake.settings; e.g. {"context_budget": 32768}), as
+    `wmo_lake.lake.connect` takes them; the manifest records the `settings` view's row."""
+    request = Request(
+        Path(lake),
+        Path(out),
+        tasks=None if tasks is None else Path(tasks),
+        no_split_guard=no_split_guard,
+        batch_glob=batch_glob,
+        run=run,
+        settings=dict(settings or {}),
+    )
+    scope = request.scope
+    with Export(request, kind=KIND) as export:
+        con = export.con
+        scoped = _scope_sql(where)
+        try:
+            # Counted without building token lists (the view's list columns are not read);
+            # the writer then streams the one full pass.
+            rows_by_task = dict(
+                con.execute(
+                    f"SELECT task_id, count(*) FROM ({scoped}) GROUP BY task_id", scope
+                ).fetchall()
+            )
+        except duckdb.Error as error:
+            hint = f" (check --where {where!r})" if where else ""
+            raise ExportError(f"cannot select the datums{hint}: {error}") from None
+        export.keep_train_tasks(rows_by_task)
+        excluded = dict(export.guard.excluded)
+        batches = _batches(con, scope)
+        totals = _stats_totals(batches)
+        for reason in ("overflow", "overlong"):
+            if totals[f"{reason}_drops"]:
+                excluded[f"{reason}_episodes"] = totals[f"{reason}_drops"]
+        selected = f"SELECT * FROM ({scoped}) AS d WHERE {export.kept('d.task_id')}"
+        counts = con.execute(
+            "SELECT count(*), coalesce(sum(n_tokens), 0), coalesce(sum(loss_tokens), 0), "
+            f"count(*) FILTER (WHERE fragment_index > 0) FROM ({selected})",
+            scope,
+        ).fetchall()[0]
+        written = dict(zip(("rows", "tokens", "loss_tokens", "fragments"), counts, strict=True))
+        if not written["rows"]:
+            raise ExportError(_nothing_to_export(rows_by_task, excluded, batches, scope, where))
+        ordered = con.sql(
+            f"SELECT {', '.join(COLUMNS)} FROM ({selected}) "
+            "ORDER BY run NULLS LAST, step NULLS LAST, batch, trial_name, fragment_index",
+            params=scope,
+        )
+        used = export.settings
+        return export.write(
+            lambda path: _write_parquet(ordered, path),
+            excluded=excluded,
+            parameters={
+                "where": where,
+                "context_budget": used["context_budget"],
+                "context_budget_default": SETTINGS["context_budget"].default_text(),
+                "max_datum_tokens": used["max_datum_tokens"],
+                "reward_key": used["reward_key"],
+                "reward_mode": used["reward_mode"],
+            },
+            extra=lambda: {"sources": batches, "datum_stats": totals, "exported": written},
+        )
+
+
+def summary(manifest: Mapping[str, Any], out: Path) -> str:
+    """What `wmo-lake export datums` prints: rows and tokens, the guard, fragments and drops."""
+    written = manifest.get("exported", {})
+    stats = manifest.get("datum_stats", {})
+    lines = [
+        f"wrote {manifest['rows']} datums ({written.get('tokens', 0)} tokens, "
+        f"{written.get('loss_tokens', 0)} trained) from {len(manifest.get('sources', []))} "
+        f"batch(es) to {out}",
+        *summary_lines(manifest, out),
+        f"fragments: {stats.get('fragments', 0)} of {stats.get('datums', 0)} datums "
+        f"({100 * stats.get('fragmentation_rate', 0.0):.1f}%); dropped episodes: "
+        f"{stats.get('overflow_drops', 0)} overflow, {stats.get('overlong_drops', 0)} overlong",
+        "excluded: " + excluded_text(manifest),
+    ]
+    return "\n".join(lines)
+
+
+def _write_parquet(relation: duckdb.DuckDBPyRelation, path: Path) -> int:
+    """Stream `relation` into Parquet (zstd) with pyarrow, in record batches so memory stays a
+    batch: dictionaries only for the string columns (token lists: faster and smaller without)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    reader = relation.to_arrow_reader(256)
+    strings = [
+        f.name
+        for f in reader.schema
+        if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
+    ]
+    rows = 0
+    with pq.ParquetWriter(path, reader.schema, compression="zstd", use_dictionary=strings) as out:
+        for batch in reader:
+            out.write_batch(batch)
+            rows += batch.num_rows
+    return rows
+
+
+def _batches(con: duckdb.DuckDBPyConnection, scope: Mapping[str, Any]) -> list[dict[str, Any]]:
+    relation = con.sql(BATCHES_QUERY, params=dict(scope))
+    names = relation.columns
+    return [dict(zip(names, row, strict=True)) for row in relation.fetchall()]
+
+
+def _stats_totals(batches: list[dict[str, Any]]) -> dict[str, Any]:
+    """datum_stats summed over the source batches (before --where and the split guard)."""
+    keys = ("datums", "fragments", "overflow_drops", "overlong_drops", "loss_tokens")
+    totals: dict[str, Any] = {key: sum(int(b[key]) for b in batches) for key in keys}
+    totals["context_tokens"] = sum(int(b["context_tokens"]) for b in batches)
+    totals["fragmentation_rate"] = (
+        totals["fragments"] / totals["datums"] if totals["datums"] else 0.0
+    )
+    return totals
+
+
+def _nothing_to_export(
+    rows_by_task: Mapping[Any, int],
+    excluded: Mapping[str, int],
+    batches: list[dict[str, Any]],
+    scope: Mapping[str, Any],
+    where: str | None,
+) -> str:
+    if not batches:
+        return (
+            f"no batch matches --batch {scope['batch_glob']!r} / --run {scope['run']!r}; "
+            'see `wmo-lake sql "SELECT DISTINCT batch, run FROM trials"`'
+        )
+    if rows_by_task:
+        return f"no datum of a train-split task to export (excluded: {dict(excluded)})"
+    why = f" match --where {where!r}" if where else " exist in the selected batches"
+    return (
+        f"no datums{why} (excluded: {dict(excluded) or 'none'}); trials need token spans, "
+        'see `wmo-lake sql "SELECT spans_status, count(*) FROM trials GROUP BY ALL"`'
+    )
+
+
+# --- loading -------------------------------------------------------------------------------------
+
+
+def _read_rows(path: Path) -> pl.DataFrame:
+    frame = pl.read_parquet(path)
+    missing = [c for c in COLUMNS if c not in frame.columns]
+    if missing:
+        raise ExportError(f"dataset {path} lacks the datum column(s) {', '.join(missing)}")
+    lengths = frame.select(
+        pl.col("model_input_tokens").list.len().alias("tokens"),
+        pl.col("loss_mask").list.len().alias("mask"),
+        pl.col("sampled_logprobs").list.len().alias("logprobs"),
+        pl.col("n_tokens"),
+    )
+    bad = lengths.filter(
+        (pl.col("tokens") != pl.col("mask"))
+        | (pl.col("tokens") != pl.col("logprobs"))
+        | (pl.col("tokens") != pl.col("n_tokens"))
+    )
+    if bad.height:
+        raise ExportError(
+            f"dataset {path}: {bad.height} row(s) whose model_input_tokens, loss_mask, "
+            "sampled_logprobs and n_tokens lengths disagree; re-export it"
+        )
+    return frame
+
+
+def load_verified(path: Path | str, tasks: Path | str | None = None) -> pl.DataFrame:
+    """The rows of a datums export, after checking its manifest: the dataset's sha256 and row
+    count and, with `tasks`, that it was exported against this registry's sha256 with the train
+    split and holds only its train tasks. Raises ExportError on any mismatch."""
+    rows: pl.DataFrame = discipline.load_verified(
+        path,
+        _read_rows,
+        lambda frame: frame.get_column("task_id").to_list(),
+        kind=KIND,
+        tasks=tasks,
+    )
+    return rows
+
+
+# --- tinker --------------------------------------------------------------------------------------
+
+
+def _tinker() -> Any:
+    try:
+        import tinker
+    except ImportError as error:
+        raise ImportError(
+            "to_tinker needs the `tinker` package: pip install 'wmo-lake[tinker]'"
+        ) from error
+    return tinker
+
+
+def _row_dicts(rows: pl.DataFrame | Iterable[Mapping[str, Any]]) -> Iterable[Mapping[str, Any]]:
+    if isinstance(rows, pl.DataFrame):
+        return rows.select(
+            "model_input_tokens", "loss_mask", "sampled_logprobs", "advantage"
+        ).iter_rows(named=True)
+    return rows
+
+
+def to_tinker(
+    rows: pl.DataFrame | Iterable[Mapping[str, Any]], loss_fn: str = "importance_sampling"
+) -> list[tinker.Datum]:
+    """Real `tinker.Datum`s in the shifted next-token layout, one per datum row.
+
+    model_input = tokens[:-1]; target_tokens = tokens[1:] (int64). For importance_sampling, ppo,
+    cispo and dro: logprobs = sampled_logprobs[1:] and advantages = (advantage x loss_mask)[1:]
+    (float32; no `mask` key, the service rejects it). For cross_entropy: weights = loss_mask[1:].
+    """
+    if loss_fn not in LOSSES:
+        raise ValueError(f"loss_fn {loss_fn!r} is not supported; choose one of {', '.join(LOSSES)}")
+    tinker_module = _tinker()
+    result: list[tinker.Datum] = []
+    for index, row in enumerate(_row_dicts(rows)):
+        tokens = np.asarray(row["model_input_tokens"], dtype=np.int64)
+        mask = np.asarray(row["loss_mask"], dtype=np.float32)
+        if tokens.size < 2 or mask.size != tokens.size:
+            raise ValueError(
+                f"datum row {index} has {tokens.size} token(s) and {mask.size} mask value(s); "
+                "a training datum needs at least 2 tokens and one mask value per token"
+            )
+        inputs: dict[str, Any] = {
+            "target_tokens": tinker_module.TensorData.from_numpy(tokens[1:]),
+        }
+        if loss_fn == "cross_entropy":
+            inputs["weights"] = tinker_module.TensorData.from_numpy(mask[1:])
+        else:
+            logprobs = np.asarray(row["sampled_logprobs"], dtype=np.float32)
+            advantage = np.float32(row["advantage"])
+            inputs["logprobs"] = tinker_module.TensorData.from_numpy(logprobs[1:])
+            inputs["advantages"] = tinker_module.TensorData.from_numpy(advantage * mask[1:])
+        result.append(
+            tinker_module.Datum(
+                model_input=tinker_module.ModelInput.from_ints(tokens[:-1].tolist()),
+                loss_fn_inputs=inputs,
+            )
+        )
+    return result
+
+
+__all__ = [
+    "COLUMNS",
+    "ExportError",
+    "TaskRegistry",
+    "export_datums",
+    "load_verified",
+    "summary",
+    "to_tinker",
+]
