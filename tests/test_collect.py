@@ -249,6 +249,20 @@ def test_interrupted_trial_dirs_are_removed_and_finished_ones_counted(tmp_path: 
     assert state.done_trials == 3 and state.exists and state.finished
 
 
+@pytest.mark.parametrize("cut_to", [0, 100])
+def test_a_job_result_cut_off_mid_write_is_removed_so_harbor_can_resume(
+    tmp_path: Path, cut_to: int
+) -> None:
+    plan = plan_step(TEMPLATE, tmp_path / "runs" / "exp1", 0, sets=[KIT_TASKS])
+    shutil.copytree(KIT_JOB, plan.job_dir)
+    job_result = plan.job_dir / "result.json"
+    job_result.write_bytes(job_result.read_bytes()[:cut_to])  # killed while harbor rewrote it
+
+    state = prepare_job_dir(plan)
+    assert not job_result.exists() and state.removed == ["result.json"]
+    assert state.done_trials == 6 and not state.finished
+
+
 # ----------------------------------------------------------------------------- without harbor
 
 WITHOUT_HARBOR = """

@@ -461,10 +461,17 @@ def prepare_job_dir(plan: StepPlan) -> JobDirState:
             state.removed.append(trial_dir.name)
             continue
         state.done_trials += 1
+    job_result_path = plan.job_dir / "result.json"
     try:
-        job_result = JobResult.model_validate_json((plan.job_dir / "result.json").read_bytes())
+        job_result = JobResult.model_validate_json(job_result_path.read_bytes())
         state.finished = job_result.finished_at is not None
-    except (OSError, ValueError):
+    except OSError:
+        state.finished = False
+    except ValueError:
+        # harbor rewrites the job's result.json in place (truncate, then write), so a kill can cut
+        # it off; harbor refuses to resume over it but rebuilds it from the trial dirs when absent.
+        job_result_path.unlink()
+        state.removed.append(job_result_path.name)
         state.finished = False
     return state
 
