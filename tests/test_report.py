@@ -320,3 +320,17 @@ def test_bundled_runs_without_steps(fixtures_dir: Path, tmp_path: Path) -> None:
     figure = figures_of((tmp_path / "r.html").read_text())["metric-solve_rate"]
     assert figure["layout"]["xaxis"]["type"] == "category"
     assert figure["data"][0]["x"] == ["kit-e2e", "offline-demo", "offline-terminus2"]
+
+
+def test_datum_budgets_are_those_datum_episodes_applied(two_runs_lake: Path) -> None:
+    from wmo_lake.report.data import collect_report
+
+    for settings in ({}, {"wmo_context_budget": 7, "wmo_max_datum_tokens": 9}):
+        data = collect_report(two_runs_lake, settings)
+        con = connect(two_runs_lake, settings)
+        expected = con.sql(
+            "SELECT context_budget, max_datum_tokens, count(DISTINCT batch) AS batches "
+            "FROM datum_episodes GROUP BY ALL ORDER BY ALL"
+        ).fetchall()
+        got = [(c["context_budget"], c["max_datum_tokens"], c["batches"]) for c in data.datum_caps]
+        assert got == expected

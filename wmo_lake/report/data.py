@@ -92,10 +92,17 @@ GROUP BY ALL
 ORDER BY max_turns NULLS FIRST, max_tokens
 """
 
+# The datum budgets per batch, by the rule datum_episodes applies to each trial (settings, else
+# the job's recorded context_limit): without a second pass over datum_episodes.
 DATUM_CAPS = """
-SELECT context_budget, max_datum_tokens, count(DISTINCT batch) AS batches
-FROM datum_episodes
-WHERE list_contains($batches, batch)
+SELECT
+    coalesce(s.context_budget, j.context_limit, s.context_budget_default) AS context_budget,
+    s.max_datum_tokens,
+    count(DISTINCT t.batch) AS batches
+FROM trials AS t
+CROSS JOIN settings AS s
+LEFT JOIN jobs AS j ON j.job_key = t.job_key
+WHERE list_contains($batches, t.batch)
 GROUP BY ALL
 ORDER BY context_budget, max_datum_tokens
 """
@@ -301,6 +308,7 @@ def collect_report(
     settings = {k: v for k, v in (settings or {}).items() if v is not None}
     con = connect(lake, settings)
     try:
+        con.execute("SET enable_progress_bar = false")  # the command prints one summary line
         return _collect(con, str(lake), settings, runs or None, batch_glob)
     finally:
         con.close()
