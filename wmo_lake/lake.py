@@ -152,6 +152,29 @@ def views_digest() -> str:
     return digest.hexdigest()[:16]
 
 
+# A query's memory is bounded: past DuckDB's memory_limit, sorts, joins and aggregates spill to
+# temp_directory instead of failing or taking the machine (DuckDB's own default is 80% of RAM).
+DEFAULT_MEMORY_LIMIT = "4GB"
+MEMORY_LIMIT_ENV = "WMO_LAKE_MEMORY_LIMIT"
+TEMP_DIRECTORY_ENV = "WMO_LAKE_TEMP_DIR"
+
+
+def engine_config() -> dict[str, str]:
+    """DuckDB settings every lake connection opens with: memory_limit (WMO_LAKE_MEMORY_LIMIT,
+    default 4GB) and the temp_directory it spills to (WMO_LAKE_TEMP_DIR, default a per-user dir
+    under the system temp dir: readers need no write access to the lake). `SET memory_limit`
+    in a query changes it for that connection."""
+    import tempfile
+
+    spill = os.environ.get(TEMP_DIRECTORY_ENV) or str(
+        Path(tempfile.gettempdir()) / f"wmo-lake-spill-{os.getuid()}"
+    )
+    return {
+        "memory_limit": os.environ.get(MEMORY_LIMIT_ENV) or DEFAULT_MEMORY_LIMIT,
+        "temp_directory": spill,
+    }
+
+
 def connect(
     lake: Path | str, settings: dict[str, Any] | None = None, *, check: bool = True
 ) -> duckdb.DuckDBPyConnection:
@@ -168,7 +191,9 @@ def connect(
     con = None
     if duckdb_file_current(store):
         try:
-            con = duckdb.connect(str(store.root / DUCKDB_FILE), read_only=True)
+            con = duckdb.connect(
+                str(store.root / DUCKDB_FILE), read_only=True, config=engine_config()
+            )
         except duckdb.Error:
             con = None
         else:
@@ -192,7 +217,7 @@ def connect_in_memory(
 
     from wmo_lake.tables import TABLES
 
-    con = duckdb.connect()
+    con = duckdb.connect(config=engine_config())
     for name in TABLES:
         files = [str(p) for p in store.files(manifest, name)]
         if files:

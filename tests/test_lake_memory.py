@@ -1,0 +1,67 @@
+"""A lake connection's memory is bounded (issue 14, item 6): DuckDB's memory_limit is set by the
+lake (default 4GB, WMO_LAKE_MEMORY_LIMIT overrides), and a query that needs more spills to the
+temp directory (WMO_LAKE_TEMP_DIR) instead of failing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+from harbor_shapes import write_job, write_trial
+
+from wmo_lake.ingest import ingest
+from wmo_lake.lake import connect, connect_in_memory
+from wmo_lake.store import Store
+
+# ~1M distinct 60-byte keys in a hash aggregate: far more than 32 MB of state
+BIG_AGGREGATE = (
+    "SELECT count(*) FROM (SELECT s, count(*) FROM "
+    "(SELECT repeat('x', 60) || i AS s FROM range(1000000) t(i)) GROUP BY s)"
+)
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> Path:
+    write_trial(write_job(tmp_path / "runs" / "job"), "t1")
+    lake = tmp_path / "lake"
+    ingest([tmp_path / "runs"], lake, workers=1)
+    return lake
+
+
+def memory_limit(con: duckdb.DuckDBPyConnection) -> str:
+    rows = con.execute("SELECT current_setting('memory_limit')").fetchall()
+    return str(rows[0][0])
+
+
+def test_the_lake_sets_a_memory_limit_that_can_be_overridden(
+    lake: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("WMO_LAKE_MEMORY_LIMIT", raising=False)
+    reference = duckdb.connect(config={"memory_limit": "4GB"})
+    store = Store(lake)
+    both_doors = (connect(lake), connect_in_memory(store, store.read_manifest()))
+    for con in both_doors:
+        assert memory_limit(con) == memory_limit(reference)  # not DuckDB's 80% of RAM
+    monkeypatch.setenv("WMO_LAKE_MEMORY_LIMIT", "300MB")
+    con = connect(lake)
+    assert memory_limit(con) == memory_limit(duckdb.connect(config={"memory_limit": "300MB"}))
+    con.execute("SET memory_limit = '1GB'")  # and per query, in SQL
+    assert memory_limit(con) == memory_limit(duckdb.connect(config={"memory_limit": "1GB"}))
+
+
+def test_a_query_past_the_limit_spills_instead_of_failing(
+    lake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spill = tmp_path / "spill"
+    monkeypatch.setenv("WMO_LAKE_MEMORY_LIMIT", "32MB")
+    monkeypatch.setenv("WMO_LAKE_TEMP_DIR", str(spill))
+    con = connect(lake)
+    assert con.execute(BIG_AGGREGATE).fetchall() == [(1_000_000,)]
+    assert spill.is_dir()  # it did spill there
+    # the limit really binds: with spilling switched off the same query cannot run
+    store = Store(lake)  # a fresh database (connect() shares lake.duckdb's within a process)
+    con = connect_in_memory(store, store.read_manifest())
+    con.execute("SET temp_directory = ''")
+    with pytest.raises(duckdb.OutOfMemoryException):
+        con.execute(BIG_AGGREGATE).fetchall()
