@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from wmo_lake import __version__
+from wmo_lake.pending import PendingRows
 from wmo_lake.store import (
     FORMAT,
     FORMAT_VERSION,
@@ -36,6 +37,7 @@ MAX_SEGMENTS = 12  # per table; more are merged (small ones first) so queries op
 COMPACT_BELOW_BYTES = 256 * 2**20
 FLUSH_BYTES = 8 * 2**20  # Arrow bytes buffered per table before a row group is written
 FLUSH_PIECES = 512  # ... or this many appended tables, whichever comes first
+FLUSH_PENDING_ROWS = 4096  # rows kept as Python lists (PendingRows) before Arrow is built
 
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -79,8 +81,9 @@ class SegmentWriter:
         self._writers: dict[str, pq.ParquetWriter] = {}
         self._buffers: dict[str, list[pa.Table]] = {}
         self._buffered: dict[str, int] = {}
+        self._pending: dict[str, PendingRows] = {}
 
-    def append(self, table: str, rows: pa.Table) -> None:
+    def append(self, table: str, rows: pa.Table | PendingRows) -> None:
         if rows.num_rows == 0:
             return
         if table not in self._writers:
@@ -90,6 +93,15 @@ class SegmentWriter:
             self.files[table] = rel
             self._buffers[table] = []
             self._buffered[table] = 0
+        if isinstance(rows, PendingRows):  # one Arrow build per many trials, at the flush
+            pending = self._pending.get(table)
+            if pending is None:
+                names = TABLES[table].schema.names
+                pending = self._pending[table] = PendingRows({n: [] for n in names}, 0)
+            pending.extend(rows)
+            if pending.num_rows >= FLUSH_PENDING_ROWS:
+                self._flush(table)
+            return
         self._buffers[table].append(conform(rows, TABLES[table].schema))
         self._buffered[table] += rows.nbytes
         # Small tables cost far more than their bytes (buffers, schema), so their count is
@@ -98,6 +110,9 @@ class SegmentWriter:
             self._flush(table)
 
     def _flush(self, table: str) -> None:
+        pending = self._pending.pop(table, None)
+        if pending is not None and pending.num_rows:
+            self._buffers[table].append(pending.to_table(TABLES[table].schema))
         if self._buffers.get(table):
             self._writers[table].write_table(pa.concat_tables(self._buffers[table]))
         self._buffers[table] = []

@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from wmo_lake.discover import Job, TrialTask, WalkProblem
 from wmo_lake.jsonfile import ReadFailure, read_bytes, read_json
+from wmo_lake.pending import PendingRows
 from wmo_lake.store import DUPLICATE, JOB, OTHER, TRIAL, UNREADABLE, WALK
 from wmo_lake.tables import (
     TABLES,
@@ -38,7 +39,7 @@ class Extracted:
     kind: str
     unit_key: str
     trial_name: str | None = None
-    tables: dict[str, pa.Table] = field(default_factory=dict)
+    tables: dict[str, pa.Table | PendingRows] = field(default_factory=dict)
     n_problems: int = -1  # counted from `tables` unless given
 
     def __post_init__(self) -> None:
@@ -197,9 +198,9 @@ def extract_trial(task: TrialTask) -> Extracted:
     ).tables(identity)
     del trajectory
     tables = {
-        "trials": pa.Table.from_pylist([row], schema=TABLES["trials"].schema),
+        "trials": PendingRows.from_rows([row], TABLES["trials"].schema.names),
         "spans": span_table,
-        "stop_reasons": pa.Table.from_pylist([stop_row], schema=TABLES["stop_reasons"].schema),
+        "stop_reasons": PendingRows.from_rows([stop_row], TABLES["stop_reasons"].schema.names),
         "tests": ctrf_tests.table(report, key, task.batch, trial_name),
         **trajectory_tables,
         **_problem_table(problems),

@@ -12,10 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 from wmo_lake.columns import SPECS, arrow_schema
 from wmo_lake.ctrf import SUMMARY_COUNTS, read_ctrf
+from wmo_lake.pending import PendingRows
 from wmo_lake.tables.fields import ProblemLog
 
 SCHEMA = arrow_schema(SPECS["tests"])
@@ -59,7 +58,7 @@ def read_report(trial_dir: Path, problems: ProblemLog) -> Report:
     return report
 
 
-def table(report: Report, trial_key: str, batch: str, trial_name: str) -> pa.Table:
+def table(report: Report, trial_key: str, batch: str, trial_name: str) -> PendingRows:
     statuses = report.statuses
     n = len(statuses)
     items = report.tests if report.tests is not None and len(report.tests) == n else [{}] * n
@@ -73,15 +72,15 @@ def table(report: Report, trial_key: str, batch: str, trial_name: str) -> pa.Tab
             if isinstance(duration, int | float) and not isinstance(duration, bool)
             else None
         )
-    return pa.table(
+    return PendingRows(
         {
             "trial_key": [trial_key] * n,
             "batch": [batch] * n,
             "trial_name": [trial_name] * n,
             "test_index": list(range(n)),
             "name": names,
-            "status": statuses,
+            "status": list(statuses),
             "duration": durations,
         },
-        schema=SCHEMA,
+        n,
     )

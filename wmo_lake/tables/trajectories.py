@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from wmo_lake.columns import SPECS, arrow_schema
 from wmo_lake.jsonfile import ReadFailure, decode, read_bytes, read_json
+from wmo_lake.pending import PendingRows
 from wmo_lake.tables import steps, tool_calls
 from wmo_lake.tables.fields import PROBLEMS_SCHEMA, ProblemLog, is_real_number
 from wmo_lake.tables.steps import MAIN, FileLabel, WrongTypes
@@ -55,7 +56,7 @@ class Found:
         """The next trajectory's label: files are ranked in the order they are added."""
         return FileLabel(name, len(self.files), trace_source)
 
-    def tables(self, identity: dict[str, str]) -> dict[str, pa.Table]:
+    def tables(self, identity: dict[str, str]) -> dict[str, PendingRows]:
         return {
             "trajectories": _table(self.files, identity, SCHEMA),
             "steps": _table(self.steps, identity, steps.SCHEMA),
@@ -63,13 +64,13 @@ class Found:
         }
 
 
-def _table(rows: list[dict[str, Any]], identity: dict[str, str], schema: pa.Schema) -> pa.Table:
+def _table(rows: list[dict[str, Any]], identity: dict[str, str], schema: pa.Schema) -> PendingRows:
     columns: dict[str, list[Any]] = {
         name: [identity[name]] * len(rows) for name in ("trial_key", "batch", "trial_name")
     }
     for name in schema.names[3:]:
         columns[name] = [row[name] for row in rows]
-    return pa.table(columns, schema=schema)
+    return PendingRows(columns, len(rows))
 
 
 def _number(value: Any) -> float | None:
@@ -248,6 +249,8 @@ def read_trial_trajectories(trial_dir: Path | str) -> dict[str, pa.Table]:
         problems.add("malformed_trajectory", path, f"{path} is not an ATIF trajectory")
     else:
         status = OK
-    tables = read_trajectories(trial_dir / "agent", status, doc, problems).tables(identity)
+    found = read_trajectories(trial_dir / "agent", status, doc, problems)
+    schemas = {"trajectories": SCHEMA, "steps": steps.SCHEMA, "tool_calls": tool_calls.SCHEMA}
+    tables = {name: rows.to_table(schemas[name]) for name, rows in found.tables(identity).items()}
     tables["problems"] = pa.Table.from_pylist(problems.rows, schema=PROBLEMS_SCHEMA)
     return tables
