@@ -159,7 +159,7 @@ MEMORY_LIMIT_ENV = "WMO_LAKE_MEMORY_LIMIT"
 TEMP_DIRECTORY_ENV = "WMO_LAKE_TEMP_DIR"
 
 
-def engine_config() -> dict[str, str]:
+def engine_config() -> dict[str, str | bool | int | float | list[str]]:
     """DuckDB settings every lake connection opens with: memory_limit (WMO_LAKE_MEMORY_LIMIT,
     default 4GB) and the temp_directory it spills to (WMO_LAKE_TEMP_DIR, default a per-user dir
     under the system temp dir: readers need no write access to the lake). `SET memory_limit`
