@@ -159,11 +159,11 @@ MEMORY_LIMIT_ENV = "WMO_LAKE_MEMORY_LIMIT"
 TEMP_DIRECTORY_ENV = "WMO_LAKE_TEMP_DIR"
 
 
-def engine_config() -> dict[str, str | bool | int | float | list[str]]:
-    """DuckDB settings every lake connection opens with: memory_limit (WMO_LAKE_MEMORY_LIMIT,
-    default 4GB) and the temp_directory it spills to (WMO_LAKE_TEMP_DIR, default a per-user dir
-    under the system temp dir: readers need no write access to the lake). `SET memory_limit`
-    in a query changes it for that connection."""
+def engine_config() -> dict[str, str]:
+    """DuckDB settings every lake connection gets: memory_limit (WMO_LAKE_MEMORY_LIMIT, default
+    4GB) and the temp_directory it spills to (WMO_LAKE_TEMP_DIR, default a per-user dir under
+    the system temp dir: readers need no write access to the lake). `SET memory_limit` in a
+    query changes it for that connection."""
     import tempfile
 
     spill = os.environ.get(TEMP_DIRECTORY_ENV) or str(
@@ -173,6 +173,19 @@ def engine_config() -> dict[str, str | bool | int | float | list[str]]:
         "memory_limit": os.environ.get(MEMORY_LIMIT_ENV) or DEFAULT_MEMORY_LIMIT,
         "temp_directory": spill,
     }
+
+
+def apply_engine_config(con: duckdb.DuckDBPyConnection) -> None:
+    """Set engine_config() on an open connection (SET, not connect(config=...): a process may
+    already hold lake.duckdb open through plain duckdb.connect, and DuckDB refuses a second
+    connection to one file with another configuration). A temp dir already in use stays."""
+    import duckdb
+
+    for name, value in engine_config().items():
+        try:
+            con.execute(f"SET {name} = {sql_string(value)}")
+        except duckdb.NotImplementedException:
+            pass  # temp_directory cannot move once the database has spilled
 
 
 def connect(
@@ -191,12 +204,11 @@ def connect(
     con = None
     if duckdb_file_current(store):
         try:
-            con = duckdb.connect(
-                str(store.root / DUCKDB_FILE), read_only=True, config=engine_config()
-            )
+            con = duckdb.connect(str(store.root / DUCKDB_FILE), read_only=True)
         except duckdb.Error:
             con = None
         else:
+            apply_engine_config(con)
             set_settings(con, settings or {})
     if con is None:
         con = connect_in_memory(store, manifest, settings)
@@ -217,7 +229,8 @@ def connect_in_memory(
 
     from wmo_lake.tables import TABLES
 
-    con = duckdb.connect(config=engine_config())
+    con = duckdb.connect()
+    apply_engine_config(con)
     for name in TABLES:
         files = [str(p) for p in store.files(manifest, name)]
         if files:
