@@ -11,6 +11,7 @@ Two doors, same views:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import graphlib
 import hashlib
@@ -182,10 +183,9 @@ def apply_engine_config(con: duckdb.DuckDBPyConnection) -> None:
     import duckdb
 
     for name, value in engine_config().items():
-        try:
+        # (temp_directory cannot move once the database has spilled)
+        with contextlib.suppress(duckdb.NotImplementedException):
             con.execute(f"SET {name} = {sql_string(value)}")
-        except duckdb.NotImplementedException:
-            pass  # temp_directory cannot move once the database has spilled
 
 
 def connect(

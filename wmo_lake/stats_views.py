@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Collection
 from typing import Any
 
 from wmo_lake.report.data import (
@@ -81,18 +82,23 @@ _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 _PAREN_WITH_DIGITS = re.compile(r"\s*\([^()]*\d[^()]*\)")
 
 
-def _split_batch(note: str, batches: list[str]) -> tuple[str | None, str]:
-    """(batch, the rest) for a note that starts with 'BATCH: '; the longest batch wins."""
-    for batch in sorted(batches, key=len, reverse=True):
-        if note.startswith(f"{batch}: "):
-            return batch, note[len(batch) + 2 :]
+def _split_batch(note: str, batches: Collection[str]) -> tuple[str | None, str]:
+    """(batch, the rest) for a note that starts with 'BATCH: '; the longest batch wins.
+    Looked up at each ': ' of the note, longest first (not by scanning every batch: a lake of
+    1,000s of batches has as many notes)."""
+    known = batches if isinstance(batches, set | frozenset) else set(batches)
+    cut = note.rfind(": ")
+    while cut > 0:
+        if note[:cut] in known:
+            return note[:cut], note[cut + 2 :]
+        cut = note.rfind(": ", 0, cut)
     return None, note
 
 
 def notes_of(notes: list[str], batches: list[str]) -> list[str]:
     """The notes about these batches (and notes about no batch)."""
     known = set(batches)
-    return [n for n in notes if _split_batch(n, batches)[0] in known or ":" not in n]
+    return [n for n in notes if _split_batch(n, known)[0] in known or ":" not in n]
 
 
 def _span(values: list[str]) -> str:
@@ -109,8 +115,9 @@ def collapse_notes(notes: list[str], batches: list[str]) -> list[str]:
     as it is, a kind seen in several becomes one line naming how many batches (first and last)
     with each number shown as its range across them."""
     groups: dict[str, list[tuple[str | None, str, str]]] = {}
+    known = set(batches)
     for note in notes:
-        batch, text = _split_batch(note, batches)
+        batch, text = _split_batch(note, known)
         plain = _PAREN_WITH_DIGITS.sub("", text)
         kind = _NUMBER.sub("#", plain) if batch is not None else note
         groups.setdefault(kind, []).append((batch, plain, note))
