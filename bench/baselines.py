@@ -27,6 +27,18 @@ def orjson_load_seconds(paths: Iterable[Path]) -> tuple[float, int]:
     return time.perf_counter() - started, total
 
 
+def msgspec_needed_fields_seconds(paths: Iterable[Path]) -> float:
+    """Seconds to read and decode every file with msgspec into the typed structs of just the
+    fields the lake's tables need (wmo_lake's own decoder, single-threaded): the single-core
+    floor of an ingest, shown beside the orjson ratio."""
+    from wmo_lake.tables.trial_result import decode_trial_result
+
+    started = time.perf_counter()
+    for path in paths:
+        decode_trial_result(path.read_bytes(), path)
+    return time.perf_counter() - started
+
+
 def prompt_tokens_from_results(paths: Iterable[Path]) -> int:
     """Every turn's full prompt read back from result.json with orjson (the spans_full anchor):
     the prompt token lists of rollout_details[0], as Python lists; returns their token count."""
