@@ -370,9 +370,9 @@ def _symlink_slice(root: Path, steps: list[Path]) -> Path:
     return root
 
 
-def _tiny_tree(args: argparse.Namespace) -> treegen.Tree:
-    return treegen.cached(
-        replace(treegen.TINY, trials=args.tiny_trials), args.out, workers=args.gen_workers
+def _tiny_tree(args: argparse.Namespace) -> realistic_trees.Tree:
+    return realistic_trees.cached(
+        replace(realistic_trees.TINY, trials=args.tiny_trials), args.out, workers=args.gen_workers
     )
 
 
@@ -428,8 +428,8 @@ def bench_growth(report: Report, args: argparse.Namespace) -> None:
         build_lake_in_chunks(tiny, big, TINY_SLICE_TRIALS, args.workers)
         built_mark.touch()
     cached_lake(tiny, args.out, args.workers)
-    step_spec = replace(treegen.TINY, trials=128, trials_per_job=128, seed=14)
-    step_tree = treegen.cached(step_spec, args.out, workers=args.gen_workers)
+    step_spec = replace(realistic_trees.TINY, trials=128, trials_per_job=128, seed=14)
+    step_tree = realistic_trees.cached(step_spec, args.out, workers=args.gen_workers)
     (step_dir,) = sorted({job.parent for job in step_tree.job_dirs()})
     work = args.out / "work"
     root = work / "growth-step"
