@@ -21,7 +21,7 @@ $(BIN)/wmo-lake: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "need Python >= 3.12 (python3.12 / python3.13 on PATH)"; exit 2; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,tinker,harbor,report]'
+	$(BIN)/pip install -q -e '.[dev,tinker,harbor,report,spark]'
 	@touch $@
 
 setup: $(BIN)/wmo-lake
@@ -51,6 +51,7 @@ lint: setup
 	$(BIN)/ruff check wmo_lake tests bench reference
 	$(BIN)/ruff format --check wmo_lake tests bench reference
 	$(BIN)/sqlfluff lint sql
+	$(BIN)/python -m wmo_lake.portable
 
 typecheck: setup
 	$(BIN)/mypy

@@ -26,7 +26,7 @@ WITH reward_texts AS (
 ),
 reward_values AS (
     -- A JSON number starts with '-' or a digit (NaN / Infinity / -Infinity do not, bools and
-    -- strings do not); 1e400 parses to infinity and fails isfinite.
+    -- strings do not); 1e400 parses to infinity, which the [0, 1] test rejects (so does NaN).
     SELECT
         trial_key,
         reward_json,
@@ -42,7 +42,7 @@ measured AS (
         trial_key,
         reward_json,
         reward_mode,
-        CASE WHEN isfinite(number) AND number BETWEEN 0.0 AND 1.0 THEN number END AS reward
+        CASE WHEN number BETWEEN 0.0 AND 1.0 THEN number END AS reward
     FROM reward_values
 ),
 item_counts AS (
@@ -62,12 +62,12 @@ readings AS (
         coalesce(i.passed, 0) AS items_passed,
         coalesce(i.resolved, 0) AS items_resolved,
         t.ctrf_n_tests - coalesce(i.resolved, 0) AS items_unresolved,
-        -- summary reading (HUGEINT: two int64 counts may not sum in int64)
+        -- summary reading (DECIMAL(38, 0): two int64 counts may not sum in int64)
         coalesce(t.ctrf_summary_present, false)
-            AND t.ctrf_passed::HUGEINT + t.ctrf_failed > 0 AS summary_present,
-        t.ctrf_passed::HUGEINT AS summary_passed,
-        t.ctrf_passed::HUGEINT + t.ctrf_failed AS summary_resolved,
-        coalesce(t.ctrf_skipped, 0)::HUGEINT
+            AND CAST(t.ctrf_passed AS DECIMAL(38, 0)) + t.ctrf_failed > 0 AS summary_present,
+        CAST(t.ctrf_passed AS DECIMAL(38, 0)) AS summary_passed,
+        CAST(t.ctrf_passed AS DECIMAL(38, 0)) + t.ctrf_failed AS summary_resolved,
+        CAST(coalesce(t.ctrf_skipped, 0) AS DECIMAL(38, 0))
             + coalesce(t.ctrf_pending, 0)
             + coalesce(t.ctrf_other, 0) AS summary_unresolved
     FROM trials AS t
@@ -81,15 +81,15 @@ graded AS (
             WHEN report_grades AND summary_present THEN 'summary'
         END AS tests_reading,
         CASE tests_reading
-            WHEN 'items' THEN items_passed::HUGEINT
+            WHEN 'items' THEN CAST(items_passed AS DECIMAL(38, 0))
             WHEN 'summary' THEN summary_passed
         END AS tests_passed,
         CASE tests_reading
-            WHEN 'items' THEN items_resolved::HUGEINT
+            WHEN 'items' THEN CAST(items_resolved AS DECIMAL(38, 0))
             WHEN 'summary' THEN summary_resolved
         END AS tests_resolved,
         CASE tests_reading
-            WHEN 'items' THEN items_unresolved::HUGEINT
+            WHEN 'items' THEN CAST(items_unresolved AS DECIMAL(38, 0))
             WHEN 'summary' THEN summary_unresolved
         END AS tests_unresolved
     FROM readings
@@ -117,7 +117,7 @@ SELECT
     TRY_CAST(g.tests_passed AS BIGINT) AS tests_passed,
     TRY_CAST(g.tests_resolved AS BIGINT) AS tests_resolved,
     TRY_CAST(g.tests_unresolved AS BIGINT) AS tests_unresolved,
-    g.tests_passed::DOUBLE / g.tests_resolved::DOUBLE AS graded_score,
+    CAST(g.tests_passed AS DOUBLE) / CAST(g.tests_resolved AS DOUBLE) AS graded_score,
     g.tests_reading,
     t.exception_type,
     t.artifact_dir

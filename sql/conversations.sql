@@ -17,13 +17,32 @@ WITH call_blocks AS (
         trial_key,
         file_index,
         step_index,
-        string_agg(
-            '<tool_call>' || chr(10) || '{"name": '
-            || coalesce(to_json(function_name)::VARCHAR, 'null')
-            || ', "arguments": ' || arguments || '}' || chr(10) || '</tool_call>',
-            chr(10) ORDER BY call_index
+        -- in call order: the (call_index, block) pairs sorted, then joined
+        array_to_string(
+            list_transform(list_sort(list({'call_index': call_index, 'block': block})), lambda c: c.block),
+            chr(10)
         ) AS blocks
-    FROM tool_calls
+    FROM (
+        SELECT
+            *,
+            '<tool_call>' || chr(10) || '{"name": ' || name_json
+            || ', "arguments": ' || arguments || '}' || chr(10) || '</tool_call>' AS block
+        FROM (
+            SELECT
+                *,
+                -- the name as a JSON string: to_json of a one-field object, its key cut off
+                -- (to_json of a bare string does not exist on every engine)
+                CASE
+                    WHEN function_name IS NULL THEN 'null'
+                    ELSE substring(
+                        CAST(to_json({'n': function_name}) AS VARCHAR),
+                        6,
+                        length(CAST(to_json({'n': function_name}) AS VARCHAR)) - 6
+                    )
+                END AS name_json
+            FROM tool_calls
+        ) AS named
+    ) AS blocked
     GROUP BY trial_key, file_index, step_index
 ),
 
@@ -41,7 +60,7 @@ turns AS (
         s.step_index,
         s.source,
         s.observation,
-        len(s.media) > 0 AS has_media,
+        array_length(s.media) > 0 AS has_media,
         CASE s.source WHEN 'agent' THEN 'assistant' ELSE 'user' END AS role,
         CASE
             WHEN s.source = 'agent' THEN concat_ws(
@@ -137,8 +156,16 @@ SELECT
     e.is_last_episode,
     t.file AS last_file,
     t.model_name,
-    list(
-        {'role': m.turn.role, 'content': m.turn.content} ORDER BY m.step_index, m.turn.part
+    -- in step order, a turn before its observation: (step, part, message) sorted
+    list_transform(
+        list_sort(
+            list({
+                'step_index': m.step_index,
+                'part': m.turn.part,
+                'message': {'role': m.turn.role, 'content': m.turn.content}
+            })
+        ),
+        lambda x: x.message
     ) AS messages,
     count(*) AS n_messages,
     bool_or(m.has_media) AS has_media

@@ -39,7 +39,9 @@ time_spans AS (
 calls_by_function AS (
     SELECT
         trial_key,
-        map_from_entries(list((function_name, n) ORDER BY function_name)) AS tool_calls_by_function
+        -- keys in order: the (name, count) entries sorted (list(... ORDER BY) does not transpile)
+        map_from_entries(list_sort(list({'function_name': function_name, 'n': n})))
+            AS tool_calls_by_function
     FROM (
         SELECT c.trial_key, coalesce(c.function_name, '<unnamed>') AS function_name, count(*) AS n
         FROM tool_calls AS c
@@ -71,8 +73,8 @@ files AS (
         trial_key,
         count(*) AS n_files,
         count(*) FILTER (WHERE trace_source <> 'main') AS n_subagent_files,
-        any_value(status) FILTER (WHERE file_index = 0 AND trace_source = 'main')
-            AS main_status
+        -- the one main trajectory.json (file 0) of the trial
+        max(CASE WHEN file_index = 0 AND trace_source = 'main' THEN status END) AS main_status
     FROM trajectories
     GROUP BY trial_key
 )
@@ -90,7 +92,8 @@ SELECT
     coalesce(st.agent_turns, 0) AS agent_turns,
     coalesce(st.subagent_turns, 0) AS subagent_turns,
     coalesce(st.tool_calls, 0) AS tool_calls,
-    coalesce(cf.tool_calls_by_function, MAP {}::MAP(VARCHAR, BIGINT)) AS tool_calls_by_function,
+    coalesce(cf.tool_calls_by_function, CAST(map() AS MAP(VARCHAR, BIGINT)))
+        AS tool_calls_by_function,
     coalesce(st.prompt_tokens, 0) AS prompt_tokens,
     coalesce(st.completion_tokens, 0) AS completion_tokens,
     coalesce(st.cached_tokens, 0) AS cached_tokens,
@@ -98,7 +101,7 @@ SELECT
     coalesce(co.declared_complete, false) AS declared_complete,
     ts.started_at,
     ts.finished_at,
-    epoch(ts.finished_at) - epoch(ts.started_at) AS span_sec
+    CAST(date_diff('microsecond', ts.started_at, ts.finished_at) AS DOUBLE) / 1000000.0 AS span_sec
 FROM trials AS tr
 LEFT JOIN step_totals AS st USING (trial_key)
 LEFT JOIN time_spans AS ts USING (trial_key)

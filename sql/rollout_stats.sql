@@ -14,8 +14,12 @@
 --   exception was raised by the verifier (`trial_stop_reasons.exception_side`), and
 --   verifier_scaffold_loss_rate: the part of scaffold_loss_rate made of those trials (same
 --   denominator), so scaffold_loss_rate - verifier_scaffold_loss_rate is the agent's.
--- graded_solve_rate sums left to right in (task_id, attempt) order, as Python's sum() over the
--- scorer's task x attempt cells, so it equals the seed's float exactly rather than to a ulp.
+-- graded_solve_rate = sum(scores) / n as the seed's Python computes it: Python >= 3.12's sum() of
+-- floats is compensated (in practice the correctly rounded sum, whatever the order), which a left
+-- fold misses in the last digit (0.1 + 0.2 + 0.3). Summed here exactly and in any order, so any
+-- engine gives the same float: each score (in [0, 1]) splits into whole units of 2^-40 (exact
+-- BIGINTs, summed exactly) and the remainder below (summed as doubles, far below the last digit
+-- of the total); the total is rounded once.
 CREATE OR REPLACE VIEW rollout_stats AS
 WITH truncation AS (
     SELECT s.trial_key, count(*) AS truncated_spans
@@ -32,6 +36,10 @@ records AS (
         c.passed,
         c.infra_failed,
         c.graded_score,
+        -- 1099511627776 = 2^40: scaling by a power of two is exact
+        CAST(floor(c.graded_score * 1099511627776.0) AS BIGINT) AS graded_units,
+        c.graded_score * 1099511627776.0 - floor(c.graded_score * 1099511627776.0)
+            AS graded_remainder,
         r.stop_reason,
         coalesce(r.stop_reason, '') <> '' AS has_stop_reason,
         coalesce(t.n_spans, 0) AS n_spans,
@@ -51,8 +59,9 @@ per_batch AS (
         count(*) FILTER (WHERE NOT infra_failed) AS executed_trials,
         count(*) FILTER (WHERE NOT infra_failed AND passed) AS executed_passed,
         count(*) FILTER (WHERE passed) AS passed_trials,
-        list(graded_score ORDER BY task_id, attempt)
-            FILTER (WHERE NOT infra_failed AND graded_score IS NOT NULL) AS graded_scores,
+        count(*) FILTER (WHERE NOT infra_failed AND graded_score IS NOT NULL) AS graded_trials,
+        sum(graded_units) FILTER (WHERE NOT infra_failed) AS graded_units,
+        sum(graded_remainder) FILTER (WHERE NOT infra_failed) AS graded_remainder,
         sum(truncated_spans) AS truncated_spans,
         count(*) FILTER (WHERE truncated_spans > 0) AS truncated_span_trials,
         count(*) FILTER (WHERE has_stop_reason) AS with_stop_reason,
@@ -75,9 +84,27 @@ reason_totals AS (
     GROUP BY ALL
 ),
 reason_maps AS (
-    SELECT batch, map_from_entries(list((reason, n) ORDER BY reason)) AS stop_reason_counts
+    -- keys in order: the entries sorted as (reason, n) pairs (list(... ORDER BY) does not
+    -- transpile; sorting the list does)
+    SELECT
+        batch,
+        map_from_entries(list_sort(list({'reason': reason, 'n': n}))) AS stop_reason_counts
     FROM reason_totals
     GROUP BY batch
+),
+graded_sums AS (
+    -- the exact sum of the scores: the units total (< 2^63) rounded once, with what rounding
+    -- it dropped and the remainders added back before the one division
+    SELECT
+        batch,
+        graded_trials,
+        CAST(graded_units AS DOUBLE)
+        + (
+            CAST(graded_units - CAST(CAST(graded_units AS DOUBLE) AS BIGINT) AS DOUBLE)
+            + graded_remainder
+        ) AS scaled_sum
+    FROM per_batch
+    WHERE graded_trials > 0
 ),
 unreadable AS (
     SELECT batch, count(*) AS unreadable_trials
@@ -107,26 +134,21 @@ SELECT
     coalesce(p.trials, 0) AS trials,
     coalesce(p.trials_with_spans, 0) AS trials_with_spans,
     CASE
-        WHEN p.executed_trials > 0 THEN p.executed_passed::DOUBLE / p.executed_trials
+        WHEN p.executed_trials > 0 THEN CAST(p.executed_passed AS DOUBLE) / p.executed_trials
         ELSE 0.0
     END AS solve_rate,
-    CASE
-        WHEN len(p.graded_scores) > 0
-            THEN list_reduce(p.graded_scores, lambda acc, x: acc + x, 0.0::DOUBLE)
-                / len(p.graded_scores)
-        ELSE 0.0
-    END AS graded_solve_rate,
-    coalesce(len(p.graded_scores), 0)::BIGINT AS graded_trials,
-    CASE WHEN p.trials > 0 THEN p.passed_trials::DOUBLE / p.trials ELSE 0.0 END AS raw_solve_rate,
+    coalesce(g.scaled_sum / 1099511627776.0 / g.graded_trials, 0.0) AS graded_solve_rate,
+    coalesce(p.graded_trials, 0) AS graded_trials,
+    CASE WHEN p.trials > 0 THEN CAST(p.passed_trials AS DOUBLE) / p.trials ELSE 0.0 END AS raw_solve_rate,
     coalesce(p.executed_trials, 0) AS executed_trials,
     coalesce(p.trials - p.executed_trials, 0) AS infra_failed_trials,
     coalesce(p.trials - p.trials_with_spans, 0) AS empty_span_trials,
-    coalesce(p.truncated_spans, 0)::BIGINT AS truncated_spans,
+    CAST(coalesce(p.truncated_spans, 0) AS BIGINT) AS truncated_spans,
     coalesce(p.truncated_span_trials, 0) AS truncated_span_trials,
-    coalesce(m.stop_reason_counts, MAP {}::MAP(VARCHAR, BIGINT)) AS stop_reason_counts,
+    coalesce(m.stop_reason_counts, CAST(map() AS MAP(VARCHAR, BIGINT))) AS stop_reason_counts,
     CASE
         WHEN p.with_stop_reason > 0
-            THEN (p.with_stop_reason - p.submitted)::DOUBLE / p.with_stop_reason
+            THEN CAST(p.with_stop_reason - p.submitted AS DOUBLE) / p.with_stop_reason
         ELSE 0.0
     END AS scaffold_loss_rate,
     coalesce(u.unreadable_trials, 0) AS unreadable_trials,
@@ -142,5 +164,6 @@ LEFT JOIN labels AS l ON l.batch = b.batch
 LEFT JOIN per_batch AS p ON p.batch = b.batch
 -- (m and u are read in the select list, past a lambda the SQL linter cannot parse)
 LEFT JOIN reason_maps AS m ON m.batch = b.batch  -- noqa: ST11
+LEFT JOIN graded_sums AS g ON g.batch = b.batch
 LEFT JOIN unreadable AS u ON u.batch = b.batch  -- noqa: ST11
 ORDER BY l.run NULLS LAST, l.step NULLS LAST, b.batch;

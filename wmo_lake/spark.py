@@ -1,0 +1,162 @@
+"""The lake on Spark: its tables and views registered in a SparkSession.
+
+    from pyspark.sql import SparkSession
+    from wmo_lake.spark import register
+    spark = SparkSession.builder.master("local[*]").getOrCreate()    # or the cluster's session
+    register(spark, "lake", {"wmo_reward_key": "score"})
+    spark.sql("SELECT * FROM rollout_stats").show()
+
+Tables are temporary views over the manifest's Parquet files; the `sql/` views are the same text
+DuckDB runs, transpiled by sqlglot (the views are written in the portable subset that
+`wmo_lake.portable` lints). The one rewrite of our own: `getvariable('x')` becomes the Spark
+session variable `session.x`, declared here once per setting, so `SET VAR x = ...` in Spark SQL
+does what `SET VARIABLE x = ...` does in DuckDB. pyspark and sqlglot come with the extra
+`wmo-lake[spark]`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from wmo_lake.lake import SETTINGS, view_sources
+from wmo_lake.store import LakeError, Store
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+# The Spark type each setting's session variable is declared with (NULL = the view's default).
+SETTING_TYPES: dict[str, str] = {
+    "wmo_reward_key": "STRING",
+    "wmo_reward_mode": "STRING",
+    "wmo_max_turns": "BIGINT",
+    "wmo_max_tokens": "BIGINT",
+    "wmo_context_budget": "BIGINT",
+    "wmo_max_datum_tokens": "BIGINT",
+}
+
+# Spark session settings register() applies to a session it is given: none changes a result;
+# they keep small lakes from paying for 200 shuffle partitions.
+MISSING_EXTRA = (
+    "the Spark engine needs the optional extra: pip install 'wmo-lake[spark]' "
+    "(pyspark, sqlglot; Java 17 on PATH)"
+)
+
+
+def transpile(view_sql: str) -> str:
+    """One `sql/*.sql` view (DuckDB) as Spark SQL: a temporary view, settings as session
+    variables."""
+    try:
+        import sqlglot
+        from sqlglot import exp
+    except ImportError as error:  # pragma: no cover - the extra is installed in CI
+        raise LakeError(MISSING_EXTRA) from error
+
+    tree = sqlglot.parse_one(view_sql, read="duckdb")
+
+    def session_variable(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Anonymous) and node.name.lower() == "getvariable":
+            (name,) = node.expressions
+            if not isinstance(name, exp.Literal) or name.name not in SETTING_TYPES:
+                raise LakeError(f"getvariable({name.sql()}) names no setting of wmo_lake.lake")
+            return exp.column(name.name, table="session")
+        return node
+
+    def spark_function(node: exp.Expression) -> exp.Expression:
+        node = session_variable(node)
+        if isinstance(node, exp.Anonymous) and node.name.lower() == "error":
+            return exp.Anonymous(this="raise_error", expressions=node.expressions)
+        return node
+
+    tree = tree.transform(spark_function)
+    if isinstance(tree, exp.Create):
+        tree.set("properties", exp.Properties(expressions=[exp.TemporaryProperty()]))
+    return tree.sql(dialect="spark", comments=False)
+
+
+def spark_views() -> list[tuple[str, str]]:
+    """(view name, Spark SQL) for every view, in dependency order."""
+    return [(name, transpile(sql)) for name, sql in view_sources()]
+
+
+def declare_settings(spark: SparkSession, settings: dict[str, Any] | None = None) -> None:
+    """Declare one session variable per setting (NULL: the default) and set the given ones."""
+    values = settings or {}
+    unknown = sorted(set(values) - set(SETTINGS))
+    if unknown:
+        raise LakeError(f"unknown setting {unknown[0]!r}; known: {', '.join(SETTINGS)}")
+    for name in SETTINGS:
+        spark.sql(f"DECLARE OR REPLACE VARIABLE {name} {SETTING_TYPES[name]} DEFAULT NULL")
+        if values.get(name) is not None:
+            spark.sql(f"SET VAR {name} = :value", args={"value": values[name]})
+
+
+def table_frames(spark: SparkSession, lake: Path | str) -> dict[str, DataFrame]:
+    """Each table of the lake as a DataFrame over the manifest's live files."""
+    from wmo_lake.lake import _require
+    from wmo_lake.tables import TABLES
+
+    store = Store(lake)
+    manifest = _require(store)
+    frames: dict[str, DataFrame] = {}
+    for name, table in TABLES.items():
+        files = [str(p.resolve()) for p in store.files(manifest, name)]
+        if files:
+            frames[name] = spark.read.option("mergeSchema", "true").parquet(*files)
+        else:  # a lake written before this table existed: empty, with its schema
+            frames[name] = spark.createDataFrame(table.schema.empty_table())
+    return frames
+
+
+def register_views(spark: SparkSession, only: set[str] | None = None) -> None:
+    """Create the `sql/` views (transpiled) over the tables already registered in `spark`
+    (`only`: just these views, which must not need the others)."""
+    for name, sql in spark_views():
+        if only is not None and name not in only:
+            continue
+        try:
+            spark.sql(sql)
+        except Exception as error:  # pyspark raises its own AnalysisException family
+            first_line = str(error).strip().splitlines()[0]
+            raise LakeError(f"view {name} does not run on Spark: {first_line}") from error
+
+
+def register(
+    spark: SparkSession, lake: Path | str, settings: dict[str, Any] | None = None
+) -> list[str]:
+    """Register the lake's tables and views as temporary views in `spark`; return their names.
+
+    Settings are Spark session variables afterwards: `spark.sql("SET VAR wmo_max_tokens = 4096")`.
+    """
+    frames = table_frames(spark, lake)
+    for name, frame in frames.items():
+        frame.createOrReplaceTempView(name)
+    declare_settings(spark, settings)
+    register_views(spark)
+    return [*frames, *(name for name, _ in view_sources())]
+
+
+def local_session(master: str = "local[*]") -> SparkSession:
+    """A SparkSession for this machine (the CLI's `--engine spark` when no cluster is set up):
+    `spark.master` from the environment (spark-submit, SPARK_MASTER) wins over `master`."""
+    import os
+
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as error:
+        raise LakeError(MISSING_EXTRA) from error
+    builder = SparkSession.builder.appName("wmo-lake")
+    if not os.environ.get("SPARK_MASTER") and "spark.master" not in os.environ.get(
+        "PYSPARK_SUBMIT_ARGS", ""
+    ):
+        builder = builder.master(master)
+    else:
+        builder = builder.master(os.environ.get("SPARK_MASTER", master))
+    spark = (
+        builder.config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", str(max(2, os.cpu_count() or 2)))
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("OFF")
+    return spark
