@@ -19,9 +19,9 @@ import pytest
 from click.testing import CliRunner
 from treegen import generate_tree
 
-from wmo_lake.cli import main
+from wmo_lake.cli import cli
 from wmo_lake.ingest import ingest
-from wmo_lake.lake import SETTINGS, connect, view_sources
+from wmo_lake.lake import connect, view_sources
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -73,17 +73,49 @@ def lakes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return made
 
 
-def shuffled_register(spark: Any, lake: Path, settings: dict[str, Any], seed: int) -> None:
-    """register(), but every table's rows in a random order across several partitions, so a view
-    that leans on input order gives a different answer."""
-    from pyspark.sql import functions as F
+def register_shuffled(spark: Any, lake: Path, seed: int) -> None:
+    """The lake's tables in Spark with every table's rows in a random order (split over the
+    session's partitions), so a view that leans on input order gives a different answer; then
+    the transpiled views over them."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
     from wmo_lake import spark as lake_spark
+    from wmo_lake.store import Store
+    from wmo_lake.tables import TABLES
 
-    for name, frame in lake_spark.table_frames(spark, lake).items():
-        frame.orderBy(F.rand(seed)).repartition(3).createOrReplaceTempView(name)
-    lake_spark.declare_settings(spark, settings)
+    store = Store(lake)
+    manifest = store.read_manifest()
+    rng = np.random.default_rng(seed)
+    for name, table in TABLES.items():
+        files = store.files(manifest, name)
+        rows = (
+            pa.concat_tables([pq.read_table(f) for f in files], promote_options="permissive")
+            if files
+            else table.schema.empty_table()
+        )
+        order = rng.permutation(rows.num_rows)
+        if rows.num_rows > 1 and (order == np.arange(rows.num_rows)).all():
+            order = order[::-1]  # never the stored order
+        rows = rows.take(order)
+        spark.createDataFrame(rows).createOrReplaceTempView(name)
+    lake_spark.declare_settings(spark)
     lake_spark.register_views(spark, set(VIEWS))
+
+
+@pytest.fixture(scope="module")
+def on_spark(spark: Any, lakes: dict[str, Path]) -> Any:
+    """register_shuffled for a tree, once while consecutive tests use the same tree."""
+    current: dict[str, str] = {}
+
+    def use(tree: str) -> Path:
+        if current.get("tree") != tree:
+            register_shuffled(spark, lakes[tree], seed=len(tree))
+            current["tree"] = tree
+        return lakes[tree]
+
+    return use
 
 
 def plain(value: Any) -> Any:
@@ -118,7 +150,11 @@ def differences(got: Any, want: Any, path: str = "") -> list[str]:
     if isinstance(want, float) and isinstance(got, float):
         if math.isnan(want) and math.isnan(got):
             return []
-        return [] if math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-9) else [f"{path}: {got!r} != {want!r}"]
+        return (
+            []
+            if math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-9)
+            else [f"{path}: {got!r} != {want!r}"]
+        )
     if isinstance(want, dict) and isinstance(got, dict):
         if list(got) != list(want):
             return [f"{path}: keys {list(got)} != {list(want)}"]
@@ -126,8 +162,13 @@ def differences(got: Any, want: Any, path: str = "") -> list[str]:
     if isinstance(want, list) and isinstance(got, list):
         if len(got) != len(want):
             return [f"{path}: {len(got)} items != {len(want)}"]
-        return [d for i, (g, w) in enumerate(zip(got, want, strict=True)) for d in differences(g, w, f"{path}[{i}]")]
-    return [] if got == want and type(got) is type(want) or got == want and not isinstance(got, bool | float) else [f"{path}: {got!r} != {want!r}"]
+        return [
+            d
+            for i, (g, w) in enumerate(zip(got, want, strict=True))
+            for d in differences(g, w, f"{path}[{i}]")
+        ]
+    same_kind = all(isinstance(got, kind) == isinstance(want, kind) for kind in (bool, float, str))
+    return [] if same_kind and got == want else [f"{path}: {got!r} != {want!r}"]
 
 
 def duckdb_rows(lake: Path, view: str, settings: dict[str, Any]) -> list[dict[str, Any]]:
@@ -151,11 +192,59 @@ def assert_view_equal(spark: Any, lake: Path, view: str, settings: dict[str, Any
     assert not found, f"{view}: Spark differs from DuckDB: {found[:5]}"
 
 
-@pytest.mark.parametrize("settings", [{}, NON_DEFAULT], ids=["defaults", "non-default"])
-@pytest.mark.parametrize("tree", ["generated", "real"])
+@pytest.mark.parametrize(
+    ("tree", "settings"),
+    [("generated", {}), ("generated", NON_DEFAULT), ("real", {})],
+    ids=["generated-defaults", "generated-non-default-settings", "real-defaults"],
+)
 def test_every_view_on_spark_equals_duckdb(
-    spark: Any, lakes: dict[str, Path], tree: str, settings: dict[str, Any]
+    spark: Any, on_spark: Any, tree: str, settings: dict[str, Any]
 ) -> None:
-    shuffled_register(spark, lakes[tree], settings, seed=len(tree) + len(settings))
+    from wmo_lake import spark as lake_spark
+
+    lake = on_spark(tree)
+    # the views were created before these variables were (re)declared: they read them per query
+    lake_spark.declare_settings(spark, settings)
     for view in VIEWS:
-        assert_view_equal(spark, lakes[tree], view, settings)
+        assert_view_equal(spark, lake, view, settings)
+
+
+def test_settings_are_session_variables(spark: Any, on_spark: Any) -> None:
+    from wmo_lake import spark as lake_spark
+
+    lake = on_spark("generated")
+    lake_spark.declare_settings(spark)
+    spark.sql("SET VAR wmo_max_tokens = 1")
+    spark.sql("SET VAR wmo_reward_mode = 'positive-binary'")
+    changed = {"wmo_max_tokens": 1, "wmo_reward_mode": "positive-binary"}
+    got = spark_rows(spark, "rollout_stats")
+    assert not differences(got, duckdb_rows(lake, "rollout_stats", changed))
+    assert differences(got, duckdb_rows(lake, "rollout_stats", {}))  # the variables took effect
+    spark.sql("SET VAR wmo_max_tokens = NULL")  # back to each batch's recorded cap
+    got = spark_rows(spark, "rollout_stats")
+    assert not differences(
+        got, duckdb_rows(lake, "rollout_stats", {"wmo_reward_mode": "positive-binary"})
+    )
+
+
+def test_sql_command_on_spark(spark: Any, lakes: dict[str, Path]) -> None:
+    """`wmo-lake sql --engine spark`: register() over the manifest's Parquet files, settings from
+    the options, the same rows as the DuckDB engine."""
+    lake = lakes["generated"]
+    query = "SELECT batch, trials, solve_rate, stop_reason_counts FROM rollout_stats"
+    runner = CliRunner()
+    args = ["sql", "--lake", str(lake), "--format", "json", "--reward-key", "score", query]
+    on_spark = runner.invoke(cli, [*args, "--engine", "spark"])
+    assert on_spark.exit_code == 0, on_spark.output
+    on_duckdb = runner.invoke(cli, args)
+    assert on_duckdb.exit_code == 0, on_duckdb.output
+    assert json.loads(on_spark.stdout) == json.loads(on_duckdb.stdout)
+    assert len(json.loads(on_spark.stdout)) >= 3
+
+
+def test_sql_command_on_spark_refuses_writes(lakes: dict[str, Path]) -> None:
+    result = CliRunner().invoke(
+        cli, ["sql", "--lake", str(lakes["generated"]), "--engine", "spark", "DROP VIEW cells"]
+    )
+    assert result.exit_code == 2
+    assert "only read-only statements" in result.output

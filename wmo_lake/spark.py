@@ -16,6 +16,7 @@ does what `SET VARIABLE x = ...` does in DuckDB. pyspark and sqlglot come with t
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -154,9 +155,11 @@ def local_session(master: str = "local[*]") -> SparkSession:
         builder = builder.master(os.environ.get("SPARK_MASTER", master))
     spark = (
         builder.config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(max(2, os.cpu_count() or 2)))
         .config("spark.sql.session.timeZone", "UTC")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("OFF")
+    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)  # errors reach the CLI
     return spark
