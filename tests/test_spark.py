@@ -9,7 +9,6 @@ import datetime as dt
 import json
 import logging
 import math
-import os
 import shutil
 from decimal import Decimal
 from pathlib import Path
@@ -28,8 +27,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark]
 pyspark = pytest.importorskip("pyspark", reason="the spark extra: pip install -e '.[spark]'")
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-PENDING = {n for n in os.environ.get("WMO_SPARK_PENDING", "").split(",") if n}
-VIEWS = [name for name, _ in view_sources() if name not in PENDING]
+VIEWS = [name for name, _ in view_sources()]
 ORDERED_VIEWS = {"rollout_stats"}  # views whose row order is part of their definition
 NON_DEFAULT = {
     "wmo_reward_key": "score",
@@ -101,7 +99,7 @@ def register_shuffled(spark: Any, lake: Path, seed: int) -> None:
         rows = rows.take(order)
         spark.createDataFrame(rows).createOrReplaceTempView(name)
     lake_spark.declare_settings(spark)
-    lake_spark.register_views(spark, set(VIEWS))
+    lake_spark.register_views(spark)
 
 
 @pytest.fixture(scope="module")

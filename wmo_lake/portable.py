@@ -126,11 +126,6 @@ ORDERED_AGGREGATE = Rule(
 )
 
 
-# Views whose algorithm is being rewritten without recursion (issue 14); the lint reports them as
-# pending instead of failing until that lands, and then this set is emptied.
-PENDING_REWRITE = {"spans_full.sql", "datums.sql"}
-
-
 @dataclass(frozen=True)
 class Finding:
     path: str
@@ -234,10 +229,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = sys.argv[1:] if argv is None else argv
     paths = [Path(a) for a in args] or sorted(sql_dir().glob("*.sql"))
-    pending = [p for p in paths if not args and p.name in PENDING_REWRITE]
-    for path in pending:
-        print(f"{path}: pending its rewrite without recursion (issue 14); not linted yet")
-    findings = lint_files([p for p in paths if p not in pending])
+    findings = lint_files(paths)
     for finding in findings:
         print(finding)
     if findings:

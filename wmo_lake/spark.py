@@ -20,24 +20,18 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wmo_lake.lake import SETTINGS, view_sources
+from wmo_lake.lake import view_sources
+from wmo_lake.settings import SETTINGS, SettingError, variables
 from wmo_lake.store import LakeError, Store
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-# The Spark type each setting's session variable is declared with (NULL = the view's default).
-SETTING_TYPES: dict[str, str] = {
-    "wmo_reward_key": "STRING",
-    "wmo_reward_mode": "STRING",
-    "wmo_max_turns": "BIGINT",
-    "wmo_max_tokens": "BIGINT",
-    "wmo_context_budget": "BIGINT",
-    "wmo_max_datum_tokens": "BIGINT",
-}
+# The Spark type each setting's session variable is declared with (NULL = the default), from the
+# registry's SQL type.
+SPARK_TYPES = {"VARCHAR": "STRING", "BIGINT": "BIGINT"}
+SETTING_TYPES: dict[str, str] = {s.variable: SPARK_TYPES[s.sql_type] for s in SETTINGS.values()}
 
-# Spark session settings register() applies to a session it is given: none changes a result;
-# they keep small lakes from paying for 200 shuffle partitions.
 MISSING_EXTRA = (
     "the Spark engine needs the optional extra: pip install 'wmo-lake[spark]' "
     "(pyspark, sqlglot; Java 17 on PATH)"
@@ -81,15 +75,24 @@ def spark_views() -> list[tuple[str, str]]:
 
 
 def declare_settings(spark: SparkSession, settings: dict[str, Any] | None = None) -> None:
-    """Declare one session variable per setting (NULL: the default) and set the given ones."""
-    values = settings or {}
-    unknown = sorted(set(values) - set(SETTINGS))
-    if unknown:
-        raise LakeError(f"unknown setting {unknown[0]!r}; known: {', '.join(SETTINGS)}")
-    for name in SETTINGS:
-        spark.sql(f"DECLARE OR REPLACE VARIABLE {name} {SETTING_TYPES[name]} DEFAULT NULL")
-        if values.get(name) is not None:
-            spark.sql(f"SET VAR {name} = :value", args={"value": values[name]})
+    """The settings as Spark sees them: the one-row `setting_defaults` the `settings` view reads
+    (the registry's defaults), and one session variable per setting, NULL unless `settings`
+    ({variable or name: value}) sets it."""
+    import pyarrow as pa
+
+    try:
+        values = variables(settings or {})
+    except SettingError as error:
+        raise LakeError(str(error)) from None
+    arrow_types = {"VARCHAR": pa.string(), "BIGINT": pa.int64()}
+    defaults = pa.table(
+        {s.name: pa.array([s.default], arrow_types[s.sql_type]) for s in SETTINGS.values()}
+    )
+    spark.createDataFrame(defaults).createOrReplaceTempView("setting_defaults")
+    for variable, spark_type in SETTING_TYPES.items():
+        spark.sql(f"DECLARE OR REPLACE VARIABLE {variable} {spark_type} DEFAULT NULL")
+        if variable in values:
+            spark.sql(f"SET VAR {variable} = :value", args={"value": values[variable]})
 
 
 def table_frames(spark: SparkSession, lake: Path | str) -> dict[str, DataFrame]:
@@ -109,12 +112,10 @@ def table_frames(spark: SparkSession, lake: Path | str) -> dict[str, DataFrame]:
     return frames
 
 
-def register_views(spark: SparkSession, only: set[str] | None = None) -> None:
-    """Create the `sql/` views (transpiled) over the tables already registered in `spark`
-    (`only`: just these views, which must not need the others)."""
+def register_views(spark: SparkSession) -> None:
+    """Create the `sql/` views (transpiled) over the tables and settings already registered in
+    `spark` (register_tables, declare_settings)."""
     for name, sql in spark_views():
-        if only is not None and name not in only:
-            continue
         try:
             spark.sql(sql)
         except Exception as error:  # pyspark raises its own AnalysisException family
