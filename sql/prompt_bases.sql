@@ -68,7 +68,7 @@ pieces AS (
         r.trial_key,
         r.sequence_index,
         r.source_index,
-        list_slice(s.tokens, 1, r.kept_end - source.kept_len) AS tokens
+        array_slice(s.tokens, 1, r.kept_end - source.kept_len) AS tokens
     FROM reach AS r
     JOIN sequences AS source
         ON source.trial_key = r.trial_key AND source.sequence_index = r.source_index

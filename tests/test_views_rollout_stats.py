@@ -187,3 +187,27 @@ def test_every_batch_matches_the_oracle_on_generated_trees(tmp_path: Path, seed:
         assert sorted(row["batch"] for row in got) == sorted(expected)
         for row in got:
             assert row == expected[row["batch"]], (seed, settings, row["batch"])
+
+
+def test_graded_solve_rate_sums_as_python_does(tmp_path: Path) -> None:
+    """The seed's sum(graded) / len(graded) on Python >= 3.12 (compensated sum): scores 0.1, 0.2,
+    0.3 sum to 0.6 there, where a left-to-right fold gives 0.6000000000000001, and any order of
+    scores gives the same float (the view sums exactly, order-free)."""
+    job = write_job(tmp_path / "runs" / HAND, max_turns=5)
+    scores = [(1, 10), (2, 10), (3, 10), (1, 3), (2, 7), (5, 9), (1, 1000003)]
+    for index, (passed, resolved) in enumerate(scores):
+        summary = {"tests": resolved, "passed": passed, "failed": resolved - passed}
+        summary |= {"skipped": 0, "pending": 0, "other": 0}
+        write_trial(
+            job,
+            f"t__{index}",
+            task_name=f"demo/{6 - index}",  # scored in an order other than the files'
+            reward=0.0,
+            ctrf={"results": {"tool": {"name": "pytest"}, "summary": summary, "tests": []}},
+        )
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    (row,) = query(tmp_path / "lake")
+    graded = [passed / resolved for passed, resolved in scores]
+    assert row["graded_trials"] == len(graded)
+    assert row["graded_solve_rate"] == sum(graded) / len(graded)  # to the last bit
+    assert sum(graded[:3]) != graded[0] + graded[1] + graded[2]  # the case a fold gets wrong

@@ -66,16 +66,22 @@ RULES: list[Rule] = [
         "list_transform(range(n), lambda i: value) (sqlglot guards n = 0)",
     ),
     _rule(
-        "list_slice_start",
-        r"\b(list_slice|array_slice)\s*\(\s*(?:[^(),]|\([^()]*\))+,(?!\s*1\s*,)\s*[^,]+,",
+        "list_slice",
+        r"\blist_slice\s*\(",
+        "sqlglot writes list_slice unchanged, and Spark has none",
+        "array_slice(x, 1, n) (Spark: slice(x, 1, n)), n >= 0",
+    ),
+    _rule(
+        "slice_start",
+        r"\barray_slice\s*\(\s*(?:[^(),]|\([^()]*\))+,(?!\s*1\s*,)\s*[^,]+,",
         "Spark's slice() takes (start, length): only a slice from 1 has the same end",
-        "list_slice(x, 1, n)",
+        "array_slice(x, 1, n)",
     ),
     _rule(
         "slice_syntax",
         r"[\w)\]]\s*\[[^\[\]{}'\n]*:[^\[\]{}'\n]*\]",
         "x[a:b] is written unchanged for Spark, which has no slice syntax",
-        "list_slice(x, 1, n)",
+        "array_slice(x, 1, n)",
     ),
     _rule(
         "any_value_filter",
