@@ -19,7 +19,9 @@ WITH call_blocks AS (
         step_index,
         -- in call order: the (call_index, block) pairs sorted, then joined
         array_to_string(
-            list_transform(list_sort(list({'call_index': call_index, 'block': block})), lambda c: c.block),
+            list_transform(
+                list_sort(list({'call_index': call_index, 'block': block})), lambda c: c.block
+            ),
             chr(10)
         ) AS blocks
     FROM (

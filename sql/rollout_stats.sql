@@ -137,9 +137,12 @@ SELECT
         WHEN p.executed_trials > 0 THEN CAST(p.executed_passed AS DOUBLE) / p.executed_trials
         ELSE 0.0
     END AS solve_rate,
-    coalesce(g.scaled_sum / 1099511627776.0 / g.graded_trials, 0.0) AS graded_solve_rate,
+    -- 1099511627776 = 2^40 (an exact division)
+    coalesce(g.scaled_sum / 1099511627776.0 / g.graded_trials, 0.0)
+        AS graded_solve_rate,
     coalesce(p.graded_trials, 0) AS graded_trials,
-    CASE WHEN p.trials > 0 THEN CAST(p.passed_trials AS DOUBLE) / p.trials ELSE 0.0 END AS raw_solve_rate,
+    CASE WHEN p.trials > 0 THEN CAST(p.passed_trials AS DOUBLE) / p.trials ELSE 0.0 END
+        AS raw_solve_rate,
     coalesce(p.executed_trials, 0) AS executed_trials,
     coalesce(p.trials - p.executed_trials, 0) AS infra_failed_trials,
     coalesce(p.trials - p.trials_with_spans, 0) AS empty_span_trials,
