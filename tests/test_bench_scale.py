@@ -1,0 +1,19 @@
+"""bench.scale: the synthetic lake opens like an ingested one and its rows are what it says."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.scale import TRIALS_PER_STEP, TURNS, build
+from wmo_lake.lake import connect
+
+
+def test_synthetic_lake_has_the_trials_it_claims(tmp_path: Path) -> None:
+    build(tmp_path / "lake", trials=2 * TRIALS_PER_STEP)
+    con = connect(tmp_path / "lake")
+    rows = con.sql("SELECT step, trials, trials_with_spans FROM rollout_stats").fetchall()
+    assert rows == [(0, TRIALS_PER_STEP, TRIALS_PER_STEP), (1, TRIALS_PER_STEP, TRIALS_PER_STEP)]
+    ((spans,),) = con.sql("SELECT count(*) FROM spans").fetchall()
+    assert spans == 2 * TRIALS_PER_STEP * TURNS
+    ((passed,),) = con.sql("SELECT avg(passed::INT) FROM cells").fetchall()
+    assert 0.3 < passed < 0.5  # rewards drawn 1.0 with probability 0.4
