@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from treegen import generate_tree
+from edge_case_trees import generate_tree
 
 from wmo_lake.cli import cli
 from wmo_lake.ingest import ingest
