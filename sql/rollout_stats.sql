@@ -155,11 +155,11 @@ SELECT
         ELSE 0.0
     END AS scaffold_loss_rate,
     coalesce(u.unreadable_trials, 0) AS unreadable_trials,
-    coalesce(p.dropped_turns, 0)::BIGINT AS dropped_turns,
+    CAST(coalesce(p.dropped_turns, 0) AS BIGINT) AS dropped_turns,
     coalesce(p.dropped_turn_trials, 0) AS dropped_turn_trials,
     coalesce(p.verifier_error_trials, 0) AS verifier_error_trials,
     CASE
-        WHEN p.with_stop_reason > 0 THEN p.verifier_lost::DOUBLE / p.with_stop_reason
+        WHEN p.with_stop_reason > 0 THEN CAST(p.verifier_lost AS DOUBLE) / p.with_stop_reason
         ELSE 0.0
     END AS verifier_scaffold_loss_rate
 FROM batches AS b
