@@ -119,7 +119,7 @@ def step_tables(step: int, rng: np.random.Generator) -> dict[str, pa.Table]:
             "run": ["scale"],
             "step": [step],
             "max_turns": [30],
-            "max_tokens": [8192],
+            "max_tokens": [4096],  # recorded per job, as harbor writes it
             "context_limit": [65536],
             "config_status": ["ok"],
             "result_status": ["ok"],
