@@ -19,6 +19,7 @@ from wmo_lake.columns import INT64, RESULT, SPECS, STRING, Column, extract_versi
 from wmo_lake.discover import TrialTask, discover
 from wmo_lake.fingerprint import EXTRACT_VERSION
 from wmo_lake.ingest import ingest
+from wmo_lake.pending import PendingRows
 from wmo_lake.tables import TABLES, trajectories
 from wmo_lake.tables.trial_result import typed_decoder
 
@@ -74,7 +75,20 @@ def test_extraction_fills_exactly_the_spec_columns(monkeypatch) -> None:
         checked.add(table)
         return original_table(rows, identity, schema)
 
+    class CheckedPendingRows(PendingRows):
+        """The one-row tables extraction builds as Python columns (wmo_lake.pending)."""
+
+        @classmethod
+        def from_rows(cls, rows: list, names) -> PendingRows:  # type: ignore[override]
+            names = list(names)
+            table = next(t.name for t in TABLES.values() if t.schema.names == names)
+            for row in rows:
+                assert set(row) == set(names), (table, set(row) ^ set(names))
+            checked.add(table)
+            return PendingRows.from_rows(rows, names)
+
     monkeypatch.setattr(extract, "pa", CheckedArrow())
+    monkeypatch.setattr(extract, "PendingRows", CheckedPendingRows)
     monkeypatch.setattr(trajectories, "_table", checked_table)
     found = discover(FIXTURES / "harbor")
     for candidate in found.candidates:
