@@ -5,13 +5,13 @@ PYTHON ?= $(shell for p in $$(command -v python3.12 python3.13 python3) \
 	$$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null && echo $$p && break; done)
 VENV := .venv
 BIN := $(VENV)/bin
-DEMO_LAKE ?= /tmp/wmo-lake-demo
-DEMO_REPORT ?= $(DEMO_LAKE)-report.html
+DEMO_LAKE ?= lake
+DEMO_REPORT ?= $(DEMO_LAKE)/report.html
 
 .PHONY: help setup demo test test-fast lint typecheck bench screenshot clean
 
 help:
-	@echo "make demo   ingest fixtures/harbor into a lake, print stats and a query, write the report"
+	@echo "make demo   ingest fixtures/harbor into ./lake, print stats and a query, write the report"
 	@echo "make test   install and run the test suite (make test-fast: without the slow tests)"
 	@echo "make lint   ruff check, ruff format --check, sqlfluff over sql/"
 	@echo "make typecheck  mypy over the package, the benchmarks and the reference implementations"
@@ -27,13 +27,17 @@ $(BIN)/wmo-lake: pyproject.toml
 setup: $(BIN)/wmo-lake
 
 demo: setup
-	rm -rf $(DEMO_LAKE)
+	@# no rm: re-ingesting is idempotent, and ./lake may hold your own batches too
 	$(BIN)/wmo-lake ingest fixtures/harbor --lake $(DEMO_LAKE)
 	$(BIN)/wmo-lake stats --lake $(DEMO_LAKE)
 	$(BIN)/wmo-lake sql --lake $(DEMO_LAKE) \
 		"SELECT batch, trial_name, task_id, reward, passed, stop_reason, n_spans FROM trial_records ORDER BY batch, trial_name"
 	$(BIN)/wmo-lake report --lake $(DEMO_LAKE) --out $(DEMO_REPORT)
 	@echo "report: $(DEMO_REPORT) (open it in a browser; it needs no network)"
+	@echo ""
+	@echo "The demo lake is ./lake (the default --lake). Put wmo-lake on your PATH and ask it:"
+	@echo "  source .venv/bin/activate    # or: export PATH=\"$$PWD/.venv/bin:\$$PATH\""
+	@echo "  wmo-lake stats; wmo-lake tables; wmo-lake sql \"FROM rollout_stats\""
 
 # What CI runs (.ci/run): the linters, the type check, then every test.
 test: setup lint typecheck

@@ -12,6 +12,7 @@ the measured command interleaved so both see the same machine load.
     export        issue 4.6  `wmo-lake export datums` vs the prefix merge in plain Python
     trajectories  issue 5.5  trajectory ingest vs orjson.loads of the same trajectory.json files
     report        issue 10.4 `wmo-lake report` over 100 steps x 1,000 trials (goal < 5 s)
+    sql           issue 9.2  `wmo-lake sql --format csv` vs DuckDB's own COPY; 9.3 light records
 
 Commands run as subprocesses (process start included), their peak memory sampled with psutil
 over the whole process tree. Trees and lakes are cached in --out, keyed by their parameters.
@@ -40,7 +41,17 @@ from bench import baselines, realistic_trees
 from reference import oracle
 from reference.datums import DatumTotals, datums_from_spans
 
-BENCHES = ("ingest", "small", "growth", "stats", "export", "prompts", "trajectories", "report")
+BENCHES = (
+    "ingest",
+    "small",
+    "growth",
+    "stats",
+    "export",
+    "prompts",
+    "trajectories",
+    "report",
+    "sql",
+)
 SMALL_TRIALS = 8192  # issue 14.2: trials of the many-small-trials ingest
 GROWTH_STEPS = 1000  # issue 14.5: steps the big lake holds at least
 REPORT_STEPS = 100  # the report bench's tree: --tiny-trials spread over this many steps
@@ -86,6 +97,11 @@ FIGURES: list[tuple[str, str, str, str, Goal]] = [
     ("trajectories", "marginal_throughput_ratio", "x", "(detail)", None),
     ("report", "hundred_step_report_seconds", "s", "< 5 s", lambda v: v < 5.0),
     ("report", "report_over_stats", "x", "(detail)", None),
+    ("sql", "csv_vs_duckdb_copy", "x its time", "<= 1.2x", lambda v: v <= 1.2),
+    ("sql", "csv_peak_rss_mib", "MiB", "<= 1024 MiB", lambda v: v <= 1024),
+    ("sql", "csv_rows_equal_copy", "", "true", lambda v: v is True),
+    ("sql", "light_records_vs_cells", "x", "<= 1.5x", lambda v: v <= 1.5),
+    ("sql", "records_with_spans_seconds", "s", "(detail)", None),
 ]
 
 
@@ -159,9 +175,14 @@ def wmo_lake_command() -> list[str]:
 
 def run_measured(args: list[str], interval: float = 0.02) -> Run:
     """Run `wmo-lake ARGS`, sampling the RSS of it and every child until it exits."""
+    return run_command([*wmo_lake_command(), *args], interval)
+
+
+def run_command(command: list[str], interval: float = 0.02) -> Run:
+    """Run any command the same way (the anchors that are processes of their own)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         started = time.perf_counter()
-        proc = psutil.Popen([*wmo_lake_command(), *args], stdout=out, stderr=err)
+        proc = psutil.Popen(command, stdout=out, stderr=err)
         peak_tree = peak_one = 0
         while proc.poll() is None:
             total = 0
@@ -190,7 +211,7 @@ def run_measured(args: list[str], interval: float = 0.02) -> Run:
             proc.returncode,
         )
     if run.returncode != 0:
-        raise BenchError(f"wmo-lake {' '.join(args)} exited {run.returncode}: {run.stderr[-2000:]}")
+        raise BenchError(f"{' '.join(command)} exited {run.returncode}: {run.stderr[-2000:]}")
     return run
 
 
@@ -865,6 +886,110 @@ def bench_report(report: Report, args: argparse.Namespace) -> None:
 # Report
 
 
+RECORDS_QUERY = "SELECT * FROM trial_records"
+# DuckDB's own COPY of the same query, from the same lake.duckdb, to a file, as a process of its
+# own (so process start and DuckDB's import count on both sides).
+COPY_SCRIPT = (
+    "import duckdb, sys; con = duckdb.connect(sys.argv[1], read_only=True); "
+    "con.execute(f\"COPY ({sys.argv[2]}) TO '{sys.argv[3]}' (FORMAT csv, HEADER)\")"
+)
+
+
+def _lines(path: Path) -> int:
+    with open(path, "rb") as stream:
+        count = sum(1 for _ in stream)
+    path.unlink()
+    return count
+
+
+def bench_sql(report: Report, tree: realistic_trees.Tree, args: argparse.Namespace) -> None:
+    """Issue 9.2: `sql --format csv` of trial_records vs DuckDB's COPY of the same query to a
+    file (time and peak RSS); 9.3: the light trial_records vs cells, the spans view as detail."""
+    if not command_exists("tables"):
+        report.unavailable("sql", "`wmo-lake sql` does not stream yet")
+        return
+    lake = cached_lake(tree, args.out, args.workers)
+    work = args.out / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    ours_csv, theirs_csv = work / "sql-records.csv", work / "copy-records.csv"
+
+    def sql_csv(query: str) -> Run:
+        ours_csv.unlink(missing_ok=True)
+        return run_measured(
+            ["sql", "--lake", str(lake), "--format", "csv", "--output", str(ours_csv), query]
+        )
+
+    sql_csv(RECORDS_QUERY)  # warm: lake.duckdb and the Parquet pages
+    ratios, ours, theirs, peaks = [], [], [], []
+    light, cells, rows_equal, n_rows = [], [], True, 0
+    for _ in range(args.repeat):
+        theirs_csv.unlink(missing_ok=True)
+        copy = run_command(
+            [
+                sys.executable,
+                "-c",
+                COPY_SCRIPT,
+                str(lake / "lake.duckdb"),
+                RECORDS_QUERY,
+                str(theirs_csv),
+            ]
+        )
+        run = sql_csv(RECORDS_QUERY)
+        theirs.append(copy.seconds)
+        ours.append(run.seconds)
+        peaks.append(run.peak_tree_rss)
+        ratios.append(run.seconds / copy.seconds)
+        n_rows = _lines(ours_csv) - 1
+        rows_equal &= n_rows == _lines(theirs_csv) - 1 > 0
+        cells.append(sql_csv("SELECT * FROM cells").seconds)
+        light.append(sql_csv(RECORDS_QUERY).seconds)
+    ours_csv.unlink(missing_ok=True)
+    report.set(
+        "sql",
+        "csv_vs_duckdb_copy",
+        round(median(ratios), 2),
+        f'`wmo-lake sql --format csv -o F "{RECORDS_QUERY}"` {median(ours):.2f} s vs '
+        f"DuckDB's COPY ... TO F {median(theirs):.2f} s ({n_rows} rows; process start included)",
+    )
+    report.set(
+        "sql",
+        "csv_peak_rss_mib",
+        round(max(peaks) / MIB),
+        "peak RSS of the wmo-lake sql process, largest of the repeats",
+    )
+    report.set("sql", "csv_rows_equal_copy", rows_equal, f"{n_rows} rows on both sides")
+    report.set(
+        "sql",
+        "light_records_vs_cells",
+        round(median(light) / median(cells), 2),
+        f"SELECT * FROM trial_records {median(light):.2f} s vs SELECT * FROM cells "
+        f"{median(cells):.2f} s (both `wmo-lake sql --format csv`)",
+    )
+    spans_out = args.out / "work" / "records-with-spans.parquet"
+    spans_out.parent.mkdir(parents=True, exist_ok=True)
+    spans_out.unlink(missing_ok=True)
+    heavy = run_measured(
+        [
+            "sql",
+            "--lake",
+            str(lake),
+            "--format",
+            "parquet",
+            "--output",
+            str(spans_out),
+            "SELECT * FROM trial_records_with_spans",
+        ]
+    )
+    spans_out.unlink(missing_ok=True)
+    report.set(
+        "sql",
+        "records_with_spans_seconds",
+        round(heavy.seconds, 2),
+        f"SELECT * FROM trial_records_with_spans to Parquet (every prompt rebuilt); peak RSS "
+        f"{heavy.peak_tree_rss / MIB:.0f} MiB",
+    )
+
+
 def render(report: dict[str, Any]) -> str:
     lines = [
         f"wmo-lake bench  {report['generated_at']}  ({report['host']['cpus']} cores, load "
@@ -985,7 +1110,7 @@ def run(argv: list[str] | None = None, log: Callable[[str], None] = print) -> di
     base = realistic_trees.QUICK_ROLLOUTS if args.quick else realistic_trees.TreeSpec()
     spec = replace(base, trials=args.trials, trials_per_job=args.small_trials)
     tree = None
-    if {"ingest", "stats", "export", "prompts"} & set(args.only):
+    if {"ingest", "stats", "export", "prompts", "sql"} & set(args.only):
         tree = realistic_trees.cached(spec, args.out, log=log, workers=args.gen_workers)
     steps: dict[str, Callable[[], None]] = {
         "ingest": lambda: bench_ingest(report, _generated(tree), args),
@@ -996,6 +1121,7 @@ def run(argv: list[str] | None = None, log: Callable[[str], None] = print) -> di
         "growth": lambda: bench_growth(report, args),
         "trajectories": lambda: bench_trajectories(report, args),
         "report": lambda: bench_report(report, args),
+        "sql": lambda: bench_sql(report, _generated(tree), args),
     }
     for name in BENCHES:
         if name not in args.only:

@@ -1,5 +1,5 @@
 -- cells: one row per trial, the upstream harbor scorer's reading of it (missing_reward="zero"),
--- the cell seed 000 assembles a TrialRecord from and seed 003 scores.
+-- the cell WMO's `distill.tokens` assembles a TrialRecord from and `rollout_stats` scores.
 --   task_id = task_name; attempt = 1-based rank of trial_name (ascending) among the batch's trials
 --   of that task.
 --   reward: the value under the reward key (settings.reward_key, SET VARIABLE wmo_reward_key) in

@@ -1,5 +1,5 @@
 -- datum_spans: one row per `spans` row, placed in the merged training sequence it belongs to
--- (issue 4, tinker-cookbook `trajectory_to_data` prefix merge over seed 000's spans).
+-- (issue 4, tinker-cookbook `trajectory_to_data` prefix merge over WMO's `tokens` spans).
 -- A span continues the previous span's sequence iff its prompt extends the accumulated tokens
 -- (previous prompt + its sampled tokens) as an exact list prefix. Storage already measured that:
 -- prompt_prefix_len is the prefix shared with exactly those tokens, so the test is

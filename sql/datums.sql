@@ -1,5 +1,5 @@
 -- datums: one row per training sequence, UNshifted (issue 4; tinker-cookbook
--- `trajectory_to_data` semantics over seed 000's spans). Per kept episode (datum_episodes with
+-- `trajectory_to_data` semantics over WMO's `tokens` spans). Per kept episode (datum_episodes with
 -- no drop_reason), spans in call_index order accumulate into one sequence while each prompt
 -- extends the accumulated tokens (datum_spans): the appended context (prompt_new_ids) gets loss
 -- mask 0.0 and logprob 0.0, the sampled tokens mask 1.0 and their sampled logprobs. A span that

@@ -6,7 +6,7 @@
 -- subagent_turns = the agent steps of subagent trajectories (context summarization);
 -- tokens and cost sum every file's step metrics (harbor's final_metrics of trajectory.json sum
 -- the same: its own steps plus its subagents'); declared_complete = the main trace's LAST agent
--- step (across continuations) calls mark_task_complete (seed 000's test, over the whole trace);
+-- step (across continuations) calls mark_task_complete (WMO's test, over the whole trace);
 -- the time span runs from the first to the last step timestamp.
 CREATE OR REPLACE VIEW episodes AS
 WITH original_steps AS (

@@ -1,4 +1,4 @@
--- rollout_stats: one row per batch, seed 003's `rollout_stats` over the batch's trial records,
+-- rollout_stats: one row per batch, WMO's `rollout_stats` over the batch's trial records,
 -- plus batch, run, step and unreadable_trials (trial dirs with no readable result.json, from the
 -- `problems` the ingest recorded; a batch of only those still gets a row).
 --   solve_rate = passed / executed (not infra_failed) trials; graded_solve_rate = mean
@@ -6,7 +6,7 @@
 --   all trials; truncated_spans = spans with len(sampled) >= max_tokens (`trial_caps`);
 --   stop_reason_counts = reason -> trials, keys sorted, a null (or empty) reason counted as
 --   'unknown'; scaffold_loss_rate = trials whose reason is not 'submitted' / trials with a
---   reason (null and '' are no reason, as the seed's truthiness test). An empty denominator
+--   reason (null and '' are no reason, as WMO's truthiness test). An empty denominator
 --   gives 0.0, a null measurement the counts tell apart from a score.
 -- Beside the seed's columns (which keep their exact values), two things the seed cannot see:
 --   dropped_turns / dropped_turn_trials: turns stopped at max_tokens that harbor kept no span or
@@ -14,7 +14,7 @@
 --   exception was raised by the verifier (`trial_stop_reasons.exception_side`), and
 --   verifier_scaffold_loss_rate: the part of scaffold_loss_rate made of those trials (same
 --   denominator), so scaffold_loss_rate - verifier_scaffold_loss_rate is the agent's.
--- graded_solve_rate = sum(scores) / n as the seed's Python computes it: Python >= 3.12's sum() of
+-- graded_solve_rate = sum(scores) / n as WMO's Python computes it: Python >= 3.12's sum() of
 -- floats is compensated (in practice the correctly rounded sum, whatever the order), which a left
 -- fold misses in the last digit (0.1 + 0.2 + 0.3). Summed here exactly and in any order, so any
 -- engine gives the same float: each score (in [0, 1]) splits into whole units of 2^-40 (exact

@@ -1,6 +1,6 @@
 -- trial_caps: one row per trial, the caps its stop reason and its spans are judged against.
--- Seed 000 `read_terminus_stop_reason(max_turns=...)` and seed 003 `rollout_stats(max_tokens=...)`:
--- a query-time setting wins (SET VARIABLE wmo_max_turns / wmo_max_tokens; seed 003: "pass THIS
+-- WMO's `read_terminus_stop_reason(max_turns=...)` and `rollout_stats(max_tokens=...)`:
+-- a query-time setting wins (SET VARIABLE wmo_max_turns / wmo_max_tokens; WMO: "pass THIS
 -- run's cap when re-reading another run's records"), else the trial's job's recorded
 -- agents[0].kwargs.max_turns / kwargs.llm_kwargs.max_tokens, else the setting's default (see the
 -- settings view; max_turns has none: it then stays null, and the max_turns test is skipped).

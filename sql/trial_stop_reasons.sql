@@ -1,4 +1,4 @@
--- trial_stop_reasons: one row per trial, why its episode ended (seed 000), from the evidence in
+-- trial_stop_reasons: one row per trial, why its episode ended (WMO's `tokens`), from the evidence in
 -- `stop_reasons` and the caps in `trial_caps`.
 --   A trial with a wmo-run.json trace (agent/ first, then the trial root) takes the trace's
 --   stop_reason when it is a string, else null: traced trials are never reconstructed

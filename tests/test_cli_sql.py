@@ -120,3 +120,164 @@ def test_datum_settings_reach_the_views(lake: Path) -> None:
     assert json.loads(dropped.stdout) == [{"n": 0}]  # every span overflows a 1-token budget
     kept = _sql(lake, "SELECT count(*) AS n FROM datums", "--format", "json")
     assert json.loads(kept.stdout)[0]["n"] > 0  # the default budget (65536) drops nothing
+
+
+@pytest.mark.parametrize(
+    ("statement", "expected_column"),
+    [
+        ("PIVOT trials ON trial_name USING count(*)", "a__1"),
+        (
+            "WITH p AS (PIVOT trials ON trial_name USING count(*)) SELECT * FROM p",
+            "b__1",
+        ),
+        (
+            "UNPIVOT (SELECT trial_name, n_spans, n_output_tokens FROM trials) "
+            "ON n_spans, n_output_tokens INTO NAME metric VALUE value",
+            "metric",
+        ),
+        ("FROM trials SELECT trial_name", "trial_name"),
+        ("DESCRIBE trials", "column_type"),
+        ("SUMMARIZE trials", "approx_unique"),
+        ("SHOW TABLES", "name"),
+        ("PRAGMA table_info('cells')", "notnull"),
+        ("EXPLAIN ANALYZE SELECT count(*) FROM cells", "explain_value"),
+    ],
+)
+def test_any_read_only_statement_runs(lake: Path, statement: str, expected_column: str) -> None:
+    result = _sql(lake, statement, "--format", "json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert rows and expected_column in rows[0]
+
+
+def test_a_write_names_the_command_that_does_it(lake: Path, tmp_path: Path) -> None:
+    for statement in (
+        "UPDATE trials SET n_spans = 0",
+        "DELETE FROM trials",
+        f"ATTACH '{tmp_path / 'other.duckdb'}' AS other",
+        f"COPY trials TO '{tmp_path / 'out.parquet'}'",
+        "CREATE OR REPLACE VIEW cells AS SELECT 1",
+    ):
+        result = _sql(lake, statement)
+        assert result.exit_code == 2, (statement, result.output)
+        assert "wmo-lake ingest PATH" in result.output and "--output FILE" in result.output
+        assert "Traceback" not in result.output
+    assert list(tmp_path.glob("other*")) == [] and not (tmp_path / "out.parquet").exists()
+
+
+def test_reading_other_files_is_refused(lake: Path) -> None:
+    result = _sql(lake, "SELECT * FROM read_csv('/etc/hostname')")
+    assert result.exit_code == 2 and "reads no other files" in result.output
+
+
+def test_a_stale_duckdb_file_is_read_only_too(lake: Path) -> None:
+    (lake / "lake.duckdb.stamp").write_text("0:stale")
+    result = _sql(lake, "CREATE TABLE t AS SELECT 1")
+    assert result.exit_code == 2 and "read-only" in result.output
+    ok = _sql(lake, "SELECT count(*) AS n FROM trials", "--format", "json")
+    assert json.loads(ok.stdout) == [{"n": 2}]
+
+
+def test_limit(lake: Path) -> None:
+    for fmt in ("json", "csv", "jsonl"):
+        result = _sql(
+            lake, "SELECT trial_name FROM trials ORDER BY 1", "--format", fmt, "--limit", "1"
+        )
+        assert result.exit_code == 0, result.output
+        assert "a__1" in result.stdout and "b__1" not in result.stdout
+    table = _sql(lake, "SELECT trial_name FROM trials ORDER BY 1", "--limit", "1").stdout
+    assert "a__1" in table and "b__1" not in table
+
+
+def test_csv_writes_nested_values_as_json(lake: Path) -> None:
+    result = _sql(
+        lake, "SELECT rewards, [1, 2] AS ids FROM trials WHERE trial_id = 'a'", "--format", "csv"
+    )
+    rows = list(csv.reader(io.StringIO(result.stdout)))
+    assert rows == [["rewards", "ids"], ['{"reward":"1"}', "[1,2]"]]
+
+
+def test_json_non_finite_floats_are_null(lake: Path) -> None:
+    result = _sql(lake, "SELECT 'nan'::DOUBLE AS x, 1.5 AS y", "--format", "json")
+    assert json.loads(result.stdout) == [{"x": None, "y": 1.5}]
+    empty = _sql(lake, "SELECT 1 AS x WHERE false", "--format", "json")
+    assert json.loads(empty.stdout) == []
+
+
+def test_output_is_streamed_in_batches(lake: Path, tmp_path: Path) -> None:
+    """More rows than one Arrow batch (8192): every format writes them all, in order."""
+    query = "SELECT range AS i, [range] AS l FROM range(20000)"
+    for fmt in ("csv", "jsonl", "json", "parquet"):
+        out = tmp_path / f"big.{fmt}"
+        result = _sql(lake, query, "--format", fmt, "--output", str(out))
+        assert result.exit_code == 0, result.output
+        if fmt == "parquet":
+            values = pq.read_table(out).column("i").to_pylist()
+        elif fmt == "csv":
+            values = [int(r[0]) for r in list(csv.reader(out.open()))[1:]]
+        elif fmt == "jsonl":
+            values = [json.loads(line)["i"] for line in out.read_text().splitlines()]
+        else:
+            values = [row["i"] for row in json.loads(out.read_text())]
+        assert values == list(range(20000)), fmt
+
+
+def test_the_table_fits_the_terminal_width(lake: Path) -> None:
+    query = "SELECT trial_name, artifact_dir, trial_key, batch, run FROM trials ORDER BY 1"
+    for width in (40, 60, 100):
+        result = CliRunner().invoke(
+            cli, ["sql", query, "--lake", str(lake)], env={"COLUMNS": str(width)}
+        )
+        assert result.exit_code == 0, result.output
+        lines = result.stdout.splitlines()
+        table_lines = [line for line in lines if not line.startswith("(")]
+        assert all(len(line) <= width for line in table_lines), (width, lines)
+        header = table_lines[0].split()
+        assert header[0] == "trial_name"  # whole, never wrapped or cut
+        assert all(name in query for name in header)
+    # piped (no terminal, no $COLUMNS): every cell whole
+    wide = CliRunner().invoke(cli, ["sql", query, "--lake", str(lake)], env={"COLUMNS": ""})
+    assert str(lake.parent / "runs" / "job" / "a__1") in wide.stdout
+
+
+def test_unwritable_output_is_a_message(lake: Path, tmp_path: Path) -> None:
+    result = _sql(
+        lake, QUERY, "--format", "csv", "--output", str(tmp_path / "no" / "such" / "x.csv")
+    )
+    assert result.exit_code == 1
+    assert "Error: cannot write" in result.output and "Traceback" not in result.output
+
+
+def test_duckdb_copy_to_a_pipe_matches_the_arrow_path(lake: Path) -> None:
+    """A real process writing to a pipe has DuckDB's COPY write stdout; CliRunner's captured
+    stdout takes the Arrow path. Both give the same rows."""
+    import subprocess
+    import sys
+
+    query = "SELECT trial_name, rewards, n_spans FROM trials ORDER BY trial_name"
+    for fmt in ("csv", "jsonl", "json"):
+        piped = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "wmo_lake.cli",
+                "sql",
+                query,
+                "--lake",
+                str(lake),
+                "--format",
+                fmt,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        captured = _sql(lake, query, "--format", fmt).stdout
+        if fmt == "csv":
+            assert list(csv.reader(io.StringIO(piped))) == list(csv.reader(io.StringIO(captured)))
+        elif fmt == "jsonl":
+            assert [json.loads(x) for x in piped.splitlines()] == [
+                json.loads(x) for x in captured.splitlines()
+            ]
+        else:
+            assert json.loads(piped) == json.loads(captured)

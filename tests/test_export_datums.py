@@ -232,6 +232,8 @@ def test_filters(
         (["--run", "nope"], "no batch matches --batch None / --run 'nope'"),
         (["--where", "no_such_column > 1"], "cannot select the datums (check --where"),
         (["--where", "true); DROP TABLE x; SELECT (1"], "must be one condition"),
+        (["--where", "reward < 0) OR (true"], "must be one condition"),
+        (["--where", "true) UNION ALL (SELECT * FROM datums"], "must be one condition"),
         (["--where", "trial_name = 'zzz'"], "no datums match --where"),
         (["--where", "task_id <> 't/train'"], "no datum of a train-split task to export"),
     ],

@@ -1,5 +1,6 @@
-"""Both doors into a lake give the same views: LAKE/lake.duckdb (opened read-only when current)
-and the in-memory database built from the manifest (when it is stale or held by a writer)."""
+"""Both doors into a lake give the same views, read-only: LAKE/lake.duckdb (opened read-only when
+current) and a private copy built from the manifest in the temp dir, also opened read-only (when
+the file is stale or held by a writer)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from harbor_shapes import write_job, write_trial
 
 from wmo_lake.ingest import ingest
-from wmo_lake.lake import connect, connect_in_memory, view_sources
+from wmo_lake.lake import connect, connect_private_copy, set_settings, view_sources
 from wmo_lake.store import DUCKDB_STAMP, Store
 from wmo_lake.tables import TABLES
 
@@ -35,32 +36,71 @@ def test_file_and_in_memory_views_agree(lake: Path) -> None:
     store = Store(lake)
     from_file = connect(lake)
     assert from_file.execute("SELECT current_database()").fetchall() == [("lake",)]
-    in_memory = connect_in_memory(store, store.read_manifest())
-    assert in_memory.execute("SELECT current_database()").fetchall() == [("memory",)]
-    assert _everything(from_file) == _everything(in_memory)
+    private = connect_private_copy(store, store.read_manifest())
+    assert _database_path(private).parent != lake.resolve()
+    assert _everything(from_file) == _everything(private)
+
+
+def _database_path(con: duckdb.DuckDBPyConnection) -> Path:
+    (path,) = con.execute(
+        "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
+    ).fetchone() or (None,)
+    return Path(path).resolve()
 
 
 def test_a_stale_file_is_not_used(lake: Path) -> None:
     (lake / DUCKDB_STAMP).write_text("0:stale")
     con = connect(lake)
-    assert con.execute("SELECT current_database()").fetchall() == [("memory",)]
+    assert _database_path(con).parent != lake.resolve()
     assert con.execute("SELECT count(*) FROM trials").fetchall() == [(2,)]
+    assert not _database_path(con).exists()  # unlinked once open: nothing left in the temp dir
+
+
+@pytest.mark.parametrize("stale", [False, True])
+def test_every_connection_is_read_only(lake: Path, stale: bool) -> None:
+    """Both doors refuse writes by how they are opened (a read-only database), whatever the
+    statement; temporary tables still work."""
+    if stale:
+        (lake / DUCKDB_STAMP).write_text("0:stale")
+    con = connect(lake)
+    for statement in (
+        "CREATE TABLE t AS SELECT 1",
+        "CREATE VIEW v AS SELECT 1",
+        "DROP VIEW cells",
+        "CREATE OR REPLACE MACRO m(a) AS a",
+    ):
+        with pytest.raises(duckdb.Error, match="read-only"):
+            con.execute(statement)
+    con.execute("CREATE TEMP TABLE scratch AS SELECT 1 AS x")
+    assert con.execute("SELECT x FROM scratch").fetchall() == [(1,)]
+
+
+def test_files_only_confines_file_access(lake: Path, tmp_path: Path) -> None:
+    con = connect(lake, files_only=True)
+    assert con.execute("SELECT count(*) FROM trials").fetchall() == [(2,)]
+    with pytest.raises(duckdb.PermissionException):
+        con.execute(f"COPY (SELECT 1) TO '{tmp_path / 'out.csv'}'")
+    with pytest.raises(duckdb.Error):
+        con.execute("SET enable_external_access = true")
+    assert not (tmp_path / "out.csv").exists()
 
 
 def test_a_file_built_for_other_view_definitions_is_not_used(
     lake: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert connect(lake).execute("SELECT current_database()").fetchall() == [("lake",)]
+    assert _database_path(connect(lake)) == (lake / "lake.duckdb").resolve()
     # the same generation, but a wmo-lake whose sql/ differs (an upgrade changed a view)
     monkeypatch.setattr("wmo_lake.lake.views_digest", lambda: "0123456789abcdef")
     con = connect(lake)
-    assert con.execute("SELECT current_database()").fetchall() == [("memory",)]
+    assert _database_path(con).parent != lake.resolve()  # a private copy, not the stale file
 
 
 def test_settings_reach_both_doors(lake: Path) -> None:
     store = Store(lake)
     settings = {"wmo_reward_mode": "positive-binary", "wmo_max_turns": 1}
-    for con in (connect(lake, settings), connect_in_memory(store, store.read_manifest(), settings)):
+    private = connect_private_copy(store, store.read_manifest())
+    set_settings(private, settings)
+    for con in (connect(lake, settings), private):
         rows = con.execute(
             "SELECT trial_name, passed, stop_reason FROM trial_records ORDER BY trial_name"
         ).fetchall()
@@ -69,7 +109,7 @@ def test_settings_reach_both_doors(lake: Path) -> None:
 
 def test_a_file_held_open_by_another_duckdb_still_answers(lake: Path) -> None:
     """A user's `duckdb lake/lake.duckdb` session must not break the CLI: DuckDB lets us read
-    beside it, and where it would not, connect() falls back to the in-memory views."""
+    beside it, and where it would not, connect() falls back to a private copy of the views."""
     import subprocess
     import sys
 

@@ -29,6 +29,7 @@ GRAINS: dict[str, tuple[tuple[str, ...], str]] = {
     "trial_caps": (("trial_key",), "trials"),
     "trial_stop_reasons": (("trial_key",), "trials"),
     "trial_records": (("trial_key",), "trials"),
+    "trial_records_with_spans": (("trial_key",), "trials"),
     "episodes": (("trial_key",), "trials"),
     # every batch with trials, and every batch whose trial dirs were all unreadable
     "rollout_stats": (

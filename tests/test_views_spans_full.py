@@ -73,7 +73,7 @@ def test_prompts_come_back_exactly_across_prefix_breaks(tmp_path: Path, seed: in
         .fetchone()
     )
     assert breaks is not None and breaks[0] > 5 and breaks[1] > 3
-    records = connect(lake).sql("SELECT trial_name, spans FROM trial_records").fetchall()
+    records = connect(lake).sql("SELECT trial_name, spans FROM trial_records_with_spans").fetchall()
     for trial_name, spans in records:
         assert [s["call_index"] for s in spans] == list(range(len(expected[trial_name])))
         assert [s["prompt_token_ids"] for s in spans] == expected[trial_name]

@@ -1,5 +1,6 @@
-"""`trial_records`: seed 000's TrialRecord per trial (stop reason, spans with full prompts, the
-cell's columns), held against hand-worked stop-reason and span cases and against the oracle."""
+"""`trial_records_with_spans`: WMO's TrialRecord per trial (stop reason, spans with full prompts,
+the cell's columns), held against hand-worked stop-reason and span cases and against the oracle;
+`trial_records` is the same rows without the spans (issue 9: light)."""
 
 from __future__ import annotations
 
@@ -113,7 +114,10 @@ def cases_lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def records(cases_lake: Path) -> dict[str, dict[str, Any]]:
-    return {row["trial_name"]: row for row in query(cases_lake, "SELECT * FROM trial_records")}
+    return {
+        row["trial_name"]: row
+        for row in query(cases_lake, "SELECT * FROM trial_records_with_spans")
+    }
 
 
 @pytest.mark.parametrize("name", list(STOP_CASES))
@@ -221,7 +225,9 @@ def test_every_record_matches_the_oracle_on_generated_trees(tmp_path: Path, seed
         got = {
             (row["batch"], row["trial_name"]): row
             for row in query(
-                tmp_path / "lake", "SELECT * FROM trial_records", as_variables(settings)
+                tmp_path / "lake",
+                "SELECT * FROM trial_records_with_spans",
+                as_variables(settings),
             )
         }
         expected = oracle.read_tree(root, settings).records
@@ -244,7 +250,7 @@ def test_the_duckdb_file_at_the_lake_root_has_the_same_records(tmp_path: Path) -
         con.execute("SET VARIABLE wmo_max_turns = 3")
         got = {
             (row["batch"], row["trial_name"]): row
-            for row in rows_as_dicts(con.sql("SELECT * FROM trial_records"))
+            for row in rows_as_dicts(con.sql("SELECT * FROM trial_records_with_spans"))
         }
     finally:
         con.close()
@@ -252,3 +258,29 @@ def test_the_duckdb_file_at_the_lake_root_has_the_same_records(tmp_path: Path) -
     for record in expected:
         row = got[(record["batch"], record["trial_name"])]
         assert {c: row[c] for c in RECORD_COLUMNS} == {c: record[c] for c in RECORD_COLUMNS}
+
+
+def test_trial_records_is_the_record_without_spans(cases_lake: Path) -> None:
+    light = {row["trial_name"]: row for row in query(cases_lake, "SELECT * FROM trial_records")}
+    full = query(cases_lake, "SELECT * FROM trial_records_with_spans")
+    assert "spans" not in next(iter(light.values()))
+    assert len(light) == len(full)
+    for row in full:
+        assert light[row["trial_name"]] == {k: v for k, v in row.items() if k != "spans"}
+
+
+def test_trial_records_does_not_rebuild_prompts(cases_lake: Path) -> None:
+    """The light view's plan never touches the recursive prompt rebuild (spans_full) and reads
+    no token list; the spans view's does."""
+    con = connect(cases_lake)
+    try:
+
+        def plan(sql: str) -> str:
+            return "\n".join(value for _, value in con.execute(f"EXPLAIN {sql}").fetchall())
+
+        light = plan("SELECT * FROM trial_records")
+        assert "RECURSIVE" not in light.upper() and "prompt_new_ids" not in light
+        heavy = plan("SELECT * FROM trial_records_with_spans")
+        assert "RECURSIVE" in heavy.upper() or "prompt_new_ids" in heavy
+    finally:
+        con.close()

@@ -1,13 +1,93 @@
-"""wmo-lake: harbor agent-training rollouts as a columnar lake with SQL views."""
+"""wmo-lake: harbor agent-training rollouts as a columnar lake with SQL views.
+
+The Python API (`import wmo_lake as wl`; see wmo_lake/api.py): wl.ingest, wl.connect, wl.query,
+wl.stats, wl.trials, wl.records, wl.export_datums, wl.export_conversations, wl.load_datums,
+wl.load_conversations. Loaded on first use, so `wmo-lake` starts without it.
+
+`wmo_lake.collect(...)` runs one training step's harbor job and ingests it (wmo_lake/collector.py).
+"""
 
 from __future__ import annotations
 
+import importlib
+import sys
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from wmo_lake.collector import StepResult
 
 __version__ = "0.1.0"
+
+_API = {
+    "connect",
+    "export_conversations",
+    "export_datums",
+    "load_conversations",
+    "load_datums",
+    "query",
+    "records",
+    "trials",
+    "LakeError",
+}
+# API names that are also submodules (wmo_lake/ingest.py, wmo_lake/stats.py).
+_SUBMODULE_API = ("ingest", "stats")
+
+
+class _ApiAndModule:
+    """`wl.ingest(...)` calls the API function; `wmo_lake.ingest.X` is still the submodule's X
+    (imports, attribute access and monkeypatching reach the module)."""
+
+    def __init__(self, name: str) -> None:
+        object.__setattr__(self, "_name", name)
+
+    def _module(self) -> ModuleType:
+        return importlib.import_module(f"{__name__}.{object.__getattribute__(self, '_name')}")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from wmo_lake import api
+
+        return getattr(api, object.__getattribute__(self, "_name"))(*args, **kwargs)
+
+    def __getattr__(self, attribute: str) -> Any:
+        if attribute == "__doc__":
+            from wmo_lake import api
+
+            return getattr(api, object.__getattribute__(self, "_name")).__doc__
+        return getattr(self._module(), attribute)
+
+    def __setattr__(self, attribute: str, value: Any) -> None:
+        setattr(self._module(), attribute, value)
+
+    def __delattr__(self, attribute: str) -> None:
+        delattr(self._module(), attribute)
+
+    def __repr__(self) -> str:
+        return f"<wmo_lake.{object.__getattribute__(self, '_name')}: API function and module>"
+
+
+class _Package(ModuleType):
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _SUBMODULE_API and isinstance(value, ModuleType):
+            return  # a submodule import: it stays in sys.modules, the name stays the API entry
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+ingest = _ApiAndModule("ingest")
+stats = _ApiAndModule("stats")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        from wmo_lake import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'wmo_lake' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_API])
 
 
 def collect(*args: Any, **kwargs: Any) -> StepResult:

@@ -7,6 +7,7 @@ are in wmo_lake/commands/options.py.
 from __future__ import annotations
 
 import importlib
+import sys
 
 import click
 
@@ -22,6 +23,9 @@ COMMANDS = {
     "export": "wmo_lake.commands.export",
     "report": "wmo_lake.commands.report",
     "compare": "wmo_lake.commands.compare",
+    "forget": "wmo_lake.commands.forget",
+    "tables": "wmo_lake.commands.tables",
+    "schema": "wmo_lake.commands.tables",
 }
 
 
@@ -30,6 +34,17 @@ class LazyGroup(click.Group):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
+
+    def invoke(self, ctx: click.Context) -> object:
+        """Ctrl-C: one line and exit 130 (the shell's code for SIGINT), no traceback. Every
+        writer renames its file into place only when complete, so nothing is half-written."""
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            from wmo_lake.output import INTERRUPTED
+
+            click.echo(INTERRUPTED, err=True)
+            sys.exit(130)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         module = COMMANDS.get(cmd_name)
@@ -50,7 +65,10 @@ def cli() -> None:
                                           run a step's harbor job, ingest it, print its stats
     wmo-lake ingest runs/                 read run trees into ./lake (Parquet)
     wmo-lake sql "SELECT ... FROM trials"  ask anything, across every batch
-    wmo-lake stats                         per-batch RolloutStats
+    wmo-lake stats                         per-batch RolloutStats (WMO's rollout_stats)
+    wmo-lake tables                        every table and view, row counts, what a row is
+    wmo-lake forget --batch 'scratch/*'    remove batches (atomic; --dry-run lists them)
+    wmo-lake schema trials                 one table's columns, types and meaning
     wmo-lake export datums --out F.parquet  training datums for a trainer (Tinker)
     wmo-lake export conversations --out F   SFT conversations from ATIF trajectories
     wmo-lake report --out report.html       one offline HTML page of a run across steps

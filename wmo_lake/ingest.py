@@ -16,7 +16,7 @@ import os
 import secrets
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -54,12 +54,23 @@ class IngestSummary:
     problems: int = 0
     jobs: int = 0
     seconds: float = 0.0
+    pruned_trials: int = 0  # --prune: trials (and unreadable trials) whose dirs are gone
+    pruned: list[str] = field(default_factory=list)  # their dirs
+    dry_run: bool = False
+    would_read: int = 0  # --dry-run: the dirs an ingest would read
 
     def line(self) -> str:
         trials = self.trials_new + self.trials_replaced + self.trials_unchanged
+        if self.dry_run:
+            return (
+                f"dry run: would read {self.would_read} changed or new dirs and prune "
+                f"{self.pruned_trials} trials whose dirs are gone from {self.lake} "
+                f"(generation {self.generation}); nothing changed"
+            )
+        pruned = f", {self.pruned_trials} pruned" if self.pruned_trials else ""
         return (
             f"{trials} trials ({self.trials_new} new, {self.trials_replaced} replaced, "
-            f"{self.trials_unchanged} unchanged) in {self.jobs} jobs, "
+            f"{self.trials_unchanged} unchanged{pruned}) in {self.jobs} jobs, "
             f"{self.unreadable_trials} unreadable trials, {self.problems} problems"
             f" -> {self.lake} generation {self.generation}"
             f"{'' if self.committed else ' (nothing changed)'} in {self.seconds:.1f}s"
@@ -77,8 +88,12 @@ def ingest(
     workers: int | None = None,
     progress: Progress | None = None,
     on_wait: Callable[[str], None] | None = None,
+    prune: bool = False,
+    dry_run: bool = False,
 ) -> IngestSummary:
-    """Ingest run trees into `lake`; see the module docstring."""
+    """Ingest run trees into `lake`; see the module docstring. `prune`: also drop what the lake
+    holds from under these PATHs whose dirs are gone (trials, unreadable trials, jobs, walk
+    problems). `dry_run`: change nothing; the summary says what would be read and pruned."""
     started = time.perf_counter()
     store = Store(lake)
     sink_dirs = tuple(os.path.abspath(s) for s in sinks)
@@ -98,6 +113,22 @@ def ingest(
             for candidate, fingerprint in candidates.values()
             if not update.unchanged(candidate, fingerprint)
         ]
+        if prune:
+            from wmo_lake.tidy import gone_entries
+
+            gone = gone_entries(
+                update.catalog,
+                paths,
+                set(candidates),
+                {candidate.job.key for candidate, _ in candidates.values()},
+                {f"walk:{problem.path}" for problem in walk_problems},
+            )
+            update.prune(gone, dry_run=dry_run)
+        if dry_run:
+            update.summary.dry_run = True
+            update.summary.would_read = len(tasks)
+            update.summary.seconds = time.perf_counter() - started
+            return update.summary
         try:
             # The commit (and pyarrow) only once the readers exist: see readers._worker_context.
             readers = Readers(tasks, workers, store.root, update.segment_prefix())
@@ -142,6 +173,20 @@ class LakeUpdate:
         self.tasks: dict[str, TrialTask] = {}  # real path -> task, of the dirs read
         self.commit: Commit | None = None
         self.token = secrets.token_hex(4)  # names this ingest's files before its Commit exists
+
+    def prune(self, entries: list[CatalogEntry], dry_run: bool = False) -> None:
+        """Drop these catalog entries' units (their dirs are gone) in this generation."""
+        for entry in sorted(entries, key=lambda e: e.source):
+            if entry.kind in (TRIAL, UNREADABLE):
+                self.summary.pruned_trials += 1
+                self.summary.pruned.append(entry.source)
+            if dry_run:
+                continue
+            if entry.unit_key:
+                self._commit().remove_units([entry.unit_key])
+                if self.owner.get(entry.unit_key) == entry.source:
+                    del self.owner[entry.unit_key]
+            del self.catalog[entry.source]
 
     def segment_prefix(self) -> str:
         """The name stem of the new segments (the Commit's own, and the readers')."""

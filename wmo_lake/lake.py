@@ -1,12 +1,10 @@
 """Opening a lake for queries: DuckDB views over the live Parquet files, then the `sql/` views.
 
-Two doors, same views:
-- `connect(lake)`: an in-memory DuckDB connection (the CLI and the Python API). Table views are
-  built through DuckDB's relation API from the manifest's file list, so no path is ever pasted into
-  SQL text.
 - `LAKE/lake.duckdb`: a database file any DuckDB client can open (`duckdb lake/lake.duckdb`),
   rebuilt at every commit. Its table views must name their files in SQL (DuckDB cannot bind
   parameters in DDL), so that one place quotes them with `sql_string`.
+- `connect(lake)` (the CLI and the Python API) opens that file read-only, or, when it is stale,
+  a private copy built the same way: every connection is read-only by how it is opened.
 """
 
 from __future__ import annotations
@@ -99,12 +97,13 @@ def view_dependencies(sql: str, con: duckdb.DuckDBPyConnection) -> set[str]:
     return tables - ctes
 
 
+class NoLakeError(LakeError):
+    """The directory holds no lake (no manifest.json): nothing was ingested into it."""
+
+
 def _require(store: Store) -> Manifest:
     if not store.exists():
-        raise LakeError(
-            f"no lake at {store.root}: run `wmo-lake ingest RUNS_DIR --lake {store.root}` first "
-            "(or pass --lake / set WMO_LAKE to the lake you ingested into)"
-        )
+        raise NoLakeError(f"no lake at {store.root} (no manifest.json): ingest into it first")
     return store.read_manifest()
 
 
@@ -189,14 +188,26 @@ def apply_engine_config(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def connect(
-    lake: Path | str, settings: dict[str, Any] | None = None, *, check: bool = True
+    lake: Path | str,
+    settings: dict[str, Any] | None = None,
+    *,
+    check: bool = True,
+    files_only: bool = False,
+    writable: list[str] | None = None,
 ) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with every table and view of the lake.
+    """A read-only DuckDB connection with every table and view of the lake.
 
     It opens LAKE/lake.duckdb read-only when that file is current (its views are already bound:
-    ~10 ms instead of ~150 ms of view creation); otherwise, or when another process holds the file
-    open for writing, it builds the same views in an in-memory database. With `check`, a reward
-    key that no trial of the lake has is a `RewardKeyWarning` (wmo_lake.checks)."""
+    ~10 ms). Otherwise (an older lake, another process holding the file open for writing, or a
+    read-only lake dir) it builds the same views into a private database file in the temp dir and
+    opens that read-only, so no connection this returns can change a lake. Temporary tables still
+    work (DuckDB keeps them in memory). With `check`, a reward key that no trial of the lake has
+    is a `RewardKeyWarning` (wmo_lake.checks).
+
+    `files_only=True` also confines the connection's file access to the lake's live Parquet
+    files (DuckDB's `enable_external_access = false` with `allowed_paths`): no COPY TO, ATTACH or
+    read_csv of other files, except the paths in `writable` (where `wmo-lake sql` has DuckDB's
+    COPY write its --output, or /dev/stdout). `wmo-lake sql` opens the lake this way."""
     import duckdb
 
     store = Store(lake)
@@ -207,11 +218,15 @@ def connect(
             con = duckdb.connect(str(store.root / DUCKDB_FILE), read_only=True)
         except duckdb.Error:
             con = None
-        else:
-            apply_engine_config(con)
-            set_settings(con, settings or {})
     if con is None:
-        con = connect_in_memory(store, manifest, settings)
+        con = connect_private_copy(store, manifest)
+    apply_engine_config(con)
+    if files_only:
+        # every live segment, from the manifest (not wmo_lake.tables: that would load pyarrow)
+        live = [str(p.resolve()) for name in manifest.tables for p in store.files(manifest, name)]
+        con.execute("SET allowed_paths = ?", [live + list(writable or [])])
+        con.execute("SET enable_external_access = false")  # DuckDB refuses to turn it back on
+    set_settings(con, settings or {})
     if check:
         from wmo_lake.checks import RewardKeyWarning, reward_key_warning
 
@@ -221,26 +236,22 @@ def connect(
     return con
 
 
-def connect_in_memory(
-    store: Store, manifest: Manifest, settings: dict[str, Any] | None = None
-) -> duckdb.DuckDBPyConnection:
-    """The lake's views in an in-memory database, built from the manifest's file list."""
+def connect_private_copy(store: Store, manifest: Manifest) -> duckdb.DuckDBPyConnection:
+    """The lake's views built into a database file of our own, opened read-only; the file is
+    unlinked once open (DuckDB keeps its descriptor), so nothing is left behind."""
+    import tempfile
+
     import duckdb
 
-    from wmo_lake.tables import TABLES
-
-    con = duckdb.connect()
-    apply_engine_config(con)
-    for name in TABLES:
-        files = [str(p) for p in store.files(manifest, name)]
-        if files:
-            con.read_parquet(files, union_by_name=True).create_view(name)
-        else:  # a lake written before this table existed: empty until the next ingest fills it
-            con.register(f"_empty_{name}", TABLES[name].schema.empty_table())
-            con.execute(f"CREATE VIEW {name} AS SELECT * FROM _empty_{name}")
-    create_views(con)
-    set_settings(con, settings or {})
-    return con
+    folder = Path(tempfile.mkdtemp(prefix="wmo-lake-"))
+    path = folder / DUCKDB_FILE
+    try:
+        _build_duckdb_file(store, manifest, path, store.duckdb_stamp(manifest, views_digest()))
+        return duckdb.connect(str(path), read_only=True)
+    finally:
+        for leftover in folder.iterdir():
+            leftover.unlink(missing_ok=True)
+        folder.rmdir()
 
 
 def sql_string(value: str) -> str:
@@ -261,19 +272,29 @@ def ensure_duckdb_file(store: Store) -> Path:
     if store.duckdb_file_current(views):
         return target
     stamp = store.duckdb_stamp(manifest, views)
+    tmp = target.with_name(f".{DUCKDB_FILE}.building")
+    _build_duckdb_file(store, manifest, tmp, stamp)
+    os.replace(tmp, target)  # one rename: a reader opens the old file or the new one
+    fsync_dir(store.root)
+    atomic_write_bytes(store.root / DUCKDB_STAMP, stamp.encode("utf-8"))
+    return target
+
+
+def _build_duckdb_file(store: Store, manifest: Manifest, path: Path, stamp: str) -> None:
+    """A DuckDB database at `path` holding the lake's table views (naming the live files) and
+    every `sql/` view."""
     import duckdb
 
     from wmo_lake.tables import TABLES
 
-    tmp = target.with_name(f".{DUCKDB_FILE}.building")
-    tmp.unlink(missing_ok=True)
-    con = duckdb.connect(str(tmp))
+    path.unlink(missing_ok=True)
+    con = duckdb.connect(str(path))
     try:
         con.execute("CREATE TABLE _wmo_lake(stamp VARCHAR)")
         con.execute("INSERT INTO _wmo_lake VALUES (?)", [stamp])
         for name in TABLES:
             files = ", ".join(sql_string(str(p.resolve())) for p in store.files(manifest, name))
-            if not files:  # a lake written before this table existed (see connect)
+            if not files:  # a lake written before this table existed: empty until an ingest
                 con.register(f"_empty_{name}", TABLES[name].schema.empty_table())
                 con.execute(f"CREATE TABLE {name} AS SELECT * FROM _empty_{name}")
                 continue
@@ -284,7 +305,3 @@ def ensure_duckdb_file(store: Store) -> Path:
         con.execute("CHECKPOINT")
     finally:
         con.close()
-    os.replace(tmp, target)  # one rename: a reader opens the old file or the new one
-    fsync_dir(store.root)
-    atomic_write_bytes(store.root / DUCKDB_STAMP, stamp.encode("utf-8"))
-    return target

@@ -1,22 +1,53 @@
-"""Writing a query result as table | csv | json | jsonl | parquet, to stdout or a file."""
+"""Writing a query result as table | csv | json | jsonl | parquet, to stdout or a file.
+
+Results are streamed: DuckDB hands over Arrow record batches, and each batch is written before the
+next is fetched, so memory is bounded by a batch, not the result. The text is made by DuckDB or
+Arrow, never row by row in Python: csv by Arrow's CSV writer (nested values as DuckDB's JSON),
+json/jsonl by DuckDB's `to_json`, parquet by Arrow's Parquet writer. A file is written under a
+temporary name and renamed when complete, so an error or Ctrl-C leaves nothing half-written.
+
+`render_table` is the one terminal table renderer (rich): `wmo-lake sql` and `wmo-lake stats` both
+draw with it, fitted to the terminal's width.
+"""
 
 from __future__ import annotations
 
-import csv
+import contextlib
 import datetime as dt
 import decimal
 import io
-import json
 import math
+import os
+import shutil
+import sys
 import uuid
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import IO, TYPE_CHECKING, Any, TextIO
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # imported where used: `wmo-lake ingest` imports this module's FORMATS only
     import duckdb
     import pyarrow as pa
 
-FORMATS = ("table", "csv", "json", "jsonl", "parquet")  # what `render` writes
+FORMATS = ("table", "csv", "json", "jsonl", "parquet")
+BATCH_ROWS = 8192  # rows per Arrow record batch: the unit of memory while streaming
+TABLE_ROWS = 1000  # the table format shows at most this many rows unless --limit says otherwise
+NESTED_TYPES = {"list", "struct", "map", "array", "union"}
+NUMERIC_TYPES = {
+    "tinyint",
+    "smallint",
+    "integer",
+    "bigint",
+    "hugeint",
+    "utinyint",
+    "usmallint",
+    "uinteger",
+    "ubigint",
+    "uhugeint",
+    "float",
+    "double",
+    "decimal",
+}
 
 
 def _plain(value: Any) -> Any:
@@ -42,7 +73,7 @@ def _plain(value: Any) -> Any:
 
 def to_arrow(relation: duckdb.DuckDBPyRelation) -> pa.Table:
     """The relation as one Arrow table (DuckDB 1.x returns a table, 2.x a batch reader)."""
-    import pyarrow as pa  # here, not at the top: the commands import FORMATS from this module
+    import pyarrow as pa
 
     result = relation.arrow()
     return result.read_all() if isinstance(result, pa.RecordBatchReader) else result
@@ -53,50 +84,425 @@ def rows_as_dicts(relation: duckdb.DuckDBPyRelation) -> list[dict[str, Any]]:
     return [dict(zip(names, (_plain(v) for v in row), strict=True)) for row in relation.fetchall()]
 
 
-def _csv_cell(value: Any) -> Any:
-    value = _plain(value)
-    return json.dumps(value, ensure_ascii=False) if isinstance(value, dict | list) else value
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
 
-def render(
-    relation: duckdb.DuckDBPyRelation, fmt: str, output: Path | None, stdout: TextIO
-) -> None:
-    """Write `relation` in `fmt` to `output` (a file) or `stdout`."""
-    if fmt == "parquet":
-        if output is None:
-            raise ValueError("--format parquet needs --output FILE.parquet")
-        import pyarrow.parquet as pq
+def _type_id(duckdb_type: Any) -> str:
+    return str(getattr(duckdb_type, "id", duckdb_type)).lower()
 
-        pq.write_table(to_arrow(relation), output, compression="zstd")
-        return
-    buffer = io.StringIO()
-    if fmt == "table":
-        import polars as pl  # only this format needs it; keeps `wmo-lake` quick to start
 
-        frame = pl.from_arrow(to_arrow(relation))
-        with pl.Config(
-            tbl_rows=-1,
-            tbl_cols=-1,
-            fmt_str_lengths=60,
-            tbl_width_chars=200,
-            tbl_hide_dataframe_shape=True,
-            tbl_hide_column_data_types=True,
-        ):
-            buffer.write(f"{frame}\n")
-    elif fmt == "csv":
-        writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow(relation.columns)
-        for row in relation.fetchall():
-            writer.writerow([_csv_cell(v) for v in row])
-    elif fmt == "json":
-        json.dump(rows_as_dicts(relation), buffer, ensure_ascii=False, indent=2)
-        buffer.write("\n")
-    elif fmt == "jsonl":
-        for record in rows_as_dicts(relation):
-            buffer.write(json.dumps(record, ensure_ascii=False) + "\n")
-    else:
-        raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+def _project(relation: duckdb.DuckDBPyRelation, expression_of: Any) -> duckdb.DuckDBPyRelation:
+    columns = [
+        f"{expression_of(_quote(name), _type_id(kind))} AS {_quote(name)}"
+        for name, kind in zip(relation.columns, relation.types, strict=True)
+    ]
+    return relation.project(", ".join(columns))
+
+
+def _as_csv_ready(relation: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
+    """Nested columns as DuckDB's JSON text (a CSV cell holds text); the rest as they are."""
+    return _project(relation, lambda c, t: f"to_json({c})::VARCHAR" if t in NESTED_TYPES else c)
+
+
+def _as_finite(relation: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
+    """Non-finite floats as null (JSON has no NaN or Infinity)."""
+
+    def finite(c: str, t: str) -> str:
+        return f"CASE WHEN isfinite({c}) THEN {c} END" if t in ("float", "double") else c
+
+    return _project(relation, finite)
+
+
+def _as_json_lines(relation: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
+    """One column: each row as a JSON object made by DuckDB (non-finite floats as null)."""
+    cleaned = _as_finite(relation)
+    fields = ", ".join(f"{_quote(name)} := {_quote(name)}" for name in cleaned.columns)
+    return cleaned.project(f"to_json(struct_pack({fields}))::VARCHAR AS j")
+
+
+def _as_text(relation: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
+    """Every column as display text: NULL as 'NULL', nested values as JSON."""
+
+    def text(c: str, t: str) -> str:
+        inner = f"to_json({c})::VARCHAR" if t in NESTED_TYPES else f"{c}::VARCHAR"
+        return f"coalesce({inner}, 'NULL')"
+
+    return _project(relation, text)
+
+
+def _batches(relation: duckdb.DuckDBPyRelation) -> Iterator[pa.RecordBatch]:
+    reader = relation.to_arrow_reader(BATCH_ROWS)
+    yield from reader
+
+
+def partial_path(output: Path) -> Path:
+    """Where `output` is written until it is complete (then renamed into place)."""
+    return output.with_name(f".{output.name}.{os.getpid()}.tmp")
+
+
+STDOUT_DEVICE = "/dev/stdout"
+
+
+def copy_target(output: Path | None, stdout: TextIO) -> str | None:
+    """The path DuckDB's COPY can write this result to: the partial file of `output`, or the
+    process's real stdout; None when stdout is a Python stream (tests capture it), which gets
+    the Arrow path instead."""
+    if output is not None:
+        return str(partial_path(output).resolve())
+    if stdout is sys.__stdout__ and os.path.exists(STDOUT_DEVICE):
+        import stat
+
+        try:
+            fd = stdout.fileno()
+            # a pipe or a terminal only: DuckDB opens the device afresh, which would truncate
+            # a regular file (`>> file`) and write over what was already printed to it
+            if stat.S_ISFIFO(os.fstat(fd).st_mode) or os.isatty(fd):
+                return STDOUT_DEVICE
+        except (OSError, ValueError):
+            return None
+    return None
+
+
+@contextlib.contextmanager
+def _sink(output: Path | None, stdout: TextIO) -> Iterator[IO[bytes]]:
+    """A binary stream to write to: stdout, or `output` written under a temporary name and
+    renamed into place only when everything was written (removed on any error or Ctrl-C)."""
     if output is None:
-        stdout.write(buffer.getvalue())
-    else:
-        output.write_text(buffer.getvalue(), encoding="utf-8")
+        stdout.flush()
+        buffer = getattr(stdout, "buffer", None)
+        if buffer is None:  # a text-only stream (tests): collect bytes, then write them as text
+            yield _TextBridge(stdout)  # type: ignore[misc]  # write() is all the writers need
+            return
+        yield buffer
+        buffer.flush()
+        return
+    tmp = partial_path(output)
+    with _exit_on_sigterm():
+        try:
+            with open(tmp, "wb") as stream:
+                yield stream
+            os.replace(tmp, output)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+
+@contextlib.contextmanager
+def _exit_on_sigterm() -> Iterator[None]:
+    """While a file is being written, SIGTERM unwinds like Ctrl-C (SystemExit 143), so the
+    temporary file is removed instead of left behind."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum: int, frame: Any) -> None:
+        sys.exit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class _TextBridge:
+    """Bytes written to a text stream (for stdout replacements without a binary buffer)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, data: bytes) -> int:
+        self.stream.write(bytes(data).decode("utf-8"))
+        return len(data)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    @property
+    def closed(self) -> bool:
+        return False
+
+
+def write_result(
+    relation: duckdb.DuckDBPyRelation,
+    fmt: str,
+    output: Path | None,
+    stdout: TextIO,
+    *,
+    limit: int | None = None,
+    width: int | None = None,
+    con: duckdb.DuckDBPyConnection | None = None,
+) -> None:
+    """Write `relation` in `fmt` to `output` (a file) or `stdout`, streamed: by DuckDB's own
+    COPY when `con` is given and the destination is a file or the real stdout (`copy_target`;
+    the connection must be allowed to write there), else Arrow record batch by batch."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if fmt == "parquet" and output is None:
+        raise ValueError("--format parquet needs --output FILE.parquet")
+    if limit is not None:
+        relation = relation.limit(limit)
+    if fmt == "table":
+        _write_table(relation, output, stdout, limit=limit, width=width)
+        return
+    target = copy_target(output, stdout) if con is not None else None
+    if target is not None and con is not None:
+        _copy(con, relation, fmt, target, output, stdout)
+        return
+    with _sink(output, stdout) as sink:
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            reader = relation.to_arrow_reader(BATCH_ROWS)
+            with pq.ParquetWriter(sink, reader.schema, compression="zstd") as writer:
+                for batch in reader:
+                    writer.write_batch(batch)
+        elif fmt == "csv":
+            import pyarrow.csv as pacsv
+
+            reader = _as_csv_ready(relation).to_arrow_reader(BATCH_ROWS)
+            options = pacsv.WriteOptions(quoting_style="needed")
+            with pacsv.CSVWriter(sink, reader.schema, write_options=options) as writer:
+                for batch in reader:
+                    writer.write_batch(batch)
+        else:
+            _write_json(_as_json_lines(relation), sink, as_array=fmt == "json")
+
+
+def _copy(
+    con: duckdb.DuckDBPyConnection,
+    relation: duckdb.DuckDBPyRelation,
+    fmt: str,
+    target: str,
+    output: Path | None,
+    stdout: TextIO,
+) -> None:
+    """DuckDB's COPY of the relation to `target`; a file target is the partial file, renamed
+    into place once complete and removed on any error, Ctrl-C or SIGTERM."""
+    if output is None:
+        stdout.flush()
+    literal = "'" + target.replace("'", "''") + "'"
+    with _exit_on_sigterm():
+        try:
+            if fmt == "csv":
+                query = _as_csv_ready(relation).sql_query()
+                options = "FORMAT csv, HEADER"
+            elif fmt == "parquet":
+                query = relation.sql_query()
+                options = "FORMAT parquet, COMPRESSION zstd"
+            else:
+                query = _as_finite(relation).sql_query()
+                options = "FORMAT json" + (", ARRAY true" if fmt == "json" else "")
+            on_abort = (lambda: Path(target).unlink(missing_ok=True)) if output else None
+            _execute_interruptibly(con, f"COPY ({query}) TO {literal} ({options})", on_abort)
+            if output is not None:
+                os.replace(target, output)
+        except BaseException:
+            if output is not None:
+                Path(target).unlink(missing_ok=True)
+            raise
+
+
+INTERRUPTED = "interrupted: nothing was written or changed"
+
+
+def _execute_interruptibly(
+    con: duckdb.DuckDBPyConnection, sql: str, on_abort: Callable[[], None] | None
+) -> None:
+    """Run `sql` (a long COPY) in a worker thread while this one waits, so Ctrl-C or SIGTERM
+    reaches Python at once. DuckDB's connection refuses a second call (even interrupt()) while
+    the COPY runs, so an interrupted CLI removes the partial file (`on_abort`), says so in one
+    line and ends the process there (exit 130, or 143 for SIGTERM) with the COPY unfinished."""
+    import threading
+
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            con.execute(sql)
+        except BaseException as error:  # handed to the waiting thread
+            errors.append(error)
+
+    worker = threading.Thread(target=work, name="wmo-lake-copy", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.1)
+    except (KeyboardInterrupt, SystemExit) as stop:
+        if on_abort is not None:
+            on_abort()
+        code = 130 if isinstance(stop, KeyboardInterrupt) else int(stop.code or 143)
+        if code == 130:
+            sys.stderr.write(INTERRUPTED + "\n")
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(code)
+    if errors:
+        raise errors[0]
+
+
+def _write_json(lines: duckdb.DuckDBPyRelation, sink: IO[bytes], *, as_array: bool) -> None:
+    first = True
+    if as_array:
+        sink.write(b"[")
+    for batch in _batches(lines):
+        texts = batch.column(0).to_pylist()
+        if not texts:
+            continue
+        if as_array:
+            joined = ",\n  ".join(texts)
+            sink.write((("\n  " if first else ",\n  ") + joined).encode("utf-8"))
+        else:
+            sink.write(("\n".join(texts) + "\n").encode("utf-8"))
+        first = False
+    if as_array:
+        sink.write(b"]\n" if first else b"\n]\n")
+
+
+def terminal_width(stream: TextIO) -> int | None:
+    """The width a table must fit: $COLUMNS, else the terminal's, else None (not a terminal:
+    a file or a pipe gets every column)."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    isatty = getattr(stream, "isatty", None)
+    if isatty is not None and isatty():
+        return shutil.get_terminal_size().columns
+    return None
+
+
+def _write_table(
+    relation: duckdb.DuckDBPyRelation,
+    output: Path | None,
+    stdout: TextIO,
+    *,
+    limit: int | None,
+    width: int | None,
+) -> None:
+    columns = relation.columns
+    if columns == ["explain_key", "explain_value"]:  # EXPLAIN [ANALYZE]: DuckDB's own drawing
+        text = "\n".join(value for _, value in relation.fetchall())
+        _write_text(text + "\n", output, stdout)
+        return
+    right = [_type_id(kind) in NUMERIC_TYPES for kind in relation.types]
+    shown = limit if limit is not None else TABLE_ROWS
+    rows = _as_text(relation).limit(shown + 1).fetchall()
+    footer = None
+    if len(rows) > shown:
+        rows = rows[:shown]
+        footer = f"(first {shown} rows shown; --limit N for another count, --format csv for all)"
+    if output is None:
+        render_table(columns, rows, right_aligned=right, file=stdout, width=width, footer=footer)
+        return
+    with _sink(output, stdout) as sink:
+        rendered = io.StringIO()
+        render_table(columns, rows, right_aligned=right, file=rendered, width=None, footer=footer)
+        sink.write(rendered.getvalue().encode("utf-8"))
+
+
+def _write_text(text: str, output: Path | None, stdout: TextIO) -> None:
+    if output is None:
+        stdout.write(text)
+        return
+    with _sink(output, stdout) as sink:
+        sink.write(text.encode("utf-8"))
+
+
+COLUMN_GAP = 3  # between columns: padding, a blank rule, padding
+MIN_CELL = 8  # fitting a width cuts a column no narrower than this (or its header)
+
+
+def render_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    right_aligned: Sequence[bool] | None = None,
+    file: TextIO | None = None,
+    width: int | None = None,
+    footer: str | None = None,
+) -> None:
+    """Draw rows of text cells as one table (rich), headers never wrapped or cut.
+
+    With a `width` (see `terminal_width`), long cells are cut with an ellipsis and columns that
+    still do not fit are left out, named in a line under the table; without one, every cell is
+    printed whole."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    file = file if file is not None else sys.stdout
+    right_aligned = right_aligned or [False] * len(headers)
+    widths = [
+        max([len(header), *(len(row[i]) for row in rows)]) for i, header in enumerate(headers)
+    ]
+    kept = len(headers)
+    if width is not None:
+        widths, kept = _fit(headers, widths, width)
+    table = Table(
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, 1),
+        header_style="",
+        safe_box=True,
+    )
+    for i in range(kept):
+        table.add_column(
+            headers[i],
+            justify="right" if right_aligned[i] else "left",
+            no_wrap=True,
+            overflow="ellipsis",
+            width=widths[i],
+        )
+    for row in rows:
+        table.add_row(*(_escape(cell) for cell in row[:kept]))
+    console = Console(
+        width=sum(widths[:kept]) + 3 * kept + 2,
+        file=io.StringIO(),
+        force_terminal=False,
+        no_color=True,
+        highlight=False,
+        soft_wrap=False,
+        emoji=False,
+        markup=False,
+    )
+    with console.capture() as capture:
+        console.print(table)
+    lines = [line.rstrip() for line in capture.get().splitlines()]
+    left_out = headers[kept:]
+    if left_out:
+        lines.append(
+            f"({len(left_out)} more column(s) not shown at width {width}: "
+            f"{', '.join(left_out)}; select fewer columns or use --format csv)"
+        )
+    if footer:
+        lines.append(footer)
+    file.write("".join(line + "\n" for line in lines))
+
+
+def _fit(headers: Sequence[str], natural: list[int], width: int) -> tuple[list[int], int]:
+    """Column widths that fit `width` (the widest cut first, never below its header or
+    MIN_CELL), and how many columns fit at all (the rest are left out)."""
+    floors = [max(len(h), min(n, MIN_CELL)) for h, n in zip(headers, natural, strict=True)]
+    kept, used = 0, 0
+    for floor in floors:
+        if kept and used + COLUMN_GAP + floor > width:
+            break
+        used += floor + (COLUMN_GAP if kept else 0)
+        kept += 1
+    widths = natural[:kept]
+    room = width - COLUMN_GAP * (kept - 1)
+    while sum(widths) > room:
+        widest = max(range(kept), key=lambda i: widths[i] - floors[i])
+        if widths[widest] <= floors[widest]:
+            break
+        widths[widest] -= 1
+    return widths + natural[kept:], kept
+
+
+def _escape(cell: str) -> str:
+    return cell.replace("\n", "\\n").replace("\t", " ")

@@ -1,7 +1,7 @@
-"""Per-batch RolloutStats (seed 003) from the `rollout_stats` view, with the seed's warnings.
+"""Per-batch `RolloutStats` (WMO's `rollout_stats`) from the view, with its warnings.
 
 The numbers are all SQL (`sql/rollout_stats.sql`); this module only filters, orders, and turns
-the seed's `collect_rollouts` log warnings into short notes a person reads under the table.
+WMO's `collect_rollouts` log warnings into short notes a person reads under the table.
 
     report = collect_stats(Path("lake"), {"wmo_max_tokens": 4096}, batch_glob="run-a/*")
     report.rows    # one dict per batch, keys exactly the rollout_stats columns
@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import duckdb
 
 from wmo_lake.lake import connect
-from wmo_lake.output import rows_as_dicts
+from wmo_lake.output import render_table, rows_as_dicts
 
 # Batches in run/step order; a filter left as NULL matches everything. Bound, never pasted.
 STATS_QUERY = """
@@ -70,7 +70,7 @@ def collect_stats(
     batch_glob: str | None = None,
     run: str | None = None,
 ) -> StatsReport:
-    """The rows plus the seed's warnings as notes; raises LakeError / duckdb.Error."""
+    """The rows plus WMO's `collect_rollouts` warnings as notes; raises LakeError / duckdb.Error."""
     from wmo_lake.checks import reward_key_warning
 
     con = connect(lake, settings, check=False)
@@ -102,7 +102,7 @@ def notes_for(
     caps: dict[str, tuple[int, int]],
     invalid_rewards: dict[str, tuple[int, str]] | None = None,
 ) -> list[str]:
-    """Seed 003's `collect_rollouts` warnings, one short line per batch and condition, plus the
+    """WMO's `collect_rollouts` warnings, one short line per batch and condition, plus the
     lake's own: empty batches and rewards that are no measurement."""
     notes: list[str] = []
     for row in rows:
@@ -193,8 +193,8 @@ def _scaffold_cell(row: dict[str, Any]) -> str:
     return f"{cell} ({100.0 * verifier_part:.1f}% verifier)" if verifier_part > 0 else cell
 
 
-def table_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """The stats as an aligned text table, rates as percentages."""
+def table_cells(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """The stats as text cells (headers, rows), rates as percentages."""
     headers = [
         "batch",
         "step",
@@ -230,13 +230,23 @@ def table_lines(rows: list[dict[str, Any]]) -> list[str]:
         ]
         for row in rows
     ]
-    widths = [max(len(line[i]) for line in [headers, *body]) for i in range(len(headers))]
-    left_aligned = {0, len(headers) - 1}
+    return headers, body
 
-    def render(cells: list[str]) -> str:
-        return "  ".join(
-            cell.ljust(width) if i in left_aligned else cell.rjust(width)
-            for i, (cell, width) in enumerate(zip(cells, widths, strict=True))
-        ).rstrip()
 
-    return [render(headers), render(["-" * w for w in widths]), *(render(r) for r in body)]
+TEXT_COLUMNS = ("batch", "stop reasons")  # left-aligned; every other column is a number
+
+
+def print_table(rows: list[dict[str, Any]], file: TextIO, width: int | None) -> None:
+    """The stats table, drawn by the renderer `wmo-lake sql` uses (wmo_lake.output)."""
+    headers, body = table_cells(rows)
+    right = [header not in TEXT_COLUMNS for header in headers]
+    render_table(headers, body, right_aligned=right, file=file, width=width)
+
+
+def table_lines(rows: list[dict[str, Any]], width: int | None = None) -> list[str]:
+    """The same table as `print_table`, as lines of text (for callers that print them)."""
+    import io
+
+    text = io.StringIO()
+    print_table(rows, text, width)
+    return text.getvalue().splitlines()

@@ -9,7 +9,13 @@ from typing import Any
 import click
 import duckdb
 
-from wmo_lake.commands.options import fail, lake_option, setting_options, settings_from
+from wmo_lake.commands.options import (
+    fail,
+    lake_failure,
+    lake_option,
+    setting_options,
+    settings_from,
+)
 from wmo_lake.store import LakeError
 
 
@@ -108,7 +114,7 @@ def compare(lake: Path, a: str, b: str, as_json: bool, **options: Any) -> None:
     except CompareError as error:
         fail(str(error), 2)
     except LakeError as error:
-        fail(str(error))
+        lake_failure(None, lake, error)
     except duckdb.Error as error:
         fail(f"compare query failed: {error}")
     if as_json:

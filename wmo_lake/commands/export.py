@@ -19,6 +19,7 @@ from wmo_lake.commands.options import (
     datum_options,
     fail,
     guard_options,
+    lake_failure,
     lake_option,
     reward_options,
     selection_options,
@@ -46,7 +47,7 @@ def _check_reward_key(
     try:
         con = connect(lake, settings, check=False)
     except LakeError as error:
-        fail(str(error))
+        lake_failure(None, lake, error)
     try:
         warning = reward_key_warning(con, batch_glob=batch_glob, run=run)
     finally:
@@ -64,6 +65,36 @@ strict_option = click.option(
     is_flag=True,
     help="Exit 1 and write nothing when a warning is given (a reward key no trial in scope has).",
 )
+
+
+# What a file name's extension says its format is.
+EXTENSION_FORMATS = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl"}
+CONTRADICTING_EXTENSIONS = {".json", ".csv", ".tsv", ".txt", ".arrow", ".feather"}
+
+
+def _format_for(out: Path, fmt: str | None, allowed: tuple[str, ...]) -> str:
+    """The format to write `out` in: --format if given, else the one its extension names. An
+    extension that names another format than --format (or one this export cannot write) is a
+    usage error, so a file's name never lies about its content."""
+    suffix = out.suffix.lower()
+    named = EXTENSION_FORMATS.get(suffix)
+    if fmt is None:
+        if named in allowed:
+            return named
+        if suffix in CONTRADICTING_EXTENSIONS or (named is not None and named not in allowed):
+            fail(
+                f"--out {out.name} names a {suffix} file, but this export writes "
+                f"{' or '.join(allowed)}: name it {out.stem}.{allowed[0]}",
+                2,
+            )
+        return allowed[0]
+    if (named is not None and named != fmt) or suffix in CONTRADICTING_EXTENSIONS:
+        fail(
+            f"--out {out.name} has the extension {suffix} but --format is {fmt}: name it "
+            f"{out.stem}.{fmt}, or leave --format out to write what the extension says",
+            2,
+        )
+    return fmt
 
 
 @click.group()
@@ -121,6 +152,7 @@ def datums(
     """
     from wmo_lake.exports.datums import export_datums, summary
 
+    _format_for(out, None, ("parquet",))
     _require_guard_choice(tasks, no_split_guard)
     settings = settings_from(options)
     _check_reward_key(lake, settings, batch_glob, run, strict)
@@ -136,9 +168,11 @@ def datums(
             settings=settings,
         )
     except (ExportError, LakeError) as error:
-        fail(str(error))
+        lake_failure(None, lake, error)
     except duckdb.Error as error:
         fail(f"the datums query failed: {error}")
+    except OSError as error:
+        fail(f"cannot write {out}: {error.strerror or error}")
     if as_json:
         click.echo(json.dumps(manifest, indent=2, ensure_ascii=False))
     else:
@@ -156,9 +190,9 @@ def datums(
     "--format",
     "fmt",
     type=click.Choice(["jsonl", "parquet"]),
-    default="jsonl",
-    show_default=True,
-    help='jsonl: one {"messages": [...], ...} object per line; parquet: the same columns.',
+    default=None,
+    help='jsonl: one {"messages": [...], ...} object per line; parquet: the same columns '
+    "[default: what --out's extension says (.jsonl / .parquet), else jsonl].",
 )
 @click.option(
     "--episodes",
@@ -189,7 +223,7 @@ def datums(
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 def conversations(
     out: Path,
-    fmt: str,
+    fmt: str | None,
     episodes: str,
     outcome: str,
     lake: Path,
@@ -218,6 +252,7 @@ def conversations(
     """
     from wmo_lake.exports.conversations import export_conversations, summary
 
+    fmt = _format_for(out, fmt, ("jsonl", "parquet"))
     _require_guard_choice(tasks, no_split_guard)
     settings = settings_from(options)
     _check_reward_key(lake, settings, batch_glob, run, strict)
@@ -236,7 +271,9 @@ def conversations(
             settings=settings,
         )
     except (ExportError, LakeError) as error:
-        fail(str(error))
+        lake_failure(None, lake, error)
+    except OSError as error:
+        fail(f"cannot write {out}: {error.strerror or error}")
     if as_json:
         click.echo(json.dumps(manifest, indent=2, ensure_ascii=False))
     else:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import sys
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
 import click
+from click.core import ParameterSource
 
 from wmo_lake.output import FORMATS
 from wmo_lake.settings import from_options, options_decorator
@@ -16,9 +17,34 @@ Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
-    """Print `error: message` to stderr and exit: 1 for a failure, 2 for a usage error."""
-    click.echo(f"error: {message}", err=True)
-    sys.exit(code)
+    """Stop with click's own error style: `Error: message` and exit 1 for a failure; for a usage
+    error (code 2) click's usage line and `Try '... -h' for help.` come first."""
+    if code == 2:
+        raise click.UsageError(message)
+    raise click.ClickException(message)
+
+
+def lake_hint(ctx: click.Context, lake: Path) -> str:
+    """` --lake DIR` (shell-quoted) for a hint to repeat, only when --lake was given on the
+    command line; '' when the lake came from the default or $WMO_LAKE (the hint works as is)."""
+    if ctx.get_parameter_source("lake") is ParameterSource.COMMANDLINE:
+        return f" --lake {shlex.quote(str(lake))}"
+    return ""
+
+
+def lake_failure(ctx: click.Context | None, lake: Path, error: Exception) -> NoReturn:
+    """Stop on a LakeError (or any error: it is said as it is), adding the command that helps
+    when the lake does not exist yet."""
+    from wmo_lake.lake import NoLakeError
+
+    message = str(error)
+    if isinstance(error, NoLakeError):
+        ctx = ctx or click.get_current_context()
+        where = lake_hint(ctx, lake)
+        message += f": run `wmo-lake ingest RUNS_DIR{where}` first" + (
+            "" if where else " (or choose the lake you ingested into with --lake DIR or WMO_LAKE)"
+        )
+    fail(message)
 
 
 def lake_option(command: Callable[..., Any]) -> Callable[..., Any]:

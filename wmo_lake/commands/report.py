@@ -11,6 +11,7 @@ import duckdb
 from wmo_lake.commands.options import (
     datum_options,
     fail,
+    lake_failure,
     lake_option,
     setting_options,
     settings_from,
@@ -75,7 +76,7 @@ def report(
     try:
         data = collect_report(lake, settings_from(options), runs=list(runs), batch_glob=batch_glob)
     except LakeError as error:
-        fail(str(error))
+        lake_failure(None, lake, error)
     except duckdb.Error as error:
         fail(f"report query failed: {error}")
     if not data.batches:

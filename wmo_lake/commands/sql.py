@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -12,29 +13,54 @@ import duckdb
 from wmo_lake.commands.options import (
     datum_options,
     fail,
+    lake_failure,
+    lake_hint,
     lake_option,
     output_options,
     setting_options,
     settings_from,
 )
 from wmo_lake.lake import connect
-from wmo_lake.output import render
+from wmo_lake.output import copy_target, terminal_width, write_result
 from wmo_lake.store import LakeError
 
-READ_ONLY_STATEMENTS = {
-    duckdb.StatementType.SELECT,
-    duckdb.StatementType.EXPLAIN,
-    duckdb.StatementType.SET,
+# Statements that write files outside the database. The connection cannot write anywhere but
+# the lake's own Parquet files (see connect(files_only=True)); these are refused before they run
+# so that no statement can reach even those.
+FILE_WRITERS = {duckdb.StatementType.COPY, duckdb.StatementType.EXPORT}
+# Statements meant to change a database: when one fails (the read-only database refused it, or
+# its binder did first, e.g. INSERT into a view), the message says which command does that.
+WRITERS = FILE_WRITERS | {
+    getattr(duckdb.StatementType, name)
+    for name in (
+        *("INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER", "ATTACH", "DETACH"),
+        *("MERGE_INTO", "VACUUM", "LOAD", "COPY_DATABASE", "UPDATE_EXTENSIONS"),
+    )
+    if hasattr(duckdb.StatementType, name)
 }
 
 
 SPARK_READ_ONLY = ("SELECT", "WITH", "SET", "EXPLAIN", "DESCRIBE", "DESC", "SHOW", "FROM")
 
 
+def _read_only_message(what: str, lake_args: str) -> str:
+    return (
+        f"the lake is read-only to `wmo-lake sql` ({what}). To add or replace trials run "
+        f"`wmo-lake ingest PATH{lake_args}`; to remove batches `wmo-lake forget --batch "
+        f"GLOB{lake_args}`; to save a result pass --output FILE"
+    )
+
+
 @click.command()
 @click.argument("query")
 @lake_option
 @output_options
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0),
+    default=None,
+    help="At most N rows of the result [default: all; the table format shows 1000].",
+)
 @setting_options
 @datum_options
 @click.option(
@@ -46,14 +72,30 @@ SPARK_READ_ONLY = ("SELECT", "WITH", "SET", "EXPLAIN", "DESCRIBE", "DESC", "SHOW
     "spark-submit or SPARK_MASTER names, else local[*]) and run QUERY there as Spark SQL. "
     "Needs the extra wmo-lake[spark] and Java 17.",
 )
-def sql(query: str, lake: Path, fmt: str, output: Path | None, engine: str, **options: Any) -> None:
+@click.pass_context
+def sql(
+    ctx: click.Context,
+    query: str,
+    lake: Path,
+    fmt: str,
+    output: Path | None,
+    limit: int | None,
+    engine: str,
+    **options: Any,
+) -> None:
     """Run read-only SQL over the lake's tables and views. QUERY '-' reads it from stdin.
 
+    Any statement DuckDB runs that does not write works: SELECT, FROM-first queries, PIVOT /
+    UNPIVOT, DESCRIBE, SUMMARIZE, SHOW TABLES, PRAGMA table_info, EXPLAIN ANALYZE, SET. The lake is
+    opened as a read-only database that can read only its own files, so a write fails (exit 2)
+    and says which command changes the lake. Several statements may be given; the last one's
+    result is printed, streamed (memory bounded by a batch of rows, not the result).
+
     Tables: jobs, trials, spans, stop_reasons, tests, trajectories, steps, tool_calls,
-    problems. Views: spans_full (full prompts back), cells, trial_records, rollout_stats,
-    datums, datum_stats, episodes, conversations, and more (see the README). Several
-    statements may be given; the last one's result is printed. Settings are DuckDB
-    variables, so plain SQL (here, or in any DuckDB client on lake/lake.duckdb) sets them too:
+    problems. Views: cells, trial_records (light), trial_records_with_spans, rollout_stats,
+    spans_full, datums, datum_stats, episodes, conversations, and more: `wmo-lake tables`
+    lists them all, `wmo-lake schema NAME` shows one. Settings are DuckDB variables, so plain SQL
+    (here, or in any DuckDB client on lake/lake.duckdb) sets them too:
 
     \b
       SET VARIABLE wmo_reward_key = 'score';            -- --reward-key
@@ -66,6 +108,9 @@ def sql(query: str, lake: Path, fmt: str, output: Path | None, engine: str, **op
     \b
     Examples:
       wmo-lake sql "SELECT batch, count(*) FROM trials GROUP BY ALL"
+      wmo-lake sql "FROM trial_records SELECT batch, passed" --limit 20
+      wmo-lake sql "PIVOT cells ON passed USING count(*) GROUP BY batch"
+      wmo-lake sql "SUMMARIZE trials"
       wmo-lake sql --format json "SELECT * FROM rollout_stats"
       echo "SELECT * FROM problems" | wmo-lake sql - --format csv -o problems.csv
       wmo-lake sql --reward-key score "SELECT batch, avg(reward) FROM cells GROUP BY ALL"
@@ -82,27 +127,56 @@ def sql(query: str, lake: Path, fmt: str, output: Path | None, engine: str, **op
         fail(f"cannot parse the query: {error}", 2)
     if not statements:
         fail("the query is empty", 2)
+    lake_args = lake_hint(ctx, lake)
     for statement in statements:
-        if statement.type not in READ_ONLY_STATEMENTS:
-            fail(
-                f"only read-only statements run here (SELECT, EXPLAIN, SET); got "
-                f"{statement.type.name}. To change the lake, use `wmo-lake ingest`",
-                2,
-            )
+        if statement.type in FILE_WRITERS:
+            fail(_read_only_message(f"{statement.type.name} would write a file", lake_args), 2)
+    if fmt == "parquet" and output is None:
+        fail("--format parquet needs --output FILE.parquet", 2)
+    if output is not None and not output.parent.is_dir():
+        fail(f"cannot write {output}: its directory {output.parent} does not exist")
     try:
-        con = connect(lake, settings_from(options))
+        target = copy_target(output, sys.stdout) if fmt != "table" else None
+        with warnings.catch_warnings(record=True) as caught:  # said as `warning: ...` lines
+            warnings.simplefilter("always")
+            con = connect(
+                lake, settings_from(options), files_only=True, writable=[target] if target else []
+            )
+        for warning in caught:
+            click.echo(f"warning: {warning.message}", err=True)
+    except LakeError as error:
+        lake_failure(ctx, lake, error)
+    statement = statements[0]
+    try:
         for statement in statements[:-1]:
             con.execute(statement)
-        relation = con.sql(statements[-1].query)
+        statement = statements[-1]
+        relation = con.sql(statement.query)
         if relation is None:
             return
-        render(relation, fmt, output, sys.stdout)
-    except LakeError as error:
-        fail(str(error))
-    except duckdb.Error as error:
+        write_result(
+            relation,
+            fmt,
+            output,
+            sys.stdout,
+            limit=limit,
+            width=terminal_width(sys.stdout),
+            con=con,
+        )
+    except duckdb.IOException as error:
+        if output is not None and output.name in str(error):
+            fail(f"cannot write {output}: {error}")
         fail(f"query failed: {error}")
-    except ValueError as error:
-        fail(str(error), 2)
+    except duckdb.PermissionException as error:
+        fail(_read_only_message(f"it reads no other files: {error}", lake_args), 2)
+    except duckdb.Error as error:
+        if statement.type in WRITERS or "read-only mode" in str(error):
+            fail(_read_only_message(f"{statement.type.name} refused: {error}", lake_args), 2)
+        fail(f"query failed: {error}")
+    except OSError as error:
+        fail(f"cannot write {output or 'stdout'}: {error.strerror or error}")
+    finally:
+        con.close()
 
 
 def run_on_spark(
@@ -128,7 +202,7 @@ def run_on_spark(
         for statement in statements[:-1]:
             session.sql(statement).collect()
         table = session.sql(statements[-1]).toArrow()
-        render(duckdb.connect().from_arrow(table), fmt, output, sys.stdout)
+        write_result(duckdb.connect().from_arrow(table), fmt, output, sys.stdout)
     except LakeError as error:
         fail(str(error))
     except ValueError as error:

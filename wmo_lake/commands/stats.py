@@ -1,4 +1,4 @@
-"""`wmo-lake stats`: seed 003's RolloutStats for every batch, from the `rollout_stats` view."""
+"""`wmo-lake stats`: WMO's `RolloutStats` for every batch, from the `rollout_stats` view."""
 
 from __future__ import annotations
 
@@ -12,12 +12,14 @@ import duckdb
 
 from wmo_lake.commands.options import (
     fail,
+    lake_failure,
     lake_option,
     selection_options,
     setting_options,
     settings_from,
 )
-from wmo_lake.stats import StatsReport, collect_stats, table_lines
+from wmo_lake.output import terminal_width
+from wmo_lake.stats import StatsReport, collect_stats, print_table
 from wmo_lake.store import LakeError
 
 
@@ -61,7 +63,9 @@ from wmo_lake.store import LakeError
     show_default=True,
     help="short: one line per kind of note, with counts; full: every batch's notes.",
 )
+@click.pass_context
 def stats(
+    ctx: click.Context,
     lake: Path,
     batch_glob: str | None,
     run: str | None,
@@ -73,15 +77,15 @@ def stats(
     notes_mode: str,
     **options: Any,
 ) -> None:
-    """Per-batch rollout health (seed 003's RolloutStats), one row per batch in run/step order.
+    """Per-batch rollout health (WMO's `rollout_stats`), one row per batch in run/step order.
 
     Rates are percentages of their own denominators: solve over executed trials (infra
     failures excluded), graded over executed trials with a CTRF report, raw over all trials,
     scaffold loss over trials with a stop reason. '-' marks an empty denominator (a null
-    measurement, 0.0 in --json). The seed's warnings follow the table as short notes, one line
-    per kind (--notes full: one per batch), then one sparkline per metric across the steps of
-    each run (a gap for a null measurement). --by task prints each run's task x step pass rate
-    (passed / executed trials), tasks ordered by trend, as the report's heatmap.
+    measurement, 0.0 in --json). WMO's `collect_rollouts` warnings follow the table as short
+    notes, one line per kind (--notes full: one per batch), then one sparkline per metric across
+    the steps of each run (a gap for a null measurement). --by task prints each run's task x
+    step pass rate (passed / executed trials), tasks ordered by trend, as the report's heatmap.
 
     The same numbers in SQL: SELECT * FROM rollout_stats. The options are DuckDB variables, so
     any DuckDB client sets them in plain SQL before querying:
@@ -121,7 +125,7 @@ def stats(
                 lake, settings_from(options), report.rows, with_tasks=by == "task"
             )
     except LakeError as error:
-        fail(str(error))
+        lake_failure(ctx, lake, error)
     except duckdb.Error as error:
         fail(f"stats query failed: {error}")
     for warning in report.warnings:
@@ -160,7 +164,7 @@ def _print_table(
 
     if not report.rows:
         filters = " ".join(
-            f"{flag} {value!r}"
+            f"{flag} {_quoted(value)}"
             for flag, value in (("--batch", batch_glob), ("--run", run))
             if value is not None
         )
@@ -169,8 +173,7 @@ def _print_table(
             err=True,
         )
         return
-    for line in table_lines(report.rows):
-        click.echo(line)
+    print_table(report.rows, sys.stdout, terminal_width(sys.stdout))
     if report.notes:
         click.echo("")
         notes = report.notes
@@ -184,3 +187,8 @@ def _print_table(
             click.echo("")
             for line in sparklines:
                 click.echo(line)
+
+
+def _quoted(value: str) -> str:
+    """`value` in single quotes, as a shell reads it back (even when it needs none)."""
+    return "'" + value.replace("'", "'\\''") + "'"

@@ -78,17 +78,26 @@ ORDER BY s.run NULLS LAST, s.step NULLS LAST, s.batch
 
 def _scope_sql(where: str | None) -> str:
     """The scope query, with the user's --where (SQL over datums columns, by intent) appended as
-    one parenthesized condition; anything that is not a single expression is refused."""
+    one condition. The text is parsed by DuckDB's expression parser (exactly one expression, so it
+    cannot close its parentheses into another clause or query) and what is appended is DuckDB's
+    own rendering of that parsed expression, never the raw text."""
     if where is None:
         return SCOPE
-    sql = SCOPE + f"  AND ({where})\n"
+    return SCOPE + f"  AND ({parse_condition(where)})\n"
+
+
+def parse_condition(where: str) -> str:
+    """One SQL expression, as DuckDB renders it after parsing; ExportError otherwise."""
+    if not where.strip():
+        raise ExportError("--where is empty; give one SQL condition over the datums columns")
     try:
-        statements = duckdb.extract_statements(sql)
+        expression = duckdb.SQLExpression(where)
     except duckdb.Error as error:
-        raise ExportError(f"--where {where!r} is not a SQL condition: {error}") from None
-    if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
-        raise ExportError(f"--where {where!r} must be one condition over the datums columns")
-    return sql
+        raise ExportError(
+            f"--where {where!r} must be one condition over the datums columns (one SQL "
+            f"expression): {error}"
+        ) from None
+    return str(expression)
 
 
 def export_datums(

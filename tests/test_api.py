@@ -1,0 +1,92 @@
+"""`import wmo_lake as wl`: DataFrames back, settings as keyword arguments, errors in Python."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+from harbor_shapes import write_job, write_trial
+
+import wmo_lake as wl
+from wmo_lake.export import ExportError
+from wmo_lake.store import LakeError
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("api")
+    job = write_job(root / "runs" / "exp" / "harbor" / "step-0001" / "job", max_turns=3)
+    write_trial(job, "a__1", trial_id="a", reward=1, turns=[([1, 2], [3], [-0.5])])
+    write_trial(job, "b__1", trial_id="b", reward=0.0)
+    summary = wl.ingest(root / "runs", lake=root / "lake", workers=1)
+    assert summary.trials_new == 2 and "2 trials" in summary.line()
+    return root / "lake"
+
+
+def test_reads_are_polars_dataframes(lake: Path) -> None:
+    stats = wl.stats(lake)
+    assert isinstance(stats, pl.DataFrame)
+    assert stats.row(0, named=True)["trials"] == 2 and stats["solve_rate"].to_list() == [0.5]
+    trials = wl.trials(lake)
+    assert trials.sort("trial_name")["passed"].to_list() == [True, False]
+    assert {"n_spans", "task_id", "reward", "stop_reason"} <= set(trials.columns)
+    records = wl.records(lake)
+    assert "spans" not in records.columns and records.height == 2
+    spans = wl.records(lake, with_spans=True).sort("trial_name")["spans"].to_list()
+    assert spans[0] == [
+        {
+            "call_index": 0,
+            "prompt_token_ids": [1, 2],
+            "sampled_token_ids": [3],
+            "sampled_logprobs": [-0.5],
+        }
+    ]
+
+
+def test_settings_are_keyword_arguments(lake: Path) -> None:
+    mode = wl.stats(lake, reward_mode="positive-binary", max_turns=1)
+    assert mode["scaffold_loss_rate"].to_list() == [1.0]
+    con = wl.connect(lake, reward_key="score")
+    assert con.execute("SELECT getvariable('wmo_reward_key')").fetchall() == [("score",)]
+    with pytest.raises(TypeError, match="unknown setting 'reward'"):
+        wl.stats(lake, reward="x")
+
+
+def test_filters(lake: Path) -> None:
+    assert wl.stats(lake, run="exp").height == 1
+    assert wl.stats(lake, run="nope").height == 0
+    assert wl.records(lake, batch="exp/*").height == 2
+
+
+def test_errors_speak_python(lake: Path, tmp_path: Path) -> None:
+    with pytest.raises(LakeError) as missing:
+        wl.stats(tmp_path / "nowhere")
+    assert "--" not in str(missing.value) and "wmo-lake" not in str(missing.value)
+    with pytest.raises(ExportError) as guard:
+        wl.export_datums(lake, tmp_path / "d.parquet")
+    assert "tasks=" in str(guard.value) and "no_split_guard=True" in str(guard.value)
+    assert "--" not in str(guard.value)
+    with pytest.raises(ExportError) as nothing:
+        wl.export_datums(lake, tmp_path / "d.parquet", no_split_guard=True, batch="zzz/*")
+    assert "batch=" in str(nothing.value) and "--batch" not in str(nothing.value)
+
+
+def test_exports_and_loads(lake: Path, tmp_path: Path) -> None:
+    manifest = wl.export_datums(lake, tmp_path / "d.parquet", no_split_guard=True)
+    datums = wl.load_datums(tmp_path / "d.parquet")
+    assert isinstance(datums, pl.DataFrame) and datums.height == manifest["rows"] > 0
+    wl.export_conversations(lake, tmp_path / "c.jsonl", no_split_guard=True)
+    conversations = wl.load_conversations(tmp_path / "c.jsonl")
+    assert isinstance(conversations, pl.DataFrame) and "messages" in conversations.columns
+
+
+def test_submodules_stay_reachable() -> None:
+    """wl.ingest / wl.stats are API functions, and the modules of the same name still import."""
+    import wmo_lake.ingest
+    import wmo_lake.stats
+    from wmo_lake.stats import STATS_QUERY
+
+    assert callable(wl.ingest) and callable(wl.stats)
+    assert wmo_lake.stats.STATS_QUERY is STATS_QUERY
+    assert wmo_lake.ingest.IngestSummary is not None

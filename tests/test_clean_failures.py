@@ -1,0 +1,196 @@
+"""Failures are one clean message in click's style, never a traceback: Ctrl-C exits 130 with one
+line and leaves nothing half-written; an unwritable output or lake dir is a message; hints are
+shell-quoted and name only options that were set; an export's file name cannot contradict its
+format."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from harbor_shapes import write_job, write_trial
+
+from wmo_lake.cli import cli
+from wmo_lake.ingest import ingest
+
+CLI = [sys.executable, "-m", "wmo_lake.cli"]
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("failures")
+    job = write_job(root / "runs" / "job")
+    write_trial(job, "a__1", trial_id="a", reward=1)
+    write_trial(job, "b__1", trial_id="b", reward=0.5)
+    ingest([root / "runs"], root / "lake", workers=1)
+    return root / "lake"
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def test_ctrl_c_while_writing_exits_130_and_leaves_nothing(lake: Path, tmp_path: Path) -> None:
+    out = tmp_path / "big.csv"
+    query = "SELECT range AS i, repeat('x', 40) AS s FROM range(3000000000)"
+    proc = subprocess.Popen(
+        [*CLI, "sql", query, "--lake", str(lake), "--format", "csv", "--output", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # a shell's background job ignores SIGINT; the user's terminal does not
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not list(tmp_path.glob(".big.csv.*.tmp")):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.05)
+        time.sleep(0.3)  # well into the writing
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    assert stderr.strip().splitlines() == ["interrupted: nothing was written or changed"]
+    assert os.listdir(tmp_path) == []
+
+
+def test_sigterm_while_writing_leaves_nothing(lake: Path, tmp_path: Path) -> None:
+    out = str(tmp_path / "big.jsonl")
+    proc = subprocess.Popen(
+        [
+            *CLI,
+            "sql",
+            "SELECT range AS i FROM range(3000000000)",
+            "--lake",
+            str(lake),
+            "--format",
+            "jsonl",
+            "--output",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not list(tmp_path.glob(".big.jsonl.*.tmp")):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.terminate()
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143
+    assert os.listdir(tmp_path) == []
+
+
+def test_ctrl_c_during_an_export(lake: Path, tmp_path: Path, monkeypatch) -> None:
+    def interrupted(path):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("wmo_lake.export.sha256_file", interrupted)  # after the data is written
+    out = tmp_path / "d.parquet"
+    result = _invoke("export", "datums", "--lake", lake, "--out", out, "--no-split-guard")
+    assert result.exit_code == 130
+    assert result.output.strip() == "interrupted: nothing was written or changed"
+    assert os.listdir(tmp_path) == []
+
+
+def test_an_unwritable_lake_dir_is_a_message(tmp_path: Path, monkeypatch) -> None:
+    """Root ignores file modes, so the read-only dir is simulated where the ingest first writes."""
+    job = write_job(tmp_path / "runs" / "job")
+    write_trial(job, "a__1", trial_id="a", reward=1)
+    lake = tmp_path / "lake"
+
+    def read_only(self, on_wait=None):
+        raise PermissionError(13, "Permission denied", str(lake / ".lock"))
+
+    monkeypatch.setattr("wmo_lake.store.Store.lock", read_only)
+    result = _invoke("ingest", tmp_path / "runs", "--lake", lake)
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: cannot write the lake at")
+    assert "Permission denied" in result.output and "Traceback" not in result.output
+
+
+def test_unwritable_export_output(lake: Path, tmp_path: Path, monkeypatch) -> None:
+    def read_only(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("wmo_lake.export._fsync", read_only)
+    out = tmp_path / "d.parquet"
+    result = _invoke("export", "datums", "--lake", lake, "--out", out, "--no-split-guard")
+    assert result.exit_code == 1 and "Error: cannot write" in result.output
+    assert "Traceback" not in result.output and os.listdir(tmp_path) == []
+
+
+def test_errors_are_in_clicks_style(lake: Path, tmp_path: Path) -> None:
+    usage = _invoke("sql", "CREATE TABLE t AS SELECT 1", "--lake", lake)
+    assert usage.exit_code == 2
+    assert usage.output.startswith("Usage: ") and "\nError: " in usage.output
+    failure = _invoke("sql", "SELECT nope", "--lake", lake)
+    assert failure.exit_code == 1 and failure.output.startswith("Error: query failed")
+
+
+def test_hints_are_quoted_and_name_only_options_that_were_set(tmp_path: Path) -> None:
+    spaced = tmp_path / "my lake"
+    given = _invoke("stats", "--lake", spaced)
+    assert given.exit_code == 1
+    assert f"wmo-lake ingest RUNS_DIR --lake '{spaced}'" in given.output
+    from_env = CliRunner().invoke(cli, ["stats"], env={"WMO_LAKE": str(spaced)})
+    assert "wmo-lake ingest RUNS_DIR`" in from_env.output and "--lake '" not in from_env.output
+    sql = _invoke("sql", "DROP VIEW cells", "--lake", spaced)
+    assert sql.exit_code == 1  # no lake there yet: the ingest hint, quoted
+    assert f"--lake '{spaced}'" in sql.output
+
+
+def test_ingest_problem_hint_is_quoted(tmp_path: Path) -> None:
+    job = write_job(tmp_path / "runs" / "job")
+    (job / "broken__1").mkdir()
+    (job / "broken__1" / "config.json").write_text('{"trial_name": "broken__1"}')
+    (job / "broken__1" / "result.json").write_text("{not json")
+    lake = tmp_path / "the lake"
+    result = CliRunner().invoke(cli, ["ingest", str(tmp_path / "runs"), "--lake", str(lake)])
+    assert result.exit_code == 0, result.output
+    assert (
+        f"see them: wmo-lake sql --lake '{lake}' 'SELECT kind, path, message FROM problems'"
+        in result.stderr
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--out", "x.jsonl", "--format", "parquet"], "has the extension .jsonl but --format is"),
+        (["--out", "x.parquet", "--format", "jsonl"], "has the extension .parquet"),
+        (["--out", "x.json"], "names a .json file"),
+        (["--out", "x.csv", "--format", "jsonl"], "has the extension .csv"),
+    ],
+)
+def test_export_out_extension_must_match_the_format(
+    lake: Path, tmp_path: Path, args: list[str], message: str
+) -> None:
+    args = [tmp_path / a if a.startswith("x.") else a for a in args]
+    result = _invoke("export", "conversations", "--lake", lake, "--no-split-guard", *args)
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert os.listdir(tmp_path) == []
+
+
+def test_export_format_is_inferred_from_the_extension(lake: Path, tmp_path: Path) -> None:
+    out = tmp_path / "c.parquet"
+    result = _invoke("export", "conversations", "--lake", lake, "--no-split-guard", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:4] == b"PAR1"
+    datums = _invoke(
+        "export", "datums", "--lake", lake, "--no-split-guard", "--out", tmp_path / "d.jsonl"
+    )
+    assert datums.exit_code == 2 and "name it d.parquet" in datums.output

@@ -1,0 +1,89 @@
+"""`wmo-lake tables` and `wmo-lake schema NAME`: every table and view, counted, described from
+the README's reference."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from harbor_shapes import write_job, write_trial
+
+from wmo_lake.cli import cli
+from wmo_lake.ingest import ingest
+from wmo_lake.lake import view_sources
+from wmo_lake.reference import column_meaning, reference, split_columns
+from wmo_lake.tables import TABLES
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("tables")
+    job = write_job(root / "runs" / "job")
+    write_trial(job, "a__1", trial_id="a", reward=1)
+    write_trial(job, "b__1", trial_id="b", reward=0.5)
+    ingest([root / "runs"], root / "lake", workers=1)
+    return root / "lake"
+
+
+def _run(*args: str):
+    return CliRunner().invoke(cli, list(args), env={"COLUMNS": ""})
+
+
+def test_tables_lists_every_table_and_view_with_counts(lake: Path) -> None:
+    result = _run("tables", "--lake", str(lake), "--json")
+    assert result.exit_code == 0, result.output
+    rows = {row["name"]: row for row in json.loads(result.stdout)}
+    assert set(rows) == set(TABLES) | {name for name, _ in view_sources()}
+    assert rows["trials"] == {
+        "name": "trials",
+        "kind": "table",
+        "rows": 2,
+        "one_row_per": "trial",
+    }
+    assert rows["spans"]["rows"] == 6 and rows["rollout_stats"]["rows"] == 1
+    assert rows["trial_records_with_spans"]["kind"] == "view"
+    assert all(row["one_row_per"] for row in rows.values()), "every one has a meaning"
+
+
+def test_tables_as_a_table(lake: Path) -> None:
+    result = _run("tables", "--lake", str(lake), "--no-counts")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["name", "kind", "one", "row", "per"]
+    assert any(line.split()[:2] == ["cells", "view"] for line in lines)
+
+
+def test_schema_shows_columns_types_and_meaning(lake: Path) -> None:
+    result = _run("schema", "trials", "--lake", str(lake), "--json")
+    assert result.exit_code == 0, result.output
+    rows = {row["column"]: row for row in json.loads(result.stdout)}
+    assert list(rows) == TABLES["trials"].schema.names
+    assert rows["n_spans"]["type"] == "INTEGER" and rows["trial_name"]["type"] == "VARCHAR"
+    assert rows["n_spans"]["meaning"] == "rows in `spans`"
+    text = _run("schema", "rollout_stats", "--lake", str(lake)).stdout
+    assert text.startswith("rollout_stats (view): one row per batch")
+    assert "stop_reason_counts" in text and "map reason -> count" in text
+
+
+def test_schema_of_an_unknown_name_suggests(lake: Path) -> None:
+    result = _run("schema", "trial", "--lake", str(lake))
+    assert result.exit_code == 2
+    assert "did you mean" in result.output and "trials" in result.output
+
+
+def test_the_reference_covers_every_table_column() -> None:
+    described = reference()
+    for table in TABLES.values():
+        entry = described[table.name]
+        missing = [
+            name
+            for name in table.schema.names
+            if name not in entry.columns and not column_meaning(table.name, name)
+        ]
+        assert not missing, (table.name, missing)
+
+
+def test_split_columns_keeps_parenthesised_commas() -> None:
+    assert split_columns("a, b (x, y), `c`") == [("a", ""), ("b", "x, y"), ("c", "")]

@@ -1,0 +1,178 @@
+"""`wmo-lake forget --batch GLOB` and `ingest --prune`: what they remove, --dry-run, atomicity."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+from click.testing import CliRunner
+from harbor_shapes import write_job, write_trial
+
+from wmo_lake.cli import cli
+from wmo_lake.ingest import ingest
+from wmo_lake.lake import connect
+from wmo_lake.store import Store
+
+STEP1 = "exp/harbor/step-0001/job"
+STEP2 = "exp/harbor/step-0002/job"
+OTHER = "other/harbor/step-0001/job"
+
+
+def _tree(root: Path) -> Path:
+    runs = root / "runs"
+    for batch, names in ((STEP1, ["a__1", "b__1"]), (STEP2, ["c__1"]), (OTHER, ["d__1"])):
+        job = write_job(runs / batch)
+        for name in names:
+            write_trial(job, name, reward=1)
+    broken = runs / STEP2 / "broken__1"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"trial_name": "broken__1"}')
+    return runs
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> Path:
+    ingest([_tree(tmp_path)], tmp_path / "lake", workers=1)
+    return tmp_path / "lake"
+
+
+def _rows(lake: Path, sql: str) -> list[tuple]:
+    con = connect(lake, check=False)
+    try:
+        return sorted(con.execute(sql).fetchall())
+    finally:
+        con.close()
+
+
+def _everything(lake: Path) -> dict[str, list]:
+    con = connect(lake, check=False)
+    try:
+        return {
+            name: sorted(con.execute(f"SELECT batch FROM {name}").fetchall())
+            for name in ("trials", "spans", "jobs", "problems", "cells", "rollout_stats")
+        }
+    finally:
+        con.close()
+
+
+def _invoke(*args: object):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def test_forget_removes_the_matching_batches_and_says_what(lake: Path) -> None:
+    result = _invoke("forget", "--batch", "exp/*", "--lake", lake)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert f"removed batch {STEP1}" in lines and f"removed batch {STEP2}" in lines
+    assert any(line.strip().endswith("a__1") for line in lines)
+    assert lines[-1].startswith("removed 3 trials, 1 unreadable trials and 2 jobs in 2 batches")
+    everything = _everything(lake)
+    assert all(batch == OTHER for rows in everything.values() for (batch,) in rows if batch)
+    assert _rows(lake, "SELECT trial_name FROM trials") == [("d__1",)]
+    assert _rows(lake, "SELECT batch, unreadable_trials FROM rollout_stats") == [(OTHER, 0)]
+
+
+def test_forget_dry_run_changes_nothing(lake: Path) -> None:
+    before = Store(lake).read_manifest()
+    result = _invoke("forget", "--batch", f"{STEP1}", "--lake", lake, "--dry-run", "--json")
+    assert result.exit_code == 0, result.output
+    removal = json.loads(result.stdout)
+    assert removal["batches"] == [STEP1] and removal["trials"] == 2 and not removal["committed"]
+    assert Store(lake).read_manifest().generation == before.generation
+    assert len(_rows(lake, "SELECT * FROM trials")) == 4
+
+
+def test_forget_nothing_matched(lake: Path) -> None:
+    result = _invoke("forget", "--batch", "nope/*", "--lake", lake)
+    assert result.exit_code == 0
+    assert "removed 0 trials" in result.stdout and "nothing changed" in result.stdout
+
+
+def test_forgotten_batches_come_back_on_ingest(lake: Path, tmp_path: Path) -> None:
+    _invoke("forget", "--batch", "*", "--lake", lake)
+    assert _rows(lake, "SELECT count(*) FROM trials") == [(0,)]
+    summary = ingest([tmp_path / "runs"], lake, workers=1)
+    assert summary.trials_new == 4
+    assert len(_rows(lake, "SELECT * FROM trials")) == 4
+
+
+def test_forget_is_atomic(lake: Path) -> None:
+    """A crash just before the manifest swap leaves the previous generation whole."""
+    before = _everything(lake)
+    env = {**os.environ, "WMO_LAKE_CRASH_AT": "before_manifest"}
+    crashed = subprocess.run(
+        [sys.executable, "-m", "wmo_lake.cli", "forget", "--batch", "exp/*", "--lake", str(lake)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert crashed.returncode != 0
+    assert _everything(lake) == before
+
+
+def test_forget_waits_for_the_lock(lake: Path) -> None:
+    with Store(lake).lock():
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "wmo_lake.cli", "forget", "--batch", OTHER, "--lake", lake],
+            stderr=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        waiting = proc.stderr.readline()
+        assert "waiting for" in waiting
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and "removed 1 trials" in out
+
+
+def test_ingest_prune_drops_trials_whose_dirs_are_gone(lake: Path, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    shutil.rmtree(runs / STEP1 / "a__1")
+    shutil.rmtree(runs / "exp" / "harbor" / "step-0002")  # a whole job, with its broken trial
+    dry = _invoke("ingest", runs, "--lake", lake, "--prune", "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert "would prune" in dry.stdout and "nothing changed" in dry.stdout
+    assert len(_rows(lake, "SELECT * FROM trials")) == 4
+    result = _invoke("ingest", runs, "--lake", lake, "--prune")
+    assert result.exit_code == 0, result.output
+    pruned = [line for line in result.stdout.splitlines() if line.startswith("pruned ")]
+    assert len(pruned) == 3 and any(line.endswith("a__1") for line in pruned)
+    assert "3 pruned" in result.stdout.splitlines()[-1]
+    assert _rows(lake, "SELECT trial_name FROM trials") == [("b__1",), ("d__1",)]
+    assert _rows(lake, "SELECT batch FROM jobs") == [(STEP1,), (OTHER,)]
+    assert _rows(
+        lake, "SELECT count(*) FROM problems WHERE batch = ?".replace("?", f"'{STEP2}'")
+    ) == [(0,)]
+
+
+def test_prune_only_touches_the_given_path(lake: Path, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    shutil.rmtree(runs / "other")
+    summary = ingest([runs / "exp"], lake, workers=1, prune=True)
+    assert summary.pruned_trials == 0  # other/ is not under runs/exp
+    assert len(_rows(lake, "SELECT * FROM trials")) == 4
+
+
+def test_without_prune_gone_dirs_stay(lake: Path, tmp_path: Path) -> None:
+    shutil.rmtree(tmp_path / "runs" / STEP1 / "a__1")
+    summary = ingest([tmp_path / "runs"], lake, workers=1)
+    assert summary.pruned_trials == 0 and not summary.committed
+    assert len(_rows(lake, "SELECT * FROM trials")) == 4
+
+
+def test_lake_duckdb_follows(lake: Path) -> None:
+    _invoke("forget", "--batch", OTHER, "--lake", lake)
+    con = duckdb.connect(str(lake / "lake.duckdb"), read_only=True)
+    try:
+        assert sorted(con.execute("SELECT trial_name FROM trials").fetchall()) == [
+            ("a__1",),
+            ("b__1",),
+            ("c__1",),
+        ]
+    finally:
+        con.close()

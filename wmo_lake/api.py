@@ -1,0 +1,311 @@
+"""The Python API: `import wmo_lake as wl`. Every read returns a polars DataFrame (the way
+Inspect AI's `evals_df` / `samples_df` do), and every error speaks Python (argument names, not
+command-line options).
+
+    import wmo_lake as wl
+    summary = wl.ingest(["runs/"], lake="lake")          # IngestSummary (.line(), .as_dict())
+    wl.stats("lake", run="exp1")                          # rollout_stats rows
+    wl.trials("lake", reward_key="score")                 # trials joined with their scorer cell
+    wl.records("lake")                                    # trial_records; with_spans=True for spans
+    wl.query("lake", "SELECT batch, avg(reward) FROM cells GROUP BY ALL")
+    con = wl.connect("lake", max_tokens=4096)             # a read-only DuckDB connection
+
+Settings are keyword arguments named as the DuckDB variables without `wmo_` (reward_key,
+reward_mode, max_turns, max_tokens, context_budget, max_datum_tokens); see the README's
+"Query-time settings".
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from wmo_lake.store import LakeError
+
+if TYPE_CHECKING:
+    import duckdb
+    import polars as pl
+
+    from wmo_lake.ingest import IngestSummary
+
+DEFAULT_LAKE = "lake"
+
+# The library's messages were written for the command line; from Python they name arguments.
+_OPTION_AS_ARGUMENT = [
+    ("--no-split-guard", "no_split_guard=True"),
+    ("--tasks", "tasks="),
+    ("--where", "where="),
+    ("--batch", "batch="),
+    ("--run", "run="),
+    ("--filter", "outcome="),
+    ("--format", "fmt="),
+    ("--out", "out="),
+    ("--lake", "lake="),
+]
+
+
+def _pythonic(error: Exception) -> Exception:
+    """The same error, its message naming Python arguments instead of command-line options."""
+    import re
+
+    message = str(error)
+    for option, argument in _OPTION_AS_ARGUMENT:
+        space = "\\s?" if argument.endswith("=") else ""
+        message = re.sub(rf"(?<![\w-]){re.escape(option)}(?![\w-]){space}", argument, message)
+    message = re.sub(
+        r"`wmo-lake (\w+)[^`]*`",
+        lambda m: f"wmo_lake.{ {'sql': 'query'}.get(m.group(1), m.group(1)) }()",
+        message,
+    )
+    clone = type(error)(message)
+    return clone
+
+
+def _speaking_python(function: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except LakeError as error:
+            raise _pythonic(error) from None
+        except Exception as error:
+            from wmo_lake.export import ExportError
+
+            if isinstance(error, ExportError):
+                raise _pythonic(error) from None
+            raise
+
+    return wrapper
+
+
+def _settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """Keyword settings as the DuckDB variables the views read; unknown names are a TypeError,
+    as for any unexpected keyword argument."""
+    from wmo_lake.settings import SETTINGS
+
+    known = {name: setting.variable for name, setting in SETTINGS.items()}
+    variables: dict[str, Any] = {}
+    for name, value in settings.items():
+        variable = known.get(name.removeprefix("wmo_"))
+        if variable is None:
+            raise TypeError(
+                f"unknown setting {name!r}; the settings are {', '.join(sorted(known))}"
+            )
+        variables[variable] = value
+    return variables
+
+
+@_speaking_python
+def ingest(
+    paths: str | Path | Iterable[str | Path],
+    lake: str | Path = DEFAULT_LAKE,
+    *,
+    sinks: Iterable[str | Path] = (),
+    workers: int | None = None,
+) -> IngestSummary:
+    """Read harbor run trees into `lake` and return the summary (`.line()`, `.as_dict()`,
+    `.problems`). Idempotent: unchanged trial dirs are not parsed again."""
+    from wmo_lake.ingest import ingest as run_ingest
+
+    if isinstance(paths, str | Path):
+        paths = [paths]
+    folders = [Path(p) for p in paths]
+    if not folders:
+        raise ValueError("ingest() needs at least one path to a harbor run tree")
+    for folder in folders:
+        if not folder.is_dir():
+            raise FileNotFoundError(f"ingest(): {folder} is not a directory")
+    return run_ingest(folders, Path(lake), sinks=[Path(s) for s in sinks], workers=workers)
+
+
+@_speaking_python
+def connect(lake: str | Path = DEFAULT_LAKE, **settings: Any) -> duckdb.DuckDBPyConnection:
+    """A read-only DuckDB connection with every table and view of `lake`, settings applied."""
+    from wmo_lake.lake import connect as open_lake
+
+    return open_lake(lake, _settings(settings))
+
+
+@_speaking_python
+def query(
+    lake: str | Path, sql: str, params: dict[str, Any] | None = None, **settings: Any
+) -> pl.DataFrame:
+    """The result of one read-only query over `lake` as a polars DataFrame (`$name` parameters
+    bound from `params`)."""
+    con = connect(lake, **settings)
+    try:
+        return con.sql(sql, params=params).pl()
+    finally:
+        con.close()
+
+
+_SCOPE = """
+WHERE ($batch_glob IS NULL OR batch GLOB $batch_glob) AND ($run IS NULL OR run = $run)
+"""
+
+
+@_speaking_python
+def stats(
+    lake: str | Path = DEFAULT_LAKE,
+    *,
+    batch: str | None = None,
+    run: str | None = None,
+    **settings: Any,
+) -> pl.DataFrame:
+    """WMO's `rollout_stats`, one row per batch in run/step order (rates as fractions; the
+    columns are exactly the `rollout_stats` view's). `batch` is a glob ('*' crosses '/')."""
+    from wmo_lake.stats import STATS_QUERY
+
+    return query(lake, STATS_QUERY, {"batch_glob": batch, "run": run}, **settings)
+
+
+@_speaking_python
+def trials(
+    lake: str | Path = DEFAULT_LAKE,
+    *,
+    batch: str | None = None,
+    run: str | None = None,
+    **settings: Any,
+) -> pl.DataFrame:
+    """One row per trial: every `trials` column, then the scorer's reading from `cells`
+    (task_id, attempt, reward, passed, infra_failed, graded_score) and the stop reason."""
+    sql = """
+        SELECT t.*, c.task_id, c.attempt, c.reward, c.passed, c.infra_failed, c.graded_score,
+               r.stop_reason
+        FROM trials AS t
+        JOIN cells AS c USING (trial_key)
+        JOIN trial_stop_reasons AS r USING (trial_key)
+        WHERE ($batch_glob IS NULL OR t.batch GLOB $batch_glob) AND ($run IS NULL OR t.run = $run)
+        ORDER BY t.run NULLS LAST, t.step NULLS LAST, t.batch, t.trial_name
+    """
+    return query(lake, sql, {"batch_glob": batch, "run": run}, **settings)
+
+
+@_speaking_python
+def records(
+    lake: str | Path = DEFAULT_LAKE,
+    *,
+    with_spans: bool = False,
+    batch: str | None = None,
+    run: str | None = None,
+    **settings: Any,
+) -> pl.DataFrame:
+    """WMO's `TrialRecord`s, one row per trial (`trial_records`); `with_spans=True` adds the
+    token spans with full prompts (`trial_records_with_spans`, much heavier)."""
+    view = "trial_records_with_spans" if with_spans else "trial_records"
+    sql = (
+        f"SELECT * FROM {view} {_SCOPE} ORDER BY run NULLS LAST, step NULLS LAST, batch, trial_name"
+    )
+    return query(lake, sql, {"batch_glob": batch, "run": run}, **settings)
+
+
+@_speaking_python
+def export_datums(
+    lake: str | Path,
+    out: str | Path,
+    *,
+    tasks: str | Path | None = None,
+    no_split_guard: bool = False,
+    batch: str | None = None,
+    run: str | None = None,
+    where: str | None = None,
+    **settings: Any,
+) -> dict[str, Any]:
+    """Write the `datums` view to the Parquet file `out` (and `out`.manifest.json); returns the
+    manifest. Pass `tasks=REGISTRY` (only train tasks) or `no_split_guard=True`, not both."""
+    from wmo_lake.datums import export_datums as run_export
+
+    _require_guard(tasks, no_split_guard)
+    return run_export(
+        Path(lake),
+        Path(out),
+        tasks=Path(tasks) if tasks is not None else None,
+        no_split_guard=no_split_guard,
+        batch_glob=batch,
+        run=run,
+        where=where,
+        settings=_settings(settings),
+    )
+
+
+@_speaking_python
+def export_conversations(
+    lake: str | Path,
+    out: str | Path,
+    *,
+    tasks: str | Path | None = None,
+    no_split_guard: bool = False,
+    fmt: str = "jsonl",
+    episodes: str = "all",
+    outcome: str = "all",
+    subagents: bool = True,
+    batch: str | None = None,
+    run: str | None = None,
+    **settings: Any,
+) -> dict[str, Any]:
+    """Write agent conversations (SFT data) to `out` (jsonl or parquet) with its manifest;
+    returns the manifest. Pass `tasks=REGISTRY` or `no_split_guard=True`, not both."""
+    from wmo_lake.conversations import export_conversations as run_export
+
+    _require_guard(tasks, no_split_guard)
+    return run_export(
+        Path(lake),
+        Path(out),
+        fmt=fmt,
+        episodes=episodes,
+        outcome=outcome,
+        tasks=Path(tasks) if tasks is not None else None,
+        no_split_guard=no_split_guard,
+        batch_glob=batch,
+        run=run,
+        subagents=subagents,
+        settings=_settings(settings),
+    )
+
+
+def _require_guard(tasks: str | Path | None, no_split_guard: bool) -> None:
+    from wmo_lake.export import ExportError
+
+    if tasks is not None and no_split_guard:
+        raise ExportError("pass tasks=REGISTRY or no_split_guard=True, not both")
+    if tasks is None and not no_split_guard:
+        raise ExportError(
+            "refusing to export without a split guard: pass tasks='tasks.json' (only train "
+            "tasks are exported) or no_split_guard=True to export every task"
+        )
+
+
+@_speaking_python
+def load_datums(path: str | Path, tasks: str | Path | None = None) -> pl.DataFrame:
+    """A datums export, verified against its manifest (and the registry `tasks`)."""
+    from wmo_lake.datums import load_verified
+
+    return load_verified(path, tasks=tasks)
+
+
+@_speaking_python
+def load_conversations(path: str | Path, tasks: str | Path | None = None) -> pl.DataFrame:
+    """A conversations export, verified against its manifest (and the registry `tasks`), as a
+    DataFrame (`messages` a list of {role, content} structs)."""
+    import polars as pl
+
+    from wmo_lake.conversations import load_verified
+
+    return pl.DataFrame(load_verified(path, tasks=tasks))
+
+
+__all__ = [
+    "LakeError",
+    "connect",
+    "export_conversations",
+    "export_datums",
+    "ingest",
+    "load_conversations",
+    "load_datums",
+    "query",
+    "records",
+    "stats",
+    "trials",
+]

@@ -1,0 +1,158 @@
+"""Tidying a lake: `forget` removes whole batches, `prune` (ingest --prune) drops the trials whose
+dirs are gone. Both change the lake the way an ingest does: under the lake's lock, through one
+Commit (rows filtered out of the segments that hold them, the catalog rewritten, the manifest
+swapped in one rename), so a crash at any point leaves the previous generation whole.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from wmo_lake.store import (
+    JOB,
+    TRIAL,
+    UNREADABLE,
+    WALK,
+    CatalogEntry,
+    LakeError,
+    Manifest,
+    Store,
+)
+
+
+@dataclass
+class Removal:
+    """What a forget or prune removed (or, with dry_run, would remove)."""
+
+    lake: str
+    generation: int
+    committed: bool
+    dry_run: bool
+    batches: list[str] = field(default_factory=list)
+    trials: int = 0
+    unreadable_trials: int = 0
+    jobs: int = 0
+    other: int = 0
+    dirs: list[str] = field(default_factory=list)  # the trial dirs removed
+    seconds: float = 0.0
+
+    def add(self, entry: CatalogEntry) -> None:
+        self.trials += entry.kind == TRIAL
+        self.unreadable_trials += entry.kind == UNREADABLE
+        self.jobs += entry.kind == JOB
+        self.other += entry.kind not in (TRIAL, UNREADABLE, JOB)
+        # A job dir's own result.json is read as a candidate too (kind OTHER, labelled with the
+        # job dir's parent): bookkeeping, not a batch or a trial dir anyone ingested.
+        if entry.kind in (TRIAL, UNREADABLE, JOB) and entry.batch not in self.batches:
+            self.batches.append(entry.batch or "")
+        if entry.kind in (TRIAL, UNREADABLE):
+            self.dirs.append(entry.source)
+
+    def line(self) -> str:
+        verb = "would remove" if self.dry_run else "removed"
+        where = (
+            f"-> {self.lake} generation {self.generation}"
+            if self.committed
+            else "(dry run: nothing changed)"
+            if self.dry_run
+            else "(nothing matched: nothing changed)"
+        )
+        return (
+            f"{verb} {self.trials} trials, {self.unreadable_trials} unreadable trials and "
+            f"{self.jobs} jobs in {len(self.batches)} batches {where}"
+        )
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def forget(
+    lake: str | Path,
+    batch_glob: str,
+    *,
+    dry_run: bool = False,
+    on_wait: Callable[[str], None] | None = None,
+) -> Removal:
+    """Remove every batch matching `batch_glob` ('*' crosses '/', as in `stats --batch`): its
+    trials, unreadable trials, jobs and their problems, atomically."""
+    started = time.perf_counter()
+    store = Store(lake)
+    if not store.exists():
+        raise LakeError(f"no lake at {store.root} (no manifest.json): nothing to forget")
+    if not batch_glob:
+        raise LakeError("an empty batch glob matches nothing; name the batches to forget")
+    with store.lock(on_wait):
+        base = store.read_manifest()
+        catalog = store.read_catalog(base)
+        matched = [
+            entry
+            for entry in catalog.values()
+            if entry.batch is not None and fnmatch.fnmatchcase(entry.batch, batch_glob)
+        ]
+        removal = _remove(store, base, catalog, matched, dry_run)
+    removal.seconds = time.perf_counter() - started
+    return removal
+
+
+def _remove(
+    store: Store,
+    base: Manifest,
+    catalog: dict[str, CatalogEntry],
+    entries: Iterable[CatalogEntry],
+    dry_run: bool,
+) -> Removal:
+    removal = Removal(str(store.root), base.generation, committed=False, dry_run=dry_run)
+    entries = sorted(entries, key=lambda e: (e.batch or "", e.source))
+    for entry in entries:
+        removal.add(entry)
+    removal.batches.sort()
+    if dry_run or not entries:
+        return removal
+    from wmo_lake.commit import Commit
+
+    commit = Commit(store, base)
+    try:
+        commit.remove_units(e.unit_key for e in entries if e.unit_key)
+        gone = {e.source for e in entries}
+        manifest = commit.finish(e for source, e in catalog.items() if source not in gone)
+    except BaseException:
+        commit.abort()
+        raise
+    from wmo_lake.lake import ensure_duckdb_file
+
+    ensure_duckdb_file(store)
+    removal.generation = manifest.generation
+    removal.committed = True
+    return removal
+
+
+def gone_entries(
+    catalog: dict[str, CatalogEntry],
+    roots: Iterable[str | os.PathLike[str]],
+    found_dirs: set[str],
+    found_jobs: set[str],
+    found_walks: set[str],
+) -> list[CatalogEntry]:
+    """The catalog entries under `roots` (real paths) whose dir was not found again: trial dirs
+    (and other dirs an ingest read), job dirs and walk problems that are gone."""
+    prefixes = [os.path.realpath(root) for root in roots]
+
+    def under(path: str) -> bool:
+        return any(path == p or path.startswith(p.rstrip(os.sep) + os.sep) for p in prefixes)
+
+    gone = []
+    for source, entry in catalog.items():
+        if entry.kind == JOB:
+            path, found = source.removeprefix("job:"), found_jobs
+        elif entry.kind == WALK:
+            path, found = source.removeprefix("walk:"), found_walks
+        else:
+            path, found = source, found_dirs
+        if under(path) and source not in found:
+            gone.append(entry)
+    return gone
