@@ -98,7 +98,8 @@ def test_ctrl_c_during_an_export(lake: Path, tmp_path: Path, monkeypatch) -> Non
     def interrupted(path):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("wmo_lake.export.sha256_file", interrupted)  # after the data is written
+    # sha256 is taken after the data is written: the interrupt comes mid-export
+    monkeypatch.setattr("wmo_lake.exports.discipline.sha256_file", interrupted)
     out = tmp_path / "d.parquet"
     result = _invoke("export", "datums", "--lake", lake, "--out", out, "--no-split-guard")
     assert result.exit_code == 130
@@ -126,7 +127,7 @@ def test_unwritable_export_output(lake: Path, tmp_path: Path, monkeypatch) -> No
     def read_only(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr("wmo_lake.export._fsync", read_only)
+    monkeypatch.setattr("wmo_lake.exports.discipline._fsync", read_only)
     out = tmp_path / "d.parquet"
     result = _invoke("export", "datums", "--lake", lake, "--out", out, "--no-split-guard")
     assert result.exit_code == 1 and "Error: cannot write" in result.output

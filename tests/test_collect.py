@@ -61,7 +61,7 @@ def test_an_invalid_template_is_one_error_naming_the_field(
 ) -> None:
     code, output = _collect(tmp_path, "--set", KIT_TASKS, template=_template(tmp_path, appended))
     assert code == 2
-    assert output.count("error:") == 1 and f"'{field}'" in output
+    assert output.count("Error:") == 1 and f"'{field}'" in output
     assert "Traceback" not in output
     assert not (tmp_path / "runs").exists()  # nothing ran, nothing was created
 

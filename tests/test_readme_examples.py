@@ -29,7 +29,11 @@ def workdir(tmp_path: Path):
 
     shutil.copytree(ROOT / "fixtures" / "harbor", tmp_path / "fixtures" / "harbor")
     ingest([tmp_path / "fixtures" / "harbor"], tmp_path / "lake", workers=1)
-    tasks = ["demo/hello-offline", "demo/multi-reward", "demo/no-reward"]
+    from wmo_lake.lake import connect
+
+    con = connect(tmp_path / "lake", check=False)
+    tasks = sorted(t for (t,) in con.execute("SELECT DISTINCT task_id FROM cells").fetchall())
+    con.close()
     (tmp_path / "tasks.json").write_text(json.dumps([{"id": t, "split": "train"} for t in tasks]))
     old = Path.cwd()
     os.chdir(tmp_path)
