@@ -11,8 +11,8 @@ import pytest
 from harbor_shapes import write_job, write_trial
 
 from wmo_lake.ingest import ingest
-from wmo_lake.lake import connect, connect_in_memory
-from wmo_lake.store import Store
+from wmo_lake.lake import apply_engine_config, connect, connect_private_copy
+from wmo_lake.store import DUCKDB_FILE, Store
 
 # ~1M distinct 60-byte keys in a hash aggregate: far more than 32 MB of state
 BIG_AGGREGATE = (
@@ -39,9 +39,10 @@ def test_the_lake_sets_a_memory_limit_that_can_be_overridden(
 ) -> None:
     monkeypatch.delenv("WMO_LAKE_MEMORY_LIMIT", raising=False)
     reference = duckdb.connect(config={"memory_limit": "4GB"})
-    store = Store(lake)
-    both_doors = (connect(lake), connect_in_memory(store, store.read_manifest()))
-    for con in both_doors:
+    through_the_file = connect(lake)
+    (lake / DUCKDB_FILE).unlink()  # stale: connect() builds a private copy instead
+    through_a_private_copy = connect(lake)
+    for con in (through_the_file, through_a_private_copy):
         assert memory_limit(con) == memory_limit(reference)  # not DuckDB's 80% of RAM
     monkeypatch.setenv("WMO_LAKE_MEMORY_LIMIT", "300MB")
     con = connect(lake)
@@ -61,7 +62,8 @@ def test_a_query_past_the_limit_spills_instead_of_failing(
     assert spill.is_dir()  # it did spill there
     # the limit really binds: with spilling switched off the same query cannot run
     store = Store(lake)  # a fresh database (connect() shares lake.duckdb's within a process)
-    con = connect_in_memory(store, store.read_manifest())
+    con = connect_private_copy(store, store.read_manifest())
+    apply_engine_config(con)
     con.execute("SET temp_directory = ''")
     with pytest.raises(duckdb.OutOfMemoryException):
         con.execute(BIG_AGGREGATE).fetchall()
