@@ -589,13 +589,10 @@ def step_report(
         stats = con.sql("SELECT * FROM rollout_stats WHERE batch = $batch", params={"batch": batch})
         stats_frame = stats.pl()
         rows = rows_as_dicts(stats)
-        columns = list(con.sql("FROM trial_records LIMIT 0").columns)
-        if not with_spans:
-            columns = [c for c in columns if c != "spans"]
-        selected = ", ".join('"' + c.replace('"', '""') + '"' for c in columns)
+        # trial_records is the light record; the spans are opt-in (they rebuild every prompt)
+        view = "trial_records_with_spans" if with_spans else "trial_records"
         records = con.sql(
-            f"SELECT {selected} FROM trial_records WHERE batch = $batch "
-            "ORDER BY task_id, attempt, trial_name",
+            f"SELECT * FROM {view} WHERE batch = $batch ORDER BY task_id, attempt, trial_name",
             params={"batch": batch},
         ).pl()
     finally:
