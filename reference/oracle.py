@@ -47,6 +47,7 @@ class Settings:
 class Tree:
     records: list[dict[str, Any]] = field(default_factory=list)
     unreadable: dict[str, int] = field(default_factory=dict)
+    jobs: set[str] = field(default_factory=set)  # batches of job dirs (with trials or none)
     labels: dict[str, tuple[str | None, int | None]] = field(default_factory=dict)
 
 
@@ -212,12 +213,18 @@ def declared_complete(trial_dir: Path) -> bool:
     return False
 
 
-def stop_reason(trial_dir: Path, result: dict[str, Any], max_turns: int | None) -> str | None:
+def trace_stop_reason(trial_dir: Path) -> str | None:
+    """The pi-bridge path (seed 000 `read_trial_stop_reason`): the trace's, else None."""
     for trace in (trial_dir / "agent" / "wmo-run.json", trial_dir / "wmo-run.json"):
         if trace.is_file():
             payload = load(trace)
             reason = payload.get("stop_reason") if isinstance(payload, dict) else None
             return reason if isinstance(reason, str) else None
+    return None
+
+
+def terminus_stop_reason(result: dict[str, Any], trial_dir: Path, max_turns: int | None) -> Any:
+    """The terminus-2 path (seed 000 `read_terminus_stop_reason`); a wmo-run.json is ignored."""
     exception = result.get("exception_info")
     if isinstance(exception, dict) and isinstance(exception.get("exception_type"), str):
         return EXCEPTION_STOP_REASONS.get(exception["exception_type"], "error")
@@ -266,6 +273,67 @@ def verifier_exceptions() -> frozenset[str]:
     return frozenset(defined_in(harbor.verifier.verifier) | timeouts)
 
 
+# -- the collection path of a job (its config's agents[0].kwargs.token_sink_dir) ---------------
+def token_sink_dir(job_dir: Path) -> str | None:
+    config = load(job_dir / "config.json")
+    agents = config.get("agents") if isinstance(config, dict) else None
+    agent = agents[0] if isinstance(agents, list) and agents else None
+    kwargs = agent.get("kwargs") if isinstance(agent, dict) else None
+    recorded = kwargs.get("token_sink_dir") if isinstance(kwargs, dict) else None
+    return recorded if isinstance(recorded, str) and recorded else None
+
+
+def sink_dir(job_dir: Path, recorded: str) -> Path | None:
+    """The recorded dir; a relative one under the nearest ancestor of the job dir holding it."""
+    if os.path.isabs(recorded):
+        return Path(recorded)
+    for ancestor in Path(os.path.abspath(job_dir)).parents:
+        if (ancestor / recorded).is_dir():
+            return ancestor / recorded
+    return None
+
+
+def sink_spans(sink: Path | None, trial_name: str) -> list[dict[str, Any]]:
+    """Seed 000 `load_trial_spans` (a corrupt sink: the seed raises; the lake keeps no spans)."""
+    if sink is None:
+        return []
+    try:
+        text = (sink / f"{trial_name}.jsonl").read_text(encoding="utf-8")
+    except OSError:
+        return []
+    rows = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            span = json.loads(line)
+        except ValueError:
+            return []
+        ids_ok = all(
+            isinstance(span.get(k), list) and all(is_int(x) for x in span[k])
+            for k in ("prompt_token_ids", "sampled_token_ids")
+        )
+        lp = span.get("sampled_logprobs")
+        lp_ok = isinstance(lp, list) and all(
+            isinstance(x, float | int) and not isinstance(x, bool) for x in lp
+        )
+        if not (ids_ok and lp_ok and is_int(span.get("call_index"))):
+            return []
+        if len(span["sampled_token_ids"]) != len(lp):
+            return []
+        rows.append(
+            {
+                "call_index": span["call_index"],
+                "prompt_token_ids": span["prompt_token_ids"],
+                "sampled_token_ids": span["sampled_token_ids"],
+                "sampled_logprobs": [float(x) for x in lp],
+            }
+        )
+    if [row["call_index"] for row in rows] != list(range(len(rows))):
+        return []
+    return rows
+
+
 # -- the tree ------------------------------------------------------------------------------------
 def job_caps(job_dir: Path, settings: Settings) -> tuple[int | None, int]:
     """(max_turns, max_tokens) for a job: the override, else agents[0].kwargs, else defaults."""
@@ -285,9 +353,14 @@ def job_caps(job_dir: Path, settings: Settings) -> tuple[int | None, int]:
 
 
 def labels(job_dir: Path, root: Path) -> tuple[str, str | None, int | None]:
-    """(batch, run, step): the job dir relative to root; the dir before harbor/; step-NNNN."""
+    """(batch, run, step): the job dir from its run dir when it lies under
+    `<run>/harbor/step-NNNN/`, else relative to root; the dir before harbor/; step-NNNN."""
     batch = job_dir.relative_to(root).as_posix()
     parts = Path(os.path.abspath(job_dir)).parts
+    for i in range(len(parts) - 2, 0, -1):
+        if parts[i] == "harbor" and STEP_DIR.match(parts[i + 1]):
+            batch = "/".join(parts[i - 1 :])
+            break
     run = next((parts[i - 1] for i in range(len(parts) - 1, 0, -1) if parts[i] == "harbor"), None)
     step = next((int(m.group(1)) for p in reversed(parts) if (m := STEP_DIR.match(p))), None)
     return batch, run, step
@@ -305,6 +378,10 @@ def read_tree(root: Path, settings: Settings = Settings()) -> Tree:
             and bool(result["trial_name"])
         )
         config = load(trial_dir / "config.json") if "config.json" in filenames else None
+        if isinstance(config, dict) and "job_name" in config and "trial_name" not in config:
+            batch, run, step = labels(trial_dir, root)  # a job dir: a batch, trials or not
+            tree.labels.setdefault(batch, (run, step))
+            tree.jobs.add(batch)
         if not is_trial:
             if isinstance(config, dict) and "trial_name" in config:
                 batch, run, step = labels(trial_dir.parent, root)
@@ -319,7 +396,13 @@ def read_tree(root: Path, settings: Settings = Settings()) -> Tree:
         stand_in = 0.0 if reward is None else reward
         passed = stand_in == 1.0 if settings.reward_mode == "raw" else stand_in > 0.0
         tests = graded_tests(trial_dir)
-        trial_spans = spans(result)
+        recorded = token_sink_dir(trial_dir.parent)
+        if recorded is None:  # terminus-2 path
+            trial_spans = spans(result)
+            reason = terminus_stop_reason(result, trial_dir, max_turns)
+        else:  # pi-bridge path: the job's own sink dir, keyed by the trial dir's name
+            trial_spans = sink_spans(sink_dir(trial_dir.parent, recorded), trial_dir.name)
+            reason = trace_stop_reason(trial_dir)
         record = {
             "batch": batch,
             "run": run,
@@ -333,7 +416,7 @@ def read_tree(root: Path, settings: Settings = Settings()) -> Tree:
             "tests_resolved": None if tests is None else tests[1],
             "tests_unresolved": None if tests is None else tests[2],
             "graded_score": None if tests is None else tests[0] / tests[1],
-            "stop_reason": stop_reason(trial_dir, result, max_turns),
+            "stop_reason": reason,
             "n_spans": len(trial_spans),
             "spans": trial_spans,
             "artifact_dir": str(trial_dir),
@@ -391,7 +474,7 @@ def rollout_stats(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 def batch_stats(tree: Tree) -> dict[str, dict[str, Any]]:
     """{batch: the rollout_stats row}, every batch with trials or unreadable trials."""
-    batches = {r["batch"] for r in tree.records} | set(tree.unreadable)
+    batches = {r["batch"] for r in tree.records} | set(tree.unreadable) | tree.jobs
     rows = {}
     for batch in batches:
         run, step = tree.labels[batch]

@@ -1,6 +1,8 @@
 -- rollout_stats: one row per batch, WMO's `rollout_stats` over the batch's trial records,
 -- plus batch, run, step and unreadable_trials (trial dirs with no readable result.json, from the
--- `problems` the ingest recorded; a batch of only those still gets a row).
+-- `problems` the ingest recorded; a batch of only those still gets a row). Every job dir is a
+-- batch: one with no trial dirs gets trials = 0 and every rate 0.0 (seed 003: "An empty batch ...
+-- report[s] a 0.0 solve rate over zero executed trials").
 --   solve_rate = passed / executed (not infra_failed) trials; graded_solve_rate = mean
 --   graded_score over executed trials that have one (graded_trials); raw_solve_rate = passed /
 --   all trials; truncated_spans = spans with len(sampled) >= max_tokens (`trial_caps`);
@@ -116,6 +118,8 @@ batches AS (
     SELECT batch FROM per_batch
     UNION
     SELECT batch FROM unreadable
+    UNION
+    SELECT batch FROM jobs
 ),
 labels AS (
     -- run / step come with the trials; a batch of only unreadable trials takes its job's.

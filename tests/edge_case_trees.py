@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harbor_shapes import dump, write_job, write_trial
+from harbor_shapes import dump, write_job, write_sink, write_trial
 
 Result = dict[str, Any]
 RAW_MARK = "__raw_json__:"  # a string value replaced by its raw JSON text after writing
@@ -527,6 +527,42 @@ def job_plans(rng: random.Random) -> list[JobPlan]:
     ]
 
 
+PI_BRIDGE_JOB = "exp-c/harbor/step-0004/job"
+PI_BRIDGE_SINKS = "exp-c/tokens/step-0004"  # recorded relative, as a relative run dir gives it
+
+
+def _pi_bridge_job(root: Path, rng: random.Random, picks: dict[str, list[str]]) -> None:
+    """A pi-bridge batch: its config records a (relative) token_sink_dir; spans come from the
+    sinks there (some trials wrote none, one a corrupt one), stop reasons from the traces."""
+    plan = JobPlan(PI_BRIDGE_JOB, 4, 6, ("demo/a", "demo/b"))
+    job_dir = write_job(
+        root / plan.relative, max_turns=4, max_tokens=6, token_sink_dir=PI_BRIDGE_SINKS
+    )
+    sinks = root / PI_BRIDGE_SINKS
+    for index in range(len(TRACES) + 2):
+        task = rng.choice(plan.tasks)
+        name = f"{task.split('/')[-1]}__pi{index:02d}{_trial_suffix(rng)}"
+        choice = {dimension: rng.choice(picks[dimension]) for dimension in DIMENSIONS}
+        choice["trace"] = TRACES[index % len(TRACES)]
+        write_generated_trial(job_dir, name, task, choice, rng, plan)
+        if index % 3 == 2:
+            continue  # died before its first sample: no sink file
+        turns = _turns(rng, rng.randrange(1, 5), 6, chained=index % 2 == 0, hit_cap=index == 1)
+        write_sink(sinks, name, turns)
+        if index == 4:  # two recorders appended: a corrupt sink, no spans
+            with (sinks / f"{name}.jsonl").open("a", encoding="utf-8") as stream:
+                stream.write(
+                    json.dumps(
+                        {
+                            "call_index": 0,
+                            "prompt_token_ids": [1],
+                            "sampled_token_ids": [2],
+                            "sampled_logprobs": [-1.0],
+                        }
+                    )
+                )
+
+
 def generate_tree(root: Path, seed: int, *, trials: int = 36) -> Path:
     """A run tree under `root`: four batches, `trials` generated trials, unreadable trials
     (one batch holds nothing else). Every variant of every dimension appears at least once."""
@@ -550,6 +586,7 @@ def generate_tree(root: Path, seed: int, *, trials: int = 36) -> Path:
         names.add(name)
         choice = {dimension: picks[dimension][index] for dimension in DIMENSIONS}
         write_generated_trial(root / plan.relative, name, task, choice, rng, plan)
+    _pi_bridge_job(root, rng, picks)
     write_unreadable_trial(root / plans[0].relative, "demo-a__unreadable1", "missing")
     write_unreadable_trial(root / plans[3].relative, "demo-a__unreadable2", "truncated")
     only_unreadable = root / "exp-a/harbor/step-0003/job"

@@ -21,6 +21,28 @@ REAL_JOB = Path(__file__).resolve().parent.parent / "fixtures" / "harbor" / "off
 REAL_TRIAL = REAL_JOB / "hello-offline__haymH7n"
 UNSET: Any = object()
 TERMINUS_DONE = "mark_task_complete"
+PI_BRIDGE_AGENT = "wmo.distill.agents:WmoDistillHarborAgent"  # upstream agents.py
+
+
+def write_sink(
+    sink_dir: Path, trial_name: str, turns: list[tuple[list[int], list[int], list[float]]]
+) -> Path:
+    """A pi-bridge token sink: one TokenSpan JSON per line, as upstream's TokenRecorder writes."""
+    sink_dir.mkdir(parents=True, exist_ok=True)
+    lines = [
+        json.dumps(
+            {
+                "call_index": index,
+                "prompt_token_ids": prompt,
+                "sampled_token_ids": sampled,
+                "sampled_logprobs": logprobs,
+            }
+        )
+        for index, (prompt, sampled, logprobs) in enumerate(turns)
+    ]
+    path = sink_dir / f"{trial_name}.jsonl"
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
 
 
 @cache
@@ -50,10 +72,18 @@ def write_job(
     max_tokens: int | None = None,
     context_limit: int | None = None,
     model_path: str | None = None,
+    token_sink_dir: str | None = None,
 ) -> Path:
-    """A job dir with harbor's JobConfig / JobResult, the agent kwargs a distill collector sets."""
+    """A job dir with harbor's JobConfig / JobResult, the agent kwargs a distill collector sets.
+    `token_sink_dir` makes it a pi-bridge job: upstream's WmoDistillHarborAgent, whose kwargs
+    name the dir each trial's token sink `{token_sink_dir}/{trial}.jsonl` is written to."""
     config = copy.deepcopy(_real(REAL_JOB / "config.json"))
     kwargs = config["agents"][0]["kwargs"]
+    if token_sink_dir is not None:
+        agent = config["agents"][0]
+        del agent["name"]
+        agent["import_path"] = PI_BRIDGE_AGENT
+        kwargs["token_sink_dir"] = token_sink_dir
     llm_kwargs = {}
     if max_tokens is not None:
         llm_kwargs["max_tokens"] = max_tokens
@@ -90,11 +120,14 @@ def write_trial(
     trace_at_root: bool = False,
     step_results: Any = UNSET,
     result_overrides: dict[str, Any] | None = None,
+    never_ran: bool = False,
 ) -> Path:
     """One trial dir. Unset arguments keep the real sample's values (reward 1.0, 3 turns, a
     completed trajectory, a 2-test CTRF report, no trace). `turns` replaces rollout_details with
     one segment of (prompt, completion, logprobs) turns; `reward` sets rewards = {"reward": r};
-    `ctrf=None` removes the report; `trace` writes a wmo-run.json (a dict, or raw text)."""
+    `ctrf=None` removes the report; `trace` writes a wmo-run.json (a dict, or raw text).
+    `never_ran`: the environment never started (harbor's shape for EnvironmentStartTimeoutError:
+    no agent result, no verifier result, no agent/ or verifier/ files)."""
     trial_dir = job_dir / trial_name
     result = real_result()
     result["trial_name"] = trial_name
@@ -129,11 +162,24 @@ def write_trial(
         result["agent_result"]["rollout_details"] = rollout_details
     if step_results is not UNSET:
         result["step_results"] = step_results
+    if never_ran:
+        result["exception_info"] = {
+            "exception_type": "EnvironmentStartTimeoutError",
+            "exception_message": "Environment start timed out after 600.0 seconds",
+            "exception_traceback": "Traceback (most recent call last): ...",
+            "occurred_at": "2026-11-29T19:30:35.000000Z",
+        }
+        result["agent_result"] = None
+        result["verifier_result"] = None
+        for phase in ("agent_setup", "agent_execution", "verifier"):
+            result[phase] = None
     for key, value in (result_overrides or {}).items():
         result[key] = value
     dump(trial_dir / "result.json", result)
     dump(trial_dir / "config.json", {**_real(REAL_TRIAL / "config.json"), "trial_name": trial_name})
 
+    if never_ran:
+        return trial_dir
     trajectory = real_trajectory()
     if declared_complete is False:
         for step in trajectory["steps"]:

@@ -71,7 +71,9 @@ def test_lake_from_environment(tmp_path: Path) -> None:
 def test_help_teaches(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["ingest", "--help"])
     assert (
-        "Examples:" in result.output and "--sinks" in result.output and "--strict" in result.output
+        "Examples:" in result.output
+        and "--sink-root" in result.output
+        and "--strict" in result.output
     )
 
 
@@ -85,3 +87,28 @@ def test_an_empty_tree_makes_an_empty_queryable_lake(tmp_path: Path) -> None:
         cli, ["sql", "SELECT count(*) AS n FROM trials", "--lake", str(lake), "--format", "json"]
     )
     assert json.loads(rows.stdout) == [{"n": 0}]
+
+
+def test_a_path_that_does_not_exist_is_a_usage_error(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-runs"
+    result = CliRunner().invoke(cli, ["ingest", str(missing), "--lake", str(tmp_path / "lake")])
+    assert result.exit_code == 2
+    assert f"{missing} does not exist; give the run tree to read" in result.output
+    assert not (tmp_path / "lake").exists()  # nothing was started
+    afile = tmp_path / "result.json"
+    afile.write_text("{}")
+    result = CliRunner().invoke(cli, ["ingest", str(afile), "--lake", str(tmp_path / "lake")])
+    assert result.exit_code == 2 and "is a file; give the directory that holds it" in result.output
+
+
+def test_a_path_with_no_trial_dirs_is_a_warning_and_strict_exits_1(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    write_trial(write_job(tmp_path / "runs" / "job"), "t__1")
+    args = ["ingest", str(tmp_path / "empty"), str(tmp_path / "runs")]
+    args += ["--lake", str(tmp_path / "lake")]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0
+    assert result.stderr.splitlines()[0] == f"warning: no trial dirs under {tmp_path / 'empty'}"
+    assert "runs" not in result.stderr
+    assert CliRunner().invoke(cli, [*args, "--strict"]).exit_code == 1
+    assert CliRunner().invoke(cli, [*args[:1], *args[2:], "--strict"]).exit_code == 0

@@ -46,6 +46,13 @@ def test_labels_without_harbor_or_step() -> None:
             "x",
             2,
         )
+    assert job_labels(Path("/r/x/harbor/step-0002/a/j"), Path("/r/x/harbor/step-0002/a")) == (
+        "x/harbor/step-0002/a/j",
+        "x",
+        2,
+    )
+    # a `harbor` dir not followed by step-NNNN is no anchor
+    assert job_labels(Path("/r/x/harbor/j"), Path("/r")) == ("x/harbor/j", "x", None)
 
 
 def test_any_depth_and_trial_dirs_are_not_searched_further(tmp_path: Path) -> None:
@@ -101,6 +108,7 @@ def test_hostile_paths_work_everywhere(tmp_path: Path) -> None:
     import duckdb
 
     with duckdb.connect(str(lake / "lake.duckdb"), read_only=True) as db:
+        db.execute("SET file_search_path = ?", [str(lake)])  # what a plain client sets
         assert db.execute("SELECT trial_name FROM trials").fetchall() == [("t__1",)]
 
 
@@ -110,3 +118,47 @@ def test_result_without_trial_name_is_not_a_trial(tmp_path: Path) -> None:
     dump(tmp_path / "job" / "notes" / "result.json", {"hello": "world"})
     summary = ingest([tmp_path], tmp_path / "lake")
     assert (summary.trials_new, summary.unreadable_trials, summary.problems) == (1, 0, 0)
+
+
+def test_a_step_ingested_alone_then_with_its_run_keeps_its_batch(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    for step in (1, 2):
+        write_trial(write_job(runs / "exp1" / "harbor" / f"step-{step:04d}" / "job"), "t__1")
+    lake = tmp_path / "lake"
+    ingest([runs / "exp1" / "harbor" / "step-0001"], lake)
+    first = connect(lake).execute("SELECT batch, run, step FROM trials").fetchall()
+    assert first == [("exp1/harbor/step-0001/job", "exp1", 1)]
+    summary = ingest([runs], lake)
+    # the step read before is neither relabelled nor parsed again; only step 2 is new
+    assert (summary.trials_unchanged, summary.trials_new, summary.trials_replaced) == (1, 1, 0)
+    rows = connect(lake).execute("SELECT batch FROM trials ORDER BY 1").fetchall()
+    assert rows == [("exp1/harbor/step-0001/job",), ("exp1/harbor/step-0002/job",)]
+    jobs = connect(lake).execute("SELECT batch FROM jobs ORDER BY 1").fetchall()
+    assert jobs == rows
+
+
+def test_a_dir_name_that_is_not_utf8_is_a_problem_and_the_rest_goes_on(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    write_trial(write_job(runs / "good"), "t__1")
+    bad = os.fsencode(runs) + b"/bad-\xff-job"
+    write_trial(write_job(Path(os.fsdecode(bad))), "t__2", trial_id="t-2")
+    summary = ingest([runs], tmp_path / "lake")
+    assert (summary.trials_new, summary.problems) == (1, 1)
+    con = connect(tmp_path / "lake")
+    assert con.execute("SELECT trial_name FROM trials").fetchall() == [("t__1",)]
+    shown = f"{runs}/bad-\\xff-job"
+    assert con.execute(
+        "SELECT unit_key, batch, trial_name, path, kind, message FROM problems"
+    ).fetchall() == [
+        (
+            f"walk:{shown}",
+            None,
+            None,
+            shown,
+            "not_utf8_name",
+            f"directory name {shown} is not valid UTF-8 (bad bytes shown as \\xNN); it was not "
+            "walked. Rename it (e.g. with convmv) and ingest again",
+        )
+    ]
+    again = ingest([runs], tmp_path / "lake")  # recorded once, not again and again
+    assert (again.committed, again.problems) == (False, 1)

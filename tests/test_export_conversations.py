@@ -305,3 +305,30 @@ def test_chunked_writing_changes_nothing(
     assert chunked == whole
     assert manifest["excluded"]["duplicate"] == 3
     assert (tmp_path / "whole.jsonl").read_bytes() == (tmp_path / "chunked.jsonl").read_bytes()
+
+
+@pytest.mark.parametrize("text", ["empty", "null", "absent"])
+def test_trials_whose_trajectories_hold_no_text(tmp_path: Path, text: str) -> None:
+    """The chunking once crashed (IndexError) when the first trial in export order had no text."""
+    job = write_job(tmp_path / "runs" / "job")
+    for name in ("a__1", "b__1"):
+        trial = write_trial(job, name, task_name="demo/a", reward=1.0)
+        trajectory = real_trajectory()
+        for step in trajectory["steps"]:
+            step.pop("observation", None)
+            step.pop("reasoning_content", None)
+            if text == "absent":
+                step.pop("message", None)
+            else:
+                step["message"] = "" if text == "empty" else None
+        dump(trial / "agent" / "trajectory.json", trajectory)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    result = run(tmp_path / "lake", tmp_path / "out.jsonl", "--no-split-guard")
+    assert result.exit_code == 0, result.output
+    rows = load_verified(tmp_path / "out.jsonl")
+    # the two trials' episodes are identical (no text): written once, the rest counted
+    assert len(rows) == EPISODES_PER_TRIAL
+    # no message text anywhere: only the agent turns' tool calls (as harbor renders them) remain
+    contents = {m["content"] for row in rows for m in row["messages"]}
+    assert {c for c in contents if not c.startswith("<tool_call>")} == {""}
+    assert json.loads(result.output)["excluded"] == {"duplicate": EPISODES_PER_TRIAL}

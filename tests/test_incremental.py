@@ -84,7 +84,7 @@ def test_changed_trial_replaces_its_rows(tmp_path: Path) -> None:
     ).fetchall() == [("0.0", 1)]
 
 
-def test_same_tree_through_another_path_replaces_not_doubles(tmp_path: Path) -> None:
+def test_same_tree_through_another_path_neither_relabels_nor_doubles(tmp_path: Path) -> None:
     runs = _tree(tmp_path)
     ingest([runs], tmp_path / "lake", workers=1)
     before = _counts(tmp_path / "lake")
@@ -187,12 +187,14 @@ def test_sigkill_leaves_a_readable_lake_and_rerun_completes(tmp_path: Path, poin
     import duckdb
 
     with duckdb.connect(str(lake / "lake.duckdb"), read_only=True) as db:
+        db.execute("SET file_search_path = ?", [str(lake)])  # what a plain client sets
         assert db.execute("SELECT count(*) FROM trials").fetchall()[0][0] in (2, 5)
     rerun = _run_ingest(runs, lake)
     _, err = rerun.communicate(timeout=120)
     assert rerun.returncode == 0, err
     assert _counts(lake)["trials"] == 5
     with duckdb.connect(str(lake / "lake.duckdb"), read_only=True) as db:
+        db.execute("SET file_search_path = ?", [str(lake)])
         assert db.execute("SELECT count(*) FROM trials").fetchall() == [(5,)]
     live = set(Store(lake).read_manifest().live_files())
     previous = set(Store(lake).read_manifest().previous)

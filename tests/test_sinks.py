@@ -1,90 +1,207 @@
-"""Spans from the WMO pi-bridge token sink ({SINK}/{trial_name}.jsonl), for trials whose
-result.json records no rollout details (seed 000, `load_trial_spans`)."""
+"""The two collection paths, chosen per job from its config.json (seed 000, upstream agents.py).
+
+pi-bridge jobs (agents[0].kwargs.token_sink_dir) read spans only from their own
+`{token_sink_dir}/{trial}.jsonl` and stop reasons only from the wmo-run.json trace; terminus-2 jobs
+read spans only from rollout_details and reconstruct the stop reason, a trace or not."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
-from harbor_shapes import write_job, write_trial
+from click.testing import CliRunner
+from harbor_shapes import write_job, write_sink, write_trial
 
+from wmo_lake.cli import cli
 from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect
 
+RECORDED = [([1, 2], [3], [-0.5]), ([1, 2, 3, 4], [5, 6], [-0.1, -0.2])]
 
-def _span(
-    i: int, prompt: list[int], sampled: list[int], logprobs: list[float] | None = None
-) -> str:
+
+def _span(i: int, prompt: list[int], sampled: list, logprobs: list[float] | None = None) -> str:
+    logprobs = logprobs if logprobs is not None else [-0.5] * len(sampled)
     return json.dumps(
         {
             "call_index": i,
             "prompt_token_ids": prompt,
             "sampled_token_ids": sampled,
-            "sampled_logprobs": logprobs if logprobs is not None else [-0.5] * len(sampled),
+            "sampled_logprobs": logprobs,
         }
     )
 
 
-def _setup(tmp_path: Path, details) -> tuple[Path, Path]:
-    job = write_job(tmp_path / "runs" / "job")
-    write_trial(job, "pi__1", trial_id="pi", rollout_details=details)
-    sink = tmp_path / "sink"
-    sink.mkdir()
-    return tmp_path / "runs", sink
-
-
-@pytest.mark.parametrize("details", [None, [], "absent"], ids=["null", "empty", "absent"])
-def test_sink_spans_when_no_rollout_details(tmp_path: Path, details) -> None:
-    runs, sink = _setup(tmp_path, None if details == "absent" else details)
-    if details == "absent":
-        path = runs / "job" / "pi__1" / "result.json"
-        doc = json.loads(path.read_text())
-        del doc["agent_result"]["rollout_details"]
-        path.write_text(json.dumps(doc, indent=4))
-    (sink / "pi__1.jsonl").write_text(
-        _span(0, [1, 2], [3]) + "\n\n" + _span(1, [1, 2, 3, 4], [5, 6]) + "\n"
+def _pi_job(runs: Path, step: int, sinks: Path | str) -> Path:
+    return write_job(
+        runs / "exp" / "harbor" / f"step-{step:04d}" / "job", token_sink_dir=str(sinks)
     )
-    ingest([runs], tmp_path / "lake", sinks=[sink])
+
+
+def _spans(lake: Path) -> dict[tuple[str, str], list]:
+    rows = (
+        connect(lake)
+        .sql(
+            "SELECT batch, trial_name, list(sampled_token_ids ORDER BY call_index) FROM spans_full "
+            "GROUP BY ALL"
+        )
+        .fetchall()
+    )
+    return {(batch.split("/")[2], name): ids for batch, name, ids in rows}
+
+
+def test_pi_bridge_spans_come_only_from_the_jobs_own_sink(tmp_path: Path) -> None:
+    sinks = tmp_path / "runs" / "exp" / "tokens" / "step-0001"
+    job = _pi_job(tmp_path / "runs", 1, sinks)
+    write_trial(job, "sink__1", turns=[([9], [9], [-0.9])])  # rollout_details: ignored
+    write_trial(job, "none__1", turns=[([9], [9], [-0.9])])  # no sink file: no spans
+    write_sink(sinks, "sink__1", RECORDED)
+    ingest([tmp_path / "runs"], tmp_path / "lake")
     con = connect(tmp_path / "lake")
-    assert con.execute("SELECT spans_status, n_spans FROM trials").fetchall() == [("sink", 2)]
-    rows = con.execute(
+    assert con.sql(
+        "SELECT trial_name, spans_status, n_spans FROM trials ORDER BY 1"
+    ).fetchall() == [("none__1", "absent", 0), ("sink__1", "sink", 2)]
+    assert con.sql(
         "SELECT call_index, prompt_token_ids, sampled_token_ids, source FROM spans_full ORDER BY 1"
-    ).fetchall()
-    assert rows == [(0, [1, 2], [3], "sink"), (1, [1, 2, 3, 4], [5, 6], "sink")]
+    ).fetchall() == [(0, [1, 2], [3], "sink"), (1, [1, 2, 3, 4], [5, 6], "sink")]
+    assert con.sql("SELECT collection_path, token_sink_dir, sink_dir FROM jobs").fetchall() == [
+        ("pi-bridge", str(sinks), str(sinks))
+    ]
 
 
-def test_without_sinks_the_trial_has_no_spans(tmp_path: Path) -> None:
-    runs, sink = _setup(tmp_path, None)
-    (sink / "pi__1.jsonl").write_text(_span(0, [1], [2]) + "\n")
-    ingest([runs], tmp_path / "lake")
-    assert connect(tmp_path / "lake").execute(
-        "SELECT spans_status, n_spans FROM trials"
-    ).fetchall() == [("absent", 0)]
-
-
-def test_first_sink_dir_holding_the_file_wins(tmp_path: Path) -> None:
-    runs, sink = _setup(tmp_path, None)
-    other = tmp_path / "other"
-    other.mkdir()
-    (other / "pi__1.jsonl").write_text(_span(0, [9], [8]) + "\n")
-    (sink / "pi__1.jsonl").write_text(_span(0, [1], [2]) + "\n")
-    ingest([runs], tmp_path / "lake", sinks=[tmp_path / "missing", other, sink])
-    assert connect(tmp_path / "lake").execute(
-        "SELECT prompt_token_ids FROM spans_full"
-    ).fetchall() == [([9],)]
-
-
-def test_recorded_rollout_details_win_over_a_sink(tmp_path: Path) -> None:
+def test_terminus_2_reads_rollout_details_and_never_a_sink(tmp_path: Path) -> None:
     job = write_job(tmp_path / "runs" / "job")
-    write_trial(job, "pi__1", turns=[([1], [2], [-0.1])])
-    sink = tmp_path / "sink"
-    sink.mkdir()
-    (sink / "pi__1.jsonl").write_text(_span(0, [9], [8]) + "\n")
-    ingest([tmp_path / "runs"], tmp_path / "lake", sinks=[sink])
-    assert connect(tmp_path / "lake").execute(
-        "SELECT source, sampled_token_ids FROM spans"
-    ).fetchall() == [("rollout_details", [2])]
+    write_trial(job, "t__1", turns=[([1], [2], [-0.1])], trace={"stop_reason": "budget"})
+    write_trial(job, "t__2", rollout_details=None, n_episodes=1, declared_complete=True)
+    write_sink(job, "t__2", RECORDED)  # a sink-shaped file beside it is not read
+    ingest([tmp_path / "runs"], tmp_path / "lake")
+    con = connect(tmp_path / "lake")
+    assert con.sql(
+        "SELECT t.trial_name, t.spans_status, r.stop_reason, r.stop_source FROM trials AS t "
+        "JOIN trial_stop_reasons AS r USING (trial_key) ORDER BY 1"
+    ).fetchall() == [
+        ("t__1", "ok", "submitted", "reconstructed"),  # the trace says budget: ignored
+        ("t__2", "absent", "submitted", "reconstructed"),
+    ]
+    assert con.sql("SELECT collection_path, token_sink_dir FROM jobs").fetchall() == [
+        ("terminus-2", None)
+    ]
+
+
+def test_two_steps_whose_sinks_share_trial_names_each_read_their_own(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    for step in (1, 2):
+        sinks = runs / "exp" / "tokens" / f"step-{step:04d}"
+        job = _pi_job(runs, step, sinks)
+        for name in ("a__1", "b__1"):
+            write_trial(job, name, trial_id=f"{step}-{name}")
+            write_sink(sinks, name, [([step], [step * 10 + ord(name[0])], [-0.5])])
+    ingest([runs], tmp_path / "lake")
+    assert _spans(tmp_path / "lake") == {
+        ("step-0001", "a__1"): [[107]],
+        ("step-0001", "b__1"): [[108]],
+        ("step-0002", "a__1"): [[117]],
+        ("step-0002", "b__1"): [[118]],
+    }
+
+
+def test_the_sink_is_named_after_the_trial_dir(tmp_path: Path) -> None:
+    """agents.py derives the sink's name from the logs dir ({trial_dir}/agent), not result.json."""
+    sinks = tmp_path / "sinks"
+    job = _pi_job(tmp_path / "runs", 1, sinks)
+    trial_dir = write_trial(job, "dir-name__1", result_overrides={"trial_name": "recorded__1"})
+    assert trial_dir.name == "dir-name__1"
+    write_sink(sinks, "dir-name__1", RECORDED)
+    write_sink(sinks, "recorded__1", [([7], [7], [-0.7])])
+    ingest([tmp_path / "runs"], tmp_path / "lake")
+    assert _spans(tmp_path / "lake") == {("step-0001", "recorded__1"): [[3], [5, 6]]}
+
+
+def test_a_relative_sink_dir_resolves_under_the_nearest_ancestor_holding_it(
+    tmp_path: Path,
+) -> None:
+    """The collector records run_dir/tokens/step-NNNN, relative when its run dir was."""
+    runs = tmp_path / "work" / "runs"
+    job = _pi_job(runs, 1, "runs/exp/tokens/step-0001")
+    write_trial(job, "t__1")
+    write_sink(runs / "exp" / "tokens" / "step-0001", "t__1", RECORDED)  # under work/
+    write_sink(tmp_path / "runs" / "exp" / "tokens" / "step-0001", "t__1", [([7], [7], [-0.7])])
+    ingest([runs], tmp_path / "lake")
+    assert _spans(tmp_path / "lake") == {("step-0001", "t__1"): [[3], [5, 6]]}  # the nearer one
+    ((sink_dir,),) = connect(tmp_path / "lake").sql("SELECT sink_dir FROM jobs").fetchall()
+    assert sink_dir == str(runs / "exp" / "tokens" / "step-0001")
+
+
+def test_a_missing_sink_dir_is_one_problem_and_sink_root_remaps_it(tmp_path: Path) -> None:
+    recorded = "/nonexistent/old-home/runs/exp/tokens/step-0001"
+    runs = tmp_path / "runs"
+    job = _pi_job(runs, 1, recorded)
+    write_trial(job, "a__1")
+    write_trial(job, "b__1")
+    summary = ingest([runs], tmp_path / "lake")
+    con = connect(tmp_path / "lake")
+    assert summary.problems == 1
+    assert con.sql(
+        "SELECT unit_key, batch, trial_name, path, kind, message FROM problems"
+    ).fetchall() == [
+        (
+            f"job:{job}",
+            "exp/harbor/step-0001/job",
+            None,
+            recorded,
+            "sink_dir_missing",
+            f"job {job} records token_sink_dir {recorded!r}, but no such dir exists (looked for "
+            f"{recorded}); its trials have no spans. If the tree was moved or copied, point at the "
+            "sinks with --sink-root OLD=NEW (OLD: the recorded prefix, NEW: where it is now)",
+        )
+    ]
+    assert con.sql("SELECT DISTINCT spans_status FROM trials").fetchall() == [("sink_dir_missing",)]
+    con.close()
+
+    write_sink(runs / "exp" / "tokens" / "step-0001", "a__1", RECORDED)
+    summary = ingest(
+        [runs], tmp_path / "lake", sink_roots=(("/nonexistent/old-home/runs", str(runs)),)
+    )
+    assert summary.problems == 0 and summary.trials_replaced == 2
+    con = connect(tmp_path / "lake")
+    assert con.sql("SELECT count(*) FROM problems").fetchall() == [(0,)]
+    assert con.sql("SELECT trial_name, spans_status FROM trials ORDER BY 1").fetchall() == [
+        ("a__1", "sink"),
+        ("b__1", "absent"),
+    ]
+
+
+def test_a_copied_tree_reads_its_own_sinks_through_sink_root(tmp_path: Path) -> None:
+    original = tmp_path / "orig" / "runs"
+    sinks = original / "exp" / "tokens" / "step-0001"
+    write_trial(_pi_job(original, 1, sinks), "t__1")
+    write_sink(sinks, "t__1", RECORDED)
+    copy = tmp_path / "copy" / "runs"
+    shutil.copytree(original, copy)
+    write_sink(copy / "exp" / "tokens" / "step-0001", "t__1", [([4], [4], [-0.4])])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "ingest",
+            str(copy),
+            "--lake",
+            str(tmp_path / "lake"),
+            "--sink-root",
+            f"{original}={copy}",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert _spans(tmp_path / "lake") == {("step-0001", "t__1"): [[4]]}
+
+
+def test_sink_root_must_be_old_equals_new(tmp_path: Path) -> None:
+    write_trial(write_job(tmp_path / "runs" / "job"), "t__1")
+    result = CliRunner().invoke(
+        cli, ["ingest", str(tmp_path / "runs"), "--lake", str(tmp_path / "l"), "--sink-root", "x"]
+    )
+    assert result.exit_code == 2
+    assert "--sink-root takes OLD=NEW" in result.output
 
 
 @pytest.mark.parametrize(
@@ -101,9 +218,11 @@ def test_recorded_rollout_details_win_over_a_sink(tmp_path: Path) -> None:
 def test_corrupt_sink_gives_no_spans_and_actionable_problem(
     tmp_path: Path, lines: list[str], advice: str
 ) -> None:
-    runs, sink = _setup(tmp_path, None)
-    (sink / "pi__1.jsonl").write_text("\n".join(lines) + "\n")
-    summary = ingest([runs], tmp_path / "lake", sinks=[sink])
+    sinks = tmp_path / "sinks"
+    write_trial(_pi_job(tmp_path / "runs", 1, sinks), "pi__1")
+    sinks.mkdir()
+    (sinks / "pi__1.jsonl").write_text("\n".join(lines) + "\n")
+    summary = ingest([tmp_path / "runs"], tmp_path / "lake")
     con = connect(tmp_path / "lake")
     assert con.execute("SELECT spans_status, n_spans FROM trials").fetchall() == [
         ("sink_corrupt", 0)
@@ -115,10 +234,11 @@ def test_corrupt_sink_gives_no_spans_and_actionable_problem(
 
 
 def test_editing_a_sink_reingests_the_trial(tmp_path: Path) -> None:
-    runs, sink = _setup(tmp_path, None)
-    (sink / "pi__1.jsonl").write_text(_span(0, [1], [2]) + "\n")
-    ingest([runs], tmp_path / "lake", sinks=[sink])
-    (sink / "pi__1.jsonl").write_text(_span(0, [1], [2]) + "\n" + _span(1, [1, 2, 7], [3]) + "\n")
-    summary = ingest([runs], tmp_path / "lake", sinks=[sink])
+    sinks = tmp_path / "sinks"
+    write_trial(_pi_job(tmp_path / "runs", 1, sinks), "pi__1")
+    write_sink(sinks, "pi__1", RECORDED[:1])
+    ingest([tmp_path / "runs"], tmp_path / "lake")
+    write_sink(sinks, "pi__1", RECORDED)
+    summary = ingest([tmp_path / "runs"], tmp_path / "lake")
     assert summary.trials_replaced == 1
     assert connect(tmp_path / "lake").execute("SELECT n_spans FROM trials").fetchall() == [(2,)]

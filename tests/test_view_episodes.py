@@ -205,6 +205,7 @@ def test_view_is_in_the_duckdb_file_too(tmp_path: Path) -> None:
     path = ensure_duckdb_file(Store(tmp_path / "lake"))
     con = duckdb.connect(str(path), read_only=True)
     try:
+        con.execute("SET file_search_path = ?", [str(tmp_path / "lake")])
         assert con.execute("SELECT agent_turns, tool_calls FROM episodes").fetchall() == [(3, 4)]
     finally:
         con.close()

@@ -69,13 +69,15 @@ def hand_lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
         exception_type="AgentTimeoutError",
         turns=[turn([1], 3)],
     )
-    # t4: int reward 1 passes, no CTRF report, unreadable trace -> unknown, one span of 5
+    # t4: int reward 1 passes, no CTRF report, no episode count -> unknown, one span of 5 (its
+    # unreadable wmo-run.json is ignored: this is the terminus-2 path)
     write_trial(
         job,
         "b__2",
         task_name="demo/b",
         reward=1,
         ctrf=None,
+        n_episodes=None,
         trace='{"stop_reason": ',
         turns=[turn([2], 5)],
     )
@@ -104,6 +106,7 @@ def from_duckdb_file(lake: Path) -> list[dict[str, Any]]:
     """rollout_stats as any DuckDB client sees it: LAKE/lake.duckdb, no wmo_lake involved."""
     con = duckdb.connect(str(lake / DUCKDB_FILE), read_only=True)
     try:
+        con.execute("SET file_search_path = ?", [str(lake)])  # the one thing a client sets
         return rows_as_dicts(con.sql("SELECT * FROM rollout_stats"))
     finally:
         con.close()

@@ -51,6 +51,15 @@ STOP_CASES: dict[str, tuple[dict[str, Any], str | None]] = {
     "episodes-bool": ({"n_episodes": True}, None),
     "episodes-string": ({"n_episodes": "3"}, None),
     "episodes-float": ({"n_episodes": 3.0}, None),
+    # the terminus-2 path ignores a wmo-run.json: reconstructed all the same
+    "trace-ignored": (
+        {"trace": {"stop_reason": "submitted"}, "exception_type": "AgentTimeoutError"},
+        "budget",
+    ),
+    "never-ran": ({"never_ran": True}, "error"),  # EnvironmentStartTimeoutError
+}
+# The pi-bridge path (the job records token_sink_dir): the trace's stop reason, never rebuilt.
+TRACE_CASES: dict[str, tuple[dict[str, Any], str | None]] = {
     "trace-agent": (
         {"trace": {"stop_reason": "no_tool_call"}, "exception_type": "AgentTimeoutError"},
         "no_tool_call",
@@ -60,6 +69,9 @@ STOP_CASES: dict[str, tuple[dict[str, Any], str | None]] = {
     "trace-non-string": ({"trace": {"stop_reason": ["submitted"]}}, None),
     "trace-not-object": ({"trace": ["submitted"]}, None),
     "trace-empty-string": ({"trace": {"stop_reason": ""}}, ""),
+    "no-trace-exception": ({"exception_type": "AgentTimeoutError", "n_episodes": 2}, None),
+    "no-trace-complete": ({"n_episodes": 1, "declared_complete": True}, None),
+    "never-ran": ({"never_ran": True}, None),  # no trace: null, never `error`
 }
 
 
@@ -77,11 +89,18 @@ def cases_lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
     job = write_job(root / "exp/harbor/step-0004/job", max_turns=MAX_TURNS, max_tokens=16)
     for name, (arguments, _) in STOP_CASES.items():
         write_trial(job, f"stop-{name}", **arguments)
-    both = write_trial(job, "stop-trace-both", trace={"stop_reason": "max_turns"})
+    sinks = root.parent / "tokens" / "step-0006"
+    sinks.mkdir(parents=True)
+    pi_job = write_job(
+        root / "exp/harbor/step-0006/job", max_turns=MAX_TURNS, token_sink_dir=str(sinks)
+    )
+    for name, (arguments, _) in TRACE_CASES.items():
+        write_trial(pi_job, f"pi-{name}", **arguments)
+    both = write_trial(pi_job, "stop-trace-both", trace={"stop_reason": "max_turns"})
     (both / "wmo-run.json").write_text(json.dumps({"stop_reason": "submitted"}))
     # agent/wmo-run.json that is a directory is no trace: the root file is read.
     shadow = write_trial(
-        job, "stop-trace-agent-dir", trace={"stop_reason": "budget"}, trace_at_root=True
+        pi_job, "stop-trace-agent-dir", trace={"stop_reason": "budget"}, trace_at_root=True
     )
     (shadow / "agent" / "wmo-run.json").mkdir()
     uncapped = write_job(root / "exp/harbor/step-0005/job")  # records no max_turns
@@ -121,8 +140,36 @@ def records(cases_lake: Path) -> dict[str, dict[str, Any]]:
 
 
 @pytest.mark.parametrize("name", list(STOP_CASES))
-def test_stop_reason(records: dict[str, dict[str, Any]], name: str) -> None:
+def test_stop_reason_terminus_2_path(records: dict[str, dict[str, Any]], name: str) -> None:
     assert records[f"stop-{name}"]["stop_reason"] == STOP_CASES[name][1]
+
+
+@pytest.mark.parametrize("name", list(TRACE_CASES))
+def test_stop_reason_pi_bridge_path(records: dict[str, dict[str, Any]], name: str) -> None:
+    assert records[f"pi-{name}"]["stop_reason"] == TRACE_CASES[name][1]
+
+
+def test_a_never_ran_trial_is_error_on_terminus_2_and_unknown_on_pi_bridge(
+    cases_lake: Path,
+) -> None:
+    rows = query(
+        cases_lake,
+        "SELECT t.trial_name, r.stop_reason, r.stop_source, j.collection_path, s.stop_reason_counts"
+        " FROM trial_stop_reasons AS r JOIN trials AS t USING (trial_key)"
+        " JOIN jobs AS j USING (job_key) JOIN rollout_stats AS s ON s.batch = r.batch"
+        " WHERE t.trial_name LIKE '%never-ran'",
+    )
+    got = {
+        (row["trial_name"], row["stop_reason"], row["stop_source"], row["collection_path"])
+        for row in rows
+    }
+    assert got == {
+        ("stop-never-ran", "error", "reconstructed", "terminus-2"),
+        ("pi-never-ran", None, "trace", "pi-bridge"),
+    }
+    pi_counts = next(r["stop_reason_counts"] for r in rows if r["trial_name"] == "pi-never-ran")
+    # never-ran, the two traceless trials, three unreadable traces and one empty reason
+    assert pi_counts["unknown"] == 7
 
 
 def test_trace_under_agent_wins_over_the_root(records: dict[str, dict[str, Any]]) -> None:
@@ -245,6 +292,7 @@ def test_the_duckdb_file_at_the_lake_root_has_the_same_records(tmp_path: Path) -
     expected = oracle.read_tree(root, settings).records
     con = duckdb.connect(str(tmp_path / "lake" / DUCKDB_FILE), read_only=True)
     try:
+        con.execute("SET file_search_path = ?", [str(tmp_path / "lake")])
         con.execute("SET VARIABLE wmo_reward_key = 'score'")
         con.execute("SET VARIABLE wmo_reward_mode = 'positive-binary'")
         con.execute("SET VARIABLE wmo_max_turns = 3")

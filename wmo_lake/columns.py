@@ -45,7 +45,7 @@ MAP_STRING_STRING = "map<string, string>"
 
 # Bump for a change of extraction the specs do not show (a fixed bug, a new reading of a field):
 # the extract version is this and the specs' digest.
-EXTRACT_LOGIC_VERSION = "2"  # 2: trajectories / steps / tool_calls
+EXTRACT_LOGIC_VERSION = "3"  # 2: trajectories / steps / tool_calls; 3: collection paths
 
 
 @dataclass(frozen=True)
@@ -178,6 +178,26 @@ JOBS = TableSpec(
         Column(
             "result_status", STRING, None, "`<job>/result.json`: `ok`, `absent` or `unreadable`"
         ),
+        Column(
+            "collection_path",
+            STRING,
+            (JOB_CONFIG, "agents[0].kwargs.token_sink_dir"),
+            "`pi-bridge` when that is a non-empty string (upstream agents.py), else `terminus-2` "
+            "(seed 000's two assemblers; see the rules)",
+        ),
+        Column(
+            "token_sink_dir",
+            STRING,
+            (JOB_CONFIG, "agents[0].kwargs.token_sink_dir"),
+            "as recorded (pi-bridge jobs)",
+        ),
+        Column(
+            "sink_dir",
+            STRING,
+            None,
+            "where its sinks were looked for: the recorded dir after `--sink-root`, a relative "
+            "one under the nearest ancestor of the job dir holding it",
+        ),
     ),
 )
 
@@ -194,6 +214,24 @@ TRIALS = TableSpec(
         Column("job_key", STRING, None, "the trial's job (`jobs.job_key`)"),
         TRIAL_NAME,
         Column("task_name", STRING, (RESULT, "task_name"), "as recorded"),
+        Column("trial_uri", STRING, (RESULT, "trial_uri"), "where harbor ran it, as recorded"),
+        Column("source", STRING, (RESULT, "source"), "the dataset it came from, as recorded"),
+        Column("task_checksum", STRING, (RESULT, "task_checksum"), "as recorded"),
+        Column(
+            "task_id_path",
+            STRING,
+            (RESULT, "task_id.path"),
+            "the task id as harbor records it: a local task's path, or the path in a git repo",
+        ),
+        Column("task_id_git_url", STRING, (RESULT, "task_id.git_url"), "a git task's repo"),
+        Column("task_id_git_commit_id", STRING, (RESULT, "task_id.git_commit_id"), "its commit"),
+        Column(
+            "task_id_package",
+            STRING,
+            (RESULT, "task_id.org"),
+            "a package task's `org/name` (`task_id.org`, `task_id.name`)",
+        ),
+        Column("task_id_ref", STRING, (RESULT, "task_id.ref"), "a package task's ref"),
         Column("artifact_dir", STRING, None, "the trial dir"),
         Column("agent_name", STRING, (RESULT, "agent_info.name"), "as recorded"),
         Column("agent_version", STRING, (RESULT, "agent_info.version"), "as recorded"),
@@ -244,8 +282,9 @@ TRIALS = TableSpec(
             "spans_status",
             STRING,
             None,
-            "why it has or lacks spans: `ok`, `empty`, `absent`, `multi_step`, `malformed`, "
-            "`unaligned_turns`, `logprob_mismatch`, `out_of_range`, `sink`, `sink_corrupt`",
+            "why it has or lacks spans: `ok`, `empty`, `absent` (terminus-2: no rollout details; "
+            "pi-bridge: no sink file), `multi_step`, `malformed`, `unaligned_turns`, "
+            "`logprob_mismatch`, `out_of_range`, `sink`, `sink_corrupt`, `sink_dir_missing`",
         ),
         Column("n_spans", INT32, None, "rows in `spans`"),
         Column(
@@ -285,7 +324,12 @@ TRIALS = TableSpec(
             )
             for name in SUMMARY_COUNTS
         ],
-        Column("ctrf_n_tests", INT32, (CTRF, "results.tests"), "its length (null when not a list)"),
+        Column(
+            "ctrf_n_tests",
+            INT32,
+            (CTRF, "results.tests"),
+            "its length (0 when absent; null when the report is not `ok`)",
+        ),
         Column("result_bytes", INT64, None, "the size of result.json"),
     ),
 )
@@ -335,8 +379,8 @@ SPANS = TableSpec(
             "source",
             STRING,
             None,
-            "`rollout_details`, or `sink` (`{SINK}/{trial_name}.jsonl`, read when result.json "
-            "records no rollout details)",
+            "`rollout_details` (terminus-2 path) or `sink` (pi-bridge path: "
+            "`{token_sink_dir}/{trial dir name}.jsonl`)",
         ),
     ),
 )
@@ -369,7 +413,8 @@ STOP_REASONS = TableSpec(
             "has_trace",
             BOOL,
             None,
-            "a `wmo-run.json` exists (`agent/` first, then the trial root)",
+            "a `wmo-run.json` exists (`agent/` first, then the trial root); read on the pi-bridge "
+            "path only",
         ),
         Column("trace_path", STRING, None, "which one"),
         Column("trace_stop_reason", STRING, ("wmo-run.json", "stop_reason"), "when a string"),

@@ -2,8 +2,11 @@
 
 A *trial dir* is a directory whose `result.json` is a TrialResult (it has `trial_name`); a
 directory whose `config.json` is trial-shaped is one even when its result is missing (an
-*unreadable trial*). Its *job dir* is its parent. Discovery reads only the small `config.json`;
-whether a `result.json` really is a trial is decided when it is parsed.
+*unreadable trial*). Its *job dir* is its parent. A directory with harbor's JobConfig
+`config.json` (or only a JobResult `result.json`) is a job dir even with no trials (an empty
+batch). Discovery reads only the small `config.json`s; whether a `result.json` really is a trial
+is decided when it is parsed. Each job's collection path and sink dir come from its config
+(`wmo_lake/collection.py`).
 """
 
 from __future__ import annotations
@@ -12,21 +15,34 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from wmo_lake.jsonfile import read_json
+from wmo_lake.collection import (
+    PI_BRIDGE,
+    TERMINUS_2,
+    SinkDir,
+    SinkRoots,
+    collection_path,
+    resolve_sink_dir,
+)
+from wmo_lake.jsonfile import decode, read_bytes, read_json
 
 _STEP = re.compile(r"^step-(\d+)$")
+JOB_RESULT_PEEK_BYTES = 2**20  # a JobResult is small; a bigger result.json is a trial's
 
 
 @dataclass(frozen=True)
 class Job:
-    """A job dir and the labels derived from where it sits."""
+    """A job dir, the labels derived from where it sits, and how its trials were collected."""
 
     path: Path
     real: str
     batch: str
     run: str | None
     step: int | None
+    collection_path: str = TERMINUS_2
+    token_sink_dir: str | None = None  # as recorded in config.json (pi-bridge jobs)
+    sink: SinkDir | None = None  # where its sinks are, resolved
 
     @property
     def key(self) -> str:
@@ -54,10 +70,10 @@ class TrialTask:
     step: int | None
     job_key: str
     trial_shaped_config: bool
-    sinks: tuple[str, ...] = ()
+    owner: Job | None = None  # its job, with the collection path and sink dir
 
     @classmethod
-    def of(cls, candidate: Candidate, sinks: tuple[str, ...]) -> TrialTask:
+    def of(cls, candidate: Candidate) -> TrialTask:
         job = candidate.job
         return cls(
             str(candidate.path),
@@ -67,13 +83,28 @@ class TrialTask:
             job.step,
             job.key,
             candidate.trial_shaped_config,
-            sinks,
+            job,
         )
 
     @property
     def job(self) -> Job:
+        if self.owner is not None:
+            return self.owner
         parent = Path(self.path).parent
         return Job(parent, os.path.realpath(parent), self.batch, self.run, self.step)
+
+    @property
+    def collection_path(self) -> str:
+        return self.job.collection_path
+
+    @property
+    def sink_file(self) -> Path | None:
+        """`{sink dir}/{trial dir name}.jsonl` for a pi-bridge trial (agents.py names the sink
+        after the trial dir), else None."""
+        job = self.job
+        if job.collection_path != PI_BRIDGE or job.sink is None:
+            return None
+        return Path(job.sink.path) / f"{Path(self.path).name}.jsonl"
 
 
 @dataclass(frozen=True)
@@ -87,10 +118,13 @@ class WalkProblem:
 class Discovery:
     candidates: list[Candidate] = field(default_factory=list)
     problems: list[WalkProblem] = field(default_factory=list)
+    jobs: list[Job] = field(default_factory=list)  # job-shaped dirs (with trials or without)
 
 
 def job_labels(job_dir: Path, root: Path) -> tuple[str, str | None, int | None]:
-    """(batch, run, step) for a job dir found under `root` (see the README's discovery rules)."""
+    """(batch, run, step) for a job dir found under `root` (see the README's discovery rules).
+    Under `<run>/harbor/step-NNNN/`, batch is anchored at the run dir whatever `root` is, so a
+    step ingested alone and later with its whole run keeps its label."""
     absolute = Path(os.path.abspath(job_dir))
     root_abs = Path(os.path.abspath(root))
     parts = absolute.parts
@@ -125,22 +159,77 @@ def _run_anchor(parts: tuple[str, ...]) -> int | None:
     return None
 
 
-def _is_trial_config(path: Path) -> bool:
-    doc = read_json(path)
-    return isinstance(doc, dict) and "trial_name" in doc
+def _is_job_config(doc: Any) -> bool:
+    """harbor's JobConfig (trial configs carry `trial_name`; defaults may be omitted)."""
+    return (
+        isinstance(doc, dict)
+        and "trial_name" not in doc
+        and any(key in doc for key in ("job_name", "jobs_dir", "agents"))
+    )
 
 
-def discover(root: Path) -> Discovery:
-    """Every trial candidate under `root` (root itself included), depth-first, in name order."""
+def _is_job_result(path: Path) -> bool:
+    """A small result.json that is harbor's JobResult (`n_total_trials` and `stats`)."""
+    try:
+        if path.stat().st_size > JOB_RESULT_PEEK_BYTES:
+            return False
+    except OSError:
+        return False
+    data = read_bytes(path)
+    doc = decode(data, path) if isinstance(data, bytes) else None
+    return (
+        isinstance(doc, dict)
+        and "trial_name" not in doc
+        and "n_total_trials" in doc
+        and "stats" in doc
+    )
+
+
+def _is_utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # undecodable bytes, kept by Python as lone surrogates
+        return False
+    return True
+
+
+def _printable(path: str) -> str:
+    """A path whose name is not UTF-8, with the bad bytes as \\xNN escapes (storable text)."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def _not_utf8_name(path: str) -> WalkProblem:
+    shown = _printable(path)
+    return WalkProblem(
+        shown,
+        "not_utf8_name",
+        f"directory name {shown} is not valid UTF-8 (bad bytes shown as \\xNN); it was not "
+        "walked. Rename it (e.g. with convmv) and ingest again",
+    )
+
+
+def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
+    """Every trial candidate and job dir under `root` (root itself included), depth-first, in
+    name order."""
     found = Discovery()
     jobs: dict[Path, Job] = {}
+    configs: dict[Path, Any] = {}  # the job configs read during the walk
 
-    def job_for(trial_dir: Path) -> Job:
-        job_dir = trial_dir.parent
+    def job_at(job_dir: Path) -> Job:
         if job_dir not in jobs:
             batch, run, step = job_labels(job_dir, root)
-            jobs[job_dir] = Job(job_dir, os.path.realpath(job_dir), batch, run, step)
+            config = configs.get(job_dir)
+            if config is None:
+                config = read_json(job_dir / "config.json")
+            path, recorded = collection_path(config)
+            sink = None if recorded is None else resolve_sink_dir(recorded, job_dir, sink_roots)
+            jobs[job_dir] = Job(
+                job_dir, os.path.realpath(job_dir), batch, run, step, path, recorded, sink
+            )
         return jobs[job_dir]
+
+    def job_for(trial_dir: Path) -> Job:
+        return job_at(trial_dir.parent)
 
     if not root.is_dir():
         found.problems.append(
@@ -174,6 +263,10 @@ def discover(root: Path) -> Discovery:
                 for entry in entries:
                     names.add(entry.name)
                     try:
+                        if not _is_utf8(entry.name):
+                            if entry.is_dir():
+                                found.problems.append(_not_utf8_name(entry.path))
+                            continue
                         if entry.is_dir():
                             subdirs.append((entry.is_symlink(), entry.name, Path(entry.path)))
                     except OSError:
@@ -187,8 +280,17 @@ def discover(root: Path) -> Discovery:
                 )
             )
             continue
-        trial_config = "config.json" in names and _is_trial_config(directory / "config.json")
-        if trial_config or "result.json" in names:
+        config = read_json(directory / "config.json") if "config.json" in names else None
+        trial_config = isinstance(config, dict) and "trial_name" in config
+        if _is_job_config(config):
+            configs[directory] = config  # its trials, walked next, read it from here
+        if _is_job_config(config) or (
+            "config.json" not in names
+            and "result.json" in names
+            and _is_job_result(directory / "result.json")
+        ):
+            found.jobs.append(job_at(directory))
+        elif trial_config or "result.json" in names:
             found.candidates.append(Candidate(directory, real, job_for(directory), trial_config))
             if trial_config:
                 continue  # a trial dir holds no trials

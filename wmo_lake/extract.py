@@ -14,6 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from wmo_lake.collection import PI_BRIDGE
 from wmo_lake.discover import Job, TrialTask, WalkProblem
 from wmo_lake.jsonfile import ReadFailure, read_bytes, read_json
 from wmo_lake.pending import PendingRows
@@ -146,17 +147,13 @@ def extract_trial(task: TrialTask) -> Extracted:
     fields = Fields(doc, result_path, problems)
     row = trials.row(fields)
 
-    found = spans.from_rollout_details(
-        doc.get("agent_result"), doc.get("step_results"), result_path, problems
-    )
-    if found is None:
-        sink = spans.find_sink([Path(s) for s in task.sinks], trial_name)
-        if sink is None:
-            found = spans.Spans(spans.ABSENT, [])
-        else:
-            from wmo_lake.tables.sink import from_sink
-
-            found = from_sink(sink, problems)
+    pi_bridge = task.collection_path == PI_BRIDGE
+    if pi_bridge:  # spans only from the trial's own sink (seed 000 `load_trial_spans`)
+        found = _sink_spans(task, problems)
+    else:  # terminus-2: only from the result's rollout_details (`load_trial_rollout_spans`)
+        found = spans.from_rollout_details(
+            doc.get("agent_result"), doc.get("step_results"), result_path, problems
+        ) or spans.Spans(spans.ABSENT, [])
     try:
         span_table = spans.table(found, key, task.batch, trial_name)
     except (OverflowError, pa.ArrowInvalid) as error:
@@ -171,7 +168,8 @@ def extract_trial(task: TrialTask) -> Extracted:
 
     report = ctrf_tests.read_report(trial_dir, problems)
     trajectory_status, trajectory = _read_trajectory(trial_dir, problems)
-    trace = stop_reasons.read_trace(trial_dir, problems)
+    # The trace is the pi-bridge path's stop reason; terminus-2's is reconstructed, trace or not.
+    trace = stop_reasons.read_trace(trial_dir, problems) if pi_bridge else stop_reasons.Trace()
     identity = {"trial_key": key, "batch": task.batch, "trial_name": trial_name}
     row.update(
         identity,
@@ -206,6 +204,20 @@ def extract_trial(task: TrialTask) -> Extracted:
         **_problem_table(problems),
     }
     return Extracted(TRIAL, key, trial_name, {k: v for k, v in tables.items() if v.num_rows})
+
+
+def _sink_spans(task: TrialTask, problems: ProblemLog) -> spans.Spans:
+    """A pi-bridge trial's spans: `{sink dir}/{trial dir name}.jsonl`; none when its job's sink
+    dir is missing (the job's problem says so) or the trial wrote no sink (it never sampled)."""
+    sink = task.job.sink
+    sink_file = task.sink_file
+    if sink is None or not sink.exists or sink_file is None:
+        return spans.Spans(spans.SINK_DIR_MISSING, [])
+    if not sink_file.is_file():
+        return spans.Spans(spans.ABSENT, [])
+    from wmo_lake.tables.sink import from_sink
+
+    return from_sink(sink_file, problems)
 
 
 def _read_trajectory(trial_dir: Path, problems: ProblemLog) -> tuple[str, Any]:

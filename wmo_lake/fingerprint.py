@@ -40,12 +40,19 @@ def _digest(parts: Iterable[str]) -> str:
     return hashlib.sha1("\x00".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def trial_fingerprint(candidate: Candidate, sinks: tuple[str, ...]) -> str:
+def _collection(job: Job) -> list[str]:
+    """How a job's trials are read: its collection path and where its sinks are."""
+    sink = job.sink
+    return [job.collection_path, str(job.token_sink_dir), str(sink and (sink.path, sink.exists))]
+
+
+def trial_fingerprint(candidate: Candidate) -> str:
     """What decides whether a trial dir must be re-read: its files' sizes and mtimes, the
-    trajectories beside them, its sink files, and the labels it would be stored under."""
+    trajectories beside them, its sink file, its job's collection path, and the labels it would
+    be stored under."""
     job = candidate.job
     directory = candidate.path
-    parts = [EXTRACT_VERSION, job.batch, str(job.run), str(job.step), *sinks]
+    parts = [EXTRACT_VERSION, job.batch, str(job.run), str(job.step), *_collection(job)]
     parts += [f"{name}={_stat_token(directory / name)}" for name in TRIAL_FILES]
     try:
         agent_files = sorted(
@@ -54,18 +61,20 @@ def trial_fingerprint(candidate: Candidate, sinks: tuple[str, ...]) -> str:
     except OSError:
         agent_files = []
     parts += [f"agent/{name}={_stat_token(directory / 'agent' / name)}" for name in agent_files]
-    parts += [f"sink={_stat_token(Path(s) / f'{directory.name}.jsonl')}" for s in sinks]
+    if job.sink is not None:
+        parts.append(f"sink={_stat_token(Path(job.sink.path) / f'{directory.name}.jsonl')}")
     return _digest(parts)
 
 
 def job_fingerprint(job: Job) -> str:
-    """A job dir's: its config.json and result.json, and its labels."""
+    """A job dir's: its config.json and result.json, its labels, and where its sinks are."""
     return _digest(
         [
             EXTRACT_VERSION,
             job.batch,
             str(job.run),
             str(job.step),
+            *_collection(job),
             _stat_token(job.path / "config.json"),
             _stat_token(job.path / "result.json"),
         ]

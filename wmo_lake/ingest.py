@@ -12,18 +12,19 @@ summary; it builds no rows itself (`wmo_lake/extract.py` does) and writes no fil
 
 from __future__ import annotations
 
-import os
 import secrets
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from wmo_lake.collection import SinkRoots
 from wmo_lake.discover import Candidate, Job, TrialTask, WalkProblem, discover
 from wmo_lake.fingerprint import job_fingerprint, trial_fingerprint, walk_fingerprint
 from wmo_lake.readers import Readers
 from wmo_lake.store import (
+    DUPLICATE,
     JOB,
     TRIAL,
     UNREADABLE,
@@ -58,6 +59,7 @@ class IngestSummary:
     pruned: list[str] = field(default_factory=list)  # their dirs
     dry_run: bool = False
     would_read: int = 0  # --dry-run: the dirs an ingest would read
+    paths_without_trials: list[str] = field(default_factory=list)  # PATHs that held no trial dir
 
     def line(self) -> str:
         trials = self.trials_new + self.trials_replaced + self.trials_unchanged
@@ -84,32 +86,36 @@ def ingest(
     paths: list[Path],
     lake: Path,
     *,
-    sinks: Iterable[Path] = (),
+    sink_roots: SinkRoots = (),
     workers: int | None = None,
     progress: Progress | None = None,
     on_wait: Callable[[str], None] | None = None,
     prune: bool = False,
     dry_run: bool = False,
 ) -> IngestSummary:
-    """Ingest run trees into `lake`; see the module docstring. `prune`: also drop what the lake
-    holds from under these PATHs whose dirs are gone (trials, unreadable trials, jobs, walk
+    """Ingest run trees into `lake`; see the module docstring. `sink_roots`: (OLD, NEW) prefix
+    remaps of the recorded token_sink_dirs (`--sink-root OLD=NEW`). `prune`: also drop what the
+    lake holds from under these PATHs whose dirs are gone (trials, unreadable trials, jobs, walk
     problems). `dry_run`: change nothing; the summary says what would be read and pruned."""
     started = time.perf_counter()
     store = Store(lake)
-    sink_dirs = tuple(os.path.abspath(s) for s in sinks)
     with store.lock(on_wait):
         update = LakeUpdate(store, store.read_manifest())
         candidates: dict[str, tuple[Candidate, str]] = {}  # real path -> (candidate, fingerprint)
         walk_problems: list[WalkProblem] = []
+        under: dict[str, list[str]] = {}  # PATH -> the real paths of the candidates under it
         for path in paths:
-            found = discover(path)
+            found = discover(path, sink_roots)
             walk_problems += found.problems
+            under[str(path)] = [candidate.real for candidate in found.candidates]
+            for job in found.jobs:  # job dirs with no trials are batches too (empty ones)
+                update.jobs.setdefault(job.real, job)
             for candidate in found.candidates:
                 if candidate.real not in candidates:
-                    fingerprint = trial_fingerprint(candidate, sink_dirs)
+                    fingerprint = trial_fingerprint(candidate)
                     candidates[candidate.real] = (candidate, fingerprint)
         tasks = [
-            TrialTask.of(candidate, sink_dirs)
+            TrialTask.of(candidate)
             for candidate, fingerprint in candidates.values()
             if not update.unchanged(candidate, fingerprint)
         ]
@@ -120,7 +126,8 @@ def ingest(
                 update.catalog,
                 paths,
                 set(candidates),
-                {candidate.job.key for candidate, _ in candidates.values()},
+                {job.key for job in update.jobs.values()}  # empty job dirs are found too
+                | {candidate.job.key for candidate, _ in candidates.values()},
                 {f"walk:{problem.path}" for problem in walk_problems},
             )
             update.prune(gone, dry_run=dry_run)
@@ -144,6 +151,11 @@ def ingest(
             for problem in walk_problems:
                 update.add_walk_problem(problem)
             update.finish()
+            update.summary.paths_without_trials = [
+                path
+                for path, reals in under.items()
+                if not any(update.holds_trial(real) for real in reals)
+            ]
         except BaseException:
             if update.commit is not None:
                 update.commit.abort()
@@ -248,6 +260,11 @@ class LakeUpdate:
         self.catalog[task.real] = CatalogEntry(
             task.real, key, kind, task.job_key, task.batch, fingerprint, extracted.n_problems
         )
+
+    def holds_trial(self, real: str) -> bool:
+        """Whether the dir at `real` is a trial dir (readable or not), after this ingest."""
+        entry = self.catalog.get(real)
+        return entry is not None and entry.kind in (TRIAL, UNREADABLE, DUPLICATE)
 
     def _append(self, extracted: Extracted) -> None:
         for table, rows in extracted.tables.items():

@@ -2,7 +2,9 @@
 
 - `LAKE/lake.duckdb`: a database file any DuckDB client can open (`duckdb lake/lake.duckdb`),
   rebuilt at every commit. Its table views must name their files in SQL (DuckDB cannot bind
-  parameters in DDL), so that one place quotes them with `sql_string`.
+  parameters in DDL), so that one place quotes them with `sql_string`; they name them relative to
+  the lake dir, so the lake can be moved or copied (a client sets `file_search_path` to the lake
+  dir, or runs from inside it).
 - `connect(lake)` (the CLI and the Python API) opens that file read-only, or, when it is stale,
   a private copy built the same way: every connection is read-only by how it is opened.
 """
@@ -221,9 +223,21 @@ def connect(
     if con is None:
         con = connect_private_copy(store, manifest)
     apply_engine_config(con)
+    # Both doors' views name their files relative to the lake dir, wherever that is now (the
+    # setting is per connection: lake.duckdb does not keep it).
+    root = str(store.root.resolve())
+    con.execute("SET file_search_path = ?", [root])
     if files_only:
-        # every live segment, from the manifest (not wmo_lake.tables: that would load pyarrow)
-        live = [str(p.resolve()) for name in manifest.tables for p in store.files(manifest, name)]
+        # every live segment, from the manifest (not wmo_lake.tables: that would load pyarrow),
+        # as DuckDB opens it (the search path joined with its relative name) and resolved
+        live = list(
+            dict.fromkeys(
+                path
+                for rels in manifest.tables.values()
+                for rel in rels
+                for path in (os.path.join(root, rel), str((store.root / rel).resolve()))
+            )
+        )
         con.execute("SET allowed_paths = ?", [live + list(writable or [])])
         con.execute("SET enable_external_access = false")  # DuckDB refuses to turn it back on
     set_settings(con, settings or {})
@@ -290,10 +304,14 @@ def _build_duckdb_file(store: Store, manifest: Manifest, path: Path, stamp: str)
     path.unlink(missing_ok=True)
     con = duckdb.connect(str(path))
     try:
+        # Views name their files relative to the lake dir (never an absolute path), so a moved or
+        # copied lake reads its own files: a client sets file_search_path to the lake dir (connect()
+        # does), or runs from inside it.
+        con.execute("SET file_search_path = ?", [str(store.root.resolve())])
         con.execute("CREATE TABLE _wmo_lake(stamp VARCHAR)")
         con.execute("INSERT INTO _wmo_lake VALUES (?)", [stamp])
         for name in TABLES:
-            files = ", ".join(sql_string(str(p.resolve())) for p in store.files(manifest, name))
+            files = ", ".join(sql_string(rel) for rel in manifest.tables.get(name, []))
             if not files:  # a lake written before this table existed: empty until an ingest
                 con.register(f"_empty_{name}", TABLES[name].schema.empty_table())
                 con.execute(f"CREATE TABLE {name} AS SELECT * FROM _empty_{name}")

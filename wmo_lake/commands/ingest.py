@@ -14,17 +14,42 @@ from wmo_lake.commands.options import fail, lake_hint, lake_option
 from wmo_lake.store import LakeError
 
 
+def _sink_roots(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> tuple[tuple[str, str], ...]:
+    from wmo_lake.collection import parse_sink_root
+
+    try:
+        return tuple(parse_sink_root(value) for value in values)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+
+
+def _existing_dirs(
+    ctx: click.Context, param: click.Parameter, values: tuple[Path, ...]
+) -> tuple[Path, ...]:
+    for path in values:
+        if not path.exists():
+            raise click.BadParameter(
+                f"{path} does not exist; give the run tree to read (a runs dir, a run, a step "
+                "dir or a job dir)"
+            )
+        if not path.is_dir():
+            raise click.BadParameter(f"{path} is a file; give the directory that holds it")
+    return values
+
+
 @click.command()
-@click.argument(
-    "paths", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path)
-)
+@click.argument("paths", nargs=-1, required=True, type=Path, callback=_existing_dirs)
 @lake_option
 @click.option(
-    "--sinks",
+    "--sink-root",
+    "sink_roots",
     multiple=True,
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="A pi-bridge token sink dir ({SINK}/{trial_name}.jsonl); repeatable. Read for trials "
-    "whose result.json records no rollout details.",
+    metavar="OLD=NEW",
+    callback=_sink_roots,
+    help="Read the pi-bridge token sinks a job config records under OLD (its token_sink_dir "
+    "prefix) from NEW instead: for a tree moved or copied since it ran. Repeatable.",
 )
 @click.option(
     "--workers",
@@ -34,7 +59,11 @@ from wmo_lake.store import LakeError
     "read; below that one process is faster].",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-@click.option("--strict", is_flag=True, help="Exit 1 when any problem was recorded.")
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Exit 1 when any problem was recorded or a PATH held no trial dirs.",
+)
 @click.option(
     "--prune",
     is_flag=True,
@@ -50,7 +79,7 @@ def ingest(
     ctx: click.Context,
     paths: tuple[Path, ...],
     lake: Path,
-    sinks: tuple[Path, ...],
+    sink_roots: tuple[tuple[str, str], ...],
     workers: int | None,
     as_json: bool,
     strict: bool,
@@ -60,15 +89,20 @@ def ingest(
     """Read harbor run trees into the lake.
 
     PATH is searched at any depth for trial dirs (a dir whose result.json is a TrialResult);
-    each trial's parent is its job dir, and its batch is the job dir's path relative to PATH.
-    Re-ingesting is cheap: unchanged trial dirs are not parsed, changed ones replace their rows,
-    and nothing is counted twice. What cannot be read is recorded in the `problems` table.
+    each trial's parent is its job dir. A job dir's batch is `<run>/harbor/step-NNNN/<job>` when
+    it lies under a run's harbor/step-NNNN/ dir (whatever PATH was), else its path relative to
+    PATH. Each job is read on its collection path: pi-bridge when its config records a
+    token_sink_dir (spans from that dir's {trial}.jsonl), terminus-2 otherwise (spans from
+    result.json). Re-ingesting is cheap: unchanged trial dirs are not parsed, changed ones
+    replace their rows, and nothing is counted twice. What cannot be read is recorded in the
+    `problems` table.
 
     \b
     Examples:
       wmo-lake ingest runs/
-      wmo-lake ingest runs/exp1 --lake /data/lake --sinks runs/exp1/sinks
-      wmo-lake ingest runs/ --json --strict      # for scripts: exit 1 on any problem
+      wmo-lake ingest runs/exp1/harbor/step-0007 --lake /data/lake
+      wmo-lake ingest copy/runs --sink-root /home/me/runs=copy/runs   # sinks moved with the tree
+      wmo-lake ingest runs/ --json --strict      # for scripts: exit 1 on any problem or warning
       wmo-lake ingest runs/ --prune --dry-run    # which trials' dirs are gone from runs/?
       wmo-lake ingest runs/ --prune              # drop them (one atomic generation)
     """
@@ -90,7 +124,7 @@ def ingest(
         summary = run_ingest(
             list(paths),
             lake,
-            sinks=sinks,
+            sink_roots=sink_roots,
             workers=workers,
             progress=progress,
             on_wait=lambda message: click.echo(message, err=True),
@@ -105,6 +139,8 @@ def ingest(
     finally:
         if bar is not None:
             bar.__exit__(None, None, None)
+    for path in summary.paths_without_trials:
+        click.echo(f"warning: no trial dirs under {path}", err=True)
     if as_json:
         click.echo(json.dumps(summary.as_dict(), indent=2))
     else:
@@ -115,5 +151,5 @@ def ingest(
         if summary.problems:
             query = shlex.quote("SELECT kind, path, message FROM problems")
             click.echo(f"see them: wmo-lake sql{lake_hint(ctx, lake)} {query}", err=True)
-    if strict and summary.problems:
+    if strict and (summary.problems or summary.paths_without_trials):
         sys.exit(1)

@@ -256,9 +256,10 @@ def _chunks(sizes: list[tuple[str, int]]) -> list[list[str]]:
     """Consecutive trials grouped so each group's estimated text stays under CHUNK_TEXT_BYTES
     (a trial larger than that is a group of its own)."""
     chunks: list[list[str]] = []
-    total = CHUNK_TEXT_BYTES
+    total = 0
     for trial_key, text_bytes in sizes:
-        if total + (text_bytes or 0) > CHUNK_TEXT_BYTES:
+        # a first trial with no text at all (empty, null or absent messages) still opens a chunk
+        if not chunks or total + (text_bytes or 0) > CHUNK_TEXT_BYTES:
             chunks.append([])
             total = 0
         chunks[-1].append(trial_key)

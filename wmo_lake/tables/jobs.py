@@ -38,6 +38,7 @@ def row(job: Job, problems: ProblemLog) -> dict[str, Any]:
         agent = None
     first = Fields(agent, config.path, problems)
     kwargs = first.obj("kwargs")
+    check_sink_dir(job, problems)
     return {
         "job_key": job.key,
         "batch": job.batch,
@@ -61,4 +62,21 @@ def row(job: Job, problems: ProblemLog) -> dict[str, Any]:
         "n_total_trials": result.int("n_total_trials"),
         "config_status": config_status,
         "result_status": result_status,
+        "collection_path": job.collection_path,
+        "token_sink_dir": job.token_sink_dir,
+        "sink_dir": None if job.sink is None else job.sink.path,
     }
+
+
+def check_sink_dir(job: Job, problems: ProblemLog) -> None:
+    """A pi-bridge job whose sink dir does not exist: one problem, naming it and the option."""
+    sink = job.sink
+    if sink is not None and not sink.exists:
+        problems.add(
+            "sink_dir_missing",
+            sink.path,
+            f"job {job.path} records token_sink_dir {job.token_sink_dir!r}, but no such dir "
+            f"exists (looked for {sink.looked_in}); its trials have no spans. If the tree was "
+            "moved or copied, point at the sinks with --sink-root OLD=NEW (OLD: the recorded "
+            "prefix, NEW: where it is now)",
+        )

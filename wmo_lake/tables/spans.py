@@ -1,8 +1,9 @@
 """`spans`: one row per sampled turn of a trial's training evidence (seed 000).
 
-Two sources, one shape. harbor's `agent_result.rollout_details` (only the FIRST segment is the
-main agent's chat; the rest are subagents), or, when the result records no rollout details, the
-WMO pi-bridge sink `{SINK}/{trial_name}.jsonl`. A trial whose lists cannot be trusted gets NO span
+Two sources, one shape, chosen per job (wmo_lake/collection.py): harbor's
+`agent_result.rollout_details` on the terminus-2 path (only the FIRST segment is the main agent's
+chat; the rest are subagents), the WMO pi-bridge sink `{token_sink_dir}/{trial}.jsonl` on the
+pi-bridge path. A trial whose lists cannot be trusted gets NO span
 rows (never a partial episode) and a `spans_status` saying why.
 
 Storage does not repeat prompts: harbor records each turn's full prompt, so a 30-turn episode holds
@@ -36,6 +37,7 @@ LOGPROB_MISMATCH = "logprob_mismatch"
 OUT_OF_RANGE = "out_of_range"
 SINK = "sink"
 SINK_CORRUPT = "sink_corrupt"
+SINK_DIR_MISSING = "sink_dir_missing"
 
 
 @dataclass
@@ -99,7 +101,7 @@ def _float_lists(value: object) -> list[list[float]] | None:
 def from_rollout_details(
     agent_result: Any, step_results: Any, path: Path, problems: ProblemLog
 ) -> Spans | None:
-    """Spans from `agent_result.rollout_details`; None when the result records none (try a sink)."""
+    """Spans from `agent_result.rollout_details`; None when the result records none."""
     if not isinstance(agent_result, dict):
         return Spans(MULTI_STEP, []) if step_results else None
     details = agent_result.get("rollout_details")
@@ -220,7 +222,10 @@ def _from_raw_detail(detail: RawDetail, path: Path, problems: ProblemLog) -> Spa
         if not len(prompts_raw) == len(completions) == len(logprobs):
             for raw in prompts_raw:  # a malformed prompt outranks unaligned turns
                 _parse_ints(_items(raw))
-            return _checked_turns([], completions, [], path, problems)  # reports unaligned
+            # the checked path's report, from the same counts (the lists' contents are not read)
+            return _checked_turns(
+                [[]] * len(prompts_raw), completions, [[]] * len(logprobs), path, problems
+            )
         turns: list[StoredTurn] = []
         previous_text = b""  # previous prompt items + "," + previous sampled items
         previous_items = b""
@@ -277,15 +282,6 @@ def _from_raw_checked(detail: RawDetail, path: Path, problems: ProblemLog) -> Sp
         path,
         problems,
     )
-
-
-def find_sink(sinks: list[Path], trial_name: str) -> Path | None:
-    """The first `{SINK}/{trial_name}.jsonl` that exists among the given sink dirs."""
-    for sink in sinks:
-        candidate = sink / f"{trial_name}.jsonl"
-        if candidate.is_file():
-            return candidate
-    return None
 
 
 def _shared_prefix(prompt: list[int], previous: list[int]) -> int:

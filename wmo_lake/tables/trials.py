@@ -45,6 +45,12 @@ def rewards(doc: Fields) -> list[tuple[str, str]] | None:
     return [(str(key), to_json_text(value)) for key, value in values.items()]
 
 
+def _package(doc: Fields) -> str | None:
+    """A package task id's `org/name` (harbor's PackageTaskId.get_name())."""
+    org, name = doc.str("task_id", "org"), doc.str("task_id", "name")
+    return None if org is None or name is None else f"{org}/{name}"
+
+
 def row(doc: Fields) -> dict[str, Any]:
     """The `trials` columns read from result.json; the caller adds identity and lake columns."""
     started = parse_time(doc.str("started_at"))
@@ -59,6 +65,14 @@ def row(doc: Fields) -> dict[str, Any]:
     return {
         "trial_id": doc.str("id"),
         "task_name": doc.str("task_name"),
+        "trial_uri": doc.str("trial_uri"),
+        "source": doc.str("source"),
+        "task_checksum": doc.str("task_checksum"),
+        "task_id_path": doc.str("task_id", "path"),
+        "task_id_git_url": doc.str("task_id", "git_url"),
+        "task_id_git_commit_id": doc.str("task_id", "git_commit_id"),
+        "task_id_package": _package(doc),
+        "task_id_ref": doc.str("task_id", "ref"),
         "agent_name": doc.str("agent_info", "name"),
         "agent_version": doc.str("agent_info", "version"),
         "model_name": doc.str("agent_info", "model_info", "name"),

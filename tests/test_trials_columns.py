@@ -1,0 +1,201 @@
+"""Every `trials` and `stop_reasons` column that comes from result.json, as the typed msgspec
+decode fills it, equals a plain `json.loads` reading of the same file: on the real harbor output,
+on generated trees of every odd shape, and on git and package task ids. A column added to either
+table without a reading here fails the coverage check."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harbor_shapes import write_job, write_trial
+from treegen import generate_tree
+
+from wmo_lake.ingest import ingest
+from wmo_lake.lake import connect
+from wmo_lake.tables import TABLES, ctrf_tests
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "harbor"
+PHASES = ("environment_setup", "agent_setup", "agent_execution", "verifier")
+# Columns that do not come from result.json (labels, other files, the lake's own reading).
+NOT_FROM_RESULT = {
+    "trials": {
+        "trial_key",
+        "batch",
+        "run",
+        "step",
+        "job_key",
+        "artifact_dir",
+        "spans_status",
+        "n_spans",
+        *(name for name, _ in ctrf_tests.TRIAL_COLUMNS),
+    },
+    "stop_reasons": {
+        "trial_key",
+        "batch",
+        "trajectory_status",
+        "declared_complete",
+        "has_trace",
+        "trace_path",
+        "trace_stop_reason",
+    },
+}
+
+
+def _get(doc: Any, *keys: str) -> Any:
+    for key in keys:
+        doc = doc.get(key) if isinstance(doc, dict) else None
+    return doc
+
+
+def _str(doc: Any, *keys: str) -> str | None:
+    value = _get(doc, *keys)
+    return value if isinstance(value, str) else None
+
+
+def _int(doc: Any, *keys: str) -> int | None:
+    value = _get(doc, *keys)
+    ok = isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
+    return value if ok else None
+
+
+def _number(doc: Any, *keys: str) -> float | None:
+    value = _get(doc, *keys)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _time(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
+
+
+def _seconds(doc: Any, phase: str) -> float | None:
+    start, end = _time(_get(doc, phase, "started_at")), _time(_get(doc, phase, "finished_at"))
+    return None if start is None or end is None else (end - start).total_seconds()
+
+
+def expected_trial(path: Path) -> dict[str, Any]:
+    """The result.json columns of `trials`, read with json.loads and nothing of wmo_lake."""
+    data = path.read_bytes()
+    doc = json.loads(data)
+    rewards = _get(doc, "verifier_result", "rewards")
+    details = _get(doc, "agent_result", "rollout_details")
+    org, name = _str(doc, "task_id", "org"), _str(doc, "task_id", "name")
+    return {
+        "trial_id": _str(doc, "id"),
+        "trial_name": _str(doc, "trial_name"),
+        "task_name": _str(doc, "task_name"),
+        "trial_uri": _str(doc, "trial_uri"),
+        "source": _str(doc, "source"),
+        "task_checksum": _str(doc, "task_checksum"),
+        "task_id_path": _str(doc, "task_id", "path"),
+        "task_id_git_url": _str(doc, "task_id", "git_url"),
+        "task_id_git_commit_id": _str(doc, "task_id", "git_commit_id"),
+        "task_id_package": None if org is None or name is None else f"{org}/{name}",
+        "task_id_ref": _str(doc, "task_id", "ref"),
+        "agent_name": _str(doc, "agent_info", "name"),
+        "agent_version": _str(doc, "agent_info", "version"),
+        "model_name": _str(doc, "agent_info", "model_info", "name"),
+        "model_provider": _str(doc, "agent_info", "model_info", "provider"),
+        "n_input_tokens": _int(doc, "agent_result", "n_input_tokens"),
+        "n_cache_tokens": _int(doc, "agent_result", "n_cache_tokens"),
+        "n_output_tokens": _int(doc, "agent_result", "n_output_tokens"),
+        "cost_usd": _number(doc, "agent_result", "cost_usd"),
+        "rewards": None
+        if not isinstance(rewards, dict)
+        else {
+            key: json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+            for key, value in rewards.items()
+        },
+        "exception_type": _str(doc, "exception_info", "exception_type"),
+        "exception_message": _str(doc, "exception_info", "exception_message"),
+        "n_episodes": _int(doc, "agent_result", "metadata", "n_episodes"),
+        "started_at": _time(doc.get("started_at")),
+        "finished_at": _time(doc.get("finished_at")),
+        **{f"{phase}_sec": _seconds(doc, phase) for phase in PHASES},
+        "multi_step": bool(doc.get("step_results")),
+        "n_rollout_segments": len(details) if isinstance(details, list) else 0,
+        "result_bytes": len(data),
+    }
+
+
+def expected_stop_evidence(path: Path) -> dict[str, Any]:
+    doc = json.loads(path.read_bytes())
+    return {
+        "trial_name": _str(doc, "trial_name"),
+        "exception_type": _str(doc, "exception_info", "exception_type"),
+        "n_episodes": _int(doc, "agent_result", "metadata", "n_episodes"),
+    }
+
+
+def _same(got: Any, want: Any) -> bool:
+    if isinstance(want, float) and isinstance(got, float) and math.isnan(want):
+        return math.isnan(got)
+    return got == want
+
+
+def test_every_column_has_a_plain_reading() -> None:
+    for table, reading in (("trials", expected_trial), ("stop_reasons", expected_stop_evidence)):
+        keys = set(
+            reading(FIXTURES / "offline-terminus2" / "hello-offline__haymH7n" / "result.json")
+        )
+        names = set(TABLES[table].schema.names)
+        assert keys | NOT_FROM_RESULT[table] == names, table
+        assert not keys & NOT_FROM_RESULT[table]
+
+
+@pytest.fixture(scope="module")
+def trees(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("columns")
+    import shutil
+
+    shutil.copytree(FIXTURES, root / "runs" / "fixtures")
+    generate_tree(root / "runs" / "generated", 401, trials=30)
+    job = write_job(root / "runs" / "task-ids" / "job")
+    write_trial(
+        job,
+        "git__1",
+        result_overrides={
+            "task_id": {
+                "git_url": "https://example.com/tasks.git",
+                "git_commit_id": "abc123",
+                "path": "tasks/hello",
+            },
+            "source": "terminal-bench@2.0",
+        },
+    )
+    write_trial(
+        job,
+        "pkg__1",
+        result_overrides={"task_id": {"org": "acme", "name": "hello", "ref": "sha256:feed"}},
+    )
+    write_trial(
+        job, "odd__1", result_overrides={"task_id": "hello", "source": 5, "trial_uri": None}
+    )
+    ingest([root / "runs"], root / "lake", workers=1)
+    return root
+
+
+@pytest.mark.parametrize("table", ["trials", "stop_reasons"])
+def test_typed_decode_equals_json_loads(trees: Path, table: str) -> None:
+    reading = expected_trial if table == "trials" else expected_stop_evidence
+    con = connect(trees / "lake")
+    rows = con.sql(
+        f"SELECT x.*, t.artifact_dir AS _dir FROM {table} AS x JOIN trials AS t USING (trial_key)"
+    ).fetchall()
+    names = [d[0] for d in con.sql(f"SELECT x.*, 1 AS _dir FROM {table} AS x").description]
+    assert len(rows) > 50
+    for values in rows:
+        row = dict(zip(names, values, strict=True))
+        want = reading(Path(row["_dir"]) / "result.json")
+        for column, value in want.items():
+            assert _same(row[column], value), (row["_dir"], column, row[column], value)
