@@ -187,7 +187,8 @@ def test_broken_side_files_are_problems(tmp_path: Path) -> None:
         )
         .fetchall()
     )
-    assert row == [("unreadable", False, True, None)]
+    # a terminus-2 job: its wmo-run.json is ignored (not read, no problem)
+    assert row == [("unreadable", False, False, None)]
 
 
 def test_nan_and_huge_numbers_read_like_the_seeds_json_loads(tmp_path: Path) -> None:

@@ -135,3 +135,11 @@ def test_connect_warns_over_the_whole_lake(lake: Path) -> None:
         warnings.simplefilter("error", RewardKeyWarning)
         connect(lake, {"wmo_reward_key": "score"})  # occurs in one batch: no warning
         connect(lake, {"wmo_reward_key": "scor"}, check=False)
+
+
+def test_sql_shows_connects_warning_as_one_line(lake: Path) -> None:
+    args = ["sql", "--lake", str(lake), "--reward-key", "scor", "SELECT count(*) FROM cells"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    (line,) = [line for line in result.stderr.splitlines() if "scor" in line]
+    assert line.startswith("warning: reward key 'scor' occurs in no trial in scope")

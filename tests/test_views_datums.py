@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harbor_shapes import write_job, write_trial
+from harbor_shapes import write_job, write_sink, write_trial
 from spec import DATUM_COLUMNS
 
 from wmo_lake.ingest import ingest
@@ -162,16 +162,15 @@ def test_overflow_drops_whole_episodes_at_the_exact_budget(tmp_path: Path) -> No
         return [([1, 2], [3], [-0.1]), ([1, 2, 3, *range(10, 10 + total - 4)], [4], [-0.2])]
 
     def build(runs: Path) -> None:
-        job = write_job(runs / "limited", context_limit=12)
-        write_trial(job, "fits", task_name="a", reward=1.0, turns=turns(12))
-        write_trial(job, "over", task_name="a", reward=1.0, turns=turns(13))
+        # a pi-bridge job: its traces give the stop reason, its sinks the spans
+        sinks = runs.parent / "tokens"
+        job = write_job(runs / "limited", context_limit=12, token_sink_dir=str(sinks))
+        for name, total in (("fits", 12), ("over", 13), ("ctx", 5)):
+            write_sink(sinks, name, turns(total))
+        write_trial(job, "fits", task_name="a", reward=1.0)
+        write_trial(job, "over", task_name="a", reward=1.0)
         write_trial(
-            job,
-            "ctx",
-            task_name="a",
-            reward=1.0,
-            turns=turns(5),
-            trace={"stop_reason": "context_overflow"},
+            job, "ctx", task_name="a", reward=1.0, trace={"stop_reason": "context_overflow"}
         )
         default = write_job(runs / "default")  # no context_limit recorded: 65536
         write_trial(default, "at", task_name="a", reward=1.0, turns=turns(65536))
@@ -235,28 +234,28 @@ def test_trials_without_spans_give_no_datums_but_an_overflow_is_a_drop(tmp_path:
                 {"prompt_token_ids": [[1]], "completion_token_ids": [], "logprobs": []}
             ],
         )
+        # pi-bridge (its trace is its stop reason): context_overflow, and no sink at all
+        pi = write_job(runs / "pi", token_sink_dir=str(runs.parent / "tokens"))
         write_trial(
-            job,
-            "overflowed",
-            task_name="a",
-            reward=1.0,
-            rollout_details=None,
-            trace={"stop_reason": "context_overflow"},
+            pi, "overflowed", task_name="a", reward=1.0, trace={"stop_reason": "context_overflow"}
         )
 
     lake = make_lake(tmp_path, build)
     assert datum_rows(lake) == []
-    (stats,) = stats_rows(lake)
-    assert {k: stats[k] for k in stats if k not in ("batch", "run", "step")} == {
+    stats = {row.pop("batch"): row for row in stats_rows(lake)}
+    zeros = {
         "episodes": 0,
         "datums": 0,
         "fragments": 0,
         "fragmentation_rate": 0.0,
-        "overflow_drops": 1,  # data.py checks the stop reason before the spans
+        "overflow_drops": 0,
         "overlong_drops": 0,
         "loss_tokens": 0,
         "context_tokens": 0,
     }
+    assert {k: stats["job"][k] for k in zeros} == zeros
+    # data.py checks the stop reason before the spans: an overflow drop without any span
+    assert {k: stats["pi"][k] for k in zeros} == {**zeros, "overflow_drops": 1}
 
 
 def test_the_real_terminus2_sample_matches_the_oracle(tmp_path: Path, fixtures_dir: Path) -> None:
@@ -356,7 +355,10 @@ def random_specs(seed: int) -> list[TrialSpec]:
                     task=rng.choice(["t/a", "t/b", "t/c"]),
                     reward=rng.choice([0.0, 0.25, 1.0, 1.0, None]),
                     turns=None if rng.random() < 0.1 else random_turns(rng),
-                    stop_reason=rng.choice([None, None, None, "submitted", "context_overflow"]),
+                    # a stop reason is a pi-bridge trace's: job-1 is the pi-bridge batch
+                    stop_reason=rng.choice([None, None, None, "submitted", "context_overflow"])
+                    if batch.endswith("job-1")
+                    else None,
                 )
             )
     return specs
@@ -420,17 +422,32 @@ def test_random_trees_match_the_oracle(tmp_path: Path, seed: int) -> None:
     budget, max_datum_tokens = 16, 12
 
     def build(runs: Path) -> None:
-        jobs = {s.batch: write_job(runs / s.batch, context_limit=budget) for s in specs}
+        sinks = runs.parent / "tokens"  # job-1 is a pi-bridge job (spans from sinks), job-2 not
+        jobs = {
+            s.batch: write_job(
+                runs / s.batch,
+                context_limit=budget,
+                token_sink_dir=str(sinks) if s.batch.endswith("job-1") else None,
+            )
+            for s in specs
+        }
         for spec in specs:
+            pi_bridge = spec.batch.endswith("job-1")
             extra: dict[str, Any] = {}
             if spec.stop_reason is not None:
                 extra["trace"] = {"stop_reason": spec.stop_reason}
+            if pi_bridge and spec.turns:
+                write_sink(sinks, spec.name, spec.turns)
             write_trial(
                 jobs[spec.batch],
                 spec.name,
                 task_name=spec.task,
                 **({"verifier_result": None} if spec.reward is None else {"reward": spec.reward}),
-                **({"turns": spec.turns} if spec.turns else {"rollout_details": None}),
+                **(
+                    {"turns": spec.turns}
+                    if spec.turns and not pi_bridge
+                    else {"rollout_details": None}
+                ),
                 **extra,
             )
 

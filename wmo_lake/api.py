@@ -102,11 +102,13 @@ def ingest(
     paths: str | Path | Iterable[str | Path],
     lake: str | Path = DEFAULT_LAKE,
     *,
-    sinks: Iterable[str | Path] = (),
+    sink_roots: Iterable[tuple[str | Path, str | Path]] = (),
     workers: int | None = None,
 ) -> IngestSummary:
     """Read harbor run trees into `lake` and return the summary (`.line()`, `.as_dict()`,
-    `.problems`). Idempotent: unchanged trial dirs are not parsed again."""
+    `.problems`). Idempotent: unchanged trial dirs are not parsed again. `sink_roots`: (OLD, NEW)
+    pairs, as `--sink-root OLD=NEW`: a pi-bridge job's sinks recorded under OLD are read from
+    NEW."""
     from wmo_lake.ingest import ingest as run_ingest
 
     if isinstance(paths, str | Path):
@@ -117,7 +119,8 @@ def ingest(
     for folder in folders:
         if not folder.is_dir():
             raise FileNotFoundError(f"ingest(): {folder} is not a directory")
-    return run_ingest(folders, Path(lake), sinks=[Path(s) for s in sinks], workers=workers)
+    roots = tuple((str(old), str(new)) for old, new in sink_roots)
+    return run_ingest(folders, Path(lake), sink_roots=roots, workers=workers)
 
 
 @_speaking_python

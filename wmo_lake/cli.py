@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import warnings
 
 import click
 
@@ -27,6 +28,9 @@ COMMANDS = {
     "tables": "wmo_lake.commands.tables",
     "schema": "wmo_lake.commands.tables",
 }
+
+
+_default_showwarning = warnings.showwarning
 
 
 class LazyGroup(click.Group):
@@ -74,8 +78,22 @@ def cli() -> None:
     wmo-lake report --out report.html       one offline HTML page of a run across steps
     wmo-lake compare RUN_A RUN_B            metric deltas and tasks that flipped
 
-    The lake is also a DuckDB database: `duckdb lake/lake.duckdb`.
+    The lake is also a DuckDB database: `cd lake && duckdb lake.duckdb` (its views name their
+    files relative to the lake dir: elsewhere, SET file_search_path = 'lake' first).
     """
+    warnings.showwarning = _show_warning
+
+
+def _show_warning(
+    message: Warning | str, category: type[Warning], *args: object, **kw: object
+) -> None:
+    """The library's own warnings (a reward key no trial has) as one `warning:` line on stderr."""
+    from wmo_lake.checks import RewardKeyWarning
+
+    if issubclass(category, RewardKeyWarning):
+        click.echo(f"warning: {message}", err=True)
+    else:
+        _default_showwarning(message, category, *args, **kw)  # type: ignore[arg-type]
 
 
 def main() -> None:

@@ -429,7 +429,12 @@ TESTS = TableSpec(
         TRIAL_KEY,
         BATCH,
         TRIAL_NAME,
-        Column("test_index", INT32, None, "position in `results.tests`"),
+        Column(
+            "test_index",
+            INT32,
+            None,
+            "position in `results.tests` (a report upstream's model rejects has no rows)",
+        ),
         Column("name", STRING, (CTRF, "results.tests[].name"), "null when not a string"),
         Column(
             "status", STRING, (CTRF, "results.tests[].status"), 'as recorded (`""` when absent)'
@@ -608,9 +613,9 @@ PROBLEMS = TableSpec(
             "`unreadable_trial`, `missing_result`, `invalid_json`, `empty_file`, `not_utf8`, "
             "`not_an_object`, `not_a_trial_result`, `unreadable_file`, `wrong_type`, "
             "`malformed_spans`, `unaligned_turns`, `logprob_mismatch`, `out_of_range`, "
-            "`sink_corrupt`, `not_ctrf`, `invalid_reward`, `malformed_trajectory`, "
-            "`missing_continuation`, "
-            "`duplicate_trial`, `symlink_loop`, `unreadable_dir`, `not_a_directory`",
+            "`sink_corrupt`, `sink_dir_missing`, `not_ctrf`, `invalid_reward`, "
+            "`malformed_trajectory`, `missing_continuation`, `duplicate_trial`, `symlink_loop`, "
+            "`unreadable_dir`, `not_a_directory`, `not_utf8_name`",
         ),
         Column(
             "message",
