@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from edge_case_trees import generate_tree
 from harbor_shapes import write_job, write_trial
-from treegen import generate_tree
 
 from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect
