@@ -92,7 +92,7 @@ def test_extraction_fills_exactly_the_spec_columns(monkeypatch) -> None:
     monkeypatch.setattr(trajectories, "_table", checked_table)
     found = discover(FIXTURES / "harbor")
     for candidate in found.candidates:
-        extract.extract_trial(TrialTask.of(candidate, ()))
+        extract.extract_trial(TrialTask.of(candidate))
         extract.extract_job(candidate.job)
     assert checked >= {"jobs", "trials", "stop_reasons", "trajectories", "steps", "tool_calls"}
 

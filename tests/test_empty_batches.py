@@ -10,13 +10,19 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from harbor_shapes import REAL_JOB, dump, write_job, write_trial
-from spec import ROLLOUT_STATS_COLUMNS
+from spec import ROLLOUT_STATS_COLUMNS, ROLLOUT_STATS_EXTRA_COLUMNS
 
 from wmo_lake.cli import cli
 from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect
 
-RATES = ("solve_rate", "graded_solve_rate", "raw_solve_rate", "scaffold_loss_rate")
+RATES = (
+    "solve_rate",
+    "graded_solve_rate",
+    "raw_solve_rate",
+    "scaffold_loss_rate",
+    "verifier_scaffold_loss_rate",
+)
 
 
 def _empty_job(job_dir: Path, keep: str) -> Path:
@@ -51,13 +57,13 @@ def test_an_empty_job_dir_is_a_batch_with_zero_trials(tmp_path: Path, keep: str)
     ]
     rows = con.sql("SELECT * FROM rollout_stats ORDER BY step").fetchall()
     columns = [d[0] for d in con.sql("SELECT * FROM rollout_stats").description]
-    assert columns == ROLLOUT_STATS_COLUMNS
+    assert columns == ROLLOUT_STATS_COLUMNS + ROLLOUT_STATS_EXTRA_COLUMNS
     empty = dict(zip(columns, rows[1], strict=True))
     assert empty == {
         "batch": "exp/harbor/step-0002/job",
         "run": "exp",
         "step": 2,
-        **{column: 0 for column in ROLLOUT_STATS_COLUMNS[3:] if column not in RATES},
+        **{column: 0 for column in columns[3:] if column not in RATES},
         **{rate: 0.0 for rate in RATES},
         "stop_reason_counts": {},
     }

@@ -32,6 +32,7 @@ NOT_FROM_RESULT = {
         "artifact_dir",
         "spans_status",
         "n_spans",
+        "dropped_turns",  # trial.log
         *(name for name in TABLES["trials"].schema.names if name.startswith("ctrf_")),
     },
     "stop_reasons": {
