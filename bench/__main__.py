@@ -888,9 +888,11 @@ def bench_report(report: Report, args: argparse.Namespace) -> None:
 
 RECORDS_QUERY = "SELECT * FROM trial_records"
 # DuckDB's own COPY of the same query, from the same lake.duckdb, to a file, as a process of its
-# own (so process start and DuckDB's import count on both sides).
+# own (so process start and DuckDB's import count on both sides). Its views name their files
+# relative to the lake dir: the plain client sets file_search_path, as the README says.
 COPY_SCRIPT = (
-    "import duckdb, sys; con = duckdb.connect(sys.argv[1], read_only=True); "
+    "import duckdb, os, sys; con = duckdb.connect(sys.argv[1], read_only=True); "
+    "con.execute('SET file_search_path = ?', [os.path.dirname(os.path.abspath(sys.argv[1]))]); "
     "con.execute(f\"COPY ({sys.argv[2]}) TO '{sys.argv[3]}' (FORMAT csv, HEADER)\")"
 )
 

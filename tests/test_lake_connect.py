@@ -131,3 +131,24 @@ def test_a_file_held_open_by_another_duckdb_still_answers(lake: Path) -> None:
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_files_only_reads_the_relative_files_through_either_door(
+    lake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # lake.duckdb names its files relative to the lake dir; under files_only DuckDB checks the
+    # view's name and the file it opens (through file_search_path) against allowed_paths
+    link = tmp_path / "link"
+    link.symlink_to(lake)
+    monkeypatch.chdir(tmp_path / "runs")
+    for path in (lake, link):
+        con = connect(path, files_only=True)
+        assert _database_path(con) == (lake / "lake.duckdb").resolve()
+        assert con.execute("SELECT count(*) FROM trial_records").fetchall() == [(2,)]
+        con.close()  # (a confined connection confines the database instance it shares)
+    monkeypatch.setattr("wmo_lake.lake.views_digest", lambda: "0123456789abcdef")
+    con = connect(link, files_only=True)
+    assert _database_path(con).parent != lake.resolve()  # the private copy
+    assert con.execute("SELECT count(*) FROM trial_records").fetchall() == [(2,)]
+    with pytest.raises(duckdb.PermissionException):
+        con.execute(f"SELECT * FROM read_csv('{tmp_path / 'runs' / 'x.csv'}')")

@@ -39,7 +39,8 @@ def _answers(lake: Path) -> dict:
     try:
         return {
             "records": con.sql(
-                "SELECT trial_name, reward, stop_reason, spans FROM trial_records ORDER BY 1"
+                "SELECT trial_name, reward, stop_reason, spans FROM trial_records_with_spans "
+                "ORDER BY 1"
             ).fetchall(),
             "stats": con.sql("SELECT * FROM rollout_stats").fetchall(),
         }

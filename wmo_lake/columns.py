@@ -183,7 +183,7 @@ JOBS = TableSpec(
             STRING,
             (JOB_CONFIG, "agents[0].kwargs.token_sink_dir"),
             "`pi-bridge` when that is a non-empty string (upstream agents.py), else `terminus-2` "
-            "(seed 000's two assemblers; see the rules)",
+            "(WMO's two assemblers, `wmo.distill.tokens`; see the rules)",
         ),
         Column(
             "token_sink_dir",

@@ -228,14 +228,22 @@ def connect(
     root = str(store.root.resolve())
     con.execute("SET file_search_path = ?", [root])
     if files_only:
-        # every live segment, from the manifest (not wmo_lake.tables: that would load pyarrow),
-        # as DuckDB opens it (the search path joined with its relative name) and resolved
+        # every live segment, from the manifest (not wmo_lake.tables: that would load pyarrow).
+        # The views name them relative to the lake dir, and DuckDB checks a file twice: its name
+        # as the view gives it, made absolute against the working directory (so this connection
+        # is for this process's working directory: wmo-lake sql never changes it), then the
+        # path it opens (the search path joined with that name). Both are allowed, and the
+        # resolved path too.
         live = list(
             dict.fromkeys(
                 path
                 for rels in manifest.tables.values()
                 for rel in rels
-                for path in (os.path.join(root, rel), str((store.root / rel).resolve()))
+                for path in (
+                    os.path.join(root, rel),
+                    os.path.abspath(rel),
+                    str((store.root / rel).resolve()),
+                )
             )
         )
         con.execute("SET allowed_paths = ?", [live + list(writable or [])])
@@ -261,7 +269,10 @@ def connect_private_copy(store: Store, manifest: Manifest) -> duckdb.DuckDBPyCon
     path = folder / DUCKDB_FILE
     try:
         _build_duckdb_file(store, manifest, path, store.duckdb_stamp(manifest, views_digest()))
-        return duckdb.connect(str(path), read_only=True)
+        con = duckdb.connect(str(path), read_only=True)
+        # its views name their files relative to the lake dir, as lake.duckdb's do
+        con.execute("SET file_search_path = ?", [str(store.root.resolve())])
+        return con
     finally:
         for leftover in folder.iterdir():
             leftover.unlink(missing_ok=True)
