@@ -37,7 +37,7 @@ from typing import Any
 
 import psutil
 
-from bench import baselines, realistic_trees
+from bench import baselines, realistic_trees, synthetic
 from reference import oracle
 from reference.datums import DatumTotals, datums_from_spans
 
@@ -57,7 +57,6 @@ GROWTH_STEPS = 1000  # issue 14.5: steps the big lake holds at least
 REPORT_STEPS = 100  # the report bench's tree: --tiny-trials spread over this many steps
 DEFAULT_OUT = Path(__file__).resolve().parent / "out"
 MIB = 2**20
-TINY_SLICE_TRIALS = 8192  # trials per stock ingest run when building the 100k lake
 FLAT_RSS_GROWTH = 1.25  # "flat in the number of trials": 4x the trials may cost at most 25% more
 
 # Every figure the report carries, in print order: (bench, name, unit, goal text, goal check).
@@ -438,17 +437,11 @@ def bench_small(report: Report, args: argparse.Namespace) -> None:
 
 
 def bench_growth(report: Report, args: argparse.Namespace) -> None:
-    """Issue 14.5: adding one 128-trial step to a lake of >= 1,000 steps (a copy of the tiny
-    lake) vs adding it to an empty lake; then opening the big lake for a query."""
+    """Issue 14.5: adding one 128-trial step (real harbor JSON) to a lake of >= 1,000 steps (a
+    copy of `big_lake`) vs adding it to an empty lake; then opening the big lake for a query."""
     from wmo_lake.lake import connect
 
-    tiny = _tiny_tree(args)
-    big = args.out / "lakes" / tiny.root.name
-    built_mark = big.with_name(big.name + ".built")
-    if not built_mark.exists():
-        build_lake_in_chunks(tiny, big, TINY_SLICE_TRIALS, args.workers)
-        built_mark.touch()
-    cached_lake(tiny, args.out, args.workers)
+    big = big_lake(args)
     step_spec = replace(realistic_trees.TINY, trials=128, trials_per_job=128, seed=14)
     step_tree = realistic_trees.cached(step_spec, args.out, workers=args.gen_workers)
     (step_dir,) = sorted({job.parent for job in step_tree.job_dirs()})
@@ -560,51 +553,23 @@ def bench_stats(report: Report, tree: realistic_trees.Tree, args: argparse.Names
     _bench_tiny_lake(report, args)
 
 
-def build_lake_in_chunks(
-    tree: realistic_trees.Tree, lake: Path, chunk_trials: int, workers: int | None
-) -> list[Run]:
-    """Ingest `tree` into `lake` with the stock `wmo-lake ingest`, a slice of its jobs at a time.
-
-    Why: the ingest's memory grows with the trials of one run (~200 KB per small trial, measured:
-    its row buffers flush by Arrow data bytes, and a 1-row table costs far more than its data),
-    so 100k trials in one run need ~20 GB. Each slice is a root of symlinks to the real step
-    dirs, laid out like the tree (`run/harbor/step-NNNN`), so every batch, run, step, trial id
-    and real path is the one a whole-tree ingest sees: the next whole-tree ingest finds every
-    trial unchanged."""
-    steps = sorted({job.parent for job in tree.job_dirs()})
-    per_chunk = max(1, chunk_trials // tree.spec.trials_per_job)
-    runs = []
-    for first in range(0, len(steps), per_chunk):
-        root = lake.parent / f".{lake.name}-slice"
-        shutil.rmtree(root, ignore_errors=True)
-        (root / "run" / "harbor").mkdir(parents=True)
-        for step in steps[first : first + per_chunk]:
-            (root / "run" / "harbor" / step.name).symlink_to(step, target_is_directory=True)
-        runs.append(ingest([root], lake, workers))
-        shutil.rmtree(root, ignore_errors=True)
-    return runs
+def big_lake(args: argparse.Namespace) -> Path:
+    """The 100k-trial lake of the stats and growth benches: GROWTH_STEPS steps (>= 1,000, one
+    batch each) of --tiny-trials in all, written through the lake's own Commit
+    (bench/synthetic.py), built once and cached in OUT/lakes/."""
+    steps = min(GROWTH_STEPS, args.tiny_trials)
+    spec = synthetic.Spec(steps=steps, trials_per_step=max(1, args.tiny_trials // steps))
+    return synthetic.cached(spec, args.out)
 
 
 def _bench_tiny_lake(report: Report, args: argparse.Namespace) -> None:
-    """Stats over a lake of 100k small trials (goal < 1 s). The lake is built once by the stock
-    `wmo-lake ingest`, in slices (see build_lake_in_chunks), cached in OUT/lakes/, and brought up
-    to date by a whole-tree (incremental) ingest every run."""
+    """Stats over a lake of 100k trials in 1,000 batches (goal < 1 s, process start included):
+    the synthetic lake of `big_lake`."""
     from wmo_lake.lake import connect
 
-    tiny_spec = replace(realistic_trees.TINY, trials=args.tiny_trials)
     started = time.perf_counter()
-    tiny = realistic_trees.cached(tiny_spec, args.out, workers=args.gen_workers)
-    generated = time.perf_counter() - started
-    started = time.perf_counter()
-    tiny_lake = args.out / "lakes" / tiny.root.name
-    built_mark = tiny_lake.with_name(tiny_lake.name + ".built")
-    slices: list[Run] = []
-    if not built_mark.exists():
-        slices = build_lake_in_chunks(tiny, tiny_lake, TINY_SLICE_TRIALS, args.workers)
-        built_mark.touch()
-    cached_lake(tiny, args.out, args.workers)  # the whole tree: every trial unchanged
-    refreshed = time.perf_counter() - started
-    refresh = _READY_LAKES[tiny.root][1]
+    tiny_lake = big_lake(args)
+    built = time.perf_counter() - started
     tiny_seconds = []
     tiny_stats: list[dict[str, Any]] = []
     for _ in range(args.repeat):
@@ -622,7 +587,7 @@ def _bench_tiny_lake(report: Report, args: argparse.Namespace) -> None:
         "tiny_lake_stats_seconds",
         round(median(tiny_seconds), 3),
         f"`wmo-lake stats --json` over {n_trials} trials in {len(tiny_stats)} batches "
-        "(process start included)",
+        f"(process start included; load {os.getloadavg()[0]:.1f})",
     )
     report.set(
         "stats",
@@ -635,17 +600,7 @@ def _bench_tiny_lake(report: Report, args: argparse.Namespace) -> None:
         "tiny_batches": len(tiny_stats),
         "tiny_stats_seconds": tiny_seconds,
         "tiny_view_seconds": view_seconds,
-        "tiny_tree_seconds": round(generated, 1),
-        "tiny_lake_ingest_seconds": round(refreshed, 1),
-        "tiny_lake_ingest_summary": json.loads(refresh.stdout),
-        "tiny_lake_slices": [
-            {
-                "trials_new": json.loads(r.stdout)["trials_new"],
-                "seconds": round(r.seconds, 1),
-                "peak_tree_rss_mib": round(r.peak_tree_rss / MIB),
-            }
-            for r in slices
-        ],
+        "tiny_lake_seconds": round(built, 1),
         "tiny_lake_bytes": files_bytes(tiny_lake),
     }
 
@@ -834,23 +789,17 @@ def bench_trajectories(report: Report, args: argparse.Namespace) -> None:
 
 
 def bench_report(report: Report, args: argparse.Namespace) -> None:
-    """Issue 10.4: `wmo-lake report` over 100 steps x 1,000 small trials, from the lake (goal
-    < 5 s, process start and writing the ~5 MB page included). The tree is the stats bench's
-    tiny trials laid out as 100 jobs (one per step) instead of 64-trial jobs; built and cached
-    the same way (build_lake_in_chunks). `wmo-lake stats --json` over the same lake is the
-    detail ratio: what the page costs beyond the rollout_stats query itself."""
+    """Issue 10.4: `wmo-lake report` over 100 steps x 1,000 trials, from the lake (goal < 5 s,
+    process start and writing the ~5 MB page included). The lake is a synthetic one written
+    through the lake's own Commit (bench/synthetic.py: tasks over steps, pass/fail, stop
+    reasons, spans, tests, problems), built once and cached. `wmo-lake stats --json` over the
+    same lake is the detail ratio: what the page costs beyond the rollout_stats query itself."""
     if not command_exists("report"):
         report.unavailable("report", "`wmo-lake report` does not exist yet")
         return
     per_step = max(1, args.tiny_trials // REPORT_STEPS)
-    spec = replace(realistic_trees.TINY, trials=per_step * REPORT_STEPS, trials_per_job=per_step)
-    tree = realistic_trees.cached(spec, args.out, workers=args.gen_workers)
-    lake = args.out / "lakes" / tree.root.name
-    built_mark = lake.with_name(lake.name + ".built")
-    if not built_mark.exists():
-        build_lake_in_chunks(tree, lake, TINY_SLICE_TRIALS, args.workers)
-        built_mark.touch()
-    cached_lake(tree, args.out, args.workers)  # the whole tree: every trial unchanged
+    spec = synthetic.Spec(steps=REPORT_STEPS, trials_per_step=per_step)
+    lake = synthetic.cached(spec, args.out)
     page = args.out / "work" / "report.html"
     page.parent.mkdir(parents=True, exist_ok=True)
     report_seconds, stats_seconds = [], []
@@ -874,7 +823,7 @@ def bench_report(report: Report, args: argparse.Namespace) -> None:
         f"`wmo-lake stats --json` over the same lake: {median(stats_seconds):.2f} s",
     )
     report.measurements["report"] = {
-        "trials": spec.trials,
+        "trials": spec.steps * spec.trials_per_step,
         "steps": REPORT_STEPS,
         "report_seconds": report_seconds,
         "stats_seconds": stats_seconds,
