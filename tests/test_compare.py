@@ -105,3 +105,26 @@ def test_a_side_that_selects_nothing_is_a_usage_error(two_runs_lake: Path) -> No
         result.output
     )
     assert compare(two_runs_lake, "exp-a").exit_code == 2  # B missing
+
+
+def test_tables_fit_the_terminal_width(two_runs_lake: Path) -> None:
+    """The metrics and per-step tables are drawn by the shared renderer (wmo_lake.output), as
+    `sql` and `stats` draw theirs, and fit the terminal; piped, every cell is whole."""
+    for width in (40, 60, 100):
+        result = CliRunner().invoke(
+            cli,
+            ["compare", "--lake", str(two_runs_lake), "exp-a", "exp-b"],
+            env={"COLUMNS": str(width)},
+        )
+        assert result.exit_code == 0, result.output
+        lines = result.output.splitlines()
+        for header in ("metric", "step"):
+            start = next(i for i, line in enumerate(lines) if line.split()[:1] == [header])
+            end = next((i for i in range(start, len(lines)) if not lines[i]), len(lines))
+            table = lines[start:end]
+            assert set(table[1]) == {"─"}, table  # the renderer's header rule
+            assert len(table) > 2 and all(len(line) <= width for line in table), (width, table)
+    piped = CliRunner().invoke(
+        cli, ["compare", "--lake", str(two_runs_lake), "exp-a", "exp-b"], env={"COLUMNS": ""}
+    )
+    assert "graded solve rate (mean test score)" in piped.output

@@ -134,18 +134,42 @@ def test_by_task_matrix(two_runs_lake: Path, pass_rates: dict[tuple[str, str], f
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[0] == "exp-a: pass rate by task and step (passed / executed)"
-    assert lines[1].split() == ["task", "0", "1", "2", "3", "4", "5", "trend"]
+    assert lines[1].split() == ["task", "trend", "0", "1", "2", "3", "4", "5"]
+    assert set(lines[2]) == {"─"}  # the shared renderer's header rule
     tasks = []
-    for line in lines[2:]:
-        task, *cells, _trend = line.split()
+    for line in lines[3:]:
+        task, *_ = line.split()
         tasks.append(task)
-        # the sparkline may contain a gap; cells are the 6 entries after the task
-        cells = line.split()[1:7]
+        cells = line.split()[-6:]  # the sparkline may contain a gap: cells are the last 6
         for step, cell in enumerate(cells):
             rate = pass_rates.get((f"exp-a/harbor/step-{step:04d}/job", task))
             assert cell == ("-" if rate is None else f"{100 * rate:.0f}%"), (task, step)
     assert tasks[-1] == "demo/task-4"  # the regression trends down the most
     assert len(tasks) == 6
+
+
+def test_by_task_matrix_fits_the_terminal_width(two_runs_lake: Path) -> None:
+    """Drawn by the shared renderer like `sql` and `stats`: every line of the table fits, the
+    task and trend stay whole, and the latest steps are the ones shown."""
+    for width in (30, 45, 60, 200):
+        result = CliRunner().invoke(
+            cli,
+            ["stats", "--lake", str(two_runs_lake), "--by", "task", "--run", "exp-a"],
+            env={"COLUMNS": str(width)},
+        )
+        assert result.exit_code == 0, result.output
+        title, header, rule, *body = result.output.splitlines()
+        notes = [line for line in body if line.startswith("(")]
+        table = [header, rule, *(line for line in body if not line.startswith("("))]
+        assert all(len(line) <= width for line in table), (width, table)
+        assert header.split()[:2] == ["task", "trend"]
+        assert any(line.split()[0] == "demo/task-4" for line in table[2:]), table
+        steps = header.split()[2:]
+        assert steps and steps == [str(s) for s in range(6 - len(steps), 6)], header
+        if len(steps) < 6:
+            assert notes and "earlier step(s) not shown" in notes[-1], notes
+        else:
+            assert not notes
 
 
 def test_by_task_json(two_runs_lake: Path, pass_rates: dict[tuple[str, str], float]) -> None:

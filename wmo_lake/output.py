@@ -6,8 +6,8 @@ Arrow, never row by row in Python: csv by Arrow's CSV writer (nested values as D
 json/jsonl by DuckDB's `to_json`, parquet by Arrow's Parquet writer. A file is written under a
 temporary name and renamed when complete, so an error or Ctrl-C leaves nothing half-written.
 
-`render_table` is the one terminal table renderer (rich): `wmo-lake sql` and `wmo-lake stats` both
-draw with it, fitted to the terminal's width.
+`render_table` is the one terminal table renderer (rich): `wmo-lake sql`, `stats` (also `--by task`)
+and `compare` draw with it, fitted to the terminal's width.
 """
 
 from __future__ import annotations
@@ -424,12 +424,13 @@ def render_table(
     file: TextIO | None = None,
     width: int | None = None,
     footer: str | None = None,
+    narrower: str = "select fewer columns or use --format csv",
 ) -> None:
     """Draw rows of text cells as one table (rich), headers never wrapped or cut.
 
     With a `width` (see `terminal_width`), long cells are cut with an ellipsis and columns that
-    still do not fit are left out, named in a line under the table; without one, every cell is
-    printed whole."""
+    still do not fit are left out, named in a line under the table with `narrower` (how to see
+    them); without one, every cell is printed whole."""
     from rich import box
     from rich.console import Console
     from rich.table import Table
@@ -477,7 +478,7 @@ def render_table(
     if left_out:
         lines.append(
             f"({len(left_out)} more column(s) not shown at width {width}: "
-            f"{', '.join(left_out)}; select fewer columns or use --format csv)"
+            f"{', '.join(left_out)}; {narrower})"
         )
     if footer:
         lines.append(footer)

@@ -224,44 +224,64 @@ def task_matrix_rows(
 
 
 def task_matrix_lines(
-    rows: list[dict[str, Any]], trends: dict[str, list[TaskTrend]], x_mode: str
+    rows: list[dict[str, Any]],
+    trends: dict[str, list[TaskTrend]],
+    x_mode: str,
+    width: int | None = None,
 ) -> list[str]:
     """Per run: a task x step table of pass rates (passed / executed trials; '-' = not
-    executed), tasks ordered by trend as in the report (most improved first)."""
+    executed), tasks ordered by trend as in the report (most improved first), drawn by the
+    shared renderer (wmo_lake.output.render_table) and fitted to `width`: the task and its trend
+    sparkline (over every step) stay whole, and the latest steps that fit are shown."""
+    import io
+
+    from wmo_lake.output import COLUMN_GAP, render_table
+
     by_run: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         by_run[series_label(row["run"])].append(row)
+    label = "step" if x_mode == "step" else "batch"
     lines: list[str] = []
     for run, run_rows in by_run.items():
         tasks = trends.get(run, [])
-        headers = [
+        steps = [
             str(r["step"]) if x_mode == "step" else r["batch"].rsplit("/", 1)[-1] for r in run_rows
         ]
-        cells = [[("-" if v is None else f"{100 * v:.0f}%") for v in t.pass_rates] for t in tasks]
-        name_width = max([len("task"), *(len(t.task_id) for t in tasks)])
-        widths = [max([len(h), *(len(c[i]) for c in cells)]) for i, h in enumerate(headers)]
+        names = ["task", *(t.task_id for t in tasks)]
+        lines_of = [sparkline(t.pass_rates, 0.0, 1.0) for t in tasks]
+        cells = [["-" if v is None else f"{100 * v:.0f}%" for v in t.pass_rates] for t in tasks]
+        shown = len(steps)
+        if width is not None:
+            used = max(map(len, names)) + COLUMN_GAP + max(map(len, ["trend", *lines_of]))
+            shown = 0
+            for i in range(len(steps) - 1, -1, -1):
+                column = max([len(steps[i]), *(len(c[i]) for c in cells)])
+                if used + COLUMN_GAP + column > width:
+                    break
+                used += COLUMN_GAP + column
+                shown += 1
+            shown = max(shown, 1)
+        first = len(steps) - shown
         if lines:
             lines.append("")
-        label = "step" if x_mode == "step" else "batch"
         lines.append(f"{run}: pass rate by task and {label} (passed / executed)")
-        lines.append(
-            "  ".join(
-                [
-                    "task".ljust(name_width),
-                    *(h.rjust(w) for h, w in zip(headers, widths, strict=True)),
-                ]
-            )
-            + "  trend"
+        text = io.StringIO()
+        render_table(
+            ["task", "trend", *steps[first:]],
+            [
+                [t.task_id, line, *c[first:]]
+                for t, line, c in zip(tasks, lines_of, cells, strict=True)
+            ],
+            right_aligned=[False, False, *([True] * shown)],
+            file=text,
+            width=width,
+            narrower="narrow them with --steps A:B or --last N",
         )
-        for task, row_cells in zip(tasks, cells, strict=True):
+        lines += text.getvalue().splitlines()
+        if first:
             lines.append(
-                "  ".join(
-                    [
-                        task.task_id.ljust(name_width),
-                        *(c.rjust(w) for c, w in zip(row_cells, widths, strict=True)),
-                    ]
-                )
-                + f"  {sparkline(task.pass_rates, 0.0, 1.0)}"
+                f"({first} earlier {label}(s) not shown at width {width}: {steps[0]} .. "
+                f"{steps[first - 1]}; narrow them with --steps A:B or --last N)"
             )
     return lines
 

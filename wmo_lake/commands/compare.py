@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,24 @@ def _delta(value: float | int | None, percent: bool) -> str:
     return f"{100 * value:+.1f} pt" if percent else f"{value:+d}"
 
 
-def render_text(result: dict[str, Any]) -> list[str]:
+def _table(
+    headers: list[str], rows: list[list[str]], width: int | None, narrower: str
+) -> list[str]:
+    """Rows drawn by the shared renderer (wmo_lake.output.render_table), first column text,
+    the rest numbers."""
+    import io
+
+    from wmo_lake.output import render_table
+
+    text = io.StringIO()
+    right = [False, *([True] * (len(headers) - 1))]
+    render_table(headers, rows, right_aligned=right, file=text, width=width, narrower=narrower)
+    return text.getvalue().splitlines()
+
+
+def render_text(result: dict[str, Any], width: int | None = None) -> list[str]:
+    """The comparison as lines: the metrics and the per-step solve rates as tables fitted to
+    `width` (None: every cell whole), the flipped tasks as lists."""
     from wmo_lake.report.data import METRIC_BY_KEY
 
     a, b = result["a"], result["b"]
@@ -40,7 +58,7 @@ def render_text(result: dict[str, Any]) -> list[str]:
         f"B: {b['selection']} ({b['kind']}, {b['batches']} batches, {b['trials']} trials)",
         "",
     ]
-    rows = [["metric", "A", "B", "B - A"]]
+    rows = []
     for m in result["metrics"]:
         percent = METRIC_BY_KEY[m["metric"]].percent
         rows.append(
@@ -51,14 +69,7 @@ def render_text(result: dict[str, Any]) -> list[str]:
                 _delta(m["delta"], percent),
             ]
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    for row in rows:
-        lines.append(
-            "  ".join(
-                cell.ljust(w) if i == 0 else cell.rjust(w)
-                for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-            )
-        )
+    lines += _table(["metric", "A", "B", "B - A"], rows, width, "use --json")
     flipped = result["flipped"]
     for key, title in (("fail_to_pass", "fail -> pass"), ("pass_to_fail", "pass -> fail")):
         tasks = flipped[key]
@@ -74,12 +85,17 @@ def render_text(result: dict[str, Any]) -> list[str]:
                 f"executed only in {side} ({len(flipped[key])}): {', '.join(flipped[key])}"
             )
     if result["steps"]:
-        lines += ["", "solve rate by step:", "step      A       B    B - A"]
-        for s in result["steps"]:
-            lines.append(
-                f"{s['step']:>4}  {_value(s['solve_rate_a'], True):>6}  "
-                f"{_value(s['solve_rate_b'], True):>6}  {_delta(s['solve_rate_delta'], True):>8}"
-            )
+        lines += ["", "solve rate by step:"]
+        steps = [
+            [
+                str(s["step"]),
+                _value(s["solve_rate_a"], True),
+                _value(s["solve_rate_b"], True),
+                _delta(s["solve_rate_delta"], True),
+            ]
+            for s in result["steps"]
+        ]
+        lines += _table(["step", "A", "B", "B - A"], steps, width, "use --json")
     return lines
 
 
@@ -120,5 +136,7 @@ def compare(lake: Path, a: str, b: str, as_json: bool, **options: Any) -> None:
     if as_json:
         click.echo(json.dumps(result, ensure_ascii=False, indent=2))
         return
-    for line in render_text(result):
+    from wmo_lake.output import terminal_width
+
+    for line in render_text(result, terminal_width(sys.stdout)):
         click.echo(line)

@@ -131,7 +131,7 @@ def stats(
     for warning in report.warnings:
         click.echo(f"warning: {warning}", err=True)
     if by == "task" and details is not None:
-        _print_tasks(report, details[1], as_json)
+        _print_tasks(report, details[1], as_json, terminal_width(sys.stdout))
     elif as_json:
         click.echo(json.dumps(report.rows, ensure_ascii=False, indent=2))
     else:
@@ -140,7 +140,9 @@ def stats(
         sys.exit(1)
 
 
-def _print_tasks(report: StatsReport, trends: dict[str, Any], as_json: bool) -> None:
+def _print_tasks(
+    report: StatsReport, trends: dict[str, Any], as_json: bool, width: int | None
+) -> None:
     from wmo_lake import stats_views
     from wmo_lake.report.data import x_mode_of
 
@@ -148,7 +150,7 @@ def _print_tasks(report: StatsReport, trends: dict[str, Any], as_json: bool) -> 
         matrix = stats_views.task_matrix_rows(report.rows, trends)
         click.echo(json.dumps(matrix, ensure_ascii=False, indent=2))
         return
-    for line in stats_views.task_matrix_lines(report.rows, trends, x_mode_of(report.rows)):
+    for line in stats_views.task_matrix_lines(report.rows, trends, x_mode_of(report.rows), width):
         click.echo(line)
 
 
