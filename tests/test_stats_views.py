@@ -158,7 +158,7 @@ def test_by_task_matrix_fits_the_terminal_width(two_runs_lake: Path) -> None:
             env={"COLUMNS": str(width)},
         )
         assert result.exit_code == 0, result.output
-        title, header, rule, *body = result.output.splitlines()
+        _title, header, rule, *body = result.output.splitlines()
         notes = [line for line in body if line.startswith("(")]
         table = [header, rule, *(line for line in body if not line.startswith("("))]
         assert all(len(line) <= width for line in table), (width, table)
