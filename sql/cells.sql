@@ -18,34 +18,8 @@
 -- null optional count (skipped / pending / other) reads as 0; the summary reading exists only when
 -- passed and failed are both present (ctrf_summary_present).
 CREATE OR REPLACE VIEW cells AS
-WITH reward_texts AS (
-    -- rewards values are JSON texts: "1", "1.0", "true", "\"x\"", "null", "NaN", "Infinity".
-    SELECT t.trial_key, t.rewards[s.reward_key] AS reward_json, s.reward_mode
-    FROM trials AS t
-    CROSS JOIN settings AS s
-),
-reward_values AS (
-    -- A JSON number starts with '-' or a digit (NaN / Infinity / -Infinity do not, bools and
-    -- strings do not); 1e400 parses to infinity, which the [0, 1] test rejects (so does NaN).
-    SELECT
-        trial_key,
-        reward_json,
-        reward_mode,
-        CASE
-            WHEN regexp_matches(reward_json, '^-?[0-9]')
-                THEN TRY_CAST(reward_json AS DOUBLE)
-        END AS number
-    FROM reward_texts
-),
-measured AS (
-    SELECT
-        trial_key,
-        reward_json,
-        reward_mode,
-        CASE WHEN number BETWEEN 0.0 AND 1.0 THEN number END AS reward
-    FROM reward_values
-),
-item_counts AS (
+-- One pass over trials: each CTE adds its columns to the trial's row (no join back by trial_key).
+WITH item_counts AS (
     SELECT
         trial_key,
         count(*) FILTER (WHERE status = 'passed') AS passed,
@@ -53,74 +27,103 @@ item_counts AS (
     FROM tests
     GROUP BY trial_key
 ),
+reward_texts AS (
+    -- rewards values are JSON texts: "1", "1.0", "true", "\"x\"", "null", "NaN", "Infinity".
+    SELECT
+        t.*,
+        t.rewards[s.reward_key] AS reward_json,
+        s.reward_mode
+    FROM trials AS t
+    CROSS JOIN settings AS s
+),
+reward_values AS (
+    -- A JSON number starts with '-' or a digit (NaN / Infinity / -Infinity do not, bools and
+    -- strings do not); 1e400 parses to infinity, which the [0, 1] test rejects (so does NaN).
+    SELECT
+        *,
+        CASE
+            WHEN regexp_matches(reward_json, '^-?[0-9]')
+                THEN TRY_CAST(reward_json AS DOUBLE)
+        END AS reward_number
+    FROM reward_texts
+),
+measured AS (
+    SELECT
+        *,
+        CASE WHEN reward_number BETWEEN 0.0 AND 1.0 THEN reward_number END AS measured_reward
+    FROM reward_values
+),
 readings AS (
     SELECT
-        t.trial_key,
-        t.ctrf_status = 'ok' AND (t.ctrf_summary_valid IS DISTINCT FROM false) AS report_grades,
+        m.*,
+        m.ctrf_status = 'ok' AND (m.ctrf_summary_valid IS DISTINCT FROM false) AS report_grades,
         -- itemized reading (results.tests was a list)
-        t.ctrf_n_tests IS NOT NULL AND coalesce(i.resolved, 0) > 0 AS items_present,
+        m.ctrf_n_tests IS NOT NULL AND coalesce(i.resolved, 0) > 0 AS items_present,
         coalesce(i.passed, 0) AS items_passed,
         coalesce(i.resolved, 0) AS items_resolved,
-        t.ctrf_n_tests - coalesce(i.resolved, 0) AS items_unresolved,
+        m.ctrf_n_tests - coalesce(i.resolved, 0) AS items_unresolved,
         -- summary reading (DECIMAL(38, 0): two int64 counts may not sum in int64)
-        coalesce(t.ctrf_summary_present, false)
-            AND CAST(t.ctrf_passed AS DECIMAL(38, 0)) + t.ctrf_failed > 0 AS summary_present,
-        CAST(t.ctrf_passed AS DECIMAL(38, 0)) AS summary_passed,
-        CAST(t.ctrf_passed AS DECIMAL(38, 0)) + t.ctrf_failed AS summary_resolved,
-        CAST(coalesce(t.ctrf_skipped, 0) AS DECIMAL(38, 0))
-            + coalesce(t.ctrf_pending, 0)
-            + coalesce(t.ctrf_other, 0) AS summary_unresolved
-    FROM trials AS t
-    LEFT JOIN item_counts AS i ON i.trial_key = t.trial_key
+        coalesce(m.ctrf_summary_present, false)
+            AND CAST(m.ctrf_passed AS DECIMAL(38, 0)) + m.ctrf_failed > 0 AS summary_present,
+        CAST(m.ctrf_passed AS DECIMAL(38, 0)) AS summary_passed,
+        CAST(m.ctrf_passed AS DECIMAL(38, 0)) + m.ctrf_failed AS summary_resolved,
+        CAST(coalesce(m.ctrf_skipped, 0) AS DECIMAL(38, 0))
+            + coalesce(m.ctrf_pending, 0)
+            + coalesce(m.ctrf_other, 0) AS summary_unresolved
+    FROM measured AS m
+    LEFT JOIN item_counts AS i ON i.trial_key = m.trial_key
 ),
-graded AS (
+reading AS (
     SELECT
-        trial_key,
+        *,
         CASE
             WHEN report_grades AND items_present THEN 'items'
             WHEN report_grades AND summary_present THEN 'summary'
-        END AS tests_reading,
+        END AS tests_reading
+    FROM readings
+),
+graded AS (
+    SELECT
+        *,
         CASE tests_reading
             WHEN 'items' THEN CAST(items_passed AS DECIMAL(38, 0))
             WHEN 'summary' THEN summary_passed
-        END AS tests_passed,
+        END AS graded_passed,
         CASE tests_reading
             WHEN 'items' THEN CAST(items_resolved AS DECIMAL(38, 0))
             WHEN 'summary' THEN summary_resolved
-        END AS tests_resolved,
+        END AS graded_resolved,
         CASE tests_reading
             WHEN 'items' THEN CAST(items_unresolved AS DECIMAL(38, 0))
             WHEN 'summary' THEN summary_unresolved
-        END AS tests_unresolved
-    FROM readings
+        END AS graded_unresolved
+    FROM reading
 )
 SELECT
-    t.trial_key,
-    t.batch,
-    t.run,
-    t.step,
-    t.job_key,
-    t.task_name AS task_id,
-    row_number() OVER (PARTITION BY t.batch, t.task_name ORDER BY t.trial_name) AS attempt,
-    t.trial_name,
-    coalesce(m.reward, 0.0) AS reward,
-    CASE m.reward_mode
-        WHEN 'raw' THEN coalesce(m.reward, 0.0) = 1.0
-        WHEN 'positive-binary' THEN coalesce(m.reward, 0.0) > 0.0
+    trial_key,
+    batch,
+    run,
+    step,
+    job_key,
+    task_name AS task_id,
+    row_number() OVER (PARTITION BY batch, task_name ORDER BY trial_name) AS attempt,
+    trial_name,
+    coalesce(measured_reward, 0.0) AS reward,
+    CASE reward_mode
+        WHEN 'raw' THEN coalesce(measured_reward, 0.0) = 1.0
+        WHEN 'positive-binary' THEN coalesce(measured_reward, 0.0) > 0.0
         ELSE error(
-            'wmo_reward_mode must be ''raw'' or ''positive-binary'', got ''' || m.reward_mode
+            'wmo_reward_mode must be ''raw'' or ''positive-binary'', got ''' || reward_mode
             || '''; set one of them, or RESET VARIABLE wmo_reward_mode for the default'
         )
     END AS passed,
-    m.reward IS NULL AS infra_failed,
-    m.reward_json,
-    TRY_CAST(g.tests_passed AS BIGINT) AS tests_passed,
-    TRY_CAST(g.tests_resolved AS BIGINT) AS tests_resolved,
-    TRY_CAST(g.tests_unresolved AS BIGINT) AS tests_unresolved,
-    CAST(g.tests_passed AS DOUBLE) / CAST(g.tests_resolved AS DOUBLE) AS graded_score,
-    g.tests_reading,
-    t.exception_type,
-    t.artifact_dir
-FROM trials AS t
-JOIN measured AS m ON m.trial_key = t.trial_key
-JOIN graded AS g ON g.trial_key = t.trial_key;
+    measured_reward IS NULL AS infra_failed,
+    reward_json,
+    TRY_CAST(graded_passed AS BIGINT) AS tests_passed,
+    TRY_CAST(graded_resolved AS BIGINT) AS tests_resolved,
+    TRY_CAST(graded_unresolved AS BIGINT) AS tests_unresolved,
+    CAST(graded_passed AS DOUBLE) / CAST(graded_resolved AS DOUBLE) AS graded_score,
+    tests_reading,
+    exception_type,
+    artifact_dir
+FROM graded;

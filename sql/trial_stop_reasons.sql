@@ -45,5 +45,4 @@ SELECT
     END AS exception_side
 FROM stop_reasons AS s
 JOIN trial_caps AS c ON c.trial_key = s.trial_key
-JOIN trials AS t ON t.trial_key = s.trial_key
-LEFT JOIN jobs AS j ON j.job_key = t.job_key;
+LEFT JOIN jobs AS j ON j.job_key = c.job_key;
