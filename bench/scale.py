@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from wmo_lake.commit import Commit
-from wmo_lake.store import Manifest, Store
+from wmo_lake.store import Manifest, Store, partition_of
 from wmo_lake.tables import TABLES
 
 TRIALS_PER_STEP = 1000
@@ -136,7 +136,7 @@ def build(out: Path, trials: int, seed: int = 0) -> None:
     rng = np.random.default_rng(seed)
     for step in range(trials // TRIALS_PER_STEP):
         for name, rows in step_tables(step, rng).items():
-            commit.append(name, rows)
+            commit.append(name, rows, partition_of("scale", step))
     commit.finish([])
 
 

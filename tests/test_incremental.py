@@ -142,12 +142,13 @@ def test_unreadable_trial_that_completes_later_is_replaced(tmp_path: Path) -> No
 
 def test_many_small_ingests_keep_few_segment_files(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
-    for step in range(20):
-        job_dir = write_job(runs / "r" / "harbor" / f"step-{step:04d}" / "job")
-        write_trial(job_dir, "t__0", trial_id=f"s{step}")
+    job_dir = write_job(runs / "r" / "harbor" / "step-0001" / "job")
+    for n in range(20):  # twenty commits into one partition
+        write_trial(job_dir, f"t__{n}", trial_id=f"s{n}")
         ingest([runs], tmp_path / "lake", workers=1)
     manifest = Store(tmp_path / "lake").read_manifest()
-    assert all(len(files) <= 12 for files in manifest.tables.values())
+    partitions = [files for table in manifest.tables.values() for files in table.values()]
+    assert partitions and all(len(files) <= 12 for files in partitions)
     assert _counts(tmp_path / "lake")["trials"] == 20
 
 

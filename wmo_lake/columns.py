@@ -99,6 +99,9 @@ BATCH = Column(
 )
 RUN = Column("run", STRING, None, "the path component before `harbor/`, when there is one")
 STEP = Column("step", INT64, None, "the integer of a `step-NNNN` path component, else null")
+# The lake's Hive partition columns: every table has them, and the segment writer sets them from
+# the partition of the unit's rows (wmo_lake/store.py), so a table's extraction may leave them out.
+PARTITION_COLUMNS = frozenset({RUN.name, STEP.name})
 TRIAL_NAME = Column("trial_name", STRING, (RESULT, "trial_name"), "as recorded")
 # Which ATIF file a trajectory row comes from.
 FILE = Column(
@@ -382,6 +385,8 @@ SPANS = TableSpec(
             "`rollout_details` (terminus-2 path) or `sink` (pi-bridge path: "
             "`{token_sink_dir}/{trial dir name}.jsonl`)",
         ),
+        RUN,
+        STEP,
     ),
 )
 
@@ -418,6 +423,8 @@ STOP_REASONS = TableSpec(
         ),
         Column("trace_path", STRING, None, "which one"),
         Column("trace_stop_reason", STRING, ("wmo-run.json", "stop_reason"), "when a string"),
+        RUN,
+        STEP,
     ),
 )
 
@@ -440,6 +447,8 @@ TESTS = TableSpec(
             "status", STRING, (CTRF, "results.tests[].status"), 'as recorded (`""` when absent)'
         ),
         Column("duration", FLOAT64, (CTRF, "results.tests[].duration"), "null when not a number"),
+        RUN,
+        STEP,
     ),
 )
 
@@ -495,6 +504,8 @@ TRAJECTORIES = TableSpec(
         Column(
             "total_cost_usd", FLOAT64, (TRAJECTORY, "final_metrics.total_cost_usd"), "as recorded"
         ),
+        RUN,
+        STEP,
     ),
 )
 
@@ -551,6 +562,8 @@ STEPS = TableSpec(
         Column("cost_usd", FLOAT64, (TRAJECTORY, "steps[].metrics.cost_usd"), "as recorded"),
         Column("llm_call_count", INT64, (TRAJECTORY, "steps[].llm_call_count"), "as recorded"),
         Column("is_copied_context", BOOL, (TRAJECTORY, "steps[].is_copied_context"), "as recorded"),
+        RUN,
+        STEP,
     ),
 )
 
@@ -588,6 +601,8 @@ TOOL_CALLS = TableSpec(
             (TRAJECTORY, "steps[].tool_calls[].arguments"),
             "as JSON text, rendered as harbor's trace export renders it (`{}` when absent)",
         ),
+        RUN,
+        STEP,
     ),
 )
 
@@ -623,6 +638,8 @@ PROBLEMS = TableSpec(
             None,
             "what was wrong (file, field, what was expected) and what to do",
         ),
+        RUN,
+        STEP,
     ),
 )
 

@@ -23,12 +23,15 @@ from wmo_lake.pending import PendingRows
 from wmo_lake.store import (
     FORMAT,
     FORMAT_VERSION,
+    NO_PARTITION,
     CatalogEntry,
     Manifest,
+    PartitionedFiles,
     Store,
     atomic_write_bytes,
     crash_point,
     fsync_dir,
+    partition_values,
     segment_prefix,
 )
 from wmo_lake.tables import TABLES
@@ -38,6 +41,7 @@ COMPACT_BELOW_BYTES = 256 * 2**20
 FLUSH_BYTES = 8 * 2**20  # Arrow bytes buffered per table before a row group is written
 FLUSH_PIECES = 512  # ... or this many appended tables, whichever comes first
 FLUSH_PENDING_ROWS = 4096  # rows kept as Python lists (PendingRows) before Arrow is built
+EMPTY_LABEL = "-empty"  # a table with no rows yet: one empty file carries its schema
 
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -67,69 +71,116 @@ def open_writer(path: Path, table: str) -> pq.ParquetWriter:
     )
 
 
+MAX_OPEN_PARTITIONS = 4  # per writer; tasks arrive grouped by step, so older ones are done
+
+
 class SegmentWriter:
-    """One process's new segments of a generation: a buffered Parquet writer per table.
+    """One process's new segments of a generation: a buffered Parquet writer per table and
+    partition (`tables/<table>/<partition>/<prefix>.parquet`).
 
     Rows are written in row groups of up to FLUSH_BYTES: a row group per trial would make every
     later scan slow, and a buffer of the whole ingest would not be flat. The ingest process has
-    one; each reader process of a parallel ingest has its own, so rows never cross a pipe."""
+    one; each reader process of a parallel ingest has its own, so rows never cross a pipe. At most
+    MAX_OPEN_PARTITIONS partitions are open at once (the least recently written is closed; rows
+    that reach it later start another segment there), so memory stays flat over many steps."""
 
     def __init__(self, root: Path, prefix: str) -> None:
         self.root = root
         self.prefix = prefix
-        self.files: dict[str, str] = {}
-        self._writers: dict[str, pq.ParquetWriter] = {}
-        self._buffers: dict[str, list[pa.Table]] = {}
-        self._buffered: dict[str, int] = {}
-        self._pending: dict[str, PendingRows] = {}
+        self.files: PartitionedFiles = {}
+        self._writers: dict[tuple[str, str], pq.ParquetWriter] = {}
+        self._buffers: dict[tuple[str, str], list[pa.Table]] = {}
+        self._buffered: dict[tuple[str, str], int] = {}
+        self._pending: dict[tuple[str, str], PendingRows] = {}
+        self._open: dict[str, int] = {}  # open partition -> segments opened there (LRU order)
+        self._reopened: dict[str, int] = {}
 
-    def append(self, table: str, rows: pa.Table | PendingRows) -> None:
+    def append(
+        self, table: str, rows: pa.Table | PendingRows, partition: str = NO_PARTITION
+    ) -> None:
+        """Add rows of one unit to `partition` (`store.partition_of` its run and step): their
+        run and step columns are set from it."""
         if rows.num_rows == 0:
             return
-        if table not in self._writers:
-            rel = f"tables/{table}/{self.prefix}.parquet"
-            (self.root / rel).parent.mkdir(parents=True, exist_ok=True)
-            self._writers[table] = open_writer(self.root / rel, table)
-            self.files[table] = rel
-            self._buffers[table] = []
-            self._buffered[table] = 0
+        slot = (table, partition)
+        if slot not in self._writers:
+            self._open_slot(slot)
+        self._open[partition] = self._open.pop(partition)  # most recently used last
         if isinstance(rows, PendingRows):  # one Arrow build per many trials, at the flush
-            pending = self._pending.get(table)
+            pending = self._pending.get(slot)
             if pending is None:
                 names = TABLES[table].schema.names
-                pending = self._pending[table] = PendingRows({n: [] for n in names}, 0)
-            pending.extend(rows)
+                pending = self._pending[slot] = PendingRows({n: [] for n in names}, 0)
+            pending.extend(_labelled_pending(rows, partition))
             if pending.num_rows >= FLUSH_PENDING_ROWS:
-                self._flush(table)
+                self._flush(slot)
             return
-        self._buffers[table].append(conform(rows, TABLES[table].schema))
-        self._buffered[table] += rows.nbytes
+        self._buffers[slot].append(labelled(conform(rows, TABLES[table].schema), partition))
+        self._buffered[slot] += rows.nbytes
         # Small tables cost far more than their bytes (buffers, schema), so their count is
         # bounded too: memory stays flat however many trials one ingest reads.
-        if self._buffered[table] >= FLUSH_BYTES or len(self._buffers[table]) >= FLUSH_PIECES:
-            self._flush(table)
+        if self._buffered[slot] >= FLUSH_BYTES or len(self._buffers[slot]) >= FLUSH_PIECES:
+            self._flush(slot)
 
-    def _flush(self, table: str) -> None:
-        pending = self._pending.pop(table, None)
+    def _open_slot(self, slot: tuple[str, str]) -> None:
+        table, partition = slot
+        if partition not in self._open:
+            if len(self._open) >= MAX_OPEN_PARTITIONS:
+                self._close_partition(next(iter(self._open)))
+            self._open[partition] = self._reopened.get(partition, 0)
+        suffix = f"-{self._open[partition]}" if self._open[partition] else ""
+        rel = f"tables/{table}/{partition}/{self.prefix}{suffix}.parquet"
+        (self.root / rel).parent.mkdir(parents=True, exist_ok=True)
+        self._writers[slot] = open_writer(self.root / rel, table)
+        self.files.setdefault(table, {}).setdefault(partition, []).append(rel)
+        self._buffers[slot] = []
+        self._buffered[slot] = 0
+
+    def _close_partition(self, partition: str) -> None:
+        for slot in [slot for slot in self._writers if slot[1] == partition]:
+            self._flush(slot)
+            self._writers.pop(slot).close()
+        self._reopened[partition] = self._open.pop(partition) + 1
+
+    def _flush(self, slot: tuple[str, str]) -> None:
+        pending = self._pending.pop(slot, None)
         if pending is not None and pending.num_rows:
-            self._buffers[table].append(pending.to_table(TABLES[table].schema))
-        if self._buffers.get(table):
-            self._writers[table].write_table(pa.concat_tables(self._buffers[table]))
-        self._buffers[table] = []
-        self._buffered[table] = 0
+            self._buffers[slot].append(pending.to_table(TABLES[slot[0]].schema))
+        if self._buffers.get(slot):
+            self._writers[slot].write_table(pa.concat_tables(self._buffers[slot]))
+        self._buffers[slot] = []
+        self._buffered[slot] = 0
 
-    def close(self) -> dict[str, str]:
-        """Finish every file; table -> its path relative to the lake."""
-        for table, writer in self._writers.items():
-            self._flush(table)
+    def close(self) -> PartitionedFiles:
+        """Finish every file; table -> partition -> paths relative to the lake."""
+        for slot, writer in self._writers.items():
+            self._flush(slot)
             writer.close()
         self._writers = {}
+        self._open = {}
         return self.files
 
     def abort(self) -> None:
         for writer in self._writers.values():
             with contextlib.suppress(Exception):
                 writer.close()
+
+
+def labelled(rows: pa.Table, partition: str) -> pa.Table:
+    """`rows` with the run and step columns of `partition`."""
+    run, step = partition_values(partition)
+    for name, value, kind in (("run", run, pa.string()), ("step", step, pa.int64())):
+        index = rows.schema.get_field_index(name)
+        rows = rows.set_column(index, name, pa.array([value] * rows.num_rows, kind))
+    return rows
+
+
+def _labelled_pending(rows: PendingRows, partition: str) -> PendingRows:
+    run, step = partition_values(partition)
+    columns = dict(rows.columns)
+    columns["run"] = [run] * rows.num_rows
+    columns["step"] = [step] * rows.num_rows
+    return PendingRows(columns, rows.num_rows)
 
 
 class Commit:
@@ -141,9 +192,10 @@ class Commit:
         self.generation = base.generation + 1
         self.token = token or secrets.token_hex(4)
         self.writer = SegmentWriter(store.root, self.segment_prefix())
-        self.added: dict[str, list[str]] = {}  # segments other processes wrote for this commit
-        self.removed: set[str] = set()
+        self.added: PartitionedFiles = {}  # segments other processes wrote for this commit
+        self.removed: dict[str, set[str]] = {}  # partition -> units to drop from its segments
         self.excluded_from_added: set[str] = set()
+        self.touched: set[str] = set()  # partitions whose files or catalog this commit changes
 
     def segment_prefix(self, label: str = "") -> str:
         return segment_prefix(self.generation, self.token, label)
@@ -152,31 +204,36 @@ class Commit:
     def changed(self) -> bool:
         return bool(self.removed or self.writer.files or self.added)
 
-    def _segment_path(self, table: str, label: str) -> tuple[Path, str]:
-        rel = f"tables/{table}/{self.segment_prefix(label)}.parquet"
+    def _segment_path(self, table: str, partition: str, label: str) -> tuple[Path, str]:
+        rel = f"tables/{table}/{partition}/{self.segment_prefix(label)}.parquet"
         path = self.store.root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         return path, rel
 
-    def append(self, table: str, rows: pa.Table) -> None:
-        """Add rows of new units to this generation's segment of `table`."""
-        self.writer.append(table, rows)
+    def append(self, table: str, rows: pa.Table, partition: str = NO_PARTITION) -> None:
+        """Add rows of new units to this generation's segment of `table` in `partition`."""
+        self.writer.append(table, rows, partition)
 
-    def add_files(self, files: dict[str, str]) -> None:
-        """Take segments a reader process wrote for this commit (table -> relative path)."""
-        for table, rel in files.items():
-            self.added.setdefault(table, []).append(rel)
+    def add_files(self, files: PartitionedFiles) -> None:
+        """Take segments a reader process wrote for this commit (table -> partition -> paths
+        relative to the lake)."""
+        for table, partitions in files.items():
+            for partition, rels in partitions.items():
+                self.added.setdefault(table, {}).setdefault(partition, []).extend(rels)
 
     def exclude_from_added(self, keys: Iterable[str]) -> None:
         """Drop these units' rows from the segments reader processes wrote (a trial read twice
         in one ingest is stored once, through this process's own writer)."""
         self.excluded_from_added.update(keys)
 
-    def remove_units(self, keys: Iterable[str]) -> None:
-        """Drop these units' rows from the segments of earlier generations."""
-        self.removed.update(keys)
+    def remove_units(self, keys: Iterable[str], partition: str) -> None:
+        """Drop these units' rows from the segments earlier generations wrote in `partition`
+        (where the catalog says their rows are)."""
+        self.removed.setdefault(partition, set()).update(keys)
 
-    def _rewrite_without(self, table: str, files: list[str], keys: set[str]) -> list[str]:
+    def _rewrite_without(
+        self, table: str, partition: str, files: list[str], keys: set[str]
+    ) -> list[str]:
         """`files`, each one holding a unit in `keys` rewritten without that unit's rows."""
         if not keys:
             return files
@@ -191,7 +248,7 @@ class Commit:
             if not pc.any(pc.is_in(units, value_set=dropped)).as_py():
                 kept.append(rel)
                 continue
-            path, new_rel = self._segment_path(table, f"-r{secrets.token_hex(3)}")
+            path, new_rel = self._segment_path(table, partition, f"-r{secrets.token_hex(3)}")
             with open_writer(path, table) as writer:
                 for batch in pq.ParquetFile(source).iter_batches(batch_size=2048):
                     rows = pa.Table.from_batches([batch])
@@ -200,15 +257,16 @@ class Commit:
             kept.append(new_rel)
         return kept
 
-    def _compact(self, table: str, files: list[str]) -> list[str]:
-        """Merge small segments once a table has too many, so every query opens few files."""
+    def _compact(self, table: str, partition: str, files: list[str]) -> list[str]:
+        """Merge small segments once a partition has too many, so every query opens few
+        files; segments of different partitions are never merged."""
         if len(files) <= MAX_SEGMENTS:
             return files
         sizes = {rel: (self.store.root / rel).stat().st_size for rel in files}
         small = [rel for rel in files if sizes[rel] < COMPACT_BELOW_BYTES]
         if len(small) < 2:
             return files
-        path, new_rel = self._segment_path(table, "-c")
+        path, new_rel = self._segment_path(table, partition, "-c")
         with open_writer(path, table) as writer:
             for rel in small:
                 for batch in pq.ParquetFile(self.store.root / rel).iter_batches(batch_size=2048):
@@ -217,30 +275,56 @@ class Commit:
                     )
         return [rel for rel in files if rel not in small] + [new_rel]
 
-    def finish(self, catalog: Iterable[CatalogEntry]) -> Manifest:
-        """Write the catalog and swap the manifest: the commit point."""
+    def _table_partitions(self, name: str, own: PartitionedFiles) -> dict[str, list[str]]:
+        """`name`'s partitions in this generation: the base's, untouched ones as they were."""
+        base = self.base.tables.get(name, {})
+        added = self.added.get(name, {})
+        written = own.get(name, {})
+        partitions: dict[str, list[str]] = {}
+        for partition in dict.fromkeys([*base, *added, *written]):
+            files = list(base.get(partition, []))
+            removed = self.removed.get(partition, set())
+            if partition not in added and partition not in written and not removed:
+                partitions[partition] = files
+                continue
+            self.touched.add(partition)
+            files = self._rewrite_without(name, partition, files, removed)
+            files += self._rewrite_without(
+                name, partition, added.get(partition, []), self.excluded_from_added
+            )
+            files += written.get(partition, [])
+            if len(files) > 1:  # an empty table's schema file, once rows have come
+                files = [
+                    rel for rel in files if not rel.endswith(f"{EMPTY_LABEL}.parquet")
+                ] or files[:1]
+            partitions[partition] = self._compact(name, partition, files)
+        return partitions
+
+    def finish(
+        self, catalog: Iterable[CatalogEntry], touched: Iterable[str] | None = None
+    ) -> Manifest:
+        """Write the catalog and swap the manifest: the commit point. `catalog`: the entries
+        after this commit; only the partitions in `touched` (all when None) have changed
+        entries, and only their catalog files are written again."""
         own = self.writer.close()
-        tables: dict[str, list[str]] = {}
+        tables: PartitionedFiles = {}
         for name in TABLES:
-            files = self._rewrite_without(name, list(self.base.tables.get(name, [])), self.removed)
-            files += self._rewrite_without(name, self.added.get(name, []), self.excluded_from_added)
-            if name in own:
-                files.append(own[name])
-            files = self._compact(name, files)
-            if not files:  # an empty table still needs a file to carry its schema
-                path, rel = self._segment_path(name, "-empty")
+            partitions = self._table_partitions(name, own)
+            if not any(partitions.values()):  # an empty table still needs a file for its schema
+                path, rel = self._segment_path(name, NO_PARTITION, EMPTY_LABEL)
                 pq.write_table(TABLES[name].schema.empty_table(), path)
-                files = [rel]
-            tables[name] = files
-        catalog_rel = f"catalog/{self.generation:06d}-{self.token}.msgpack"
-        self.store.write_catalog(catalog_rel, catalog)
+                partitions = {NO_PARTITION: [rel]}
+                self.touched.add(NO_PARTITION)
+            tables[name] = {p: files for p, files in sorted(partitions.items()) if files}
         manifest = Manifest(
             generation=self.generation,
             tables=tables,
-            catalog=catalog_rel,
-            previous=self.base.live_files(),
+            catalog=self._write_catalog(catalog, touched),
             updated_at=datetime.now(UTC).isoformat(),
         )
+        live = set(manifest.live_files())
+        # what readers of the previous generation may still be scanning: kept one more commit
+        manifest.previous = [rel for rel in self.base.live_files() if rel not in live]
         fsync_dir(self.store.root)
         crash_point("before_manifest")
         payload = {
@@ -255,8 +339,31 @@ class Commit:
         }
         atomic_write_bytes(self.store.manifest_path, json.dumps(payload, indent=2).encode())
         crash_point("after_manifest")
-        self.store.collect_garbage(manifest)
+        self.store.collect_garbage(
+            manifest, None if self.store.interrupted else self.touched, self.base.previous
+        )
         return manifest
+
+    def _write_catalog(
+        self, catalog: Iterable[CatalogEntry], touched: Iterable[str] | None
+    ) -> dict[str, str]:
+        """Write the catalog files of the touched partitions; partition -> catalog file."""
+        by_partition: dict[str, list[CatalogEntry]] = {}
+        rewrite = None if touched is None else set(touched)
+        for entry in catalog:
+            if rewrite is None or entry.partition in rewrite:
+                by_partition.setdefault(entry.partition, []).append(entry)
+        files = dict(self.base.catalog)
+        for partition in rewrite if rewrite is not None else set(files) | set(by_partition):
+            self.touched.add(partition)
+            entries = by_partition.get(partition)
+            if not entries:
+                files.pop(partition, None)
+                continue
+            rel = f"catalog/{partition}/{self.generation:06d}-{self.token}.msgpack"
+            self.store.write_catalog(rel, entries)
+            files[partition] = rel
+        return dict(sorted(files.items()))
 
     def abort(self) -> None:
         self.writer.abort()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,13 +26,16 @@ from wmo_lake.readers import Readers
 from wmo_lake.store import (
     DUPLICATE,
     JOB,
+    NO_PARTITION,
     TRIAL,
     UNREADABLE,
     WALK,
     CatalogEntry,
     Manifest,
+    PartitionedFiles,
     Store,
     crash_point,
+    partition_of,
     segment_prefix,
 )
 
@@ -114,6 +117,11 @@ def ingest(
                 if candidate.real not in candidates:
                     fingerprint = trial_fingerprint(candidate)
                     candidates[candidate.real] = (candidate, fingerprint)
+        update.load(
+            {partition_of(c.job.run, c.job.step) for c, _ in candidates.values()}
+            | {partition_of(job.run, job.step) for job in update.jobs.values()}
+            | {NO_PARTITION}
+        )
         tasks = [
             TrialTask.of(candidate)
             for candidate, fingerprint in candidates.values()
@@ -122,6 +130,7 @@ def ingest(
         if prune:
             from wmo_lake.tidy import gone_entries
 
+            update.load()  # what is gone may be in any partition
             gone = gone_entries(
                 update.catalog,
                 paths,
@@ -176,15 +185,41 @@ class LakeUpdate:
     def __init__(self, store: Store, base: Manifest) -> None:
         self.store = store
         self.base = base
-        self.catalog = store.read_catalog(base)
-        self.owner = {e.unit_key: e.source for e in self.catalog.values() if e.unit_key}
+        # The catalog is read per partition, as needed: the partitions of the dirs found for
+        # the unchanged checks; all of them once a trial is read (its id may be stored from any
+        # dir: `owner`) or a prune looks for what is gone.
+        self.catalog: dict[str, CatalogEntry] = {}
+        self.loaded: set[str] = set()
+        self._owner: dict[str, str] | None = None
         self.summary = IngestSummary(str(store.root), base.generation, committed=False)
         self.jobs: dict[str, Job] = {}  # the job dirs of every trial seen, for the jobs table
         self.added: set[str] = set()  # trial keys stored by this ingest
         self.restored: set[str] = set()  # duplicated keys re-stored through this process
         self.tasks: dict[str, TrialTask] = {}  # real path -> task, of the dirs read
+        self.touched: set[str] = set()  # partitions whose catalog entries change
         self.commit: Commit | None = None
         self.token = secrets.token_hex(4)  # names this ingest's files before its Commit exists
+
+    def load(self, partitions: Iterable[str] | None = None) -> None:
+        """Read the catalog of `partitions` (every partition when None) if not read yet; an
+        entry this ingest already changed is kept as it is."""
+        wanted = set(self.base.catalog if partitions is None else partitions) - self.loaded
+        if not wanted:
+            return
+        self.loaded |= wanted
+        for source, entry in self.store.read_catalog(self.base, wanted).items():
+            if source not in self.catalog:
+                self.catalog[source] = entry
+                if self._owner is not None and entry.unit_key:
+                    self._owner.setdefault(entry.unit_key, source)
+
+    @property
+    def owner(self) -> dict[str, str]:
+        """unit key -> the dir whose rows hold it, over the whole catalog."""
+        if self._owner is None:
+            self.load()
+            self._owner = {e.unit_key: e.source for e in self.catalog.values() if e.unit_key}
+        return self._owner
 
     def prune(self, entries: list[CatalogEntry], dry_run: bool = False) -> None:
         """Drop these catalog entries' units (their dirs are gone) in this generation."""
@@ -195,10 +230,11 @@ class LakeUpdate:
             if dry_run:
                 continue
             if entry.unit_key:
-                self._commit().remove_units([entry.unit_key])
+                self._commit().remove_units([entry.unit_key], entry.partition)
                 if self.owner.get(entry.unit_key) == entry.source:
                     del self.owner[entry.unit_key]
             del self.catalog[entry.source]
+            self.touched.add(entry.partition)
 
     def segment_prefix(self) -> str:
         """The name stem of the new segments (the Commit's own, and the readers')."""
@@ -229,23 +265,29 @@ class LakeUpdate:
         """Store what one changed dir holds, replacing whatever it (or its trial) held before.
         `written`: a reader process already wrote its rows (`extracted` has no tables)."""
         commit = self._commit()
+        self.load()  # the whole catalog: this dir's old entry, or its trial's, may be anywhere
+        partition = partition_of(task.run, task.step)
         old = self.catalog.get(task.real)
+        if old is not None:
+            self.touched.add(old.partition)
         if old is not None and old.unit_key:
-            commit.remove_units([old.unit_key])
+            commit.remove_units([old.unit_key], old.partition)
             self.owner.pop(old.unit_key, None)
         if extracted.kind == TRIAL and extracted.unit_key in self.added:
             from wmo_lake.extract import duplicate
 
             first_source = self.owner[extracted.unit_key]
             if written:
-                self._store_once(extracted.unit_key, first_source)
+                self._store_once(extracted.unit_key, first_source, partition)
             extracted = duplicate(task, extracted, first_source)
         key, kind = extracted.unit_key, extracted.kind
         if kind == TRIAL:
             previous_source = self.owner.get(key)
             if previous_source is not None:  # the same trial, read before from another dir
-                commit.remove_units([key])
-                self.catalog[previous_source].unit_key = None
+                previous = self.catalog[previous_source]  # its rows may be in another step
+                commit.remove_units([key], previous.partition)
+                previous.unit_key = None
+                self.touched.add(previous.partition)
             replaced = previous_source is not None or (old is not None and old.kind == TRIAL)
             self.summary.trials_replaced += replaced
             self.summary.trials_new += not replaced
@@ -256,21 +298,29 @@ class LakeUpdate:
         self.summary.problems += extracted.n_problems
         self.owner[key] = task.real
         self.tasks[task.real] = task
-        self._append(extracted)
+        self._append(extracted, partition)
         self.catalog[task.real] = CatalogEntry(
-            task.real, key, kind, task.job_key, task.batch, fingerprint, extracted.n_problems
+            task.real,
+            key,
+            kind,
+            task.job_key,
+            task.batch,
+            fingerprint,
+            extracted.n_problems,
+            partition,
         )
+        self.touched.add(partition)
 
     def holds_trial(self, real: str) -> bool:
         """Whether the dir at `real` is a trial dir (readable or not), after this ingest."""
         entry = self.catalog.get(real)
         return entry is not None and entry.kind in (TRIAL, UNREADABLE, DUPLICATE)
 
-    def _append(self, extracted: Extracted) -> None:
+    def _append(self, extracted: Extracted, partition: str) -> None:
         for table, rows in extracted.tables.items():
-            self._commit().append(table, rows)
+            self._commit().append(table, rows, partition)
 
-    def _store_once(self, key: str, first_source: str) -> None:
+    def _store_once(self, key: str, first_source: str, partition: str) -> None:
         """A trial two dirs hold, both written by reader processes: drop both from their
         segments and store the first dir's rows again from here."""
         if key in self.restored:
@@ -279,10 +329,12 @@ class LakeUpdate:
         from wmo_lake.extract import extract_trial
 
         self._commit().exclude_from_added([key])
-        self._append(extract_trial(self.tasks[first_source]))
+        first = self.tasks[first_source]
+        self._append(extract_trial(first), partition_of(first.run, first.step))
 
-    def add_reader_files(self, files: list[dict[str, str]]) -> None:
-        """The segments reader processes wrote (table -> path relative to the lake, per reader)."""
+    def add_reader_files(self, files: list[PartitionedFiles]) -> None:
+        """The segments reader processes wrote (table -> partition -> paths relative to the
+        lake, per reader)."""
         for reader_files in files:
             self._commit().add_files(reader_files)
 
@@ -296,12 +348,16 @@ class LakeUpdate:
         from wmo_lake.extract import extract_job
 
         extracted = extract_job(job)
-        self._commit().remove_units([job.key])
-        self._append(extracted)
+        partition = partition_of(job.run, job.step)
+        if entry is not None:
+            self._commit().remove_units([job.key], entry.partition)
+            self.touched.add(entry.partition)
+        self._append(extracted, partition)
         self.summary.problems += extracted.n_problems
         self.catalog[job.key] = CatalogEntry(
-            job.key, job.key, JOB, job.key, job.batch, fingerprint, extracted.n_problems
+            job.key, job.key, JOB, job.key, job.batch, fingerprint, extracted.n_problems, partition
         )
+        self.touched.add(partition)
 
     def add_walk_problem(self, problem: WalkProblem) -> None:
         source = f"walk:{problem.path}"
@@ -313,22 +369,25 @@ class LakeUpdate:
         from wmo_lake.extract import extract_walk_problem
 
         extracted = extract_walk_problem(problem)
-        self._commit().remove_units([source])
-        self._append(extracted)
+        if entry is not None:
+            self._commit().remove_units([source], entry.partition)
+        self._append(extracted, NO_PARTITION)
         self.catalog[source] = CatalogEntry(source, source, WALK, None, None, fingerprint, 1)
+        self.touched.add(NO_PARTITION)
 
     def finish(self) -> None:
         """Commit when anything changed (a first ingest always does, so even an empty tree
         leaves a queryable lake); otherwise only tidy what an interrupted ingest left."""
         self.summary.jobs = len(self.jobs)
         if (self.commit is not None and self.commit.changed) or not self.store.exists():
-            manifest = self._commit().finish(self.catalog.values())
+            manifest = self._commit().finish(self.catalog.values(), self.touched)
             self.summary.generation = manifest.generation
             self.summary.committed = True
         else:
             if self.commit is not None:
                 self.commit.abort()
-            self.store.collect_garbage(self.base)
+            if self.store.interrupted:  # only an interrupted ingest leaves files to remove
+                self.store.collect_garbage(self.base)
 
 
 __all__ = ["IngestSummary", "ingest"]

@@ -237,8 +237,8 @@ def connect(
         live = list(
             dict.fromkeys(
                 path
-                for rels in manifest.tables.values()
-                for rel in rels
+                for table in manifest.tables
+                for rel in manifest.table_files(table)
                 for path in (
                     os.path.join(root, rel),
                     os.path.abspath(rel),
@@ -322,13 +322,16 @@ def _build_duckdb_file(store: Store, manifest: Manifest, path: Path, stamp: str)
         con.execute("CREATE TABLE _wmo_lake(stamp VARCHAR)")
         con.execute("INSERT INTO _wmo_lake VALUES (?)", [stamp])
         for name in TABLES:
-            files = ", ".join(sql_string(rel) for rel in manifest.tables.get(name, []))
+            files = ", ".join(sql_string(rel) for rel in manifest.table_files(name))
             if not files:  # a lake written before this table existed: empty until an ingest
                 con.register(f"_empty_{name}", TABLES[name].schema.empty_table())
                 con.execute(f"CREATE TABLE {name} AS SELECT * FROM _empty_{name}")
                 continue
             con.execute(
-                f"CREATE VIEW {name} AS SELECT * FROM read_parquet([{files}], union_by_name = true)"
+                # run and step from the files (hive_partitioning off: DuckDB would otherwise see
+                # run=/step= dirs and decode them again, with guessed types)
+                f"CREATE VIEW {name} AS SELECT * FROM read_parquet([{files}], "
+                "union_by_name = true, hive_partitioning = false)"
             )
         create_views(con)
         con.execute("CHECKPOINT")

@@ -30,7 +30,11 @@ class PendingRows:
         return cls({name: [row.get(name) for row in rows] for name in names}, len(rows))
 
     def to_table(self, schema: pa.Schema) -> pa.Table:
-        return pa.table(self.columns, schema=schema)
+        """The Arrow table; a column of `schema` these rows lack (run and step, which the
+        segment writer sets from the partition) is null."""
+        missing = [name for name in schema.names if name not in self.columns]
+        columns = self.columns | {name: [None] * self.num_rows for name in missing}
+        return pa.table(columns, schema=schema)
 
     def extend(self, other: PendingRows) -> None:
         for name, values in self.columns.items():

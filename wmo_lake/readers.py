@@ -24,6 +24,7 @@ from queue import Empty
 from typing import TYPE_CHECKING, Any
 
 from wmo_lake.discover import TrialTask
+from wmo_lake.store import PartitionedFiles, partition_of
 
 if TYPE_CHECKING:  # pyarrow loads only once the readers are forked
     from wmo_lake.extract import Extracted
@@ -37,8 +38,8 @@ IN_FLIGHT_PER_READER = 2  # tasks queued per reader: enough to keep it busy, few
 class Readers:
     """Reads `tasks`. Iterate for (task, its Extracted) in completion order. When `write_rows`,
     the readers wrote the rows to their own segments (the Extracted carry no tables) and, once
-    the iteration ends, `files` lists those segments (table -> path relative to the lake), one
-    dict per reader, for the commit to take."""
+    the iteration ends, `files` lists those segments (table -> partition -> paths relative to
+    the lake), one dict per reader, for the commit to take."""
 
     def __init__(
         self, tasks: list[TrialTask], workers: int | None, lake: Path, segment_prefix: str
@@ -47,7 +48,7 @@ class Readers:
         self.lake = lake
         self.segment_prefix = segment_prefix  # a reader's segments are named <prefix>-w<i>
         self.processes = reader_count(tasks, workers)
-        self.files: list[dict[str, str]] = []
+        self.files: list[PartitionedFiles] = []
 
     @property
     def write_rows(self) -> bool:
@@ -190,8 +191,9 @@ def _reader_main(tasks: Any, results: Any, lake: str, prefix: str, parent_pid: i
         writer = SegmentWriter(Path(lake), prefix)
         while (task := tasks.get()) is not None:
             extracted = extract_trial(task)
+            partition = partition_of(task.run, task.step)
             for table, rows in extracted.tables.items():
-                writer.append(table, rows)
+                writer.append(table, rows, partition)
             results.put(("trial", task, extracted.without_tables()))
         results.put(("closed", writer.close(), None))
     except BaseException:

@@ -1,10 +1,18 @@
 """The lake on disk: Parquet segments, a catalog of what was ingested, and an atomic manifest.
 
-    LAKE/manifest.json                 the current generation: every live file, by table
-    LAKE/tables/<table>/<gen>-<id>.parquet   segments: rows of the units one commit wrote
-    LAKE/catalog/<gen>-<id>.msgpack    one entry per ingested dir: its unit, fingerprint, problems
+    LAKE/manifest.json      the current generation: every live file, by table and partition
+    LAKE/tables/<table>/run=<run>/step=<step>/<gen>-<id>.parquet
+                            segments: rows of the units one commit wrote, Hive-partitioned
+    LAKE/catalog/run=<run>/step=<step>/<gen>-<id>.msgpack
+                            one entry per ingested dir: its unit, fingerprint, problems
     LAKE/lake.duckdb                   views over the live files, for any DuckDB client
     LAKE/.lock                         held by the one ingest that may write
+
+Every row sits in the partition of its unit's run and step (a trial's, a job's: the labels of
+its job dir; `__HIVE_DEFAULT_PARTITION__` when it has none, as in Hive and Spark). Run labels are
+escaped as Hive and Spark escape partition values (`escape_partition_value`), so Spark, Trino or
+DuckDB (`hive_partitioning = true`) read a table's dir directly and decode the same values; the
+files carry the `run` and `step` columns too, with the same values.
 
 A commit (wmo_lake/commit.py) writes new files under fresh names, then replaces manifest.json in
 one rename: a reader or a SIGKILL at any moment sees the previous generation or the next, never a
@@ -17,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import secrets
@@ -30,7 +39,12 @@ MANIFEST = "manifest.json"
 DUCKDB_FILE = "lake.duckdb"
 DUCKDB_STAMP = ".lake.duckdb.stamp"  # the generation lake.duckdb was built for
 FORMAT = "wmo-lake"
-FORMAT_VERSION = 2  # 2: the catalog is msgpack
+FORMAT_VERSION = 3  # 2: the catalog is msgpack; 3: tables and catalog partitioned by run, step
+DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"  # a null (or empty) run or step, as Hive writes it
+# What Hive and Spark escape in a partition value (FileUtils / ExternalCatalogUtils): the path
+# separator, `=`, `%`, quotes, glob and URI characters, control characters. Spark decodes each
+# %XX as one character, so non-ASCII text stays as it is (UTF-8 in the path) to round-trip.
+_ESCAPED = frozenset("\"#%'*/:=?\\\x7f{[]^") | frozenset(map(chr, range(1, 32)))
 # Catalog kinds: what an ingested dir turned out to be.
 TRIAL = "trial"
 UNREADABLE = "unreadable_trial"
@@ -38,6 +52,48 @@ OTHER = "other"  # a result.json that is not a trial's (a job's, say)
 DUPLICATE = "duplicate"
 JOB = "job"
 WALK = "walk"
+
+
+def escape_partition_value(value: str | int | None) -> str:
+    """A run or step as a path segment's value, escaped as Hive and Spark do."""
+    if value is None or value == "":
+        return DEFAULT_PARTITION
+    return "".join(f"%{ord(c):02X}" if c in _ESCAPED else c for c in str(value))
+
+
+def unescape_partition_value(text: str) -> str | None:
+    if text == DEFAULT_PARTITION:
+        return None
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "%" and _is_hex(text[i + 1 : i + 3]):
+            out.append(chr(int(text[i + 1 : i + 3], 16)))
+            i += 3
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def _is_hex(text: str) -> bool:
+    return len(text) == 2 and all(c in "0123456789abcdefABCDEF" for c in text)
+
+
+def partition_of(run: str | None, step: int | None) -> str:
+    """The partition (a path below tables/<table>/) of a unit's rows: `run=<run>/step=<step>`."""
+    return f"run={escape_partition_value(run)}/step={escape_partition_value(step)}"
+
+
+@functools.lru_cache(maxsize=4096)  # the segment writer asks once per unit
+def partition_values(partition: str) -> tuple[str | None, int | None]:
+    """(run, step) of a partition path made by `partition_of`."""
+    run_part, step_part = partition.split("/")
+    run = unescape_partition_value(run_part.removeprefix("run="))
+    step = unescape_partition_value(step_part.removeprefix("step="))
+    return run, None if step is None else int(step)
+
+
+NO_PARTITION = partition_of(None, None)  # walk problems; rows of a dir outside step-NNNN paths
 
 
 def segment_prefix(generation: int, token: str, label: str = "") -> str:
@@ -56,17 +112,25 @@ class LakeError(Exception):
     """A lake that cannot be used as asked; the message says what to do."""
 
 
+# table -> partition -> its segments (paths relative to the lake), as the manifest lists them
+PartitionedFiles = dict[str, dict[str, list[str]]]
+
+
 @dataclass
 class Manifest:
     generation: int = 0
-    tables: dict[str, list[str]] = field(default_factory=dict)
-    catalog: str | None = None
+    tables: PartitionedFiles = field(default_factory=dict)
+    catalog: dict[str, str] = field(default_factory=dict)  # partition -> its catalog file
     previous: list[str] = field(default_factory=list)
     updated_at: str | None = None
 
+    def table_files(self, table: str) -> list[str]:
+        """Every live segment of `table`, partition by partition."""
+        return [rel for rels in self.tables.get(table, {}).values() for rel in rels]
+
     def live_files(self) -> list[str]:
-        files = [f for paths in self.tables.values() for f in paths]
-        return files + ([self.catalog] if self.catalog else [])
+        files = [rel for table in self.tables for rel in self.table_files(table)]
+        return files + list(self.catalog.values())
 
 
 class CatalogEntry(msgspec.Struct, array_like=True):
@@ -79,6 +143,7 @@ class CatalogEntry(msgspec.Struct, array_like=True):
     batch: str | None
     fingerprint: str
     n_problems: int = 0
+    partition: str = NO_PARTITION  # where its rows are (partition_of its run and step)
 
 
 _CATALOG = msgspec.msgpack.Decoder(list[CatalogEntry])
@@ -108,6 +173,7 @@ class Store:
 
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root)
+        self.interrupted = False  # set by `lock`: the last writer did not finish cleanly
 
     @property
     def manifest_path(self) -> Path:
@@ -127,19 +193,20 @@ class Store:
             raise LakeError(
                 f"{self.root} is not a wmo-lake lake of format version {FORMAT_VERSION} "
                 f"(manifest says {raw.get('format')!r} {raw.get('format_version')!r}); "
-                "ingest into a new --lake directory"
+                "ingest into a new --lake directory (or delete this one and ingest its runs "
+                "again: format 3 partitions every table by run and step)"
             )
         return Manifest(
             generation=raw["generation"],
             tables=raw["tables"],
-            catalog=raw.get("catalog"),
+            catalog=raw.get("catalog") or {},
             previous=raw.get("previous", []),
             updated_at=raw.get("updated_at"),
         )
 
     def duckdb_stamp(self, manifest: Manifest, views: str) -> str:
         """What lake.duckdb was built for: the generation, and `views` (a digest of its views)."""
-        return f"{manifest.generation}:{manifest.catalog}:{views}"
+        return f"{manifest.generation}:{manifest.updated_at}:{views}"
 
     def duckdb_file_current(self, views: str) -> bool:
         """Whether LAKE/lake.duckdb was built for the current generation and these views (its
@@ -153,25 +220,60 @@ class Store:
         )
 
     def files(self, manifest: Manifest, table: str) -> list[Path]:
-        return [self.root / rel for rel in manifest.tables.get(table, [])]
+        return [self.root / rel for rel in manifest.table_files(table)]
 
-    def read_catalog(self, manifest: Manifest) -> dict[str, CatalogEntry]:
-        if not manifest.catalog:
-            return {}
-        entries = _CATALOG.decode((self.root / manifest.catalog).read_bytes())
-        return {entry.source: entry for entry in entries}
+    def read_catalog(
+        self, manifest: Manifest, partitions: Iterable[str] | None = None
+    ) -> dict[str, CatalogEntry]:
+        """The catalog entries of `partitions` (all when None), by source."""
+        wanted = manifest.catalog if partitions is None else set(partitions)
+        catalog: dict[str, CatalogEntry] = {}
+        for partition in wanted:
+            rel = manifest.catalog.get(partition)
+            if rel is not None:
+                for entry in _CATALOG.decode((self.root / rel).read_bytes()):
+                    catalog[entry.source] = entry
+        return catalog
 
     def write_catalog(self, rel: str, catalog: Iterable[CatalogEntry]) -> None:
+        """One partition's catalog file, under a fresh name (so no rename), synced."""
         path = self.root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(path, msgspec.msgpack.encode(list(catalog)))
+        with open(path, "wb") as stream:
+            stream.write(msgspec.msgpack.encode(list(catalog)))
+            stream.flush()
+            os.fsync(stream.fileno())
+        fsync_dir(path.parent)
 
-    def collect_garbage(self, manifest: Manifest) -> None:
+    def collect_garbage(
+        self,
+        manifest: Manifest,
+        partitions: Iterable[str] | None = None,
+        dropped: Iterable[str] = (),
+    ) -> None:
         """Remove files neither this generation nor the previous one names (readers of the
-        previous generation may still be scanning)."""
+        previous generation may still be scanning): `dropped` (the files the previous
+        generation no longer needed), then whatever else lies in `partitions` (every partition
+        when None: after an interrupted ingest, whose files may be anywhere)."""
         keep = set(manifest.live_files()) | set(manifest.previous)
-        for folder in ("tables", "catalog"):
-            for path in (self.root / folder).rglob("*"):
+        for rel in dropped:
+            if rel not in keep:
+                with contextlib.suppress(OSError):
+                    (self.root / rel).unlink()
+        if partitions is None:
+            folders = [self.root / "tables", self.root / "catalog"]
+        else:
+            tables = [p for p in (self.root / "tables").glob("*") if p.is_dir()]
+            folders = [
+                folder
+                for partition in partitions
+                for folder in [
+                    *(table / partition for table in tables),
+                    self.root / "catalog" / partition,
+                ]
+            ]
+        for folder in folders:
+            for path in folder.rglob("*") if folder.is_dir() else ():
                 if path.is_file() and path.relative_to(self.root).as_posix() not in keep:
                     with contextlib.suppress(OSError):
                         path.unlink()
@@ -196,12 +298,16 @@ class Store:
                     )
                 fcntl.flock(stream, fcntl.LOCK_EX)
             stream.seek(0)
+            # A holder that did not finish cleanly (killed, or an error) left its pid here: its
+            # files may lie in any partition, so the next commit sweeps them all.
+            self.interrupted = bool(stream.read().strip())
+            stream.seek(0)
             stream.truncate()
             stream.write(f"wmo-lake ingest pid {os.getpid()}")
             stream.flush()
             try:
                 yield
-            finally:
                 stream.seek(0)
                 stream.truncate()
+            finally:
                 fcntl.flock(stream, fcntl.LOCK_UN)

@@ -117,9 +117,14 @@ def _remove(
 
     commit = Commit(store, base)
     try:
-        commit.remove_units(e.unit_key for e in entries if e.unit_key)
+        for entry in entries:
+            if entry.unit_key:
+                commit.remove_units([entry.unit_key], entry.partition)
         gone = {e.source for e in entries}
-        manifest = commit.finish(e for source, e in catalog.items() if source not in gone)
+        manifest = commit.finish(
+            (e for source, e in catalog.items() if source not in gone),
+            touched={e.partition for e in entries},
+        )
     except BaseException:
         commit.abort()
         raise

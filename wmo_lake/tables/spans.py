@@ -329,6 +329,9 @@ def table(spans: Spans, trial_key: str, batch: str, trial_name: str) -> pa.Table
             "sampled_logprobs": pa.array([t.logprobs for t in turns], pa.list_(pa.float64())),
             "n_sampled": pa.array([len(t.sampled) for t in turns], pa.int32()),
             "source": pa.array([spans.source] * n, pa.string()),
+            # the segment writer sets run and step from the trial's partition
+            "run": pa.nulls(n, pa.string()),
+            "step": pa.nulls(n, pa.int64()),
         },
         schema=SCHEMA,
     )

@@ -69,7 +69,8 @@ def _table(rows: list[dict[str, Any]], identity: dict[str, str], schema: pa.Sche
         name: [identity[name]] * len(rows) for name in ("trial_key", "batch", "trial_name")
     }
     for name in schema.names[3:]:
-        columns[name] = [row[name] for row in rows]
+        if name not in ("run", "step"):  # the segment writer sets them from the partition
+            columns[name] = [row[name] for row in rows]
     return PendingRows(columns, len(rows))
 
 

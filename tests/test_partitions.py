@@ -1,0 +1,193 @@
+"""The lake is Hive-partitioned by run and step: every table carries run and step, every segment
+and catalog file sits in its unit's `run=<run>/step=<step>` dir, run labels unsafe in a path
+round-trip through Hive/Spark escaping, DuckDB's `hive_partitioning` reads a table's dir (or the
+manifest's files) to the lake's own rows, and a commit rewrites, compacts and catalogs only the
+partitions it touches."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+from harbor_shapes import write_job, write_trial
+from partition_trees import NASTY_RUNS, STEPS, step_job, write_partition_tree
+
+from wmo_lake import commit as commit_module
+from wmo_lake.ingest import ingest
+from wmo_lake.lake import connect
+from wmo_lake.store import (
+    DEFAULT_PARTITION,
+    LakeError,
+    Store,
+    escape_partition_value,
+    partition_of,
+    partition_values,
+)
+from wmo_lake.tables import TABLES
+
+
+def _rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[tuple]:
+    return sorted(con.execute(sql).fetchall(), key=repr)
+
+
+@pytest.mark.parametrize(
+    ("value", "segment"),
+    [
+        (None, DEFAULT_PARTITION),
+        ("", DEFAULT_PARTITION),
+        (7, "7"),
+        ("a=b/c%d e", "a%3Db%2Fc%25d e"),
+        ("quo'te\"d", "quo%27te%22d"),
+        ("ünï ☃", "ünï ☃"),  # Spark decodes %XX as one char: non-ASCII stays UTF-8
+        ("x#y?z:w*[a]^{b}\\", "x%23y%3Fz%3Aw%2A%5Ba%5D%5E%7Bb}%5C"),
+    ],
+)
+def test_partition_values_are_escaped_as_hive_and_spark_do(value, segment) -> None:
+    assert escape_partition_value(value) == segment
+    run, step = partition_values(partition_of(value if value != 7 else "r", 7))
+    assert step == 7
+    assert run == (None if value in (None, "") else "r" if value == 7 else value)
+
+
+def test_every_file_sits_in_its_rows_partition(tmp_path: Path) -> None:
+    ingest([write_partition_tree(tmp_path)], tmp_path / "lake", workers=1)
+    store = Store(tmp_path / "lake")
+    manifest = store.read_manifest()
+    seen = set()
+    for table in TABLES:
+        assert {"run", "step"} <= set(TABLES[table].schema.names), table
+        for partition, files in manifest.tables[table].items():
+            run, step = partition_values(partition)
+            for rel in files:
+                assert rel.startswith(f"tables/{table}/{partition}/"), rel
+                rows = pq.read_table(store.root / rel, columns=["run", "step"]).to_pylist()
+                assert {(r["run"], r["step"]) for r in rows} <= {(run, step)}, rel
+                seen.add((run, step))
+    want = {(run, step) for run in NASTY_RUNS for step in STEPS} | {(None, None)}
+    assert seen == want
+    for partition, rel in manifest.catalog.items():
+        assert rel.startswith(f"catalog/{partition}/"), rel
+
+
+def test_duckdb_hive_partitioning_reads_each_table_dir_as_the_lake_does(tmp_path: Path) -> None:
+    """Reading tables/<table>/ directly with hive_partitioning (run and step decoded from the
+    path, not the files) gives the lake's rows, run and step, and so does the manifest's list."""
+    ingest([write_partition_tree(tmp_path)], tmp_path / "lake", workers=1)
+    lake = tmp_path / "lake"
+    con = connect(lake)
+    plain = duckdb.connect()
+    manifest = Store(lake).read_manifest()
+    for table in TABLES:
+        want = _rows(con, f"SELECT * FROM {table}")
+        direct = _rows(
+            plain,
+            f"SELECT * FROM read_parquet('{lake}/tables/{table}/*/*/*.parquet', "
+            "hive_partitioning = true, union_by_name = true, "
+            "hive_types = {'run': VARCHAR, 'step': BIGINT})",
+        )
+        assert direct == want, table
+        files = [str(lake / rel) for rel in manifest.table_files(table)]
+        # the manifest's files (the dir may still hold the previous generation's files)
+        listed = _rows(
+            plain,
+            "SELECT * FROM read_parquet(["
+            + ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+            + "], hive_partitioning = true, union_by_name = true, "
+            "hive_types = {'run': VARCHAR, 'step': BIGINT})",
+        )
+        assert listed == want, table
+    runs = {r for (r,) in con.execute("SELECT DISTINCT run FROM trials").fetchall()}
+    assert runs == {*NASTY_RUNS, None}
+
+
+def test_rows_without_run_or_step_are_in_the_default_partition(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    job = write_job(runs / "exp" / "harbor" / "job")  # a run, no step-NNNN
+    write_trial(job, "a__0", trial_id="a-0")
+    (runs / "loop").symlink_to(runs, target_is_directory=True)  # a walk problem
+    ingest([runs], tmp_path / "lake", workers=1)
+    manifest = Store(tmp_path / "lake").read_manifest()
+    assert list(manifest.tables["trials"]) == [f"run=exp/step={DEFAULT_PARTITION}"]
+    con = connect(tmp_path / "lake")
+    walk = con.execute("SELECT run, step FROM problems WHERE kind = 'symlink_loop'").fetchall()
+    assert walk and set(walk) == {(None, None)}
+    assert f"run={DEFAULT_PARTITION}/step={DEFAULT_PARTITION}" in manifest.tables["problems"]
+
+
+def test_a_replaced_trial_rewrites_only_its_own_partition(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    for step in (1, 2, 3):
+        job = step_job(runs, "exp", step)
+        for i in range(3):
+            write_trial(job, f"t__{i}", trial_id=f"s{step}-{i}", reward=0.0)
+    lake = tmp_path / "lake"
+    ingest([runs], lake, workers=1)
+    before = Store(lake).read_manifest()
+    write_trial(runs / "exp" / "harbor" / "step-0002" / "job", "t__1", trial_id="s2-1", reward=1.0)
+    summary = ingest([runs], lake, workers=1)
+    assert (summary.trials_replaced, summary.trials_unchanged) == (1, 8)
+    after = Store(lake).read_manifest()
+    step2 = partition_of("exp", 2)
+    for table in after.tables:
+        for partition, files in after.tables[table].items():
+            if partition != step2:
+                assert files == before.tables[table][partition], (table, partition)
+    assert after.tables["trials"][step2] != before.tables["trials"][step2]
+    for partition, rel in after.catalog.items():  # only the touched partition's catalog
+        assert (rel == before.catalog[partition]) == (partition != step2), partition
+    rewards = dict(connect(lake).execute("SELECT trial_key, rewards FROM trials").fetchall())
+    assert len(rewards) == 9 and "1.0" in str(rewards["s2-1"]) and "0.0" in str(rewards["s2-0"])
+
+
+def test_a_trial_moved_to_another_step_replaces_its_old_rows(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    write_trial(step_job(runs, "exp", 1), "t__0", trial_id="moving", reward=0.0)
+    write_trial(step_job(runs, "exp", 1), "t__1", trial_id="staying", reward=0.0)
+    lake = tmp_path / "lake"
+    ingest([runs], lake, workers=1)
+    write_trial(step_job(runs, "exp", 2), "t__0", trial_id="moving", reward=1.0)
+    # the old dir is gone too: the trial now lives at step 2 only
+    import shutil
+
+    shutil.rmtree(runs / "exp" / "harbor" / "step-0001" / "job" / "t__0")
+    summary = ingest([runs], lake, workers=1)
+    assert summary.trials_replaced == 1
+    con = connect(lake)
+    rows = con.execute("SELECT trial_key, step, rewards::VARCHAR FROM trials ORDER BY 1").fetchall()
+    assert [row[:2] for row in rows] == [("moving", 2), ("staying", 1)]
+    assert "1.0" in rows[0][2]
+    spans = con.execute("SELECT DISTINCT step FROM spans WHERE trial_key = 'moving'").fetchall()
+    assert spans == [(2,)]
+
+
+def test_segments_merge_only_within_a_partition(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(commit_module, "MAX_SEGMENTS", 2)
+    runs = tmp_path / "runs"
+    lake = tmp_path / "lake"
+    for n in range(4):  # four commits, each adding a trial to step 1 and one to step 2
+        for step in (1, 2):
+            write_trial(step_job(runs, "exp", step), f"t__{n}", trial_id=f"s{step}-{n}")
+        ingest([runs], lake, workers=1)
+    store = Store(lake)
+    manifest = store.read_manifest()
+    for partition, files in manifest.tables["trials"].items():
+        assert len(files) <= 2, files
+        _, step = partition_values(partition)
+        for rel in files:
+            values = pq.read_table(store.root / rel, columns=["step"]).column("step").to_pylist()
+            assert set(values) == {step}, rel
+    assert any("-c" in rel for rel in manifest.table_files("trials"))  # it did merge
+    assert connect(lake).execute("SELECT count(*) FROM trials").fetchone() == (8,)
+
+
+def test_a_lake_of_an_older_format_says_what_to_do(tmp_path: Path) -> None:
+    lake = tmp_path / "lake"
+    lake.mkdir()
+    (lake / "manifest.json").write_text(
+        json.dumps({"format": "wmo-lake", "format_version": 2, "generation": 1, "tables": {}})
+    )
+    with pytest.raises(LakeError, match=r"format version 3.*ingest into a new --lake"):
+        ingest([tmp_path], lake, workers=1)
