@@ -6,8 +6,8 @@ queries timed on it with DuckDB and with Spark: the README's "At scale" figures.
 
 Shape: steps of 1,000 trials (125 tasks x 8 attempts), 8 sampled turns a trial (token lists left
 empty: the queries timed read lengths, not tokens), rewards 0/1, CTRF summaries, no trajectories.
-The tables go through the lake's own Commit, so `connect()` and `wmo_lake.spark.register` open it
-like any ingested lake.
+The tables go through the lake's own Commit, one Hive partition per step (`run=scale/step=N`), so
+`connect()` and `wmo_lake.spark.register` open it like any ingested lake.
 """
 
 from __future__ import annotations

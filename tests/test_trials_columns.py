@@ -43,6 +43,8 @@ NOT_FROM_RESULT = {
         "has_trace",
         "trace_path",
         "trace_stop_reason",
+        "run",  # the partition's
+        "step",
     },
 }
 
