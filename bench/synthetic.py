@@ -38,13 +38,8 @@ import pyarrow as pa
 
 from wmo_lake.commit import Commit
 from wmo_lake.lake import ensure_duckdb_file
-from wmo_lake.store import JOB, TRIAL, CatalogEntry, Manifest, Store
+from wmo_lake.store import JOB, TRIAL, CatalogEntry, Manifest, Store, partition_of
 from wmo_lake.tables import TABLES
-
-try:  # the Hive-partitioned lake: every unit's rows go to its run/step partition
-    from wmo_lake.store import partition_of  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - the unpartitioned layout
-    partition_of = None
 
 RUN = "synthetic"
 MAX_TURNS = 6
@@ -386,16 +381,17 @@ def build(out: Path, spec: Spec) -> list[Step]:
     for number in range(spec.steps):
         s = draw_step(spec, number, _rng(spec, number, "draws"))
         steps.append(s)
-        partition = [] if partition_of is None else [partition_of(RUN, s.step)]
+        partition = partition_of(RUN, s.step)  # every unit's rows go to its run/step partition
         for name, rows in step_tables(s, _rng(spec, number, "tokens")).items():
-            commit.append(name, rows, *partition)
-        where = {} if partition_of is None else {"partition": partition_of(RUN, s.step)}
+            commit.append(name, rows, partition)
         catalog.append(
-            CatalogEntry(s.job_key, s.job_key, JOB, s.job_key, s.batch, _digest(s.job_key), **where)
+            CatalogEntry(
+                s.job_key, s.job_key, JOB, s.job_key, s.batch, _digest(s.job_key), 0, partition
+            )
         )
         catalog += [
             CatalogEntry(
-                f"/synthetic/{s.batch}/{name}", key, TRIAL, s.job_key, s.batch, key, **where
+                f"/synthetic/{s.batch}/{name}", key, TRIAL, s.job_key, s.batch, key, 0, partition
             )
             for key, name in zip(s.trial_keys, s.names, strict=True)
         ]
