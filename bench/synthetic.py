@@ -38,7 +38,7 @@ import pyarrow as pa
 
 from wmo_lake.commit import Commit
 from wmo_lake.lake import ensure_duckdb_file
-from wmo_lake.store import JOB, TRIAL, CatalogEntry, Manifest, Store, partition_of
+from wmo_lake.store import FORMAT_VERSION, JOB, TRIAL, CatalogEntry, Manifest, Store, partition_of
 from wmo_lake.tables import TABLES
 
 RUN = "synthetic"
@@ -75,7 +75,11 @@ class Spec:
     seed: int = 0
 
     def key(self) -> str:
-        text = f"{GENERATOR_VERSION}:{self.steps}:{self.trials_per_step}:{self.tasks}:{self.seed}"
+        # the lake format is part of the key: a lake written in an older layout is rebuilt
+        text = (
+            f"{GENERATOR_VERSION}:{FORMAT_VERSION}:{self.steps}:{self.trials_per_step}:"
+            f"{self.tasks}:{self.seed}"
+        )
         return f"synthetic-{self.steps * self.trials_per_step}-{_digest(text)[:10]}"
 
 
