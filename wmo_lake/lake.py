@@ -215,7 +215,7 @@ def connect(
     store = Store(lake)
     manifest = _require(store)
     con = None
-    if duckdb_file_current(store):
+    if _duckdb_file_current(store, manifest):
         try:
             con = duckdb.connect(str(store.root / DUCKDB_FILE), read_only=True)
         except duckdb.Error:
@@ -287,6 +287,17 @@ def sql_string(value: str) -> str:
 def duckdb_file_current(store: Store) -> bool:
     """Whether LAKE/lake.duckdb holds the current generation with these views."""
     return store.duckdb_file_current(views_digest())
+
+
+def _duckdb_file_current(store: Store, manifest: Manifest) -> bool:
+    """`duckdb_file_current` against a manifest already read (opening a lake reads it once:
+    a lake of many steps has a large one)."""
+    try:
+        stamp = (store.root / DUCKDB_STAMP).read_text(encoding="utf-8")
+    except OSError:
+        return False
+    current = store.duckdb_stamp(manifest, views_digest())
+    return stamp == current and (store.root / DUCKDB_FILE).exists()
 
 
 def ensure_duckdb_file(store: Store) -> Path:
