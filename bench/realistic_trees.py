@@ -273,6 +273,7 @@ def _result_template(with_rollouts: bool) -> Template:
         id="@@id@@",
         trial_name="@@trial_name@@",
         task_name="@@task_name@@",
+        task_id={"path": "@@task_path@@"},
         verifier_result="@@verifier_result@@",
         exception_info="@@exception_info@@",
     )
@@ -309,6 +310,7 @@ def result_text(plan: TrialPlan, rows: tuple[list[list[str]], ...] | None, job_i
         "id": plan.trial_id,
         "trial_name": plan.name,
         "task_name": plan.task,
+        "task_path": f"/home/user/harbor-demo/tasks/{plan.task}",
         "job_id": job_id,
         "verifier_result": None if plan.reward is None else {"rewards": {"reward": plan.reward}},
         "exception_info": exception,

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 try:
     import orjson
@@ -49,6 +49,16 @@ class Tree:
     unreadable: dict[str, int] = field(default_factory=dict)
     jobs: set[str] = field(default_factory=set)  # batches of job dirs (with trials or none)
     labels: dict[str, tuple[str | None, int | None]] = field(default_factory=dict)
+
+
+def scorer_task_id(result: dict[str, Any]) -> str | None:
+    """The task id WMO's scorer groups trials by: harbor's own `trial.task_id.get_name()`."""
+    from harbor.models.trial.result import TrialResult
+
+    if result.get("task_id") is None:
+        return result.get("task_name")
+    task_id_type = TrialResult.model_fields["task_id"].annotation
+    return TypeAdapter(task_id_type).validate_python(result["task_id"]).get_name()
 
 
 def load(path: Path) -> Any:
@@ -407,7 +417,7 @@ def read_tree(root: Path, settings: Settings = Settings()) -> Tree:
             "batch": batch,
             "run": run,
             "step": step,
-            "task_id": result.get("task_name"),
+            "task_id": scorer_task_id(result),
             "trial_name": result["trial_name"],
             "reward": stand_in,
             "passed": passed,

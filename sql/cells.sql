@@ -1,7 +1,9 @@
 -- cells: one row per trial, the upstream harbor scorer's reading of it (missing_reward="zero"),
 -- the cell WMO's `distill.tokens` assembles a TrialRecord from and `rollout_stats` scores.
---   task_id = task_name; attempt = 1-based rank of trial_name (ascending) among the batch's trials
---   of that task.
+--   task_id = harbor's task_id.get_name() (trials.task_id_name; task_name only when result.json
+--   records no task_id), as WMO's scorer groups trials (not task_name: "demo/hello-offline" is
+--   task "hello-offline" there); attempt = 1-based rank of trial_name (ascending) among the
+--   batch's trials of that task.
 --   reward: the value under the reward key (settings.reward_key, SET VARIABLE wmo_reward_key) in
 --   verifier_result.rewards when it is a JSON number (not a bool, not a string), finite, and in
 --   [0, 1]. Otherwise the trial has no measured reward: reward = 0.0 stand-in, infra_failed = true.
@@ -105,8 +107,10 @@ SELECT
     run,
     step,
     job_key,
-    task_name AS task_id,
-    row_number() OVER (PARTITION BY batch, task_name ORDER BY trial_name) AS attempt,
+    coalesce(task_id_name, task_name) AS task_id,
+    row_number() OVER (
+        PARTITION BY batch, coalesce(task_id_name, task_name) ORDER BY trial_name
+    ) AS attempt,
     trial_name,
     coalesce(measured_reward, 0.0) AS reward,
     CASE reward_mode

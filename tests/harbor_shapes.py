@@ -132,6 +132,8 @@ def write_trial(
     result = real_result()
     result["trial_name"] = trial_name
     result["task_name"] = task_name
+    # harbor's task id is the task dir; its last part (not task_name) is the scorer's task id
+    result["task_id"] = {"path": f"/home/user/harbor-demo/tasks/{task_name}"}
     # harbor ids are UUIDs; a stable one per (job, trial) unless a test names its own
     result["id"] = trial_id or str(uuid.uuid5(uuid.NAMESPACE_URL, f"{job_dir}/{trial_name}"))
     result["config"]["trial_name"] = trial_name

@@ -150,8 +150,10 @@ def test_two_steps_collected_and_reported_as_the_script_says(
     # the records: one per trial, each task's outcome as the script says
     records = step1.records
     assert records.height == 12 and "spans" in records.columns
+    # a record's task_id is harbor's task_id.get_name(): the task dir's name, not task_name
     by_task = {
-        task: records.filter(records["task_id"] == task).sort("attempt") for task in TASK_IDS
+        task: records.filter(records["task_id"] == task.rsplit("/", 1)[-1]).sort("attempt")
+        for task in TASK_IDS
     }
     assert by_task["e2e/hello-file"]["passed"].to_list() == [True] * 3
     assert by_task["e2e/multi-reward"]["passed"].to_list() == [True] * 3

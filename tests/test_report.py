@@ -215,18 +215,18 @@ def test_heatmap_is_cells_pass_rate_ordered_by_trend(page: str, two_runs_lake: P
             assert z == pytest.approx(expected) if expected is not None else z is None
     # most improved first: task-5 (0% until step 3, then ~80%) above task-4 (regresses)
     order = heatmap["y"]
-    assert order.index("demo/task-5") < order.index("demo/task-4")
-    assert order[-1] == "demo/task-4"
+    assert order.index("task-5") < order.index("task-4")
+    assert order[-1] == "task-4"
 
 
 def test_regressions_and_newly_solved_tables(page: str) -> None:
     regressions = page.split("<h3>Regressions", 1)[1].split("<h3>", 1)[0]
     newly = page.split("<h3>Newly solved", 1)[1].split("<h3>", 1)[0]
-    assert "<td>exp-a</td><td>demo/task-4</td>" in regressions
-    assert "<td>exp-a</td><td>demo/task-5</td>" in newly
-    assert "demo/task-5" not in regressions
+    assert "<td>exp-a</td><td>task-4</td>" in regressions
+    assert "<td>exp-a</td><td>task-5</td>" in newly
+    assert "task-5" not in regressions
     # exp-b never solves task-5: neither table
-    assert "<td>exp-b</td><td>demo/task-5</td>" not in page
+    assert "<td>exp-b</td><td>task-5</td>" not in page
 
 
 def test_problems_per_step_by_kind(page: str, two_runs_lake: Path) -> None:

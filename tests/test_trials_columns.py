@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 from edge_case_trees import generate_tree
+from harbor.models.trial.result import TrialResult
 from harbor_shapes import write_job, write_trial
+from pydantic import TypeAdapter
 
 from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect
@@ -47,6 +49,14 @@ NOT_FROM_RESULT = {
         "step",
     },
 }
+
+
+def harbor_task_id_name(doc: dict[str, Any]) -> str | None:
+    """What WMO's scorer groups by: harbor's own `trial.task_id.get_name()`."""
+    if not isinstance(doc.get("task_id"), dict):
+        return None
+    adapter = TypeAdapter(TrialResult.model_fields["task_id"].annotation)
+    return adapter.validate_python(doc["task_id"]).get_name()
 
 
 def _get(doc: Any, *keys: str) -> Any:
@@ -105,6 +115,7 @@ def expected_trial(path: Path) -> dict[str, Any]:
         "task_id_git_commit_id": _str(doc, "task_id", "git_commit_id"),
         "task_id_package": None if org is None or name is None else f"{org}/{name}",
         "task_id_ref": _str(doc, "task_id", "ref"),
+        "task_id_name": harbor_task_id_name(doc),
         "agent_name": _str(doc, "agent_info", "name"),
         "agent_version": _str(doc, "agent_info", "version"),
         "model_name": _str(doc, "agent_info", "model_info", "name"),

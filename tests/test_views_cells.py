@@ -231,7 +231,8 @@ def test_attempt_is_the_code_point_rank_of_trial_name_per_batch_and_task(
         ("step-0002", "rank__A"): 1,
         ("step-0002", "rank__c"): 2,
     }
-    assert {row["task_id"] for row in rows} == {"demo/rank", "demo/other"}
+    # the scorer's task id is harbor's task_id.get_name(), the task dir's name, not task_name
+    assert {row["task_id"] for row in rows} == {"rank", "other"}
 
 
 CELL_COLUMNS = (
@@ -301,6 +302,7 @@ def test_reward_rule_matches_the_oracle_for_any_json_value(values: list[Any]) ->
         con.execute(
             "CREATE TABLE trials AS SELECT 'k' || i AS trial_key, 'b' AS batch, NULL AS run, "
             "NULL::BIGINT AS step, NULL AS job_key, 't' || i AS trial_name, 'task' AS task_name, "
+            "'task' AS task_id_name, "
             "'' AS artifact_dir, MAP {'reward': texts[i + 1]} AS rewards, "
             "NULL AS exception_type, 'absent' AS ctrf_status, NULL::BOOLEAN AS "
             "ctrf_summary_present, NULL::BOOLEAN AS ctrf_summary_valid, NULL::BIGINT AS "
@@ -320,3 +322,47 @@ def test_reward_rule_matches_the_oracle_for_any_json_value(values: list[Any]) ->
     for index, value in enumerate(values):
         result = {"verifier_result": {"rewards": {"reward": value}}}
         assert got.get(f"t{index}") == oracle.measured_reward(result, "reward"), value
+
+
+# (task_id as harbor records it) for every kind of harbor task id
+TASK_ID_SHAPES: list[dict[str, Any]] = [
+    {"path": "/home/user/tasks/hello-offline"},
+    {"path": "tasks/with-slash/"},
+    {"path": "~/tasks/under-home"},
+    {"git_url": "https://example.com/repo.git", "path": "tasks/a/../b"},
+    {"git_url": "https://example.com/repo.git", "path": "x", "git_commit_id": "abc"},
+    {"org": "acme", "name": "pkg", "ref": "latest"},
+]
+
+
+def test_task_id_is_harbors_get_name_for_every_kind_of_task_id(tmp_path: Path) -> None:
+    """WMO's scorer groups a batch by `trial.task_id.get_name()`, not by task_name (the real
+    sample is task_name "demo/hello-offline", task "hello-offline"): local, git and package ids."""
+    from harbor.models.trial.result import TrialResult
+    from pydantic import TypeAdapter
+
+    adapter = TypeAdapter(TrialResult.model_fields["task_id"].annotation)
+    runs = tmp_path / "runs"
+    job = write_job(runs / "r" / "harbor" / "step-0001" / "job")
+    for index, task_id in enumerate(TASK_ID_SHAPES):
+        for attempt in range(2):
+            write_trial(
+                job,
+                f"t{index}__{attempt}",
+                task_name=f"shared/name-{attempt}",  # task_name differs within a task
+                result_overrides={"task_id": task_id},
+            )
+    ingest([runs], tmp_path / "lake")
+    got = query(
+        tmp_path / "lake", "SELECT trial_name, task_id, attempt FROM cells ORDER BY trial_name"
+    )
+    expected = [
+        {
+            "trial_name": f"t{index}__{attempt}",
+            "task_id": adapter.validate_python(task_id).get_name(),
+            "attempt": attempt + 1,
+        }
+        for index, task_id in enumerate(TASK_ID_SHAPES)
+        for attempt in range(2)
+    ]
+    assert got == expected

@@ -399,7 +399,7 @@ def oracle_view(
             rows.append(
                 {
                     "batch": spec.batch,
-                    "task_id": spec.task,
+                    "task_id": spec.task.rsplit("/", 1)[-1],  # harbor's task_id.get_name()
                     "attempt": attempt.index(spec.name) + 1,
                     "trial_name": spec.name,
                     "fragment_index": index,

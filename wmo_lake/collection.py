@@ -1,4 +1,4 @@
-"""The two collection paths of seed 000, chosen per job from its `config.json`.
+"""The two collection paths of WMO's `distill.tokens`, chosen per job from its `config.json`.
 
 - **pi-bridge**: the job's agent kwargs carry `token_sink_dir` (upstream `agents.py`: the distill
   agent writes `{token_sink_dir}/{trial_name}.jsonl`, one dir per training step). Spans come only

@@ -235,6 +235,13 @@ TRIALS = TableSpec(
             "a package task's `org/name` (`task_id.org`, `task_id.name`)",
         ),
         Column("task_id_ref", STRING, (RESULT, "task_id.ref"), "a package task's ref"),
+        Column(
+            "task_id_name",
+            STRING,
+            None,
+            "harbor's `task_id.get_name()` (a local or git task's dir name, a package's "
+            "`org/name`): the task id WMO's scorer groups trials by, and `cells.task_id`",
+        ),
         Column("artifact_dir", STRING, None, "the trial dir"),
         Column("agent_name", STRING, (RESULT, "agent_info.name"), "as recorded"),
         Column("agent_version", STRING, (RESULT, "agent_info.version"), "as recorded"),

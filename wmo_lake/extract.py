@@ -148,7 +148,7 @@ def extract_trial(task: TrialTask) -> Extracted:
     row = trials.row(fields)
 
     pi_bridge = task.collection_path == PI_BRIDGE
-    if pi_bridge:  # spans only from the trial's own sink (seed 000 `load_trial_spans`)
+    if pi_bridge:  # spans only from the trial's own sink (WMO's `distill.tokens.load_trial_spans`)
         found = _sink_spans(task, problems)
     else:  # terminus-2: only from the result's rollout_details (`load_trial_rollout_spans`)
         found = spans.from_rollout_details(

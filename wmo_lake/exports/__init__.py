@@ -1,4 +1,4 @@
-"""Training datasets out of the lake, each written with the same discipline (seed 001).
+"""Training datasets out of the lake, each written with one discipline (WMO's `training_data`).
 
 `wmo_lake.exports.discipline` is that discipline, once: the split guard and task registry, the
 batches in scope, the settings in force, the manifest, the atomic never-overwrite write, and the

@@ -16,7 +16,7 @@ Rules on top of the view, each counted in the manifest's `excluded` (in episodes
 - `--filter success|failure` keeps the episodes of passed / not passed trials (`cells.passed`,
   with the query-time reward key and mode) -> `not_passed` / `passed`;
 - episodes holding image or audio content are not text data -> `multimodal`;
-- exact duplicates (the same messages) are exported once -> `duplicate` (seed 001).
+- exact duplicates (the same messages) are exported once -> `duplicate` (WMO's `training_data.py`).
 Trials in scope that give no episode at all (oracle / nop agents write no trajectory; a trajectory
 may have no agent step) are counted under `trials.without_episodes`, never an error.
 """
@@ -57,7 +57,7 @@ BATCH_ROWS = 256  # rows per Arrow batch streamed out of DuckDB: memory stays fl
 CANDIDATES = f"""
 SELECT
     v.trial_key, v.batch, v.trial_name, v.trace_source, v.episode, v.is_last_episode,
-    v.has_media, c.run, c.step, c.task_id AS task,
+    v.has_media, c.run, c.step, t.task_name AS task,  -- harbor's trace export: task_name
     coalesce(v.model_name, t.model_name) AS model,
     CASE WHEN c.infra_failed THEN NULL ELSE c.reward END AS reward,
     c.passed
@@ -136,7 +136,8 @@ def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
 
 
 def messages_identity(messages: list[dict[str, Any]]) -> bytes:
-    """What makes two exported conversations duplicates: their messages, canonically (seed 001)."""
+    """What makes two exported conversations duplicates: their messages, canonically
+    (WMO's `training_data.py`)."""
     text = json.dumps(messages, sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).digest()
 

@@ -1,4 +1,4 @@
-"""The export discipline every training dataset shares (seed 001), whatever its rows are.
+"""The export discipline every training dataset shares (WMO's `training_data`), whatever its rows.
 
 Every kind (`wmo_lake.exports.datums`, `wmo_lake.exports.conversations`, and any to come) plugs
 into this one implementation of:

@@ -1,6 +1,6 @@
 """Spans from the WMO pi-bridge token sink: `{SINK}/{trial_name}.jsonl`, one `TokenSpan` JSON
-per line (seed 000, `load_trial_spans`). Imported only when a trial has a sink file, since
-pydantic is the one thing here no other table needs."""
+per line (WMO's `distill.tokens.load_trial_spans`). Imported only when a trial has a sink file,
+since pydantic is the one thing here no other table needs."""
 
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ class SinkSpan(BaseModel):
 
 
 def from_sink(sink_path: Path, problems: ProblemLog) -> Spans:
-    """Spans from a pi-bridge sink file; none at all when any line is invalid (seed 000)."""
+    """Spans from a pi-bridge sink file; none at all when any line is invalid (as WMO's
+    `distill.tokens`)."""
     advice = "the sink is corrupt, so delete this step's token sink directory and re-run the step"
     try:
         text = sink_path.read_text(encoding="utf-8")

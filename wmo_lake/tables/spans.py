@@ -1,4 +1,4 @@
-"""`spans`: one row per sampled turn of a trial's training evidence (seed 000).
+"""`spans`: one row per sampled turn of a trial's training evidence (WMO's `distill.tokens`).
 
 Two sources, one shape, chosen per job (wmo_lake/collection.py): harbor's
 `agent_result.rollout_details` on the terminus-2 path (only the FIRST segment is the main agent's
@@ -140,8 +140,8 @@ def _checked_turns(
     problems: ProblemLog,
     first_index: int = 0,
 ) -> Spans:
-    """Seed 000's checks on type-checked per-turn lists: all three present, aligned turns,
-    as many logprobs as sampled tokens in every turn."""
+    """WMO's `distill.tokens` checks on type-checked per-turn lists: all three present, aligned
+    turns, as many logprobs as sampled tokens in every turn."""
     if prompts is None or completions is None or logprobs is None:
         problems.add(
             "malformed_spans",
@@ -200,7 +200,7 @@ def _parse_ints(text: bytes) -> list[int]:
 
 
 def _from_raw_detail(detail: RawDetail, path: Path, problems: ProblemLog) -> Spans:
-    """Seed 000's reading of the first rollout segment, from each turn's raw JSON text.
+    """WMO's `distill.tokens` reading of the first rollout segment, from each turn's raw JSON text.
 
     A turn's prompt normally is the previous prompt + the previous sampled tokens + new context.
     The same dumper wrote all three lists at the same depth, so that extension shows in the text:

@@ -1,4 +1,5 @@
-"""`stop_reasons`: the evidence a trial's stop reason is derived from, one row per trial (seed 000).
+"""`stop_reasons`: the evidence a trial's stop reason is derived from, one row per trial (WMO's
+`distill.tokens`).
 
 The reason itself is derived in SQL (`trial_records.sql`), so a query-time `max_turns` can change
 it. Here: the recorded exception type, `n_episodes`, whether the ATIF trajectory's last agent step

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from wmo_lake.columns import PHASES
@@ -51,6 +52,24 @@ def _package(doc: Fields) -> str | None:
     return None if org is None or name is None else f"{org}/{name}"
 
 
+def task_id_name(doc: Fields) -> str | None:
+    """harbor's `trial.task_id.get_name()`, the key WMO's scorer groups a batch's trials by: a git
+    task's normalized path's last part, a local task's resolved path's last part (resolved here, as
+    the scorer resolves it where it runs), a package task's `org/name`."""
+    path = doc.str("task_id", "path")
+    if path is None:
+        return _package(doc)
+    if doc.str("task_id", "git_url") is not None and not PurePosixPath(path).anchor:
+        parts: list[str] = []
+        for part in PurePosixPath(path).parts:
+            if part != "..":
+                parts.append(part)
+            elif parts:
+                parts.pop()
+        return parts[-1] if parts else ""
+    return Path(path).expanduser().resolve().name
+
+
 def row(doc: Fields) -> dict[str, Any]:
     """The `trials` columns read from result.json; the caller adds identity and lake columns."""
     started = parse_time(doc.str("started_at"))
@@ -65,6 +84,7 @@ def row(doc: Fields) -> dict[str, Any]:
     return {
         "trial_id": doc.str("id"),
         "task_name": doc.str("task_name"),
+        "task_id_name": task_id_name(doc),
         "trial_uri": doc.str("trial_uri"),
         "source": doc.str("source"),
         "task_checksum": doc.str("task_checksum"),
