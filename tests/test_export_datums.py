@@ -29,9 +29,9 @@ ISSUE_TURNS = [
 ]
 ONE_TURN = [([1], [2], [-0.5])]
 REGISTRY = [
-    {"id": "t/train", "split": "train"},
-    {"id": "t/dev", "split": "dev"},
-    {"id": "t/holdout", "split": "holdout"},
+    {"id": "train", "split": "train"},
+    {"id": "dev", "split": "dev"},
+    {"id": "holdout", "split": "holdout"},
 ]
 
 
@@ -40,7 +40,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Step 1 (context_limit 100): a1 (the issue's example: 2 datums, 8 + 4 tokens, reward 1),
     a2 ([1,2]->[3]: 1 datum, reward 0), big (a 101-token prompt: overflow, reward 0), d1 / h1
     (dev / holdout, one 2-token datum each). Step 2: b1 (one 2-token datum, reward 1).
-    t/train advantages in step 1: mean (1 + 0 + 0) / 3, so a1 +2/3, a2 -1/3; b1 alone: 0."""
+    train advantages in step 1: mean (1 + 0 + 0) / 3, so a1 +2/3, a2 -1/3; b1 alone: 0."""
     root = tmp_path_factory.mktemp("export-datums")
     runs = root / "runs"
     job = write_job(
@@ -108,7 +108,7 @@ def test_exports_train_datums_with_a_full_manifest(
     assert rows[1]["model_input_tokens"] == [7, 8, 13, 14]
     assert rows[2]["model_input_tokens"] == [1, 2, 3]
     assert [r["advantage"] for r in rows] == pytest.approx([2 / 3, 2 / 3, -1 / 3, 0.0])
-    assert [r["attempt"] for r in rows] == [1, 1, 2, 1]  # a1, a2, big rank within t/train
+    assert [r["attempt"] for r in rows] == [1, 1, 2, 1]  # a1, a2, big rank within train
     assert (rows[0]["run"], rows[0]["step"], rows[3]["step"]) == ("r", 1, 2)
 
     manifest = json.loads(companion(out).read_text(encoding="utf-8"))
@@ -171,9 +171,9 @@ def test_no_split_guard_exports_every_task(lake: Path, tmp_path: Path) -> None:
     assert (manifest["rows"], manifest["split"], manifest["tasks_sha256"]) == (6, None, None)
     assert manifest["excluded"] == {"overflow_episodes": 1}
     assert {r["task_id"] for r in pq.read_table(out).to_pylist()} == {
-        "t/train",
-        "t/dev",
-        "t/holdout",
+        "train",
+        "dev",
+        "holdout",
     }
 
 
@@ -191,17 +191,17 @@ def test_never_overwrites(lake: Path, registry: Path, tmp_path: Path, existing: 
 
 def test_an_unregistered_task_stops_the_export(lake: Path, tmp_path: Path) -> None:
     tasks = tmp_path / "tasks.json"
-    tasks.write_text(json.dumps(REGISTRY[:2]), encoding="utf-8")  # no t/holdout
+    tasks.write_text(json.dumps(REGISTRY[:2]), encoding="utf-8")  # no holdout
     out = tmp_path / "d.parquet"
     result = run("--lake", lake, "--out", out, "--tasks", tasks)
     assert result.exit_code == 1
-    assert "task(s) 't/holdout' are not in the task registry" in result.output
+    assert "task(s) 'holdout' are not in the task registry" in result.output
     assert not out.exists() and not companion(out).exists()
 
 
 def test_a_malformed_registry_names_the_entry(lake: Path, tmp_path: Path) -> None:
     tasks = tmp_path / "tasks.json"
-    tasks.write_text(json.dumps([*REGISTRY, {"id": "t/x", "split": "eval"}]), encoding="utf-8")
+    tasks.write_text(json.dumps([*REGISTRY, {"id": "x", "split": "eval"}]), encoding="utf-8")
     result = run("--lake", lake, "--out", tmp_path / "d.parquet", "--tasks", tasks)
     assert result.exit_code == 1
     assert "entry 3" in result.output and "`split` is 'eval'" in result.output
@@ -235,7 +235,7 @@ def test_filters(
         (["--where", "reward < 0) OR (true"], "must be one condition"),
         (["--where", "true) UNION ALL (SELECT * FROM datums"], "must be one condition"),
         (["--where", "trial_name = 'zzz'"], "no datums match --where"),
-        (["--where", "task_id <> 't/train'"], "no datum of a train-split task to export"),
+        (["--where", "task_id <> 'train'"], "no datum of a train-split task to export"),
     ],
 )
 def test_bad_or_empty_selections_write_nothing(
@@ -327,7 +327,7 @@ def test_a_tampered_manifest_fails_to_load(exported: Path, registry: Path) -> No
 
 def test_loading_with_another_registry_fails(exported: Path, tmp_path: Path) -> None:
     other = tmp_path / "other.json"
-    other.write_text(json.dumps([*REGISTRY, {"id": "t/new", "split": "train"}]), encoding="utf-8")
+    other.write_text(json.dumps([*REGISTRY, {"id": "new", "split": "train"}]), encoding="utf-8")
     with pytest.raises(ExportError, match="exported against a task registry with sha256"):
         load_verified(exported, tasks=other)
 

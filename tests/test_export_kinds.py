@@ -51,7 +51,7 @@ def export_names(request: Request) -> dict:
 
 def test_a_kind_plugs_into_the_discipline(lake: Path, tmp_path: Path) -> None:
     tasks = tmp_path / "tasks.json"
-    registry = [{"id": "demo/a", "split": "train"}, {"id": "demo/b", "split": "dev"}]
+    registry = [{"id": "a", "split": "train"}, {"id": "b", "split": "dev"}]
     tasks.write_text(json.dumps(registry), encoding="utf-8")
     out = tmp_path / "names.txt"
     request = Request(
@@ -71,7 +71,7 @@ def test_a_kind_plugs_into_the_discipline(lake: Path, tmp_path: Path) -> None:
     }
     assert manifest["settings"]["reward_mode"] == "positive-binary"
     rows = discipline.load_verified(
-        out, lambda p: p.read_text().split(), lambda r: ["demo/a"] * len(r), kind="names"
+        out, lambda p: p.read_text().split(), lambda r: ["a"] * len(r), kind="names"
     )
     assert rows == ["a__1", "a__2"]
     with pytest.raises(ExportError, match="already exists"):
