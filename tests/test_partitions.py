@@ -20,6 +20,7 @@ from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect
 from wmo_lake.store import (
     DEFAULT_PARTITION,
+    MIXED,
     LakeError,
     Store,
     escape_partition_value,
@@ -191,3 +192,41 @@ def test_a_lake_of_an_older_format_says_what_to_do(tmp_path: Path) -> None:
     )
     with pytest.raises(LakeError, match=r"format version 3.*ingest into a new --lake"):
         ingest([tmp_path], lake, workers=1)
+
+
+def _view_sql(lake: Path, table: str) -> str:
+    with duckdb.connect(str(lake / "lake.duckdb"), read_only=True) as db:
+        return db.execute("SELECT sql FROM duckdb_views() WHERE view_name = ?", [table]).fetchone()[
+            0
+        ]
+
+
+def test_tables_of_one_schema_are_read_without_union_by_name(tmp_path: Path) -> None:
+    """union_by_name reads every file's footer each time a query binds (a file per step in a
+    partitioned lake); a table whose files all have this code's schema does without it."""
+    ingest([write_partition_tree(tmp_path)], tmp_path / "lake", workers=1)
+    manifest = Store(tmp_path / "lake").read_manifest()
+    assert set(manifest.schemas) == set(TABLES) and MIXED not in manifest.schemas.values()
+    assert "union_by_name = false" in _view_sql(tmp_path / "lake", "trials").replace(
+        "=false", " = false"
+    )
+
+
+def test_files_of_an_older_schema_are_read_by_name(tmp_path: Path) -> None:
+    """A lake whose trials files predate a column: the commit marks the table MIXED for good
+    and its view reads by name (the old files' rows get null in the new column)."""
+    runs = tmp_path / "runs"
+    write_trial(step_job(runs, "exp", 1), "t__0", trial_id="old")
+    lake = tmp_path / "lake"
+    ingest([runs], lake, workers=1)
+    store = Store(lake)
+    (old_file,) = store.files(store.read_manifest(), "trials")
+    pq.write_table(pq.read_table(old_file).drop_columns(["result_bytes"]), old_file)
+    raw = json.loads(store.manifest_path.read_text())
+    raw["schemas"]["trials"] = "an-earlier-schema"
+    store.manifest_path.write_text(json.dumps(raw))
+    write_trial(step_job(runs, "exp", 2), "t__0", trial_id="new")
+    ingest([runs], lake, workers=1)
+    assert store.read_manifest().schemas["trials"] == MIXED
+    rows = connect(lake).execute("SELECT trial_key, result_bytes > 0 FROM trials ORDER BY 1")
+    assert rows.fetchall() == [("new", True), ("old", None)]

@@ -9,6 +9,7 @@ last, in one rename.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import secrets
 from collections.abc import Iterable
@@ -23,6 +24,7 @@ from wmo_lake.pending import PendingRows
 from wmo_lake.store import (
     FORMAT,
     FORMAT_VERSION,
+    MIXED,
     NO_PARTITION,
     CatalogEntry,
     Manifest,
@@ -42,6 +44,10 @@ FLUSH_BYTES = 8 * 2**20  # Arrow bytes buffered per table before a row group is 
 FLUSH_PIECES = 512  # ... or this many appended tables, whichever comes first
 FLUSH_PENDING_ROWS = 4096  # rows kept as Python lists (PendingRows) before Arrow is built
 EMPTY_LABEL = "-empty"  # a table with no rows yet: one empty file carries its schema
+
+
+def schema_digest(schema: pa.Schema) -> str:
+    return hashlib.sha256(schema.to_string().encode()).hexdigest()[:16]
 
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -321,6 +327,7 @@ class Commit:
             tables=tables,
             catalog=self._write_catalog(catalog, touched),
             updated_at=datetime.now(UTC).isoformat(),
+            schemas={name: self._schema_of(name) for name in TABLES},
         )
         live = set(manifest.live_files())
         # what readers of the previous generation may still be scanning: kept one more commit
@@ -335,6 +342,7 @@ class Commit:
             "updated_at": manifest.updated_at,
             "tables": manifest.tables,
             "catalog": manifest.catalog,
+            "schemas": manifest.schemas,
             "previous": manifest.previous,
         }
         atomic_write_bytes(self.store.manifest_path, json.dumps(payload, indent=2).encode())
@@ -343,6 +351,17 @@ class Commit:
             manifest, None if self.store.interrupted else self.touched, self.base.previous
         )
         return manifest
+
+    def _schema_of(self, name: str) -> str:
+        """What every file of `name` was written with: this code's schema (every file a commit
+        writes has it), unless the base holds files of another one (a lake written by an
+        earlier version), then MIXED for good. The lake's views read a table of one schema
+        without union_by_name, which would read every file's footer at each query."""
+        current = schema_digest(TABLES[name].schema)
+        previous = self.base.schemas.get(name)
+        if previous is None and not self.base.table_files(name):
+            return current
+        return current if previous == current else MIXED
 
     def _write_catalog(
         self, catalog: Iterable[CatalogEntry], touched: Iterable[str] | None

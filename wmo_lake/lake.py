@@ -316,6 +316,17 @@ def ensure_duckdb_file(store: Store) -> Path:
     return target
 
 
+def one_schema(manifest: Manifest, table: str) -> str | None:
+    """The digest of the schema all of `table`'s files have, when it is this code's: then a
+    view reads them without union_by_name (which reads every file's footer when a query binds,
+    and a partitioned lake has a file per step); None when they may differ."""
+    from wmo_lake.commit import schema_digest
+    from wmo_lake.tables import TABLES
+
+    digest = schema_digest(TABLES[table].schema)
+    return digest if manifest.schemas.get(table) == digest else None
+
+
 def _build_duckdb_file(store: Store, manifest: Manifest, path: Path, stamp: str) -> None:
     """A DuckDB database at `path` holding the lake's table views (naming the live files) and
     every `sql/` view."""
@@ -342,7 +353,7 @@ def _build_duckdb_file(store: Store, manifest: Manifest, path: Path, stamp: str)
                 # run and step from the files (hive_partitioning off: DuckDB would otherwise see
                 # run=/step= dirs and decode them again, with guessed types)
                 f"CREATE VIEW {name} AS SELECT * FROM read_parquet([{files}], "
-                "union_by_name = true, hive_partitioning = false)"
+                f"union_by_name = {one_schema(manifest, name) is None}, hive_partitioning = false)"
             )
         create_views(con)
         con.execute("CHECKPOINT")

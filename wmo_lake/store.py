@@ -112,6 +112,7 @@ class LakeError(Exception):
     """A lake that cannot be used as asked; the message says what to do."""
 
 
+MIXED = "mixed"  # a table whose files were written with different schemas (see Manifest.schemas)
 # table -> partition -> its segments (paths relative to the lake), as the manifest lists them
 PartitionedFiles = dict[str, dict[str, list[str]]]
 
@@ -123,6 +124,8 @@ class Manifest:
     catalog: dict[str, str] = field(default_factory=dict)  # partition -> its catalog file
     previous: list[str] = field(default_factory=list)
     updated_at: str | None = None
+    # table -> the digest of the schema every one of its files was written with, or MIXED
+    schemas: dict[str, str] = field(default_factory=dict)
 
     def table_files(self, table: str) -> list[str]:
         """Every live segment of `table`, partition by partition."""
@@ -202,6 +205,7 @@ class Store:
             catalog=raw.get("catalog") or {},
             previous=raw.get("previous", []),
             updated_at=raw.get("updated_at"),
+            schemas=raw.get("schemas") or {},
         )
 
     def duckdb_stamp(self, manifest: Manifest, views: str) -> str:
