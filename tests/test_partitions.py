@@ -230,3 +230,27 @@ def test_files_of_an_older_schema_are_read_by_name(tmp_path: Path) -> None:
     assert store.read_manifest().schemas["trials"] == MIXED
     rows = connect(lake).execute("SELECT trial_key, result_bytes > 0 FROM trials ORDER BY 1")
     assert rows.fetchall() == [("new", True), ("old", None)]
+
+
+def test_an_unchanged_step_reads_only_its_own_catalog_partition(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The unchanged check needs the fingerprints of the dirs found, which live in their
+    partitions' catalog files: re-ingesting one step of a lake of three reads only that one's
+    (and the default partition's, where walk problems go), and writes nothing."""
+    runs = tmp_path / "runs"
+    for step in (1, 2, 3):
+        write_trial(step_job(runs, "exp", step), "t__0", trial_id=f"s{step}")
+    lake = tmp_path / "lake"
+    ingest([runs], lake, workers=1)
+    read: list[str] = []
+    original = Store.read_catalog
+
+    def recording(self, manifest, partitions=None):
+        read.extend(manifest.catalog if partitions is None else partitions)
+        return original(self, manifest, partitions)
+
+    monkeypatch.setattr(Store, "read_catalog", recording)
+    summary = ingest([runs / "exp" / "harbor" / "step-0002"], lake, workers=1)
+    assert (summary.trials_unchanged, summary.committed) == (1, False)
+    assert set(read) == {partition_of("exp", 2), partition_of(None, None)}
