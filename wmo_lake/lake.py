@@ -163,7 +163,7 @@ TEMP_DIRECTORY_ENV = "WMO_LAKE_TEMP_DIR"
 
 def engine_config() -> dict[str, str]:
     """DuckDB settings every lake connection gets: memory_limit (WMO_LAKE_MEMORY_LIMIT, default
-    4GB) and the temp_directory it spills to (WMO_LAKE_TEMP_DIR, default a per-user dir under
+    4GB), parquet_metadata_cache, and the temp_directory it spills to (WMO_LAKE_TEMP_DIR, default a per-user dir under
     the system temp dir: readers need no write access to the lake). `SET memory_limit` in a
     query changes it for that connection."""
     import tempfile
@@ -174,6 +174,9 @@ def engine_config() -> dict[str, str]:
     return {
         "memory_limit": os.environ.get(MEMORY_LIMIT_ENV) or DEFAULT_MEMORY_LIMIT,
         "temp_directory": spill,
+        # a query names a table's files once per view that reads it; the lake's files never
+        # change under a name (every commit writes new ones), so their footers are read once
+        "parquet_metadata_cache": "true",
     }
 
 
