@@ -75,10 +75,12 @@ class Spec:
     seed: int = 0
 
     def key(self) -> str:
-        # the lake format is part of the key: a lake written in an older layout is rebuilt
+        # the lake format and the tables' schemas are part of the key: a lake written in an
+        # older layout, or without a column the views now read, is rebuilt
+        schemas = _digest(repr([(name, str(table.schema)) for name, table in TABLES.items()]))
         text = (
-            f"{GENERATOR_VERSION}:{FORMAT_VERSION}:{self.steps}:{self.trials_per_step}:"
-            f"{self.tasks}:{self.seed}"
+            f"{GENERATOR_VERSION}:{FORMAT_VERSION}:{schemas}:{self.steps}:"
+            f"{self.trials_per_step}:{self.tasks}:{self.seed}"
         )
         return f"synthetic-{self.steps * self.trials_per_step}-{_digest(text)[:10]}"
 
@@ -230,6 +232,7 @@ def step_tables(s: Step, rng: np.random.Generator) -> dict[str, pa.Table]:
             "job_key": [s.job_key] * n,
             "trial_name": s.names,
             "task_name": [f"bench/task-{t:03d}" for t in s.tasks.tolist()],
+            "task_id_name": [f"task-{t:03d}" for t in s.tasks.tolist()],  # harbor's task id
             "artifact_dir": [f"/synthetic/{s.batch}/{name}" for name in s.names],
             "agent_name": ["terminus-2"] * n,
             "model_name": ["gpt-4o"] * n,
