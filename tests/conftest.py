@@ -1,8 +1,13 @@
-"""Shared fixtures: paths to the bundled real harbor output."""
+"""Shared fixtures: paths to the bundled real harbor output, a lake of two runs, the Spark
+session."""
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,3 +31,36 @@ def two_runs_lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_two_runs(root / "runs")
     ingest([root / "runs"], root / "lake", workers=1)
     return root / "lake"
+
+
+@pytest.fixture(scope="session")
+def spark() -> Any:
+    """One SparkSession (one JVM) for every Spark test of the session: local[2], UI off, two
+    shuffle partitions (the test tables are tiny; the default 200 costs seconds a query), no
+    adaptive re-planning, no code generation."""
+    if os.environ.get("CI"):  # CI installs the extra (make setup): a skip there would hide it
+        import pyspark
+        import pyspark.sql
+    else:
+        pyspark = pytest.importorskip("pyspark", reason="the extra: pip install -e '.[spark]'")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Spark ingest tasks import wmo_lake
+    session = (
+        pyspark.sql.SparkSession.builder.master("local[2]")
+        .appName("wmo-lake-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        # Tiny inputs: re-planning (AQE) and compiling Java for every query cost more than they
+        # save; the interpreted expressions compute the same values (Spark tests both paths).
+        .config("spark.sql.adaptive.enabled", "false")
+        .config("spark.sql.codegen.wholeStage", "false")
+        .config("spark.sql.codegen.factoryMode", "NO_CODEGEN")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("OFF")
+    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+    yield session
+    session.stop()

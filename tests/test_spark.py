@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import logging
 import math
+import re
 import shutil
 from decimal import Decimal
 from pathlib import Path
@@ -40,25 +40,6 @@ NON_DEFAULT = {
 
 
 @pytest.fixture(scope="module")
-def spark() -> Any:
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("wmo-lake-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "3")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("OFF")
-    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
-    yield session
-    session.stop()
-
-
-@pytest.fixture(scope="module")
 def lakes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The seeded edge-case tree (every variant of every rule) and the real harbor fixtures."""
     base = tmp_path_factory.mktemp("spark")
@@ -71,10 +52,11 @@ def lakes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return made
 
 
-def register_shuffled(spark: Any, lake: Path, seed: int) -> None:
+def register_shuffled(spark: Any, lake: Path, seed: int, views: bool = True) -> None:
     """The lake's tables in Spark with every table's rows in a random order (split over the
     session's partitions), so a view that leans on input order gives a different answer; then
-    the transpiled views over them."""
+    (`views`) the transpiled views over them. A Spark temporary view keeps its SQL text and is
+    analysed when queried, so views created once read whichever tables are registered now."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -99,21 +81,63 @@ def register_shuffled(spark: Any, lake: Path, seed: int) -> None:
         rows = rows.take(order)
         spark.createDataFrame(rows).createOrReplaceTempView(name)
     lake_spark.declare_settings(spark)
-    lake_spark.register_views(spark)
+    if views:
+        lake_spark.register_views(spark)
+
+
+class OnSpark:
+    """The session's tables are one tree's, shuffled: registered again only when a test asks
+    for another tree (or after something else, the CLI's register, replaced them); the views
+    are created once."""
+
+    def __init__(self, spark: Any, lakes: dict[str, Path]) -> None:
+        self.spark, self.lakes = spark, lakes
+        self.tree: str | None = None
+        self.views = False
+
+    def __call__(self, tree: str) -> Path:
+        if self.tree != tree:
+            register_shuffled(self.spark, self.lakes[tree], seed=len(tree), views=not self.views)
+            self.tree, self.views = tree, True
+        return self.lakes[tree]
+
+    def forget(self) -> None:
+        self.tree = None
 
 
 @pytest.fixture(scope="module")
-def on_spark(spark: Any, lakes: dict[str, Path]) -> Any:
-    """register_shuffled for a tree, once while consecutive tests use the same tree."""
-    current: dict[str, str] = {}
+def on_spark(spark: Any, lakes: dict[str, Path]) -> OnSpark:
+    return OnSpark(spark, lakes)
 
-    def use(tree: str) -> Path:
-        if current.get("tree") != tree:
-            register_shuffled(spark, lakes[tree], seed=len(tree))
-            current["tree"] = tree
-        return lakes[tree]
 
-    return use
+def view_dependencies() -> dict[str, set[str]]:
+    """Each view -> the views its SQL names (comments left out)."""
+    sources = dict(view_sources())
+    code = {name: re.sub(r"--[^\n]*", "", sql) for name, sql in sources.items()}
+    return {
+        name: {other for other in sources if other != name and re.search(rf"\b{other}\b", text)}
+        for name, text in code.items()
+    }
+
+
+def setting_dependent_views() -> list[str]:
+    """The views whose result can change with a setting: those that read a variable or
+    (transitively) a view that does. The others' SQL names no setting, so a run with
+    non-default settings would repeat their default run."""
+    sources = dict(view_sources())
+    depends = view_dependencies()
+    dependent = {name for name, sql in sources.items() if "getvariable" in sql}
+    while True:
+        more = {name for name in sources if depends[name] & dependent} - dependent
+        if not more:
+            return [name for name in VIEWS if name in dependent]
+        dependent |= more
+
+
+def top_views() -> list[str]:
+    """The views no other view reads: running them runs every view's SQL underneath."""
+    read = set().union(*view_dependencies().values())
+    return [name for name in VIEWS if name not in read]
 
 
 def plain(value: Any) -> Any:
@@ -191,23 +215,42 @@ def assert_view_equal(spark: Any, lake: Path, view: str, settings: dict[str, Any
 
 
 @pytest.mark.parametrize(
-    ("tree", "settings"),
-    [("generated", {}), ("generated", NON_DEFAULT), ("real", {})],
+    ("tree", "settings", "views"),
+    [
+        ("generated", {}, VIEWS),
+        ("generated", NON_DEFAULT, setting_dependent_views()),
+        ("real", {}, top_views()),
+    ],
     ids=["generated-defaults", "generated-non-default-settings", "real-defaults"],
 )
 def test_every_view_on_spark_equals_duckdb(
-    spark: Any, on_spark: Any, tree: str, settings: dict[str, Any]
+    spark: Any, on_spark: OnSpark, tree: str, settings: dict[str, Any], views: list[str]
 ) -> None:
+    """Every view over the edge-case tree with default settings; the views a setting can change
+    with non-default ones; the real fixtures through the top views (which run all the others)."""
     from wmo_lake import spark as lake_spark
 
     lake = on_spark(tree)
     # the views were created before these variables were (re)declared: they read them per query
     lake_spark.declare_settings(spark, settings)
-    for view in VIEWS:
+    for view in views:
         assert_view_equal(spark, lake, view, settings)
 
 
-def test_settings_are_session_variables(spark: Any, on_spark: Any) -> None:
+def test_the_view_selections_cover_what_they_claim() -> None:
+    dependent = setting_dependent_views()
+    assert {"settings", "cells", "rollout_stats", "datums"} <= set(dependent)
+    assert "conversations" not in dependent  # reads no setting
+    tops = top_views()
+    assert "rollout_stats" in tops and "cells" not in tops
+    covered = set(tops)
+    depends = view_dependencies()
+    while more := set().union(*(depends[name] for name in covered)) - covered:
+        covered |= more
+    assert covered == set(VIEWS)
+
+
+def test_settings_are_session_variables(spark: Any, on_spark: OnSpark) -> None:
     from wmo_lake import spark as lake_spark
 
     lake = on_spark("generated")
@@ -225,9 +268,10 @@ def test_settings_are_session_variables(spark: Any, on_spark: Any) -> None:
     )
 
 
-def test_sql_command_on_spark(spark: Any, lakes: dict[str, Path]) -> None:
+def test_sql_command_on_spark(spark: Any, lakes: dict[str, Path], on_spark: OnSpark) -> None:
     """`wmo-lake sql --engine spark`: register() over the manifest's Parquet files, settings from
     the options, the same rows as the DuckDB engine."""
+    on_spark.forget()  # register() replaces the shuffled tables in this session
     lake = lakes["generated"]
     query = "SELECT batch, trials, solve_rate, stop_reason_counts FROM rollout_stats"
     runner = CliRunner()

@@ -40,8 +40,11 @@ from wmo_lake.store import (
 )
 
 if TYPE_CHECKING:  # the heavy modules (pyarrow) load only when something has changed
+    from pyspark.sql import SparkSession
+
     from wmo_lake.commit import Commit
     from wmo_lake.extract import Extracted
+    from wmo_lake.spark_ingest import SparkReaders
 
 Progress = Callable[[int, int], None]
 
@@ -95,11 +98,14 @@ def ingest(
     on_wait: Callable[[str], None] | None = None,
     prune: bool = False,
     dry_run: bool = False,
+    spark: SparkSession | None = None,
 ) -> IngestSummary:
     """Ingest run trees into `lake`; see the module docstring. `sink_roots`: (OLD, NEW) prefix
     remaps of the recorded token_sink_dirs (`--sink-root OLD=NEW`). `prune`: also drop what the
     lake holds from under these PATHs whose dirs are gone (trials, unreadable trials, jobs, walk
-    problems). `dry_run`: change nothing; the summary says what would be read and pruned."""
+    problems). `dry_run`: change nothing; the summary says what would be read and pruned.
+    `spark`: read the changed dirs as tasks of a job on this SparkSession instead of local reader
+    processes (`wmo_lake/spark_ingest.py`); the commit is the same."""
     started = time.perf_counter()
     store = Store(lake)
     with store.lock(on_wait):
@@ -147,7 +153,13 @@ def ingest(
             return update.summary
         try:
             # The commit (and pyarrow) only once the readers exist: see readers._worker_context.
-            readers = Readers(tasks, workers, store.root, update.segment_prefix())
+            readers: Readers | SparkReaders
+            if spark is not None:
+                from wmo_lake.spark_ingest import SparkReaders
+
+                readers = SparkReaders(spark, tasks, store.root, update.segment_prefix())
+            else:
+                readers = Readers(tasks, workers, store.root, update.segment_prefix())
             for done, (task, extracted) in enumerate(readers, 1):
                 fingerprint = candidates[task.real][1]
                 update.add_trial(task, extracted, fingerprint, written=readers.write_rows)

@@ -27,6 +27,7 @@ from wmo_lake.discover import TrialTask
 from wmo_lake.store import PartitionedFiles, partition_of
 
 if TYPE_CHECKING:  # pyarrow loads only once the readers are forked
+    from wmo_lake.commit import SegmentWriter
     from wmo_lake.extract import Extracted
 
 # Below this much JSON to read, starting worker processes (~0.5 s, and every row crosses a pipe)
@@ -181,20 +182,28 @@ def _preload_commit_modules() -> None:
     import wmo_lake.commit  # noqa: F401
 
 
+def extract_to_segments(task: TrialTask, writer: SegmentWriter) -> Extracted:
+    """Extract one dir, write its rows to `writer` (a reader's own segments), return the summary
+    without rows. Every reader that writes its own segments reads through here: the reader
+    processes below and the Spark tasks (`wmo_lake/spark_ingest.py`)."""
+    from wmo_lake.extract import extract_trial
+
+    extracted = extract_trial(task)
+    partition = partition_of(task.run, task.step)  # the dir's run and step: its Hive partition
+    for table, rows in extracted.tables.items():
+        writer.append(table, rows, partition)
+    return extracted.without_tables()
+
+
 def _reader_main(tasks: Any, results: Any, lake: str, prefix: str, parent_pid: int) -> None:
     """A reader process: extract tasks until None, writing their rows to its own segments."""
     _exit_with_parent(parent_pid)
     try:
         from wmo_lake.commit import SegmentWriter
-        from wmo_lake.extract import extract_trial
 
         writer = SegmentWriter(Path(lake), prefix)
         while (task := tasks.get()) is not None:
-            extracted = extract_trial(task)
-            partition = partition_of(task.run, task.step)
-            for table, rows in extracted.tables.items():
-                writer.append(table, rows, partition)
-            results.put(("trial", task, extracted.without_tables()))
+            results.put(("trial", task, extract_to_segments(task, writer)))
         results.put(("closed", writer.close(), None))
     except BaseException:
         results.put(("error", traceback.format_exc(), None))

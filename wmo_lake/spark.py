@@ -38,6 +38,12 @@ MISSING_EXTRA = (
 )
 
 
+MISSING_JAVA = (
+    "the Spark engine needs Java 17: put `java` on PATH or set JAVA_HOME "
+    "(Debian/Ubuntu: apt-get install openjdk-17-jre-headless)"
+)
+
+
 def transpile(view_sql: str) -> str:
     """One `sql/*.sql` view (DuckDB) as Spark SQL: a temporary view, settings as session
     variables."""
@@ -138,22 +144,32 @@ def register(
     return [*frames, *(name for name, _ in view_sources())]
 
 
-def local_session(master: str = "local[*]") -> SparkSession:
-    """A SparkSession for this machine (the CLI's `--engine spark` when no cluster is set up):
-    `spark.master` from the environment (spark-submit, SPARK_MASTER) wins over `master`."""
+def local_session(master: str | None = None) -> SparkSession:
+    """A SparkSession for the CLI's `--engine spark`: on `master` when given (`--master`), else
+    on the one the environment names (spark-submit, SPARK_MASTER), else `local[*]`."""
     import os
+    import shutil
+    import sys
 
     try:
         from pyspark.sql import SparkSession
     except ImportError as error:
         raise LakeError(MISSING_EXTRA) from error
+    java_home = os.environ.get("JAVA_HOME")
+    if not (java_home and Path(java_home, "bin", "java").exists()) and not shutil.which("java"):
+        raise LakeError(MISSING_JAVA)
+    # Python tasks (the Spark ingest) run in this interpreter, where wmo_lake is installed, not
+    # in whatever `python3` is first on PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName("wmo-lake")
-    if not os.environ.get("SPARK_MASTER") and "spark.master" not in os.environ.get(
+    if master is not None:
+        builder = builder.master(master)
+    elif not os.environ.get("SPARK_MASTER") and "spark.master" not in os.environ.get(
         "PYSPARK_SUBMIT_ARGS", ""
     ):
-        builder = builder.master(master)
+        builder = builder.master("local[*]")
     else:
-        builder = builder.master(os.environ.get("SPARK_MASTER", master))
+        builder = builder.master(os.environ.get("SPARK_MASTER", "local[*]"))
     spark = (
         builder.config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
@@ -164,3 +180,15 @@ def local_session(master: str = "local[*]") -> SparkSession:
     spark.sparkContext.setLogLevel("OFF")
     logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)  # errors reach the CLI
     return spark
+
+
+def ingest(spark: SparkSession, paths: list[Path | str], lake: Path | str, **options: Any) -> Any:
+    """`wmo_lake.ingest.ingest` with the changed dirs read as Spark tasks on `spark` (see
+    `wmo_lake/spark_ingest.py`); the same options (sink_roots, prune, dry_run, progress) and the
+    same IngestSummary.
+
+        summary = ingest(local_session("local[*]"), ["runs/"], "lake")
+    """
+    from wmo_lake.ingest import ingest as run_ingest
+
+    return run_ingest([Path(p) for p in paths], Path(lake), spark=spark, **options)

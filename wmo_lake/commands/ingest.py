@@ -58,6 +58,23 @@ def _existing_dirs(
     help="Reader processes [default: all cores, once there are more than ~48 MB of JSON to "
     "read; below that one process is faster].",
 )
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "spark"]),
+    default="local",
+    show_default=True,
+    help="spark: read the changed trial dirs as tasks of a Spark job (one group of job dirs a "
+    "task, each writing its own segments), then commit here as usual. Needs the extra "
+    "wmo-lake[spark] and Java 17; on a cluster the lake and the trees must be on a filesystem "
+    "every executor mounts at the same path.",
+)
+@click.option(
+    "--master",
+    default=None,
+    metavar="URL",
+    help="With --engine spark: the Spark master [default: the one spark-submit or SPARK_MASTER "
+    "names, else local[*]], e.g. local[4] or spark://host:7077.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option(
     "--strict",
@@ -81,6 +98,8 @@ def ingest(
     lake: Path,
     sink_roots: tuple[tuple[str, str], ...],
     workers: int | None,
+    engine: str,
+    master: str | None,
     as_json: bool,
     strict: bool,
     prune: bool,
@@ -105,7 +124,17 @@ def ingest(
       wmo-lake ingest runs/ --json --strict      # for scripts: exit 1 on any problem or warning
       wmo-lake ingest runs/ --prune --dry-run    # which trials' dirs are gone from runs/?
       wmo-lake ingest runs/ --prune              # drop them (one atomic generation)
+      wmo-lake ingest runs/ --engine spark       # Spark tasks on local[*] read the dirs
+      wmo-lake ingest /shared/runs --lake /shared/lake --engine spark --master spark://head:7077
     """
+    if engine != "spark" and master is not None:
+        fail("--master is for --engine spark; add --engine spark or drop --master", 2)
+    if engine == "spark" and workers is not None:
+        fail(
+            "--workers sets local reader processes; with --engine spark the master sets the "
+            "cores (e.g. --master 'local[4]')",
+            2,
+        )
     bar: Any = None
     show_bar = sys.stderr.isatty() and not as_json
 
@@ -121,6 +150,11 @@ def ingest(
     try:
         from wmo_lake.ingest import ingest as run_ingest
 
+        spark = None
+        if engine == "spark" and not dry_run:
+            from wmo_lake.spark import local_session
+
+            spark = local_session(master)
         summary = run_ingest(
             list(paths),
             lake,
@@ -130,12 +164,22 @@ def ingest(
             on_wait=lambda message: click.echo(message, err=True),
             prune=prune,
             dry_run=dry_run,
+            spark=spark,
         )
     except LakeError as error:
         fail(str(error))
     except OSError as error:  # a read-only or full lake dir: the previous generation stays whole
         where = error.filename or lake
         fail(f"cannot write the lake at {lake}: {where}: {error.strerror or error}")
+    except Exception as error:  # a failed Spark job (Py4JJavaError, PySpark*Error)
+        if not type(error).__module__.startswith(("pyspark", "py4j")):
+            raise
+        lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+        cause = next((line for line in lines if "Error" in line or "Exception" in line), "")
+        fail(
+            f"the Spark job failed, nothing was committed (the lake keeps its previous "
+            f"generation): {cause or (lines[0] if lines else type(error).__name__)}"
+        )
     finally:
         if bar is not None:
             bar.__exit__(None, None, None)

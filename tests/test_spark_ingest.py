@@ -1,0 +1,237 @@
+"""Ingest as a Spark job (`wmo-lake ingest --engine spark`, `wmo_lake.spark.ingest`): the same rows
+as the single-machine ingest on the edge-case trees and the real fixtures, the segments written by
+the Spark tasks themselves, and the commit's atomicity: a failed Spark task or a Ctrl-C leaves the
+previous generation. Slow: it shares the session's one JVM (tests/conftest.py `spark`)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+from edge_case_trees import generate_tree
+
+from wmo_lake.cli import cli
+from wmo_lake.discover import TrialTask
+from wmo_lake.ingest import ingest
+from wmo_lake.spark import ingest as spark_ingest
+from wmo_lake.spark_ingest import job_groups
+from wmo_lake.store import Store
+from wmo_lake.tables import TABLES
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def table_rows(lake: Path) -> dict[str, list[str]]:
+    """Every table's rows as sorted JSON lines (the comparison is order-insensitive)."""
+    store = Store(lake)
+    manifest = store.read_manifest()
+    rows: dict[str, list[str]] = {}
+    for name, table in TABLES.items():
+        files = store.files(manifest, name)
+        data = (
+            pa.concat_tables([pq.read_table(f) for f in files], promote_options="permissive")
+            if files
+            else table.schema.empty_table()
+        )
+        rows[name] = sorted(json.dumps(r, sort_keys=True, default=repr) for r in data.to_pylist())
+    return rows
+
+
+def spark_segments(lake: Path) -> list[str]:
+    """The live segments Spark tasks wrote (named `<generation>-<token>-s<task>`)."""
+    manifest = Store(lake).read_manifest()
+    return [f for files in manifest.tables.values() for f in files if "-s" in Path(f).name]
+
+
+def summary_counts(summary: Any) -> dict[str, Any]:
+    kept = ("trials_new", "trials_replaced", "trials_unchanged", "unreadable_trials", "problems")
+    return {name: getattr(summary, name) for name in kept} | {"jobs": summary.jobs}
+
+
+@pytest.mark.parametrize("tree", ["edge-cases", "real"])
+def test_spark_ingest_writes_the_same_rows(spark: Any, tmp_path: Path, tree: str) -> None:
+    if tree == "real":
+        root = tmp_path / "real"
+        shutil.copytree(FIXTURES / "harbor", root)
+    else:
+        root = generate_tree(tmp_path / "runs", 11, trials=40)
+    local = ingest([root], tmp_path / "local", workers=1)
+    on_spark = spark_ingest(spark, [root], tmp_path / "spark")
+    assert on_spark.committed
+    assert summary_counts(on_spark) == summary_counts(local)
+    want, got = table_rows(tmp_path / "local"), table_rows(tmp_path / "spark")
+    for name in TABLES:
+        assert got[name] == want[name], f"{name}: Spark ingest rows differ from the local ingest"
+    assert sum(len(rows) for rows in got.values()) > 50
+    # the rows came from the Spark tasks' own segments, not through the driver
+    written = spark_segments(tmp_path / "spark")
+    assert {Path(f).parts[1] for f in written} >= {"trials", "spans", "stop_reasons"}
+
+
+def test_spark_ingest_replaces_and_skips_like_local(spark: Any, tmp_path: Path) -> None:
+    """Re-ingesting on Spark: an unchanged tree commits nothing, a changed trial replaces its
+    rows (on both engines the same)."""
+    root = generate_tree(tmp_path / "runs", 3, trials=36)
+    spark_ingest(spark, [root], tmp_path / "spark")
+    ingest([root], tmp_path / "local", workers=1)
+    again = spark_ingest(spark, [root], tmp_path / "spark")
+    assert not again.committed and again.trials_unchanged > 0 and again.trials_new == 0
+    result = next(
+        path
+        for path in sorted(root.rglob("result.json"))
+        if (path.parent / "agent").is_dir() and '"verifier_result"' in path.read_text()
+    )
+    result.write_text(result.read_text() + "\n")  # a changed file: the trial is read again
+    changed = spark_ingest(spark, [root], tmp_path / "spark")
+    local = ingest([root], tmp_path / "local", workers=1)
+    assert changed.committed and changed.trials_replaced + changed.trials_new >= 1
+    assert summary_counts(changed) == summary_counts(local)
+    assert table_rows(tmp_path / "spark") == table_rows(tmp_path / "local")
+
+
+def test_spark_ingest_command(spark: Any, tmp_path: Path) -> None:
+    root = tmp_path / "real"
+    shutil.copytree(FIXTURES / "harbor", root)
+    lake = tmp_path / "lake"
+    runner = CliRunner()
+    args = ["ingest", str(root), "--lake", str(lake), "--engine", "spark", "--json"]
+    result = runner.invoke(cli, [*args, "--master", "local[2]"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["committed"] and summary["trials_new"] > 0
+    assert spark_segments(lake)
+    query = runner.invoke(cli, ["sql", "--lake", str(lake), "SELECT count(*) FROM trials"])
+    assert str(summary["trials_new"]) in query.output
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--master", "local[2]"], "--master is for --engine spark"),
+        (["--engine", "spark", "--workers", "2"], "--workers sets local reader processes"),
+    ],
+)
+def test_spark_ingest_usage_errors(tmp_path: Path, extra: list[str], message: str) -> None:
+    result = CliRunner().invoke(
+        cli, ["ingest", str(FIXTURES / "harbor"), "--lake", str(tmp_path / "lake"), *extra]
+    )
+    assert result.exit_code == 2
+    assert message in result.output
+    assert not (tmp_path / "lake").exists()
+
+
+def test_missing_java_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from wmo_lake.spark import local_session
+    from wmo_lake.store import LakeError
+
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no java on it
+    with pytest.raises(LakeError, match="needs Java 17"):
+        local_session()
+
+
+def changed_tree(tmp_path: Path) -> tuple[Path, Path, dict[str, list[str]], int]:
+    """A lake ingested once (generation 1), then one trial of its tree changed: (tree, lake, the
+    lake's rows, its generation)."""
+    root = tmp_path / "real"
+    shutil.copytree(FIXTURES / "harbor", root)
+    lake = tmp_path / "lake"
+    ingest([root], lake, workers=1)
+    for result in root.rglob("result.json"):  # every trial must be read again
+        result.write_text(result.read_text() + "\n")
+    return root, lake, table_rows(lake), Store(lake).read_manifest().generation
+
+
+def assert_previous_generation(lake: Path, rows: dict[str, list[str]], generation: int) -> None:
+    assert Store(lake).read_manifest().generation == generation
+    assert table_rows(lake) == rows
+    assert not spark_segments(lake)
+
+
+def test_failed_spark_task_leaves_the_previous_generation(spark: Any, tmp_path: Path) -> None:
+    root, lake, rows, generation = changed_tree(tmp_path)
+    environment = spark.sparkContext.environment  # the Python workers' environment
+    environment["WMO_LAKE_CRASH_AT"] = "spark_task"  # each task's worker is killed mid-task
+    try:
+        with pytest.raises(Exception, match=r"(?i)python worker|crash|exited"):
+            spark_ingest(spark, [root], lake)
+    finally:
+        del environment["WMO_LAKE_CRASH_AT"]
+    assert_previous_generation(lake, rows, generation)
+    # the lock is free and the next ingest commits, removing what the failed tasks wrote
+    orphans = [p for p in (lake / "tables").rglob("*-s*.parquet")]
+    assert orphans, "the failed tasks wrote segments before they died"
+    assert spark_ingest(spark, [root], lake).generation == generation + 1
+    assert not any(p.exists() for p in orphans)
+
+
+def test_ctrl_c_during_the_spark_job_leaves_the_previous_generation(
+    spark: Any, tmp_path: Path
+) -> None:
+    """SIGINT while a Spark task is reading: pyspark's handler cancels the job and raises
+    KeyboardInterrupt; the ingest aborts before its commit. The task is held mid-read by a
+    trajectory.json that is a FIFO: opening its write end succeeds only once a task reads it."""
+    root, lake, rows, generation = changed_tree(tmp_path)
+    trajectory = next(root.rglob("agent/trajectory.json"))
+    content = trajectory.read_bytes()
+    trajectory.unlink()
+    os.mkfifo(trajectory)
+    interrupted = threading.Event()
+
+    def interrupt_once_a_task_reads() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                fifo = os.open(trajectory, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError as error:
+                if error.errno != errno.ENXIO:  # ENXIO: no reader yet
+                    raise
+                time.sleep(0.05)
+                continue
+            os.kill(os.getpid(), signal.SIGINT)
+            interrupted.set()
+            time.sleep(0.5)
+            os.write(fifo, content)  # let the task finish (its job is cancelled anyway)
+            os.close(fifo)
+            return
+
+    watcher = threading.Thread(target=interrupt_once_a_task_reads, daemon=True)
+    watcher.start()
+    with pytest.raises(KeyboardInterrupt):
+        spark_ingest(spark, [root], lake)
+    watcher.join(timeout=10)
+    assert interrupted.is_set()
+    assert_previous_generation(lake, rows, generation)
+    trajectory.unlink()
+    trajectory.write_bytes(content)
+    assert spark_ingest(spark, [root], lake).generation == generation + 1
+
+
+def test_job_groups_split_by_job_dir() -> None:
+    def task(job: str, i: int) -> TrialTask:
+        return TrialTask(f"/r/{job}/{i}", f"/r/{job}/{i}", job, None, None, f"job:{job}", False)
+
+    tasks = [task(job, i) for job in ("a", "b") for i in range(5)] + [task("c", 0)]
+    groups = job_groups(tasks, parallelism=2)
+    assert [[t.job_key for t in g] for g in groups] == [
+        ["job:a"] * 5,
+        ["job:b"] * 5,
+        ["job:c"],
+    ]
+    split = job_groups(tasks[:5], parallelism=4)
+    assert sorted(len(g) for g in split) == [1, 1, 1, 2]
+    assert sorted(t.real for g in split for t in g) == sorted(t.real for t in tasks[:5])
+    assert job_groups([], parallelism=4) == []
