@@ -26,7 +26,7 @@ from wmo_lake.discover import TrialTask
 from wmo_lake.ingest import ingest
 from wmo_lake.spark import ingest as spark_ingest
 from wmo_lake.spark_ingest import job_groups
-from wmo_lake.store import Store
+from wmo_lake.store import DEFAULT_PARTITION, Store
 from wmo_lake.tables import TABLES
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
@@ -53,7 +53,18 @@ def table_rows(lake: Path) -> dict[str, list[str]]:
 def spark_segments(lake: Path) -> list[str]:
     """The live segments Spark tasks wrote (named `<generation>-<token>-s<task>`)."""
     manifest = Store(lake).read_manifest()
-    return [f for files in manifest.tables.values() for f in files if "-s" in Path(f).name]
+    return [f for f in manifest.live_files() if "-s" in Path(f).name]
+
+
+def partitions(lake: Path) -> set[tuple[str, str]]:
+    """(table, run=<run>/step=<step>) of every live segment."""
+    manifest = Store(lake).read_manifest()
+    return {
+        (table, partition)
+        for table, by_partition in manifest.tables.items()
+        for partition, files in by_partition.items()
+        if files
+    }
 
 
 def summary_counts(summary: Any) -> dict[str, Any]:
@@ -76,9 +87,17 @@ def test_spark_ingest_writes_the_same_rows(spark: Any, tmp_path: Path, tree: str
     for name in TABLES:
         assert got[name] == want[name], f"{name}: Spark ingest rows differ from the local ingest"
     assert sum(len(rows) for rows in got.values()) > 50
-    # the rows came from the Spark tasks' own segments, not through the driver
+    # the rows came from the Spark tasks' own segments, not through the driver, written into the
+    # Hive partitions (tables/<table>/run=<run>/step=<step>/) the local ingest writes
     written = spark_segments(tmp_path / "spark")
     assert {Path(f).parts[1] for f in written} >= {"trials", "spans", "stop_reasons"}
+    for segment in written:
+        run, step = Path(segment).parts[2:4]
+        assert run.startswith("run=") and step.startswith("step="), segment
+    assert partitions(tmp_path / "spark") == partitions(tmp_path / "local")
+    if tree == "edge-cases":  # a tree of runs and steps: its rows spread over several
+        stepped = {p for _, p in partitions(tmp_path / "spark") if DEFAULT_PARTITION not in p}
+        assert len(stepped) >= 2, stepped
 
 
 def test_spark_ingest_replaces_and_skips_like_local(spark: Any, tmp_path: Path) -> None:
