@@ -3,6 +3,7 @@ queries timed on it with DuckDB and with Spark: the README's "At scale" figures.
 
     python -m bench.scale --trials 1000000 --out /tmp/scale-lake        # build (once) and time
     python -m bench.scale --trials 1000000 --out /tmp/scale-lake --spark
+    python -m bench.scale --out /tmp/scale-lake --ingest TREE      # ingest trials/s a core
 
 Shape: steps of 1,000 trials (125 tasks x 8 attempts), 8 sampled turns a trial (token lists left
 empty: the queries timed read lengths, not tokens), rewards 0/1, CTRF summaries, no trajectories.
@@ -149,12 +150,50 @@ def timed(run: Any, repeat: int = 3) -> float:
     return sorted(times)[len(times) // 2]
 
 
+def ingest_rates(tree: Path, out: Path) -> None:
+    """Per-core ingest rate on a real-shaped tree: the local ingest on one reader (`--workers
+    1`, the anchor) and the Spark ingest on one core (`local[1]`), in the same run, each into a
+    fresh lake; the session starts before the clock (a cluster's is already up)."""
+    import shutil
+
+    from wmo_lake.ingest import ingest
+    from wmo_lake.spark import ingest as spark_ingest
+    from wmo_lake.spark import local_session
+
+    json_bytes = sum(p.stat().st_size for p in tree.rglob("*.json"))
+    spark = local_session("local[1]")
+    for label, run in [
+        ("local --workers 1", lambda lake: ingest([tree], lake, workers=1)),
+        ("spark local[1]", lambda lake: spark_ingest(spark, [tree], lake)),
+    ]:
+        lake = out / f"ingest-{label.split()[0]}"
+        shutil.rmtree(lake, ignore_errors=True)
+        summary = run(lake)
+        trials = summary.trials_new + summary.trials_replaced
+        print(
+            f"ingest  {label}: {trials} trials, {json_bytes / 1e6:.0f} MB of JSON in "
+            f"{summary.seconds:.1f}s: {trials / summary.seconds:.2f} trials/s, "
+            f"{json_bytes / 1e6 / summary.seconds:.1f} MB/s a core",
+            flush=True,
+        )
+        shutil.rmtree(lake, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=1_000_000)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--spark", action="store_true", help="also time on Spark local[*]")
+    parser.add_argument(
+        "--ingest",
+        type=Path,
+        metavar="TREE",
+        help="only time the per-core ingest of TREE, locally and on Spark local[1]",
+    )
     args = parser.parse_args()
+    if args.ingest:
+        ingest_rates(args.ingest, args.out)
+        return
     if not (args.out / "manifest.json").exists():
         start = time.perf_counter()
         build(args.out, args.trials)
@@ -166,17 +205,17 @@ def main() -> None:
     con = connect(args.out)
     for label, query in QUERIES.items():
         seconds = timed(lambda q=query: con.sql(q).fetchall())
-        print(f"duckdb  {label}: {seconds:.2f}s (median of 3)")
+        print(f"duckdb  {label}: {seconds:.2f}s (median of 3)", flush=True)
     if args.spark:
         from wmo_lake.spark import local_session, register
 
         spark = local_session()
         start = time.perf_counter()
         register(spark, args.out)
-        print(f"spark   register: {time.perf_counter() - start:.1f}s")
-        for label, query in QUERIES.items():
-            seconds = timed(lambda q=query: spark.sql(q).collect())
-            print(f"spark   {label}: {seconds:.2f}s (median of 3)")
+        print(f"spark   register: {time.perf_counter() - start:.1f}s", flush=True)
+        for label, query in QUERIES.items():  # one run each: a Spark query here takes minutes
+            seconds = timed(lambda q=query: spark.sql(q).collect(), repeat=1)
+            print(f"spark   {label}: {seconds:.2f}s (one run)", flush=True)
 
 
 if __name__ == "__main__":
