@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -160,6 +161,17 @@ def test_missing_java_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setenv("PATH", str(tmp_path))  # no java on it
     with pytest.raises(LakeError, match="needs Java 17"):
         local_session()
+
+
+def test_missing_pyspark_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pyspark.sql", None)  # import pyspark.sql fails
+    lake = tmp_path / "lake"
+    result = CliRunner().invoke(
+        cli, ["ingest", str(FIXTURES / "harbor"), "--lake", str(lake), "--engine", "spark"]
+    )
+    assert result.exit_code == 1
+    assert "pip install 'wmo-lake[spark]'" in result.output
+    assert not lake.exists()
 
 
 def changed_tree(tmp_path: Path) -> tuple[Path, Path, dict[str, list[str]], int]:
