@@ -254,3 +254,32 @@ def test_an_unchanged_step_reads_only_its_own_catalog_partition(
     summary = ingest([runs / "exp" / "harbor" / "step-0002"], lake, workers=1)
     assert (summary.trials_unchanged, summary.committed) == (1, False)
     assert set(read) == {partition_of("exp", 2), partition_of(None, None)}
+
+
+def test_a_filter_on_run_or_step_reads_only_those_partitions(tmp_path: Path) -> None:
+    """The views decode run and step from the partition dirs, so DuckDB skips the other
+    partitions' files: with every other step's files broken, a query of one step still runs (and
+    a query of all steps does not), and the nasty run names select their own rows."""
+    ingest([write_partition_tree(tmp_path)], tmp_path / "lake", workers=1)
+    lake = tmp_path / "lake"
+    want = {
+        (run, step): _rows(connect(lake), f"SELECT * FROM trials WHERE step = {step}")
+        for run in NASTY_RUNS[:1]
+        for step in STEPS
+    }
+    manifest = Store(lake).read_manifest()
+    for partition, files in manifest.tables["trials"].items():
+        if partition_values(partition)[1] != STEPS[0]:
+            for rel in files:  # no longer Parquet: opening one fails the query
+                (lake / rel).write_bytes(b"not a parquet file")
+    # lake.duckdb's own views (connect() would first check the reward key over every trial)
+    con = duckdb.connect(str(lake / "lake.duckdb"), read_only=True)
+    con.execute("SET file_search_path = ?", [str(lake)])
+    assert _rows(con, f"SELECT * FROM trials WHERE step = {STEPS[0]}") == want[("plain", STEPS[0])]
+    for run in NASTY_RUNS:
+        got = con.execute(
+            "SELECT DISTINCT run FROM trials WHERE step = ? AND run = ?", [STEPS[0], run]
+        ).fetchall()
+        assert got == [(run,)], run
+    with pytest.raises(duckdb.Error, match="parquet"):
+        con.execute("SELECT count(*) FROM trials").fetchall()

@@ -353,10 +353,12 @@ def _build_duckdb_file(store: Store, manifest: Manifest, path: Path, stamp: str)
                 con.execute(f"CREATE TABLE {name} AS SELECT * FROM _empty_{name}")
                 continue
             con.execute(
-                # run and step from the files (hive_partitioning off: DuckDB would otherwise see
-                # run=/step= dirs and decode them again, with guessed types)
+                # run and step decoded from the run=/step= dirs (the same values the files hold,
+                # typed as the files type them), so a filter on run or step skips the other
+                # partitions' files instead of opening them all
                 f"CREATE VIEW {name} AS SELECT * FROM read_parquet([{files}], "
-                f"union_by_name = {one_schema(manifest, name) is None}, hive_partitioning = false)"
+                f"union_by_name = {one_schema(manifest, name) is None}, hive_partitioning = true, "
+                "hive_types = {'run': VARCHAR, 'step': BIGINT})"
             )
         create_views(con)
         con.execute("CHECKPOINT")
