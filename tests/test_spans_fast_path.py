@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wmo_lake.jsonfile import decode
+from wmo_lake.pending import PendingRows
 from wmo_lake.tables import spans
 from wmo_lake.tables.fields import ProblemLog
 from wmo_lake.tables.trial_result import RawDetail, decode_trial_result
@@ -176,3 +177,36 @@ def test_the_fast_path_is_taken_for_harbor_shaped_details() -> None:
     doc = _doc([([1, 2], [3], [-0.5]), ([1, 2, 3, 4], [5], [-0.25])])
     parsed = decode_trial_result(json.dumps(doc, indent=4).encode(), PATH)
     assert isinstance(parsed["agent_result"]["rollout_details"][0], RawDetail)
+
+
+def _pending_table(found: spans.Spans) -> list:
+    rows = spans.rows(found, "k", "b", "t")
+    assert isinstance(rows, PendingRows)  # small: built into Arrow later, many trials at once
+    return rows.to_table(spans.SCHEMA).to_pylist()
+
+
+def test_small_trials_rows_wait_for_arrow_and_equal_the_arrow_table() -> None:
+    turns = _chat(random.Random(7), 4, break_at={2}, empty_at={3})
+    found, _, _, _ = _read(_doc(turns), indent=None)
+    assert found.status == spans.OK
+    assert _pending_table(found) == _rows(found)
+    empty = spans.Spans(spans.ABSENT, [])
+    assert _pending_table(empty) == _rows(empty) == []
+
+
+def test_big_trials_rows_are_arrow_at_once() -> None:
+    turn = spans.StoredTurn(2000, 0, list(range(2000)), [1], [-0.5])
+    found = spans.Spans(spans.OK, [turn], "rollout_details")
+    rows = spans.rows(found, "k", "b", "t")
+    assert not isinstance(rows, PendingRows)
+    assert rows.to_pylist() == _rows(found)
+
+
+@pytest.mark.parametrize("token", [2**63, -(2**63) - 1])
+def test_small_trials_rows_refuse_token_ids_past_int64_like_arrow(token: int) -> None:
+    turn = spans.StoredTurn(2, 0, [5, token], [1], [-0.5])
+    found = spans.Spans(spans.OK, [turn], "rollout_details")
+    with pytest.raises(OverflowError):
+        spans.table(found, "k", "b", "t")
+    with pytest.raises(OverflowError):
+        spans.rows(found, "k", "b", "t")

@@ -214,6 +214,7 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
     found = Discovery()
     jobs: dict[Path, Job] = {}
     configs: dict[Path, Any] = {}  # the job configs read during the walk
+    reals: dict[Path, str] = {}  # the real path of every dir walked
 
     def job_at(job_dir: Path) -> Job:
         if job_dir not in jobs:
@@ -223,9 +224,8 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
                 config = read_json(job_dir / "config.json")
             path, recorded = collection_path(config)
             sink = None if recorded is None else resolve_sink_dir(recorded, job_dir, sink_roots)
-            jobs[job_dir] = Job(
-                job_dir, os.path.realpath(job_dir), batch, run, step, path, recorded, sink
-            )
+            real = reals.get(job_dir) or os.path.realpath(job_dir)
+            jobs[job_dir] = Job(job_dir, real, batch, run, step, path, recorded, sink)
         return jobs[job_dir]
 
     def job_for(trial_dir: Path) -> Job:
@@ -239,11 +239,14 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
         )
         return found
     visited: set[str] = set()
-    # (path, the real paths of its ancestors): a link back into an ancestor is a loop.
-    stack: list[tuple[Path, frozenset[str]]] = [(root, frozenset())]
+    # (path, the real paths of its ancestors, its real path when known): a link back into an
+    # ancestor is a loop. A dir that is not a symlink is its parent's real path + its name, so
+    # only links (and the root) pay for os.path.realpath's lstat of every component.
+    stack: list[tuple[Path, frozenset[str], str | None]] = [(root, frozenset(), None)]
     while stack:
-        directory, ancestors = stack.pop()
-        real = os.path.realpath(directory)
+        directory, ancestors, known_real = stack.pop()
+        real = known_real or os.path.realpath(directory)
+        reals[directory] = real
         if real in ancestors:
             found.problems.append(
                 WalkProblem(
@@ -259,7 +262,7 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
         try:
             with os.scandir(directory) as entries:
                 names: set[str] = set()
-                subdirs: list[tuple[bool, str, Path]] = []
+                subdirs: list[tuple[bool, str, Path, str | None]] = []
                 for entry in entries:
                     names.add(entry.name)
                     try:
@@ -268,7 +271,9 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
                                 found.problems.append(_not_utf8_name(entry.path))
                             continue
                         if entry.is_dir():
-                            subdirs.append((entry.is_symlink(), entry.name, Path(entry.path)))
+                            link = entry.is_symlink()
+                            known = None if link else os.path.join(real, entry.name)
+                            subdirs.append((link, entry.name, Path(entry.path), known))
                     except OSError:
                         continue
         except OSError as error:
@@ -297,6 +302,6 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
         inner = ancestors | {real}
         # Real dirs before links (a tree reached both ways is labelled by its real place), each
         # in name order; the stack pops the last pushed first.
-        for _, _, subdir in sorted(subdirs, reverse=True):
-            stack.append((subdir, inner))
+        for _, _, subdir, known in sorted(subdirs, reverse=True):
+            stack.append((subdir, inner, known))
     return found

@@ -155,7 +155,7 @@ def extract_trial(task: TrialTask) -> Extracted:
             doc.get("agent_result"), doc.get("step_results"), result_path, problems
         ) or spans.Spans(spans.ABSENT, [])
     try:
-        span_table = spans.table(found, key, task.batch, trial_name)
+        span_table = spans.rows(found, key, task.batch, trial_name)
     except (OverflowError, pa.ArrowInvalid) as error:
         problems.add(
             "out_of_range",
@@ -164,7 +164,7 @@ def extract_trial(task: TrialTask) -> Extracted:
             "contributes no training data",
         )
         found = spans.Spans(spans.OUT_OF_RANGE, [])
-        span_table = spans.table(found, key, task.batch, trial_name)
+        span_table = spans.rows(found, key, task.batch, trial_name)
 
     report = ctrf_tests.read_report(trial_dir, problems)
     trajectory_status, trajectory = _read_trajectory(trial_dir, problems)

@@ -22,6 +22,7 @@ import msgspec
 import pyarrow as pa
 
 from wmo_lake.columns import SPECS, arrow_schema
+from wmo_lake.pending import PendingRows
 from wmo_lake.tables.fields import ProblemLog
 from wmo_lake.tables.trial_result import RawDetail
 
@@ -312,8 +313,43 @@ def compress(turns: list[Turn]) -> list[StoredTurn]:
     return stored
 
 
+# A trial with at most this many stored tokens (new prompt + sampled) has its span rows kept as
+# Python lists until the segment writer builds Arrow for many trials at once: a per-trial
+# pa.table costs more than reading a small trial's files. Bigger trials build Arrow at once, so
+# the rows a writer holds as Python objects stay small (FLUSH_PENDING_ROWS x this many tokens).
+PENDING_MAX_TOKENS = 1024
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def rows(spans: Spans, trial_key: str, batch: str, trial_name: str) -> pa.Table | PendingRows:
+    """The span rows: PendingRows for a small trial, else an Arrow table (`table`). Raises
+    OverflowError, as Arrow would, when a token id does not fit in 64 bits."""
+    turns = spans.turns
+    n = len(turns)
+    if sum(len(t.new_ids) + len(t.sampled) for t in turns) > PENDING_MAX_TOKENS:
+        return table(spans, trial_key, batch, trial_name)
+    for turn in turns:
+        for ids in (turn.new_ids, turn.sampled):
+            if ids and (min(ids) < _INT64_MIN or max(ids) > _INT64_MAX):
+                raise OverflowError(f"token id {max(ids, key=abs)} does not fit in int64")
+    columns = {
+        "trial_key": [trial_key] * n,
+        "batch": [batch] * n,
+        "trial_name": [trial_name] * n,
+        "call_index": list(range(n)),
+        "prompt_len": [t.prompt_len for t in turns],
+        "prompt_prefix_len": [t.prefix_len for t in turns],
+        "prompt_new_ids": [t.new_ids for t in turns],
+        "sampled_token_ids": [t.sampled for t in turns],
+        "sampled_logprobs": [t.logprobs for t in turns],
+        "n_sampled": [len(t.sampled) for t in turns],
+        "source": [spans.source] * n,
+    }
+    return PendingRows({name: columns[name] for name in SCHEMA.names}, n)
+
+
 def table(spans: Spans, trial_key: str, batch: str, trial_name: str) -> pa.Table:
-    """The span rows."""
+    """The span rows as an Arrow table."""
     turns = spans.turns
     n = len(turns)
     return pa.table(
