@@ -339,3 +339,17 @@ def test_an_unguarded_export_does_not_load_as_train(
     assert run("--lake", lake, "--out", out, "--no-split-guard").exit_code == 0
     with pytest.raises(ExportError, match="exported against a task registry with sha256 None"):
         load_verified(out, tasks=registry)
+
+
+def test_the_export_does_not_load_polars_or_numpy() -> None:
+    """Start-up is part of the export's tokens/s: the libraries only reading back and the tinker
+    hand-off use load when those are called."""
+    import subprocess
+    import sys
+
+    check = (
+        "import sys, wmo_lake.exports.datums, wmo_lake.commands.export; "
+        "print(sorted({'polars', 'numpy'} & set(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

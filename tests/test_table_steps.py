@@ -433,3 +433,26 @@ def test_embedded_subagents_are_their_own_traces(tmp_path: Path) -> None:
         },
     ]
     assert tables["steps"].column("file_index").to_pylist() == [0, 0, 1, 1, 2]
+
+
+def test_free_text_is_written_without_a_parquet_dictionary(lake: Path) -> None:
+    """Long, distinct text (observations, messages, call arguments) skips dictionary encoding
+    (wasted hashing); the labels that repeat keep it."""
+    import pyarrow.parquet as pq
+
+    from wmo_lake.store import Store
+
+    store = Store(lake)
+    manifest = store.read_manifest()
+    for table, free in (("steps", "observation"), ("tool_calls", "arguments")):
+        assert free in TABLES[table].free_text
+        for path in store.files(manifest, table):
+            meta = pq.ParquetFile(path).metadata
+            if not meta.num_row_groups:
+                continue
+            names = meta.schema.names
+            encodings = {
+                names[i]: meta.row_group(0).column(i).encodings for i in range(len(names))
+            }
+            assert not any("DICT" in e for e in encodings[free]), (table, encodings[free])
+            assert any("DICT" in e for e in encodings["trial_key"]), (table, encodings)

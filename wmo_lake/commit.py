@@ -64,15 +64,20 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 def open_writer(path: Path, table: str) -> pq.ParquetWriter:
-    """zstd; dictionaries only for strings (token-id lists gain nothing from one but the time
-    spent building it); float columns byte-stream-split, which compresses logprobs well."""
+    """zstd; dictionaries only for strings that repeat (token-id lists and free text gain
+    nothing from one but the time spent building it); float columns byte-stream-split, which
+    compresses logprobs well."""
     schema = TABLES[table].schema
+    free_text = TABLES[table].free_text
     return pq.ParquetWriter(
         path,
         schema,
         compression="zstd",
         compression_level=1,
-        use_dictionary=[f.name for f in schema if pa.types.is_string(f.type)] or False,
+        use_dictionary=[
+            f.name for f in schema if pa.types.is_string(f.type) and f.name not in free_text
+        ]
+        or False,
         use_byte_stream_split=[f.name for f in schema if pa.types.is_floating(f.type)] or False,
     )
 

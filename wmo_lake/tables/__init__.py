@@ -20,9 +20,23 @@ class Table:
     schema: pa.Schema
     unit_column: str
     description: str  # what one row is
+    # String columns of long free text, nearly all distinct: Parquet dictionary encoding would
+    # hash every value only to fall back to plain pages, the bulk of a trajectory's write time.
+    free_text: frozenset[str] = frozenset()
 
+
+FREE_TEXT = {
+    "steps": frozenset({"message", "reasoning_content", "observation"}),
+    "tool_calls": frozenset({"arguments"}),
+}
 
 TABLES: dict[str, Table] = {
-    name: Table(name, arrow_schema(spec), spec.unit_column, f"one row per {spec.grain}")
+    name: Table(
+        name,
+        arrow_schema(spec),
+        spec.unit_column,
+        f"one row per {spec.grain}",
+        FREE_TEXT.get(name, frozenset()),
+    )
     for name, spec in SPECS.items()
 }
