@@ -451,8 +451,6 @@ def test_free_text_is_written_without_a_parquet_dictionary(lake: Path) -> None:
             if not meta.num_row_groups:
                 continue
             names = meta.schema.names
-            encodings = {
-                names[i]: meta.row_group(0).column(i).encodings for i in range(len(names))
-            }
+            encodings = {names[i]: meta.row_group(0).column(i).encodings for i in range(len(names))}
             assert not any("DICT" in e for e in encodings[free]), (table, encodings[free])
             assert any("DICT" in e for e in encodings["trial_key"]), (table, encodings)
