@@ -263,13 +263,14 @@ def test_extract_is_pure_and_picklable(tmp_path: Path) -> None:
     assert json.loads(json.dumps(result.unit_key)) == "job-t-0"
 
 
-def test_worker_pool_gives_the_same_lake_as_one_process(tmp_path: Path) -> None:
-    runs = _tree(tmp_path, n_trials=6)
+@pytest.mark.parametrize("n_trials", [6, 40])
+def test_worker_pool_gives_the_same_lake_as_one_process(tmp_path: Path, n_trials: int) -> None:
+    runs = _tree(tmp_path, n_trials=n_trials)
     ingest([runs], tmp_path / "serial", workers=1)
     # Here (a threaded pytest process) the workers come from a fork server; the CLI, still
     # single-threaded when it starts them, forks them directly (next test).
     summary = ingest([runs], tmp_path / "pooled", workers=2)
-    assert summary.trials_new == 6
+    assert summary.trials_new == n_trials
     query = "SELECT * EXCLUDE (artifact_dir) FROM trials ORDER BY trial_key"
     spans = "SELECT * FROM spans_full ORDER BY trial_key, call_index"
     for sql in (query, spans):
@@ -277,3 +278,19 @@ def test_worker_pool_gives_the_same_lake_as_one_process(tmp_path: Path) -> None:
             connect(tmp_path / "serial").execute(sql).fetchall()
             == connect(tmp_path / "pooled").execute(sql).fetchall()
         )
+
+
+def test_small_trials_travel_to_the_readers_in_chunks(tmp_path: Path) -> None:
+    """One queue message per small trial cost as much as extracting it: small trials go in
+    chunks (few enough that both readers get work), a big trial alone."""
+    from wmo_lake.discover import discover
+    from wmo_lake.readers import reader_count
+
+    runs = _tree(tmp_path, n_trials=40)
+    tasks = [TrialTask.of(c) for c in discover(runs).candidates]
+    processes, chunk = reader_count(tasks, 2)
+    assert processes == 2 and chunk == 40 // (4 * 2)
+    big = Path(tasks[0].path) / "result.json"
+    big.write_bytes(big.read_bytes() + b" " * (8 * 2**20))  # a 8 MB trial
+    assert reader_count(tasks[:1] * 40, 2) == (2, 1)
+    assert reader_count(tasks[:1], 2) == (0, 1)  # one trial is read in this process

@@ -33,7 +33,12 @@ if TYPE_CHECKING:  # pyarrow loads only once the readers are forked
 # Below this much JSON to read, starting worker processes (~0.5 s, and every row crosses a pipe)
 # costs more than the second core saves.
 POOL_ABOVE_BYTES = 48 * 2**20
-IN_FLIGHT_PER_READER = 2  # tasks queued per reader: enough to keep it busy, few enough to be flat
+IN_FLIGHT_PER_READER = 2  # chunks queued per reader: enough to keep it busy, few enough to be flat
+# Tasks travel in chunks of about this much JSON: one queue message per small trial (pickling,
+# a pipe write and a wake-up on both sides) cost as much as extracting it; a big trial still
+# travels alone, so the readers finish together.
+CHUNK_BYTES = 2 * 2**20
+MAX_CHUNK = 64
 
 
 class Readers:
@@ -48,7 +53,7 @@ class Readers:
         self.tasks = tasks
         self.lake = lake
         self.segment_prefix = segment_prefix  # a reader's segments are named <prefix>-w<i>
-        self.processes = reader_count(tasks, workers)
+        self.processes, self.chunk = reader_count(tasks, workers)
         self.files: list[PartitionedFiles] = []
 
     @property
@@ -70,7 +75,7 @@ class Readers:
             yield task, extract_trial(task)
 
     def _read_in_processes(self) -> Iterator[tuple[TrialTask, Extracted]]:
-        """At most IN_FLIGHT_PER_READER tasks per reader in flight; the readers' files are
+        """At most IN_FLIGHT_PER_READER chunks per reader in flight; the readers' files are
         collected as each one closes."""
         readers = self.processes
         lake, parent = str(self.lake), os.getpid()
@@ -90,10 +95,10 @@ class Readers:
         # Now that the readers are forked, this process may start threads: load what the commit
         # and lake.duckdb need while the readers work, instead of after them.
         threading.Thread(target=_preload_commit_modules, daemon=True).start()
-        queue = iter(self.tasks)
+        queue = itertools.batched(self.tasks, self.chunk)
         in_flight = 0
-        for task in itertools.islice(queue, IN_FLIGHT_PER_READER * readers):
-            task_queue.put(task)
+        for chunk in itertools.islice(queue, IN_FLIGHT_PER_READER * readers):
+            task_queue.put(chunk)
             in_flight += 1
         finished = 0
         try:
@@ -108,7 +113,7 @@ class Readers:
                             "memory?); nothing was committed: re-run the ingest"
                         ) from None
                     continue
-                kind, payload, extracted = message
+                kind, payload = message
                 if kind == "error":
                     raise RuntimeError(
                         f"a reader process failed; nothing was committed:\n{payload}"
@@ -125,7 +130,7 @@ class Readers:
                 elif in_flight == 0:
                     for _ in processes:
                         task_queue.put(None)
-                yield payload, extracted
+                yield from payload
         finally:
             for process in processes:
                 if process.is_alive() and finished < readers:
@@ -143,12 +148,23 @@ def _bytes_to_read(task: TrialTask) -> int:
     return total
 
 
-def reader_count(tasks: list[TrialTask], workers: int | None) -> int:
-    """How many reader processes to start: none (read here) for little JSON."""
+def reader_count(tasks: list[TrialTask], workers: int | None) -> tuple[int, int]:
+    """How many reader processes to start (none: read here, for little JSON) and how many
+    tasks each queue message carries (about CHUNK_BYTES of JSON, from the tasks sized)."""
+    sized = total = 0
+    for task in tasks:  # stops once the pool is worth it: sizing every small trial costs too
+        total += _bytes_to_read(task)
+        sized += 1
+        if total >= POOL_ABOVE_BYTES:
+            break
     if workers is None:
-        small = sum(map(_bytes_to_read, tasks)) < POOL_ABOVE_BYTES
-        workers = 1 if small else os.cpu_count() or 1
-    return workers if workers > 1 and len(tasks) > 1 else 0
+        workers = 1 if total < POOL_ABOVE_BYTES else os.cpu_count() or 1
+    processes = workers if workers > 1 and len(tasks) > 1 else 0
+    mean = total / sized if sized else 0
+    chunk = max(1, min(MAX_CHUNK, int(CHUNK_BYTES / max(mean, 1))))
+    # never so big that a reader waits idle while another holds most of the tasks
+    chunk = min(chunk, max(1, len(tasks) // (4 * max(processes, 1))))
+    return processes, chunk
 
 
 def _exit_with_parent(parent_pid: int) -> None:
@@ -202,11 +218,11 @@ def _reader_main(tasks: Any, results: Any, lake: str, prefix: str, parent_pid: i
         from wmo_lake.commit import SegmentWriter
 
         writer = SegmentWriter(Path(lake), prefix)
-        while (task := tasks.get()) is not None:
-            results.put(("trial", task, extract_to_segments(task, writer)))
-        results.put(("closed", writer.close(), None))
+        while (chunk := tasks.get()) is not None:
+            results.put(("trials", [(task, extract_to_segments(task, writer)) for task in chunk]))
+        results.put(("closed", writer.close()))
     except BaseException:
-        results.put(("error", traceback.format_exc(), None))
+        results.put(("error", traceback.format_exc()))
 
 
 def _worker_context() -> (
