@@ -294,3 +294,24 @@ def test_small_trials_travel_to_the_readers_in_chunks(tmp_path: Path) -> None:
     big.write_bytes(big.read_bytes() + b" " * (8 * 2**20))  # a 8 MB trial
     assert reader_count(tasks[:1] * 40, 2) == (2, 1)
     assert reader_count(tasks[:1], 2) == (0, 1)  # one trial is read in this process
+
+
+def test_a_first_ingest_leaves_fingerprints_to_the_readers(tmp_path: Path, monkeypatch) -> None:
+    """Dirs the catalog does not know are read whatever their fingerprint: the ingest process
+    fingerprints none of them; the reader's fingerprint (taken before it reads) is stored, and
+    it is the one the next ingest compares with."""
+    import wmo_lake.ingest as ingest_module
+
+    runs = _tree(tmp_path, n_trials=4)
+    calls: list[str] = []
+    real = ingest_module.trial_fingerprint
+
+    def counted(candidate):
+        calls.append(str(candidate.path))
+        return real(candidate)
+
+    monkeypatch.setattr(ingest_module, "trial_fingerprint", counted)
+    assert ingest([runs], tmp_path / "lake", workers=1).trials_new == 4
+    assert calls == []
+    again = ingest([runs], tmp_path / "lake", workers=1)
+    assert (again.trials_unchanged, again.committed, len(calls)) == (4, False, 4)

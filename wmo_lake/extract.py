@@ -42,6 +42,7 @@ class Extracted:
     trial_name: str | None = None
     tables: dict[str, pa.Table | PendingRows] = field(default_factory=dict)
     n_problems: int = -1  # counted from `tables` unless given
+    fingerprint: str | None = None  # of the dir, taken just before it was read (read_task)
 
     def __post_init__(self) -> None:
         if self.n_problems < 0:
@@ -50,7 +51,9 @@ class Extracted:
 
     def without_tables(self) -> Extracted:
         """The summary a reader process sends back once it has written the rows itself."""
-        return Extracted(self.kind, self.unit_key, self.trial_name, {}, self.n_problems)
+        return Extracted(
+            self.kind, self.unit_key, self.trial_name, {}, self.n_problems, self.fingerprint
+        )
 
 
 def _not_a_trial(
@@ -103,6 +106,17 @@ def duplicate(task: TrialTask, extracted: Extracted, first_source: str) -> Extra
         "trial is stored once, from the first dir read",
     )
     return Extracted(DUPLICATE, problems.unit_key, extracted.trial_name, _problem_table(problems))
+
+
+def read_task(task: TrialTask) -> Extracted:
+    """`extract_trial`, with the dir's fingerprint taken first (in the reader: on a first ingest
+    the ingest process fingerprints nothing, so that work is spread over the readers too)."""
+    from wmo_lake.fingerprint import trial_fingerprint
+
+    fingerprint = trial_fingerprint(task)
+    extracted = extract_trial(task)
+    extracted.fingerprint = fingerprint
+    return extracted
 
 
 def extract_trial(task: TrialTask) -> Extracted:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from wmo_lake.columns import extract_version
-from wmo_lake.discover import Candidate, Job, WalkProblem
+from wmo_lake.discover import Candidate, Job, TrialTask, WalkProblem
 
 # Derived from the column specs (and a number for changes of extraction they do not show): when
 # it moves, every dir is re-read on the next ingest.
@@ -46,10 +46,10 @@ def _collection(job: Job) -> list[str]:
     return [job.collection_path, str(job.token_sink_dir), str(sink and (sink.path, sink.exists))]
 
 
-def trial_fingerprint(candidate: Candidate) -> str:
+def trial_fingerprint(candidate: Candidate | TrialTask) -> str:
     """What decides whether a trial dir must be re-read: its files' sizes and mtimes, the
     trajectories beside them, its sink file, its job's collection path, and the labels it would
-    be stored under."""
+    be stored under. A reader process takes it (of a TrialTask) just before it reads the dir."""
     job = candidate.job
     directory = str(candidate.path)  # plain strings: pathlib's joins cost more than the stats
     parts = [EXTRACT_VERSION, job.batch, str(job.run), str(job.step), *_collection(job)]

@@ -110,7 +110,9 @@ def ingest(
     store = Store(lake)
     with store.lock(on_wait):
         update = LakeUpdate(store, store.read_manifest())
-        candidates: dict[str, tuple[Candidate, str]] = {}  # real path -> (candidate, fingerprint)
+        # real path -> (candidate, fingerprint): only dirs the catalog knows are fingerprinted
+        # here (to find the unchanged ones); a reader fingerprints each dir it reads.
+        candidates: dict[str, tuple[Candidate, str | None]] = {}
         walk_problems: list[WalkProblem] = []
         under: dict[str, list[str]] = {}  # PATH -> the real paths of the candidates under it
         for path in paths:
@@ -121,7 +123,8 @@ def ingest(
                 update.jobs.setdefault(job.real, job)
             for candidate in found.candidates:
                 if candidate.real not in candidates:
-                    fingerprint = trial_fingerprint(candidate)
+                    known = candidate.real in update.catalog
+                    fingerprint = trial_fingerprint(candidate) if known else None
                     candidates[candidate.real] = (candidate, fingerprint)
         update.load(
             {partition_of(c.job.run, c.job.step) for c, _ in candidates.values()}
@@ -131,7 +134,7 @@ def ingest(
         tasks = [
             TrialTask.of(candidate)
             for candidate, fingerprint in candidates.values()
-            if not update.unchanged(candidate, fingerprint)
+            if fingerprint is None or not update.unchanged(candidate, fingerprint)
         ]
         if prune:
             from wmo_lake.tidy import gone_entries
@@ -161,7 +164,7 @@ def ingest(
             else:
                 readers = Readers(tasks, workers, store.root, update.segment_prefix())
             for done, (task, extracted) in enumerate(readers, 1):
-                fingerprint = candidates[task.real][1]
+                fingerprint = extracted.fingerprint or trial_fingerprint(task)
                 update.add_trial(task, extracted, fingerprint, written=readers.write_rows)
                 crash_point("mid_extract")
                 if progress:

@@ -69,10 +69,10 @@ class Readers:
         """Extract every task in this process; the rows come back in each Extracted."""
         if not self.tasks:
             return
-        from wmo_lake.extract import extract_trial
+        from wmo_lake.extract import read_task
 
         for task in self.tasks:
-            yield task, extract_trial(task)
+            yield task, read_task(task)
 
     def _read_in_processes(self) -> Iterator[tuple[TrialTask, Extracted]]:
         """At most IN_FLIGHT_PER_READER chunks per reader in flight; the readers' files are
@@ -202,9 +202,9 @@ def extract_to_segments(task: TrialTask, writer: SegmentWriter) -> Extracted:
     """Extract one dir, write its rows to `writer` (a reader's own segments), return the summary
     without rows. Every reader that writes its own segments reads through here: the reader
     processes below and the Spark tasks (`wmo_lake/spark_ingest.py`)."""
-    from wmo_lake.extract import extract_trial
+    from wmo_lake.extract import read_task
 
-    extracted = extract_trial(task)
+    extracted = read_task(task)  # (with the dir's fingerprint, taken just before reading it)
     partition = partition_of(task.run, task.step)  # the dir's run and step: its Hive partition
     for table, rows in extracted.tables.items():
         writer.append(table, rows, partition)
