@@ -139,12 +139,16 @@ class Readers:
 
 
 def _bytes_to_read(task: TrialTask) -> int:
-    """The size of the JSON one task parses (result.json and the trajectories)."""
-    trial_dir = Path(task.path)
+    """The size of the JSON one task parses (result.json and agent/trajectory*.json)."""
+    agent = f"{task.path}/agent"
+    try:
+        names = [n for n in os.listdir(agent) if n.startswith("trajectory") and n.endswith(".json")]
+    except OSError:
+        names = []
     total = 0
-    for path in [trial_dir / "result.json", *(trial_dir / "agent").glob("trajectory*.json")]:
+    for path in [f"{task.path}/result.json", *(f"{agent}/{name}" for name in names)]:
         with contextlib.suppress(OSError):
-            total += path.stat().st_size
+            total += os.stat(path).st_size
     return total
 
 
@@ -152,10 +156,13 @@ def reader_count(tasks: list[TrialTask], workers: int | None) -> tuple[int, int]
     """How many reader processes to start (none: read here, for little JSON) and how many
     tasks each queue message carries (about CHUNK_BYTES of JSON, from the tasks sized)."""
     sized = total = 0
-    for task in tasks:  # stops once the pool is worth it: sizing every small trial costs too
+    # Stops once the pool is worth it (or, with the readers' count given, once the chunk size is
+    # known): sizing every small trial costs too.
+    enough = POOL_ABOVE_BYTES if workers is None else 0
+    for task in tasks:
         total += _bytes_to_read(task)
         sized += 1
-        if total >= POOL_ABOVE_BYTES:
+        if total >= POOL_ABOVE_BYTES or (sized >= 256 and total >= enough):
             break
     if workers is None:
         workers = 1 if total < POOL_ABOVE_BYTES else os.cpu_count() or 1
