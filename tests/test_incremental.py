@@ -300,8 +300,10 @@ def test_a_first_ingest_leaves_fingerprints_to_the_readers(tmp_path: Path, monke
     """Dirs the catalog does not know are read whatever their fingerprint: the ingest process
     fingerprints none of them; the reader's fingerprint (taken before it reads) is stored, and
     it is the one the next ingest compares with."""
-    import wmo_lake.ingest as ingest_module
+    import importlib
 
+    # the module itself (`import wmo_lake.ingest as m` gives the wl.ingest API proxy)
+    ingest_module = importlib.import_module("wmo_lake.ingest")
     runs = _tree(tmp_path, n_trials=4)
     calls: list[str] = []
     real = ingest_module.trial_fingerprint
