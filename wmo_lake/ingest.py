@@ -122,15 +122,15 @@ def ingest(
             for job in found.jobs:  # job dirs with no trials are batches too (empty ones)
                 update.jobs.setdefault(job.real, job)
             for candidate in found.candidates:
-                if candidate.real not in candidates:
-                    known = candidate.real in update.catalog
-                    fingerprint = trial_fingerprint(candidate) if known else None
-                    candidates[candidate.real] = (candidate, fingerprint)
+                candidates.setdefault(candidate.real, (candidate, None))
         update.load(
             {partition_of(c.job.run, c.job.step) for c, _ in candidates.values()}
             | {partition_of(job.run, job.step) for job in update.jobs.values()}
             | {NO_PARTITION}
         )
+        for real, (candidate, _) in candidates.items():
+            if real in update.catalog:
+                candidates[real] = (candidate, trial_fingerprint(candidate))
         tasks = [
             TrialTask.of(candidate)
             for candidate, fingerprint in candidates.values()

@@ -345,7 +345,8 @@ def rows(spans: Spans, trial_key: str, batch: str, trial_name: str) -> pa.Table 
         "n_sampled": [len(t.sampled) for t in turns],
         "source": [spans.source] * n,
     }
-    return PendingRows({name: columns[name] for name in SCHEMA.names}, n)
+    # run and step are left out: the segment writer sets them from the trial's partition
+    return PendingRows({name: columns[name] for name in SCHEMA.names if name in columns}, n)
 
 
 def table(spans: Spans, trial_key: str, batch: str, trial_name: str) -> pa.Table:
