@@ -246,7 +246,10 @@ def cached_lake(tree: realistic_trees.Tree, out: Path, workers: int | None) -> P
     """The lake of `tree` under out/lakes/, brought up to date by a real ingest (once per run):
     incremental, so a no-op when nothing changed, a full re-read when EXTRACT_VERSION moved."""
     if tree.root not in _READY_LAKES:
-        lake = out / "lakes" / tree.root.name
+        from wmo_lake.store import FORMAT_VERSION
+
+        # the lake format is part of the name: a lake of an older layout is rebuilt, not refused
+        lake = out / "lakes" / f"{tree.root.name}-format{FORMAT_VERSION}"
         _READY_LAKES[tree.root] = (lake, ingest([tree.root], lake, workers))
     return _READY_LAKES[tree.root][0]
 

@@ -346,21 +346,32 @@ def _build_duckdb_file(store: Store, manifest: Manifest, path: Path, stamp: str)
         con.execute("SET file_search_path = ?", [str(store.root.resolve())])
         con.execute("CREATE TABLE _wmo_lake(stamp VARCHAR)")
         con.execute("INSERT INTO _wmo_lake VALUES (?)", [stamp])
+        # DuckDB binds a view when it is created, and binding read_parquet over a file list
+        # checks every file: the `sql/` views, which reference the tables dozens of times, are
+        # created over empty stand-ins of each table's schema first, and only then are the stand-
+        # ins replaced by the views over the files (a view is bound again when queried).
+        file_views: dict[str, str] = {}
         for name in TABLES:
+            con.register(f"_empty_{name}", TABLES[name].schema.empty_table())
+            con.execute(f"CREATE TABLE _shape_{name} AS SELECT * FROM _empty_{name}")
+            con.unregister(f"_empty_{name}")
             files = ", ".join(sql_string(rel) for rel in manifest.table_files(name))
             if not files:  # a lake written before this table existed: empty until an ingest
-                con.register(f"_empty_{name}", TABLES[name].schema.empty_table())
-                con.execute(f"CREATE TABLE {name} AS SELECT * FROM _empty_{name}")
+                con.execute(f"CREATE VIEW {name} AS SELECT * FROM _shape_{name}")
                 continue
-            con.execute(
-                # run and step decoded from the run=/step= dirs (the same values the files hold,
-                # typed as the files type them), so a filter on run or step skips the other
-                # partitions' files instead of opening them all
-                f"CREATE VIEW {name} AS SELECT * FROM read_parquet([{files}], "
+            con.execute(f"CREATE VIEW {name} AS SELECT * FROM _shape_{name}")
+            # run and step decoded from the run=/step= dirs (the same values the files hold,
+            # typed as the files type them), so a filter on run or step skips the other
+            # partitions' files instead of opening them all
+            file_views[name] = (
+                f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM read_parquet([{files}], "
                 f"union_by_name = {one_schema(manifest, name) is None}, hive_partitioning = true, "
                 "hive_types = {'run': VARCHAR, 'step': BIGINT})"
             )
         create_views(con)
+        for name, view in file_views.items():
+            con.execute(view)
+            con.execute(f"DROP TABLE _shape_{name}")
         con.execute("CHECKPOINT")
     finally:
         con.close()
