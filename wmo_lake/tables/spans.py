@@ -332,7 +332,7 @@ def rows(spans: Spans, trial_key: str, batch: str, trial_name: str) -> pa.Table 
         for ids in (turn.new_ids, turn.sampled):
             if ids and (min(ids) < _INT64_MIN or max(ids) > _INT64_MAX):
                 raise OverflowError(f"token id {max(ids, key=abs)} does not fit in int64")
-    columns = {
+    columns: dict[str, list[Any]] = {
         "trial_key": [trial_key] * n,
         "batch": [batch] * n,
         "trial_name": [trial_name] * n,
