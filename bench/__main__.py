@@ -242,14 +242,19 @@ def ingest(paths: list[Path], lake: Path, workers: int | None) -> Run:
 _READY_LAKES: dict[Path, tuple[Path, Run]] = {}
 
 
+def ingested_lake_dir(tree: realistic_trees.Tree, out: Path) -> Path:
+    """Where the lake of `tree` is cached: the lake format is part of the name, so a lake of an
+    older layout is rebuilt, not refused."""
+    from wmo_lake.store import FORMAT_VERSION
+
+    return out / "lakes" / f"{tree.root.name}-format{FORMAT_VERSION}"
+
+
 def cached_lake(tree: realistic_trees.Tree, out: Path, workers: int | None) -> Path:
     """The lake of `tree` under out/lakes/, brought up to date by a real ingest (once per run):
     incremental, so a no-op when nothing changed, a full re-read when EXTRACT_VERSION moved."""
     if tree.root not in _READY_LAKES:
-        from wmo_lake.store import FORMAT_VERSION
-
-        # the lake format is part of the name: a lake of an older layout is rebuilt, not refused
-        lake = out / "lakes" / f"{tree.root.name}-format{FORMAT_VERSION}"
+        lake = ingested_lake_dir(tree, out)
         _READY_LAKES[tree.root] = (lake, ingest([tree.root], lake, workers))
     return _READY_LAKES[tree.root][0]
 

@@ -91,7 +91,7 @@ def test_result_json_is_harbor_shaped(run: tuple[dict[str, Any], Path]) -> None:
 def test_wmo_lake_reads_the_generated_spans_exactly(run: tuple[dict[str, Any], Path]) -> None:
     out = run[1]
     tree = _tree(out, realistic_trees.QUICK_ROLLOUTS)
-    con = connect(out / "lakes" / tree.root.name)
+    con = connect(bench.ingested_lake_dir(tree, out))
     for path in tree.files("result.json"):
         doc = json.loads(path.read_text(encoding="utf-8"))
         (detail,) = doc["agent_result"]["rollout_details"]
