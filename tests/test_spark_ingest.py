@@ -266,3 +266,17 @@ def test_job_groups_split_by_job_dir() -> None:
     assert sorted(len(g) for g in split) == [1, 1, 1, 2]
     assert sorted(t.real for g in split for t in g) == sorted(t.real for t in tasks[:5])
     assert job_groups([], parallelism=4) == []
+
+
+def test_local_tasks_run_this_interpreter(spark: Any, tmp_path: Path) -> None:
+    """Whatever Python the context was started with (PYSPARK_PYTHON, or the `python3` on PATH, a
+    minor version apart from this one in CI), local tasks run this interpreter, where wmo_lake is
+    installed: Spark refuses workers of another minor version."""
+    context = spark.sparkContext
+    started_with = context.pythonExec
+    context.pythonExec = str(tmp_path / "no-such-python")
+    try:
+        summary = spark_ingest(spark, [FIXTURES / "harbor"], tmp_path / "lake")
+    finally:
+        context.pythonExec = started_with
+    assert summary.committed and summary.trials_new == 13

@@ -17,6 +17,7 @@ segments the tasks wrote are removed by the next commit's garbage collection.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -99,6 +100,11 @@ class SparkReaders:
         if not self.tasks:
             return
         context = self.spark.sparkContext
+        if (context.master or "").startswith("local"):
+            # Local tasks import wmo_lake: they run this interpreter, not whatever PYSPARK_PYTHON
+            # or the `python3` on PATH held when the context started (a minor version apart,
+            # Spark refuses to run them). A cluster's executors keep their configured Python.
+            context.pythonExec = sys.executable
         groups = job_groups(self.tasks, context.defaultParallelism)
         lake, prefix, cwd = str(self.lake.resolve()), self.segment_prefix, os.getcwd()
         context.setJobDescription(f"wmo-lake ingest: {len(self.tasks)} trial dirs into {lake}")
