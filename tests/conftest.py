@@ -43,13 +43,10 @@ def spark() -> Any:
         import pyspark.sql
     else:
         pyspark = pytest.importorskip("pyspark", reason="the extra: pip install -e '.[spark]'")
-    # Spark ingest tasks import wmo_lake: their Python is this one, never the `python3` on PATH
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Spark ingest tasks import wmo_lake
     session = (
         pyspark.sql.SparkSession.builder.master("local[2]")
         .appName("wmo-lake-tests")
-        .config("spark.pyspark.python", sys.executable)
-        .config("spark.pyspark.driver.python", sys.executable)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")

@@ -172,7 +172,6 @@ def local_session(master: str | None = None) -> SparkSession:
         builder = builder.master(os.environ.get("SPARK_MASTER", "local[*]"))
     spark = (
         builder.config("spark.ui.enabled", "false")
-        .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(max(2, os.cpu_count() or 2)))
         .config("spark.sql.session.timeZone", "UTC")
