@@ -22,6 +22,8 @@ $(BIN)/wmo-lake: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev,tinker,harbor,report,spark]'
+	@# byte-compiled as a wheel install would be (an editable install is not)
+	$(BIN)/python -m compileall -q wmo_lake
 	@touch $@
 
 setup: $(BIN)/wmo-lake

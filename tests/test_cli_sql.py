@@ -102,6 +102,20 @@ def test_errors_are_clear(lake: Path, tmp_path: Path) -> None:
     assert bad.exit_code == 1 and "query failed" in bad.output and "nope" in bad.output
     unparsable = _sql(lake, "SELEC 1")
     assert unparsable.exit_code == 2 and "cannot parse" in unparsable.output
+    for empty in ("  ", ";", "/* only a comment */"):
+        result = _sql(lake, empty)
+        assert result.exit_code == 2 and "the query is empty" in result.output, empty
+
+
+def test_a_file_writer_is_refused_before_any_statement_runs(lake: Path, tmp_path: Path) -> None:
+    """The statements are parsed (by the lake's connection) and checked before the first runs."""
+    slow_then_copy = (
+        "SELECT count(*) FROM range(100000000) AS a(x) WHERE x % 7 = 3; "
+        f"COPY (SELECT 1) TO '{tmp_path / 'x.csv'}'"
+    )
+    result = _sql(lake, slow_then_copy)
+    assert result.exit_code == 2 and "COPY would write a file" in result.output
+    assert not (tmp_path / "x.csv").exists()
 
 
 def test_datum_settings_reach_the_views(lake: Path) -> None:
