@@ -144,6 +144,31 @@ def register(
     return [*frames, *(name for name, _ in view_sources())]
 
 
+DEFAULT_DRIVER_MEMORY = "4g"
+DRIVER_MEMORY_ENV = "WMO_LAKE_SPARK_DRIVER_MEMORY"
+
+
+def session_settings(master: str | None = None) -> tuple[str | None, dict[str, str]]:
+    """The master `local_session` sets (`master`, else SPARK_MASTER, else none when spark-submit
+    names one, else local[*]) and the settings it adds: a local session's tasks run in the
+    driver's JVM, and Spark's 1g default cannot broadcast the join sides of a million-trial
+    lake (rollout_stats fails there), so a local driver gets WMO_LAKE_SPARK_DRIVER_MEMORY
+    (default 4g). A cluster's own settings are left alone."""
+    import os
+
+    submitted = "spark.master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "")
+    master = master or os.environ.get("SPARK_MASTER") or (None if submitted else "local[*]")
+    config: dict[str, str] = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": str(max(2, os.cpu_count() or 2)),
+        "spark.sql.session.timeZone": "UTC",
+    }
+    if master is not None and master.startswith("local"):
+        config["spark.driver.memory"] = os.environ.get(DRIVER_MEMORY_ENV) or DEFAULT_DRIVER_MEMORY
+    return master, config
+
+
 def local_session(master: str | None = None) -> SparkSession:
     """A SparkSession for the CLI's `--engine spark`: on `master` when given (`--master`), else
     on the one the environment names (spark-submit, SPARK_MASTER), else `local[*]`."""
@@ -162,21 +187,12 @@ def local_session(master: str | None = None) -> SparkSession:
     # in whatever `python3` is first on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName("wmo-lake")
+    master, config = session_settings(master)
     if master is not None:
         builder = builder.master(master)
-    elif not os.environ.get("SPARK_MASTER") and "spark.master" not in os.environ.get(
-        "PYSPARK_SUBMIT_ARGS", ""
-    ):
-        builder = builder.master("local[*]")
-    else:
-        builder = builder.master(os.environ.get("SPARK_MASTER", "local[*]"))
-    spark = (
-        builder.config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(max(2, os.cpu_count() or 2)))
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
+    for key, value in config.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("OFF")
     logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)  # errors reach the CLI
     return spark
