@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.scale import TRIALS_PER_STEP, TURNS, build
+from bench.scale import TASKS_PER_STEP, TRIALS_PER_STEP, TURNS, build
 from wmo_lake.lake import connect
 
 
@@ -17,3 +17,9 @@ def test_synthetic_lake_has_the_trials_it_claims(tmp_path: Path) -> None:
     assert spans == 2 * TRIALS_PER_STEP * TURNS
     ((passed,),) = con.sql("SELECT avg(passed::INT) FROM cells").fetchall()
     assert 0.3 < passed < 0.5  # rewards drawn 1.0 with probability 0.4
+    # harbor's task id (task_id_name): TASKS_PER_STEP tasks a step, each attempted alike
+    tasks = con.sql(
+        "SELECT step, count(DISTINCT task_id), max(attempt) FROM cells GROUP BY step ORDER BY step"
+    ).fetchall()
+    per_task = TRIALS_PER_STEP // TASKS_PER_STEP
+    assert tasks == [(0, TASKS_PER_STEP, per_task), (1, TASKS_PER_STEP, per_task)]  # attempts from 1
