@@ -22,4 +22,5 @@ def test_synthetic_lake_has_the_trials_it_claims(tmp_path: Path) -> None:
         "SELECT step, count(DISTINCT task_id), max(attempt) FROM cells GROUP BY step ORDER BY step"
     ).fetchall()
     per_task = TRIALS_PER_STEP // TASKS_PER_STEP
-    assert tasks == [(0, TASKS_PER_STEP, per_task), (1, TASKS_PER_STEP, per_task)]  # attempts from 1
+    # attempts count from 1
+    assert tasks == [(0, TASKS_PER_STEP, per_task), (1, TASKS_PER_STEP, per_task)]
