@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,50 @@ def _check_reward_key(
             fail("--strict: nothing was written", 1)
     # The export's own connect() would warn again, over the whole lake: said once, above.
     warnings.simplefilter("ignore", RewardKeyWarning)
+
+
+def _run_export(
+    kind: str,
+    write: Callable[..., dict[str, Any]],
+    summary: Callable[[dict[str, Any], Path], str],
+    *,
+    out: Path,
+    lake: Path,
+    tasks: Path | None,
+    no_split_guard: bool,
+    batch_glob: str | None,
+    run: str | None,
+    strict: bool,
+    as_json: bool,
+    options: dict[str, Any],
+    **kind_options: Any,
+) -> None:
+    """What every export command does around its kind's `write`: the split-guard choice and the
+    reward-key check before anything is read, each failure said in one line, then the manifest
+    (--json) or its summary."""
+    _require_guard_choice(tasks, no_split_guard)
+    settings = settings_from(options)
+    _check_reward_key(lake, settings, batch_glob, run, strict)
+    try:
+        manifest = write(
+            lake,
+            out,
+            tasks=tasks,
+            no_split_guard=no_split_guard,
+            batch_glob=batch_glob,
+            run=run,
+            settings=settings,
+            **kind_options,
+        )
+    except (ExportError, LakeError) as error:
+        lake_failure(None, lake, error)
+    except duckdb.Error as error:
+        fail(f"the {kind} query failed: {error}")
+    except OSError as error:
+        fail(f"cannot write {out}: {error.strerror or error}")
+    click.echo(
+        json.dumps(manifest, indent=2, ensure_ascii=False) if as_json else summary(manifest, out)
+    )
 
 
 strict_option = click.option(
@@ -153,30 +198,21 @@ def datums(
     from wmo_lake.exports.datums import export_datums, summary
 
     _format_for(out, None, ("parquet",))
-    _require_guard_choice(tasks, no_split_guard)
-    settings = settings_from(options)
-    _check_reward_key(lake, settings, batch_glob, run, strict)
-    try:
-        manifest = export_datums(
-            lake,
-            out,
-            tasks=tasks,
-            no_split_guard=no_split_guard,
-            batch_glob=batch_glob,
-            run=run,
-            where=where,
-            settings=settings,
-        )
-    except (ExportError, LakeError) as error:
-        lake_failure(None, lake, error)
-    except duckdb.Error as error:
-        fail(f"the datums query failed: {error}")
-    except OSError as error:
-        fail(f"cannot write {out}: {error.strerror or error}")
-    if as_json:
-        click.echo(json.dumps(manifest, indent=2, ensure_ascii=False))
-    else:
-        click.echo(summary(manifest, out))
+    _run_export(
+        "datums",
+        export_datums,
+        summary,
+        out=out,
+        lake=lake,
+        tasks=tasks,
+        no_split_guard=no_split_guard,
+        batch_glob=batch_glob,
+        run=run,
+        strict=strict,
+        as_json=as_json,
+        options=options,
+        where=where,
+    )
 
 
 @export.command("conversations")
@@ -252,29 +288,21 @@ def conversations(
     """
     from wmo_lake.exports.conversations import export_conversations, summary
 
-    fmt = _format_for(out, fmt, ("jsonl", "parquet"))
-    _require_guard_choice(tasks, no_split_guard)
-    settings = settings_from(options)
-    _check_reward_key(lake, settings, batch_glob, run, strict)
-    try:
-        manifest = export_conversations(
-            lake,
-            out,
-            fmt=fmt,
-            episodes=episodes,
-            outcome=outcome,
-            tasks=tasks,
-            no_split_guard=no_split_guard,
-            batch_glob=batch_glob,
-            run=run,
-            subagents=subagents,
-            settings=settings,
-        )
-    except (ExportError, LakeError) as error:
-        lake_failure(None, lake, error)
-    except OSError as error:
-        fail(f"cannot write {out}: {error.strerror or error}")
-    if as_json:
-        click.echo(json.dumps(manifest, indent=2, ensure_ascii=False))
-    else:
-        click.echo(summary(manifest, out))
+    _run_export(
+        "conversations",
+        export_conversations,
+        summary,
+        out=out,
+        lake=lake,
+        tasks=tasks,
+        no_split_guard=no_split_guard,
+        batch_glob=batch_glob,
+        run=run,
+        strict=strict,
+        as_json=as_json,
+        options=options,
+        fmt=_format_for(out, fmt, ("jsonl", "parquet")),
+        episodes=episodes,
+        outcome=outcome,
+        subagents=subagents,
+    )
