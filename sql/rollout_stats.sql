@@ -5,7 +5,7 @@
 -- report[s] a 0.0 solve rate over zero executed trials").
 --   solve_rate = passed / executed (not infra_failed) trials; graded_solve_rate = mean
 --   graded_score over executed trials that have one (graded_trials); raw_solve_rate = passed /
---   all trials; truncated_spans = spans with len(sampled) >= max_tokens (`trial_caps`);
+--   all trials; truncated_spans = spans with len(sampled) >= max_tokens (`trial_caps`, `span_lengths`);
 --   stop_reason_counts = reason -> trials, keys sorted, a null (or empty) reason counted as
 --   'unknown'; scaffold_loss_rate = trials whose reason is not 'submitted' / trials with a
 --   reason (null and '' are no reason, as WMO's truthiness test). An empty denominator
@@ -25,7 +25,7 @@
 CREATE OR REPLACE VIEW rollout_stats AS
 WITH truncation AS (
     SELECT s.trial_key, count(*) AS truncated_spans
-    FROM spans AS s
+    FROM span_lengths AS s
     JOIN trial_caps AS k ON k.trial_key = s.trial_key
     WHERE s.n_sampled >= k.max_tokens
     GROUP BY s.trial_key

@@ -23,6 +23,8 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from wmo_lake import lakefile
+from wmo_lake.lakefile import BuildReport, sql_string
 from wmo_lake.settings import SettingError, defaults_query, variables
 from wmo_lake.store import (
     DUCKDB_FILE,
@@ -151,6 +153,7 @@ def views_digest() -> str:
     for path in sorted(sql_dir().glob("*.sql")):  # not view_sources(): that imports duckdb
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     digest.update(repr(defaults_query()).encode())
+    digest.update(lakefile.LAYOUT.encode())  # how lake.duckdb holds the tables
     return digest.hexdigest()[:16]
 
 
@@ -271,7 +274,16 @@ def connect_private_copy(store: Store, manifest: Manifest) -> duckdb.DuckDBPyCon
     folder = Path(tempfile.mkdtemp(prefix="wmo-lake-"))
     path = folder / DUCKDB_FILE
     try:
-        _build_duckdb_file(store, manifest, path, store.duckdb_stamp(manifest, views_digest()))
+        # from the lake's own (stale) lake.duckdb when it has the stored tables' layout: only
+        # the partitions that changed since are read; else every table a view over its files
+        _build_duckdb_file(
+            store,
+            manifest,
+            path,
+            store.duckdb_stamp(manifest, views_digest()),
+            base=store.root / DUCKDB_FILE,
+            stored=False,
+        )
         con = duckdb.connect(str(path), read_only=True)
         # its views name their files relative to the lake dir, as lake.duckdb's do
         con.execute("SET file_search_path = ?", [str(store.root.resolve())])
@@ -281,10 +293,6 @@ def connect_private_copy(store: Store, manifest: Manifest) -> duckdb.DuckDBPyCon
             leftover.unlink(missing_ok=True)
         folder.rmdir()
 
-
-def sql_string(value: str) -> str:
-    """A SQL string literal, for the one place DuckDB cannot bind: view DDL in lake.duckdb."""
-    return "'" + value.replace("'", "''") + "'"
 
 
 def duckdb_file_current(store: Store) -> bool:
@@ -312,7 +320,8 @@ def ensure_duckdb_file(store: Store) -> Path:
         return target
     stamp = store.duckdb_stamp(manifest, views)
     tmp = target.with_name(f".{DUCKDB_FILE}.building")
-    _build_duckdb_file(store, manifest, tmp, stamp)
+    # from the current file: only the partitions whose files changed are read again
+    _build_duckdb_file(store, manifest, tmp, stamp, base=target)
     os.replace(tmp, target)  # one rename: a reader opens the old file or the new one
     fsync_dir(store.root)
     atomic_write_bytes(store.root / DUCKDB_STAMP, stamp.encode("utf-8"))
@@ -330,48 +339,11 @@ def one_schema(manifest: Manifest, table: str) -> str | None:
     return digest if manifest.schemas.get(table) == digest else None
 
 
-def _build_duckdb_file(store: Store, manifest: Manifest, path: Path, stamp: str) -> None:
-    """A DuckDB database at `path` holding the lake's table views (naming the live files) and
-    every `sql/` view."""
-    import duckdb
-
-    from wmo_lake.tables import TABLES
-
-    path.unlink(missing_ok=True)
-    con = duckdb.connect(str(path))
-    try:
-        # Views name their files relative to the lake dir (never an absolute path), so a moved or
-        # copied lake reads its own files: a client sets file_search_path to the lake dir (connect()
-        # does), or runs from inside it.
-        con.execute("SET file_search_path = ?", [str(store.root.resolve())])
-        con.execute("CREATE TABLE _wmo_lake(stamp VARCHAR)")
-        con.execute("INSERT INTO _wmo_lake VALUES (?)", [stamp])
-        # DuckDB binds a view when it is created, and binding read_parquet over a file list
-        # checks every file: the `sql/` views, which reference the tables dozens of times, are
-        # created over empty stand-ins of each table's schema first, and only then are the stand-
-        # ins replaced by the views over the files (a view is bound again when queried).
-        file_views: dict[str, str] = {}
-        for name in TABLES:
-            con.register(f"_empty_{name}", TABLES[name].schema.empty_table())
-            con.execute(f"CREATE TABLE _shape_{name} AS SELECT * FROM _empty_{name}")
-            con.unregister(f"_empty_{name}")
-            files = ", ".join(sql_string(rel) for rel in manifest.table_files(name))
-            if not files:  # a lake written before this table existed: empty until an ingest
-                con.execute(f"CREATE VIEW {name} AS SELECT * FROM _shape_{name}")
-                continue
-            con.execute(f"CREATE VIEW {name} AS SELECT * FROM _shape_{name}")
-            # run and step decoded from the run=/step= dirs (the same values the files hold,
-            # typed as the files type them), so a filter on run or step skips the other
-            # partitions' files instead of opening them all
-            file_views[name] = (
-                f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM read_parquet([{files}], "
-                f"union_by_name = {one_schema(manifest, name) is None}, hive_partitioning = true, "
-                "hive_types = {'run': VARCHAR, 'step': BIGINT})"
-            )
-        create_views(con)
-        for name, view in file_views.items():
-            con.execute(view)
-            con.execute(f"DROP TABLE _shape_{name}")
-        con.execute("CHECKPOINT")
-    finally:
-        con.close()
+def _build_duckdb_file(
+    store: Store, manifest: Manifest, path: Path, stamp: str, *, base: Path | None = None,
+    stored: bool = True,
+) -> BuildReport:
+    """A DuckDB database at `path` holding the lake's tables (the light ones' rows, views over
+    the heavy ones' live files) and every `sql/` view; kept from `base` (an earlier
+    lake.duckdb) incrementally when it can be (wmo_lake.lakefile)."""
+    return lakefile.build(store, manifest, path, stamp, base=base, stored=stored)

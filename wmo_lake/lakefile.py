@@ -1,0 +1,380 @@
+"""LAKE/lake.duckdb: the light tables stored in it, the heavy ones as views over their files.
+
+A query that reads a column of a table costs DuckDB ~0.2-0.3 ms per Parquet file per table
+reference (a lake holds a file per table per step), so `rollout_stats` over 1,000 steps spent
+seconds opening files. The light tables (`STORED_TABLES`: jobs, trials, stop_reasons, tests,
+problems; no token or text payloads) are therefore copied into lake.duckdb as native tables
+(`_stored_<table>`, with the partition each row came from; the table's name is a view that
+leaves that column out), together with `span_lengths` (spans without their tokens: what
+`rollout_stats` counts truncation on). The heavy tables (spans, steps, trajectories, tool_calls)
+stay views over their live files, as every table was before. The Parquet files remain the source
+of truth: Spark, `hive_partitioning` readers and the private copy read them.
+
+The copy is kept incrementally: a rebuild starts from the previous lake.duckdb (when its layout
+is this code's) and, per stored table, deletes and re-inserts only the partitions whose file list
+changed. Each partition's file-list digest is kept inside lake.duckdb (`_wmo_lake_partitions`),
+so the diff needs no knowledge of the commit that changed the lake and corrects itself (a
+partition whose files are the same is the same: files never change under a name).
+
+    build(store, manifest, path, stamp, base=LAKE/lake.duckdb)  # -> BuildReport
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from wmo_lake.store import Manifest, Store
+
+if TYPE_CHECKING:
+    import duckdb
+
+# Tables stored in lake.duckdb: everything a batch-health query reads, nothing token- or
+# text-heavy (spans, steps, trajectories, tool_calls stay views over their files).
+STORED_TABLES = ("jobs", "trials", "stop_reasons", "tests", "problems")
+# Derived tables stored the same way: name -> (the table it projects, its columns). Each is also
+# a `sql/` view of that projection (what Spark and the private copy read); lake.duckdb holds its
+# rows instead, one partition of the table at a time.
+STORED_PROJECTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "span_lengths": (
+        "spans",
+        ("trial_key", "batch", "trial_name", "run", "step", "call_index", "prompt_len", "n_sampled"),
+    ),
+}
+# What the stored tables' layout in lake.duckdb is: a file of another layout is built anew.
+LAYOUT = "stored-tables-1"
+PARTITION_COLUMN = "_wmo_partition"
+
+
+def stored_name(table: str) -> str:
+    return f"_stored_{table}"
+
+
+def sql_string(value: str) -> str:
+    """A SQL string literal, for the one place DuckDB cannot bind: view DDL in lake.duckdb."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def files_digest(files: Iterable[str]) -> str:
+    """A partition's file list, as lake.duckdb remembers it (a file never changes its content
+    under a name, so the same list is the same rows)."""
+    return hashlib.sha256("\0".join(files).encode("utf-8")).hexdigest()[:24]
+
+
+def read_files_sql(files: list[str], union_by_name: bool) -> str:
+    """read_parquet over `files` (relative to the lake dir), run and step decoded from the
+    run=/step= dirs (the values the files hold, typed as the files type them), so a filter on
+    run or step skips the other partitions' files."""
+    names = ", ".join(sql_string(rel) for rel in files)
+    return (
+        f"read_parquet([{names}], union_by_name = {union_by_name}, hive_partitioning = true, "
+        "hive_types = {'run': VARCHAR, 'step': BIGINT})"
+    )
+
+
+@dataclass
+class BuildReport:
+    """What one build did (for tests and the bench): incremental or from scratch, and which
+    partitions of which stored table it (re)read."""
+
+    incremental: bool = False
+    inserted: dict[str, list[str]] = field(default_factory=dict)  # table -> partitions read
+    deleted: dict[str, list[str]] = field(default_factory=dict)  # table -> partitions dropped
+
+
+def build(
+    store: Store,
+    manifest: Manifest,
+    path: Path,
+    stamp: str,
+    *,
+    base: Path | None = None,
+    stored: bool = True,
+) -> BuildReport:
+    """Write lake.duckdb for `manifest` at `path`: from a copy of `base` (a previous
+    lake.duckdb) when it has this layout, else from scratch, storing the light tables' rows
+    or, with `stored=False`, keeping every table a view over its files (a private, one-off
+    database: copying every row would cost more than the one query it is for)."""
+    import duckdb
+
+    path.unlink(missing_ok=True)
+    if base is not None and base.exists():
+        shutil.copyfile(base, path)
+        try:
+            con = duckdb.connect(str(path))
+        except duckdb.Error:
+            con = None
+        if con is not None:
+            try:
+                if _layout(con) == LAYOUT:
+                    return _update(con, store, manifest, stamp)
+            except duckdb.Error:
+                pass  # a copy that cannot be brought up to date is built anew
+            finally:
+                con.close()
+        path.unlink(missing_ok=True)
+    con = duckdb.connect(str(path))
+    try:
+        return _fresh(con, store, manifest, stamp, stored)
+    finally:
+        con.close()
+
+
+def _layout(con: duckdb.DuckDBPyConnection) -> str | None:
+    import duckdb
+
+    try:
+        row = con.execute("SELECT layout FROM _wmo_lake").fetchone()
+    except duckdb.Error:
+        return None
+    return row[0] if row else None
+
+
+def _plan(manifest: Manifest, stored: bool) -> dict[str, str]:
+    """table (and stored projection) -> its schema digest when lake.duckdb stores its rows."""
+    from wmo_lake.lake import one_schema
+
+    plan: dict[str, str] = {}
+    if not stored:
+        return plan
+    for name in STORED_TABLES:
+        digest = one_schema(manifest, name)
+        if digest is not None:  # a MIXED table stays a view that reads by name
+            plan[name] = digest
+    for name, (source, columns) in STORED_PROJECTIONS.items():
+        digest = one_schema(manifest, source)
+        if digest is not None:
+            plan[name] = f"{digest}:{','.join(columns)}"
+    return plan
+
+
+def _source(name: str) -> tuple[str, tuple[str, ...] | None]:
+    """(the lake table a stored table's rows come from, its columns or None for all)."""
+    if name in STORED_PROJECTIONS:
+        return STORED_PROJECTIONS[name]
+    return name, None
+
+
+def _create_stored(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    """An empty `_stored_<name>` of the table's schema plus the partition column, and the view
+    `<name>` over it without that column."""
+    from wmo_lake.tables import TABLES
+
+    source, columns = _source(name)
+    empty = TABLES[source].schema.empty_table()
+    con.register("_wmo_empty", empty if columns is None else empty.select(list(columns)))
+    con.execute(
+        f"CREATE OR REPLACE TABLE {stored_name(name)} AS SELECT *, "
+        f"CAST(NULL AS VARCHAR) AS {PARTITION_COLUMN} FROM _wmo_empty"
+    )
+    con.unregister("_wmo_empty")
+    con.execute(f"DROP VIEW IF EXISTS {name}")
+    con.execute(
+        f"CREATE VIEW {name} AS SELECT * EXCLUDE ({PARTITION_COLUMN}) FROM {stored_name(name)}"
+    )
+
+
+def _insert(
+    con: duckdb.DuckDBPyConnection, name: str, partitions: dict[str, list[str]], digests: dict
+) -> list[str]:
+    """Insert the rows of `partitions` ({partition: files}) into `_stored_<name>`, in one scan:
+    each row's partition is its file's dir below tables/<table>/ (DuckDB gives the file's path
+    joined to the search path; the partition is the part every lake agrees on)."""
+    source, columns = _source(name)
+    select = "* EXCLUDE (filename)" if columns is None else ", ".join(columns)
+    files = [rel for rels in partitions.values() for rel in rels]
+    if files:
+        scan = read_files_sql(files, union_by_name=False).removesuffix(")") + ", filename = true)"
+        con.execute(
+            f"INSERT INTO {stored_name(name)} BY NAME SELECT {select}, "
+            f"regexp_extract(filename, {sql_string(_PARTITION_OF_PATH)}, 1) AS {PARTITION_COLUMN} "
+            f"FROM {scan}"
+        )
+        stray = con.execute(
+            f"SELECT count(*) FROM {stored_name(name)} WHERE {PARTITION_COLUMN} = ''"
+        ).fetchone()
+        if stray and stray[0]:
+            from wmo_lake.store import LakeError
+
+            raise LakeError(f"{name}: segments outside tables/<table>/run=<run>/step=<step>/")
+    done = [partition for partition, rels in partitions.items() if rels]
+    digests.update({partition: files_digest(partitions[partition]) for partition in done})
+    return done
+
+
+# the run=/step= dirs of a segment's path (run and step values are escaped: no '/' in them)
+_PARTITION_OF_PATH = r"/tables/[^/]+/(run=[^/]*/step=[^/]*)/[^/]*$"
+
+
+def _file_view(con: duckdb.DuckDBPyConnection, manifest: Manifest, name: str) -> None:
+    from wmo_lake.lake import one_schema
+
+    files = manifest.table_files(name)
+    if not files:  # a lake written before this table existed: empty until an ingest
+        _shapes(con, [name])
+        return
+    union = one_schema(manifest, name) is None
+    con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {read_files_sql(files, union)}")
+    con.execute(f"DROP TABLE IF EXISTS _shape_{name}")
+
+
+def _shapes(con: duckdb.DuckDBPyConnection, names: Iterable[str]) -> None:
+    """Empty stand-ins `_shape_<table>` of each table's schema, and `<table>` a view over it."""
+    from wmo_lake.tables import TABLES
+
+    for name in names:
+        con.register(f"_empty_{name}", TABLES[name].schema.empty_table())
+        con.execute(f"CREATE OR REPLACE TABLE _shape_{name} AS SELECT * FROM _empty_{name}")
+        con.unregister(f"_empty_{name}")
+        con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM _shape_{name}")
+
+
+def _create_views(
+    con: duckdb.DuckDBPyConnection, manifest: Manifest, plan: dict[str, str]
+) -> None:
+    """The `sql/` views, created while every file-backed table is an empty stand-in (DuckDB
+    binds a view when it is created, and binding read_parquet over a file list checks every
+    file); then the file-backed tables are pointed at their files (a view is bound again when
+    queried). Stored projections replace their `sql/` view."""
+    from wmo_lake.lake import create_views
+    from wmo_lake.tables import TABLES
+
+    files_backed = [name for name in TABLES if name not in plan]
+    _shapes(con, files_backed)
+    # views of an earlier view set go: a view dropped from sql/ must not linger
+    for (view,) in con.execute(
+        "SELECT view_name FROM duckdb_views() WHERE NOT internal AND database_name = "
+        "current_database() AND schema_name = 'main'"
+    ).fetchall():
+        if view not in TABLES and view not in plan:
+            con.execute(f"DROP VIEW IF EXISTS {view}")
+    create_views(con)
+    for name in plan:
+        if name in STORED_PROJECTIONS:
+            con.execute(f"DROP VIEW IF EXISTS {name}")
+            con.execute(
+                f"CREATE VIEW {name} AS SELECT * EXCLUDE ({PARTITION_COLUMN}) "
+                f"FROM {stored_name(name)}"
+            )
+    for name in files_backed:
+        _file_view(con, manifest, name)
+
+
+def _meta(con: duckdb.DuckDBPyConnection, stamp: str, views: str) -> None:
+    con.execute("CREATE OR REPLACE TABLE _wmo_lake(stamp VARCHAR, layout VARCHAR, views VARCHAR)")
+    con.execute("INSERT INTO _wmo_lake VALUES (?, ?, ?)", [stamp, LAYOUT, views])
+
+
+def _fresh(
+    con: duckdb.DuckDBPyConnection, store: Store, manifest: Manifest, stamp: str, stored: bool
+) -> BuildReport:
+    from wmo_lake.lake import views_digest
+
+    con.execute("SET file_search_path = ?", [str(store.root.resolve())])
+    con.execute("SET enable_progress_bar = false")  # an ingest prints its own
+    plan = _plan(manifest, stored)
+    con.execute(
+        "CREATE TABLE _wmo_lake_tables(table_name VARCHAR PRIMARY KEY, schema_digest VARCHAR)"
+    )
+    con.execute(
+        "CREATE TABLE _wmo_lake_partitions(table_name VARCHAR, part VARCHAR, files VARCHAR)"
+    )
+    report = BuildReport()
+    for name in plan:
+        _create_stored(con, name)
+    _create_views(con, manifest, plan)
+    for name, digest in plan.items():
+        digests: dict[str, str] = {}
+        source, _ = _source(name)
+        report.inserted[name] = _insert(con, name, manifest.tables.get(source, {}), digests)
+        _save_digests(con, name, digest, digests)
+    _meta(con, stamp, views_digest())
+    con.execute("CHECKPOINT")
+    return report
+
+
+def _save_digests(
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    schema: str,
+    digests: dict[str, str],
+    gone: Iterable[str] = (),
+) -> None:
+    """Record `name`'s schema and its partitions' file digests (`digests`: the partitions just
+    read; `gone`: those dropped), one statement each (executemany runs row by row)."""
+    con.execute("DELETE FROM _wmo_lake_tables WHERE table_name = ?", [name])
+    con.execute("INSERT INTO _wmo_lake_tables VALUES (?, ?)", [name, schema])
+    dropped = [*gone, *digests]
+    if dropped:
+        con.execute(
+            "DELETE FROM _wmo_lake_partitions WHERE table_name = ? AND part IN "
+            "(SELECT unnest(?::VARCHAR[]))",
+            [name, dropped],
+        )
+    if digests:
+        con.execute(
+            "INSERT INTO _wmo_lake_partitions SELECT ?, unnest(?::VARCHAR[]), "
+            "unnest(?::VARCHAR[])",
+            [name, list(digests), list(digests.values())],
+        )
+
+
+def _update(
+    con: duckdb.DuckDBPyConnection, store: Store, manifest: Manifest, stamp: str
+) -> BuildReport:
+    """Bring a copy of an earlier lake.duckdb (this layout) up to `manifest`."""
+    from wmo_lake.lake import views_digest
+
+    con.execute("SET file_search_path = ?", [str(store.root.resolve())])
+    con.execute("SET enable_progress_bar = false")  # an ingest prints its own
+    plan = _plan(manifest, stored=True)
+    had = dict(con.execute("SELECT table_name, schema_digest FROM _wmo_lake_tables").fetchall())
+    ((views_then,),) = con.execute("SELECT views FROM _wmo_lake").fetchall()
+    report = BuildReport(incremental=True)
+    # tables no longer stored (their schema became MIXED), or stored under another schema
+    for name, schema in had.items():
+        if plan.get(name) != schema:
+            con.execute(f"DROP VIEW IF EXISTS {name}")
+            con.execute(f"DROP TABLE IF EXISTS {stored_name(name)}")
+            con.execute("DELETE FROM _wmo_lake_tables WHERE table_name = ?", [name])
+            con.execute("DELETE FROM _wmo_lake_partitions WHERE table_name = ?", [name])
+    for name, schema in plan.items():
+        source, _ = _source(name)
+        partitions = manifest.tables.get(source, {})
+        if had.get(name) != schema:
+            _create_stored(con, name)
+            old: dict[str, str] = {}
+        else:
+            old = dict(
+                con.execute(
+                    "SELECT part, files FROM _wmo_lake_partitions WHERE table_name = ?", [name]
+                ).fetchall()
+            )
+        digests = {part: files_digest(files) for part, files in partitions.items() if files}
+        gone = [part for part, digest in old.items() if digests.get(part) != digest]
+        if gone:
+            con.execute(
+                f"DELETE FROM {stored_name(name)} WHERE {PARTITION_COLUMN} IN "
+                f"(SELECT unnest(?::VARCHAR[]))",
+                [gone],
+            )
+        changed = {part: partitions[part] for part, d in digests.items() if old.get(part) != d}
+        read: dict[str, str] = {}
+        report.deleted[name] = gone
+        report.inserted[name] = _insert(con, name, changed, read)
+        _save_digests(con, name, schema, read, gone)
+    if views_then != views_digest() or set(had) != set(plan):
+        _create_views(con, manifest, plan)
+    else:  # the sql/ views stand: only the file-backed tables' file lists moved
+        from wmo_lake.tables import TABLES
+
+        for name in TABLES:
+            if name not in plan:
+                _file_view(con, manifest, name)
+    _meta(con, stamp, views_digest())
+    con.execute("CHECKPOINT")
+    return report
