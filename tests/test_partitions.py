@@ -207,7 +207,8 @@ def test_tables_of_one_schema_are_read_without_union_by_name(tmp_path: Path) -> 
     ingest([write_partition_tree(tmp_path)], tmp_path / "lake", workers=1)
     manifest = Store(tmp_path / "lake").read_manifest()
     assert set(manifest.schemas) == set(TABLES) and MIXED not in manifest.schemas.values()
-    assert "union_by_name = false" in _view_sql(tmp_path / "lake", "trials").replace(
+    # (spans: lake.duckdb stores the light tables' rows, the heavy ones stay views over files)
+    assert "union_by_name = false" in _view_sql(tmp_path / "lake", "spans").replace(
         "=false", " = false"
     )
 
@@ -259,27 +260,32 @@ def test_an_unchanged_step_reads_only_its_own_catalog_partition(
 def test_a_filter_on_run_or_step_reads_only_those_partitions(tmp_path: Path) -> None:
     """The views decode run and step from the partition dirs, so DuckDB skips the other
     partitions' files: with every other step's files broken, a query of one step still runs (and
-    a query of all steps does not), and the nasty run names select their own rows."""
+    a query of all steps does not), and the nasty run names select their own rows. (`spans`: a
+    table lake.duckdb reads from its files; the light tables it stores keep the same decoded
+    run and step.)"""
     ingest([write_partition_tree(tmp_path)], tmp_path / "lake", workers=1)
     lake = tmp_path / "lake"
     want = {
-        (run, step): _rows(connect(lake), f"SELECT * FROM trials WHERE step = {step}")
+        (run, step): _rows(connect(lake), f"SELECT * FROM spans WHERE step = {step}")
         for run in NASTY_RUNS[:1]
         for step in STEPS
     }
+    stored = _rows(connect(lake), "SELECT DISTINCT run, step FROM trials")
     manifest = Store(lake).read_manifest()
-    for partition, files in manifest.tables["trials"].items():
+    for partition, files in manifest.tables["spans"].items():
         if partition_values(partition)[1] != STEPS[0]:
             for rel in files:  # no longer Parquet: opening one fails the query
                 (lake / rel).write_bytes(b"not a parquet file")
     # lake.duckdb's own views (connect() would first check the reward key over every trial)
     con = duckdb.connect(str(lake / "lake.duckdb"), read_only=True)
     con.execute("SET file_search_path = ?", [str(lake)])
-    assert _rows(con, f"SELECT * FROM trials WHERE step = {STEPS[0]}") == want[("plain", STEPS[0])]
+    assert _rows(con, f"SELECT * FROM spans WHERE step = {STEPS[0]}") == want[("plain", STEPS[0])]
     for run in NASTY_RUNS:
         got = con.execute(
-            "SELECT DISTINCT run FROM trials WHERE step = ? AND run = ?", [STEPS[0], run]
+            "SELECT DISTINCT run FROM spans WHERE step = ? AND run = ?", [STEPS[0], run]
         ).fetchall()
         assert got == [(run,)], run
     with pytest.raises(duckdb.Error, match="parquet"):
-        con.execute("SELECT count(*) FROM trials").fetchall()
+        con.execute("SELECT count(*) FROM spans").fetchall()
+    assert _rows(con, "SELECT DISTINCT run, step FROM trials") == stored
+    assert {(run, step) for run in NASTY_RUNS for step in STEPS} <= set(stored)

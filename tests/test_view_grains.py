@@ -25,6 +25,7 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "harbor"
 GRAINS: dict[str, tuple[tuple[str, ...], str]] = {
     "settings": ((), "(SELECT 1)"),
     "spans_full": (("trial_key", "call_index"), "spans"),
+    "span_lengths": (("trial_key", "call_index"), "spans"),
     "cells": (("trial_key",), "trials"),
     "trial_caps": (("trial_key",), "trials"),
     "trial_stop_reasons": (("trial_key",), "trials"),

@@ -294,7 +294,6 @@ def connect_private_copy(store: Store, manifest: Manifest) -> duckdb.DuckDBPyCon
         folder.rmdir()
 
 
-
 def duckdb_file_current(store: Store) -> bool:
     """Whether LAKE/lake.duckdb holds the current generation with these views."""
     return store.duckdb_file_current(views_digest())
@@ -340,7 +339,12 @@ def one_schema(manifest: Manifest, table: str) -> str | None:
 
 
 def _build_duckdb_file(
-    store: Store, manifest: Manifest, path: Path, stamp: str, *, base: Path | None = None,
+    store: Store,
+    manifest: Manifest,
+    path: Path,
+    stamp: str,
+    *,
+    base: Path | None = None,
     stored: bool = True,
 ) -> BuildReport:
     """A DuckDB database at `path` holding the lake's tables (the light ones' rows, views over

@@ -42,7 +42,16 @@ STORED_TABLES = ("jobs", "trials", "stop_reasons", "tests", "problems")
 STORED_PROJECTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "span_lengths": (
         "spans",
-        ("trial_key", "batch", "trial_name", "run", "step", "call_index", "prompt_len", "n_sampled"),
+        (
+            "trial_key",
+            "batch",
+            "trial_name",
+            "run",
+            "step",
+            "call_index",
+            "prompt_len",
+            "n_sampled",
+        ),
     ),
 }
 # What the stored tables' layout in lake.duckdb is: a file of another layout is built anew.
@@ -184,7 +193,7 @@ def _insert(
     """Insert the rows of `partitions` ({partition: files}) into `_stored_<name>`, in one scan:
     each row's partition is its file's dir below tables/<table>/ (DuckDB gives the file's path
     joined to the search path; the partition is the part every lake agrees on)."""
-    source, columns = _source(name)
+    _, columns = _source(name)
     select = "* EXCLUDE (filename)" if columns is None else ", ".join(columns)
     files = [rel for rels in partitions.values() for rel in rels]
     if files:
@@ -233,9 +242,7 @@ def _shapes(con: duckdb.DuckDBPyConnection, names: Iterable[str]) -> None:
         con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM _shape_{name}")
 
 
-def _create_views(
-    con: duckdb.DuckDBPyConnection, manifest: Manifest, plan: dict[str, str]
-) -> None:
+def _create_views(con: duckdb.DuckDBPyConnection, manifest: Manifest, plan: dict[str, str]) -> None:
     """The `sql/` views, created while every file-backed table is an empty stand-in (DuckDB
     binds a view when it is created, and binding read_parquet over a file list checks every
     file); then the file-backed tables are pointed at their files (a view is bound again when
@@ -317,8 +324,7 @@ def _save_digests(
         )
     if digests:
         con.execute(
-            "INSERT INTO _wmo_lake_partitions SELECT ?, unnest(?::VARCHAR[]), "
-            "unnest(?::VARCHAR[])",
+            "INSERT INTO _wmo_lake_partitions SELECT ?, unnest(?::VARCHAR[]), unnest(?::VARCHAR[])",
             [name, list(digests), list(digests.values())],
         )
 

@@ -1,0 +1,185 @@
+"""LAKE/lake.duckdb stores the light tables' rows and keeps them incrementally: after any series
+of commits it holds exactly the rows a build from scratch holds (and the Parquet files say), and
+an update reads only the partitions whose files changed."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+from harbor_shapes import write_job, write_trial
+
+from wmo_lake import lakefile
+from wmo_lake.ingest import ingest
+from wmo_lake.lake import connect, view_sources, views_digest
+from wmo_lake.store import DUCKDB_FILE, Store, partition_of
+from wmo_lake.tables import TABLES
+from wmo_lake.tidy import forget
+
+TURNS = [([1, 2], [3, 4, 5], [-0.5, -0.1, -0.2]), ([1, 2, 3, 4, 5, 6], [7], [-0.1])]
+
+
+def _job(runs: Path, step: int) -> Path:
+    return write_job(runs / "exp" / "harbor" / f"step-{step:04d}" / "job", max_tokens=3)
+
+
+def _everything(con: duckdb.DuckDBPyConnection) -> dict[str, list[str]]:
+    """Every table's and view's rows (sorted: a table's row order is no part of its meaning)."""
+    names = list(TABLES) + [name for name, _ in view_sources()]
+    return {
+        name: sorted(map(repr, con.execute(f"SELECT * FROM {name}").fetchall())) for name in names
+    }
+
+
+def _built(lake: Path, tmp_path: Path, *, stored: bool) -> dict[str, list[str]]:
+    """The lake's tables and views from a lake.duckdb built from scratch (`stored=False`: every
+    table a view over its Parquet files, the source of truth)."""
+    store = Store(lake)
+    manifest = store.read_manifest()
+    path = tmp_path / f"scratch-{stored}.duckdb"
+    report = lakefile.build(store, manifest, path, "scratch", stored=stored)
+    assert not report.incremental
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        con.execute("SET file_search_path = ?", [str(lake)])
+        return _everything(con)
+    finally:
+        con.close()
+        path.unlink()
+
+
+def _stored_tables(lake: Path) -> set[str]:
+    with duckdb.connect(str(lake / DUCKDB_FILE), read_only=True) as con:
+        rows = con.execute("SELECT table_name FROM duckdb_tables()").fetchall()
+    return {name.removeprefix("_stored_") for (name,) in rows if name.startswith("_stored_")}
+
+
+def _check(lake: Path, tmp_path: Path) -> dict[str, list[str]]:
+    con = connect(lake, check=False)
+    try:
+        kept = _everything(con)
+    finally:
+        con.close()
+    assert kept == _built(lake, tmp_path, stored=True)
+    assert kept == _built(lake, tmp_path, stored=False)
+    return kept
+
+
+def test_kept_incrementally_it_equals_a_build_from_scratch(tmp_path: Path, monkeypatch) -> None:
+    """Add a step, re-ingest one with changed trials, move a trial to another step, forget a
+    batch: after each commit every table and view of lake.duckdb (kept incrementally) equals
+    one built from scratch, which equals the Parquet files read directly."""
+    updates: list[lakefile.BuildReport] = []
+    update = lakefile._update
+
+    def recording(*args, **kwargs):
+        updates.append(update(*args, **kwargs))
+        return updates[-1]
+
+    monkeypatch.setattr(lakefile, "_update", recording)
+    runs, lake = tmp_path / "runs", tmp_path / "lake"
+    for step in (1, 2):
+        job = _job(runs, step)
+        write_trial(job, "a__1", trial_id=f"a{step}", reward=1.0, turns=TURNS)
+        write_trial(
+            job, "b__1", trial_id=f"b{step}", reward=0.0, exception_type="AgentTimeoutError"
+        )
+    ingest([runs], lake, workers=1)
+    assert _stored_tables(lake) == {*lakefile.STORED_TABLES, *lakefile.STORED_PROJECTIONS}
+    first = _check(lake, tmp_path)
+    assert len(first["trials"]) == 4 and len(first["rollout_stats"]) == 2
+
+    # a new step
+    write_trial(_job(runs, 3), "c__1", trial_id="c3", reward=0.5, turns=TURNS)
+    ingest([runs], lake, workers=1)
+    assert _check(lake, tmp_path)["trials"] != first["trials"]
+    assert updates[-1].inserted["trials"] == [partition_of("exp", 3)]
+
+    # a step re-ingested with changed trials
+    write_trial(_job(runs, 1), "a__1", trial_id="a1", reward=0.0, turns=TURNS[:1])
+    ingest([runs], lake, workers=1)
+    changed = _check(lake, tmp_path)
+    assert updates[-1].inserted["trials"] == [partition_of("exp", 1)]
+    assert updates[-1].deleted["trials"] == [partition_of("exp", 1)]
+
+    # a trial moved from step 2 to step 3 (same trial id: its rows leave step 2's partition)
+    shutil.move(runs / "exp/harbor/step-0002/job/a__1", runs / "exp/harbor/step-0003/job/a__1")
+    ingest([runs], lake, workers=1)
+    moved = _check(lake, tmp_path)
+    assert moved != changed
+    assert sorted(updates[-1].inserted["trials"]) == [
+        partition_of("exp", 2),
+        partition_of("exp", 3),
+    ]
+    con = connect(lake, check=False)
+    assert con.execute("SELECT step FROM trials WHERE trial_id = 'a2'").fetchall() == [(3,)]
+    con.close()
+
+    # a batch forgotten: its partition's rows go
+    forget(lake, "exp/harbor/step-0001/*")
+    gone = _check(lake, tmp_path)
+    assert partition_of("exp", 1) in updates[-1].deleted["trials"]
+    assert not any("step-0001" in row for row in gone["trials"])
+    assert len(updates) == 4 and all(report.incremental for report in updates)
+
+
+def test_an_update_reads_only_the_partitions_that_changed(tmp_path: Path) -> None:
+    """Once stored, an untouched partition's files are never read again: with step 1's light
+    files broken, adding step 2 still commits, and lake.duckdb still answers for step 1."""
+    runs, lake = tmp_path / "runs", tmp_path / "lake"
+    write_trial(_job(runs, 1), "a__1", trial_id="a1", reward=1.0, turns=TURNS)
+    ingest([runs], lake, workers=1)
+    before = connect(lake, check=False).execute("SELECT * FROM trials").fetchall()
+    manifest = Store(lake).read_manifest()
+    for table in lakefile.STORED_TABLES:
+        for rel in manifest.tables.get(table, {}).get(partition_of("exp", 1), []):
+            (lake / rel).write_bytes(b"not parquet: reading this fails")
+    write_trial(_job(runs, 2), "b__1", trial_id="b2", reward=0.0, turns=TURNS)
+    ingest([runs], lake, workers=1)
+    con = connect(lake, check=False)
+    assert con.execute("SELECT * FROM trials WHERE step = 1").fetchall() == before
+    assert con.execute("SELECT batch, trials FROM rollout_stats").fetchall() == [
+        ("exp/harbor/step-0001/job", 1),
+        ("exp/harbor/step-0002/job", 1),
+    ]
+    # the scratch build does read them (the check above is not vacuous)
+    with pytest.raises(duckdb.Error):
+        _built(lake, tmp_path, stored=True)
+
+
+def test_a_file_of_another_layout_is_built_anew(tmp_path: Path) -> None:
+    """A lake.duckdb written by a wmo-lake that did not store tables (or another layout) is not
+    updated in place of a build: its stamp is stale and the rebuild starts from scratch."""
+    runs, lake = tmp_path / "runs", tmp_path / "lake"
+    write_trial(_job(runs, 1), "a__1", trial_id="a1", reward=1.0, turns=TURNS)
+    ingest([runs], lake, workers=1)
+    store = Store(lake)
+    path = tmp_path / "other.duckdb"
+    shutil.copyfile(lake / DUCKDB_FILE, path)
+    with duckdb.connect(str(path)) as con:
+        con.execute("UPDATE _wmo_lake SET layout = 'some-other-layout'")
+        con.execute("DELETE FROM _stored_trials")  # its rows must not be trusted
+    stamp = store.duckdb_stamp(store.read_manifest(), views_digest())
+    report = lakefile.build(store, store.read_manifest(), tmp_path / "new.duckdb", stamp, base=path)
+    assert not report.incremental
+    assert report.inserted["trials"] == [partition_of("exp", 1)]
+
+
+def test_the_stamp_names_the_layout(tmp_path: Path) -> None:
+    """A lake.duckdb from before tables were stored (same views) counts as stale: the views
+    digest in its stamp covers the layout."""
+    runs, lake = tmp_path / "runs", tmp_path / "lake"
+    write_trial(_job(runs, 1), "a__1", trial_id="a1", reward=1.0, turns=TURNS)
+    ingest([runs], lake, workers=1)
+    digest = views_digest()
+    views_digest.cache_clear()
+    try:
+        layout = lakefile.LAYOUT
+        lakefile.LAYOUT = "before"
+        assert views_digest() != digest
+    finally:
+        lakefile.LAYOUT = layout
+        views_digest.cache_clear()
+    assert views_digest() == digest
