@@ -2,12 +2,13 @@
 
 - `LAKE/lake.duckdb`: a database file any DuckDB client can open (`duckdb lake/lake.duckdb`),
   rebuilt at every commit: the light tables' rows stored in it, kept incrementally, the heavy
-  tables views over their files (wmo_lake.lakefile). Its table views must name their files in SQL (DuckDB cannot bind
-  parameters in DDL), so that one place quotes them with `sql_string`; they name them relative to
-  the lake dir, so the lake can be moved or copied (a client sets `file_search_path` to the lake
-  dir, or runs from inside it).
+  tables views over their files (wmo_lake.lakefile). Its file views must name their files in
+  SQL (DuckDB cannot bind parameters in DDL), so one place quotes them (`sql_string`); they
+  name them relative to the lake dir, so the lake can be moved or copied (a client sets
+  `file_search_path` to the lake dir, or runs from inside it).
 - `connect(lake)` (the CLI and the Python API) opens that file read-only, or, when it is stale,
-  a private copy (brought up to date from it, or every table a view over its files): every connection is read-only by how it is opened.
+  a private copy (brought up to date from it, or every table a view over its files): every
+  connection is read-only by how it is opened.
 """
 
 from __future__ import annotations
@@ -210,9 +211,9 @@ def connect(
     ~10 ms). Otherwise (an older lake, another process holding the file open for writing, or a
     read-only lake dir) it builds the same tables and views into a private database file in the
     temp dir (from a copy of the stale lake.duckdb when it can, else every table a view over its
-    files) and opens that read-only, so no connection this returns can change a lake. Temporary tables still
-    work (DuckDB keeps them in memory). With `check`, a reward key that no trial of the lake has
-    is a `RewardKeyWarning` (wmo_lake.checks).
+    files) and opens that read-only, so no connection this returns can change a lake. Temporary
+    tables still work (DuckDB keeps them in memory). With `check`, a reward key that no trial of
+    the lake has is a `RewardKeyWarning` (wmo_lake.checks).
 
     `files_only=True` also confines the connection's file access to the lake's live Parquet
     files (DuckDB's `enable_external_access = false` with `allowed_paths`): no COPY TO, ATTACH or
