@@ -13,13 +13,14 @@ the other kinds; this module is the datums kind plugged into it, with its own `s
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from wmo_lake.exports import discipline
+from wmo_lake.exports import datum_lists, discipline
 from wmo_lake.exports.discipline import (
     Export,
     ExportError,
@@ -33,6 +34,8 @@ from wmo_lake.settings import SETTINGS
 
 if TYPE_CHECKING:  # polars and numpy load when a dataset is read back (~0.4 s the export skips)
     import polars as pl
+    import pyarrow as pa
+    import pyarrow.parquet as pq
     import tinker
 
 KIND = "datums"
@@ -57,6 +60,11 @@ COLUMNS = (
 # tinker losses that weight sampled tokens by an advantage against the sampler's logprobs
 POLICY_LOSSES = ("importance_sampling", "ppo", "cispo", "dro")
 LOSSES = (*POLICY_LOSSES, "cross_entropy")
+
+LIST_COLUMNS = datum_lists.LIST_COLUMNS
+LIGHT_COLUMNS = [c for c in COLUMNS if c not in LIST_COLUMNS]
+ORDER_BY = "run NULLS LAST, step NULLS LAST, batch, trial_name, fragment_index"
+ROW_GROUP_ROWS = 256  # rows per Parquet row group (and per record batch read from DuckDB)
 
 # The datums in scope; every filter is a bound parameter (NULL matches everything).
 SCOPE = f"SELECT * FROM datums WHERE {scope_condition()}\n"
@@ -130,40 +138,52 @@ def export_datums(
         con = export.con
         scoped = _scope_sql(where)
         try:
-            # Counted without building token lists (the view's list columns are not read);
-            # the writer then streams the one full pass.
-            rows_by_task = dict(
-                con.execute(
-                    f"SELECT task_id, count(*) FROM ({scoped}) GROUP BY task_id", scope
-                ).fetchall()
-            )
+            # One pass without the token lists (the view's list columns are not read): the rows
+            # to write, in order, with the merged sequence their lists come from.
+            rows = con.sql(
+                datum_lists.plan_sql(scoped, ORDER_BY, LIGHT_COLUMNS), params=scope
+            ).to_arrow_table()
         except duckdb.Error as error:
             hint = f" (check --where {where!r})" if where else ""
             raise ExportError(f"cannot select the datums{hint}: {error}") from None
-        export.keep_train_tasks(rows_by_task)
-        excluded = dict(export.guard.excluded)
-        batches = _batches(con, scope)
-        totals = _stats_totals(batches)
-        for reason in ("overflow", "overlong"):
-            if totals[f"{reason}_drops"]:
-                excluded[f"{reason}_episodes"] = totals[f"{reason}_drops"]
-        selected = f"SELECT * FROM ({scoped}) AS d WHERE {export.kept('d.task_id')}"
-        counts = con.execute(
-            "SELECT count(*), coalesce(sum(n_tokens), 0), coalesce(sum(loss_tokens), 0), "
-            f"count(*) FILTER (WHERE fragment_index > 0) FROM ({selected})",
-            scope,
-        ).fetchall()[0]
-        written = dict(zip(("rows", "tokens", "loss_tokens", "fragments"), counts, strict=True))
+        tasks_of_rows = rows.column("task_id").to_pylist()
+        rows_by_task = dict(Counter(tasks_of_rows))
+        kept = set(export.keep_train_tasks(rows_by_task))
+        # filled from datum_stats while the dataset is written (before the manifest is made)
+        excluded: dict[str, int] = dict(export.guard.excluded)
+        stats: dict[str, Any] = {}
+
+        def read_stats() -> None:
+            stats["batches"] = batches = _batches(con, scope)
+            stats["totals"] = totals = _stats_totals(batches)
+            for reason in ("overflow", "overlong"):
+                if totals[f"{reason}_drops"]:
+                    excluded[f"{reason}_episodes"] = totals[f"{reason}_drops"]
+
+        if len(kept) < len(rows_by_task):
+            rows = rows.filter([task in kept for task in tasks_of_rows])
+        written = {
+            "rows": rows.num_rows,
+            "tokens": sum(rows.column("n_tokens").to_pylist()),
+            "loss_tokens": sum(rows.column("loss_tokens").to_pylist()),
+            "fragments": sum(1 for i in rows.column("fragment_index").to_pylist() if i > 0),
+        }
         if not written["rows"]:
-            raise ExportError(_nothing_to_export(rows_by_task, excluded, batches, scope, where))
-        ordered = con.sql(
-            f"SELECT {', '.join(COLUMNS)} FROM ({selected}) "
-            "ORDER BY run NULLS LAST, step NULLS LAST, batch, trial_name, fragment_index",
-            params=scope,
-        )
+            read_stats()
+            raise ExportError(
+                _nothing_to_export(rows_by_task, excluded, stats["batches"], scope, where)
+            )
+        selected = f"SELECT * FROM ({scoped}) AS d WHERE {export.kept('d.task_id')}"
+
+        def view_rows() -> duckdb.DuckDBPyRelation:
+            """The same rows with the view's own lists (when the gather refuses)."""
+            return con.sql(
+                f"SELECT {', '.join(COLUMNS)} FROM ({selected}) ORDER BY {ORDER_BY}", params=scope
+            )
+
         used = export.settings
         return export.write(
-            lambda path: _write_parquet(ordered, path),
+            lambda path: _write_rows(con, rows, view_rows, path, meanwhile=read_stats),
             excluded=excluded,
             parameters={
                 "where": where,
@@ -173,7 +193,11 @@ def export_datums(
                 "reward_key": used["reward_key"],
                 "reward_mode": used["reward_mode"],
             },
-            extra=lambda: {"sources": batches, "datum_stats": totals, "exported": written},
+            extra=lambda: {
+                "sources": stats["batches"],
+                "datum_stats": stats["totals"],
+                "exported": written,
+            },
         )
 
 
@@ -194,20 +218,72 @@ def summary(manifest: Mapping[str, Any], out: Path) -> str:
     return "\n".join(lines)
 
 
-def _write_parquet(relation: duckdb.DuckDBPyRelation, path: Path) -> int:
-    """Stream `relation` into Parquet (zstd) with pyarrow, in record batches so memory stays a
-    batch: dictionaries only for the string columns (token lists: faster and smaller without)."""
+def _write_rows(
+    con: duckdb.DuckDBPyConnection,
+    rows: pa.Table,
+    view_rows: Callable[[], duckdb.DuckDBPyRelation],
+    path: Path,
+    meanwhile: Callable[[], None],
+) -> int:
+    """Write `rows` (the datums columns but the lists, with the plan columns of
+    wmo_lake.exports.datum_lists) with their lists gathered from the spans, a chunk of rows at a
+    time; if the gather refuses, the view's own rows (`view_rows()`) instead. Parquet encoding
+    runs in a thread (pyarrow releases the GIL) while DuckDB gathers the next chunk and runs
+    `meanwhile` (once)."""
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    import pyarrow as pa
+
+    lists = {
+        "model_input_tokens": datum_lists.list_type(pa.int64()),
+        "loss_mask": datum_lists.list_type(pa.float64()),
+        "sampled_logprobs": datum_lists.list_type(pa.float64()),
+    }
+    schema = pa.schema(
+        [pa.field(c, lists[c]) if c in lists else rows.schema.field(c) for c in COLUMNS]
+    )
+    waiting = [meanwhile]
+    try:
+        with ThreadPoolExecutor(1) as pool, _parquet_writer(path, schema) as out:
+            pending: Future[None] | None = None
+            for start, stop in datum_lists.chunks(rows.column("n_tokens").to_pylist()):
+                part = rows.slice(start, stop - start)
+                gathered = datum_lists.list_columns(con, part)
+                table = pa.table(
+                    [gathered[c] if c in gathered else part.column(c) for c in COLUMNS],
+                    schema=schema,
+                )
+                if pending is not None:
+                    pending.result()
+                pending = pool.submit(out.write_table, table, row_group_size=ROW_GROUP_ROWS)
+                while waiting:
+                    waiting.pop()()
+            if pending is not None:
+                pending.result()
+        return rows.num_rows
+    except datum_lists.Mismatch:
+        path.unlink(missing_ok=True)
+    while waiting:
+        waiting.pop()()
+    return _write_parquet(view_rows(), path)
+
+
+def _parquet_writer(path: Path, schema: pa.Schema) -> pq.ParquetWriter:
+    """zstd, dictionaries only for the string columns (token lists: faster and smaller without)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    reader = relation.to_arrow_reader(256)
     strings = [
-        f.name
-        for f in reader.schema
-        if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
+        f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
     ]
+    return pq.ParquetWriter(path, schema, compression="zstd", use_dictionary=strings)
+
+
+def _write_parquet(relation: duckdb.DuckDBPyRelation, path: Path) -> int:
+    """Stream `relation` into Parquet with pyarrow, in record batches so memory stays a batch."""
+    reader = relation.to_arrow_reader(ROW_GROUP_ROWS)
     rows = 0
-    with pq.ParquetWriter(path, reader.schema, compression="zstd", use_dictionary=strings) as out:
+    with _parquet_writer(path, reader.schema) as out:
         for batch in reader:
             out.write_batch(batch)
             rows += batch.num_rows

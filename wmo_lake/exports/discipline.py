@@ -528,13 +528,14 @@ class Export:
     def __exit__(self, *exc_info: object) -> None:
         self.con.close()
 
-    def keep_train_tasks(self, rows_by_task: Mapping[str | None, int]) -> None:
+    def keep_train_tasks(self, rows_by_task: Mapping[str | None, int]) -> list[str | None]:
         """The split guard over the rows in scope ({task: rows}): the kept tasks go into the temp
-        table `kept_tasks(task)`, the rest are counted in `guard.excluded`."""
+        table `kept_tasks(task)` (and are returned), the rest are counted in `guard.excluded`."""
         kept = self.guard.keep(rows_by_task)
         self.con.execute("CREATE TEMP TABLE kept_tasks (task VARCHAR)")
         if kept:
             self.con.executemany("INSERT INTO kept_tasks VALUES (?)", [[t] for t in kept])
+        return kept
 
     @staticmethod
     def kept(task_column: str) -> str:
