@@ -251,3 +251,10 @@ def test_assemble_refuses_what_it_cannot_reproduce(
 ) -> None:
     with pytest.raises(datum_lists.Mismatch, match=why):
         datum_lists.assemble(span_table(spans), base_table([]), 1, n_tokens)
+
+
+def test_a_plan_row_matching_two_sequences_is_refused() -> None:
+    rows = pa.table({"batch": ["b", "b"], "trial_name": ["t", "t"], "fragment_index": [0, 0]})
+    with pytest.raises(datum_lists.Mismatch, match="two merged sequences"):
+        datum_lists.check_plan(rows)
+    datum_lists.check_plan(rows.slice(0, 1))

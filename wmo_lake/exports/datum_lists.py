@@ -29,20 +29,23 @@ if TYPE_CHECKING:
 # The datums rows of one export with where their lists come from: every datums column but the
 # three lists, plus the trial_key of the row's merged sequence, its sequence_index and its span
 # range (a sequence is a run of consecutive spans, datum_spans), numbered as sql/datums.sql does
-# (the episode's sequences with a sampled token, in order).
+# (the episode's sequences with a sampled token, in order). Joined to the view's rows by the
+# view's key (batch, trial_name, fragment_index), so the view alone says which rows there are.
 SEQUENCES = """
 SELECT
-    e.batch,
-    e.trial_name,
-    q.trial_key,
-    q.sequence_index,
-    q.first_call,
-    q.last_call,
-    (row_number() OVER (PARTITION BY q.trial_key ORDER BY q.sequence_index) - 1)::INTEGER
+    batch,
+    trial_name,
+    trial_key,
+    sequence_index,
+    first_call,
+    last_call,
+    (row_number() OVER (PARTITION BY trial_key ORDER BY sequence_index) - 1)::INTEGER
         AS fragment_index
 FROM (
     SELECT
         trial_key,
+        any_value(batch) AS batch,
+        any_value(trial_name) AS trial_name,
         sequence_index,
         min(call_index) AS first_call,
         max(call_index) AS last_call,
@@ -50,8 +53,7 @@ FROM (
     FROM datum_spans
     GROUP BY trial_key, sequence_index
 ) AS q
-JOIN datum_episodes AS e ON e.trial_key = q.trial_key
-WHERE q.loss_tokens > 0 AND e.drop_reason IS NULL
+WHERE loss_tokens > 0
 """
 LIST_COLUMNS = ("model_input_tokens", "loss_mask", "sampled_logprobs")
 PLAN_COLUMNS = ("trial_key", "sequence_index", "first_call", "last_call")
@@ -101,6 +103,15 @@ def chunks(n_tokens: list[int], budget: int | None = None) -> Iterator[tuple[int
         total += n
     if start < len(n_tokens):
         yield start, len(n_tokens)
+
+
+def check_plan(rows: pa.Table) -> None:
+    """Mismatch unless every plan row is one datums row: two trials under one (batch,
+    trial_name) would each match the other's rows."""
+    names = ("batch", "trial_name", "fragment_index")
+    keys = zip(*(rows.column(c).to_pylist() for c in names), strict=True)
+    if len(set(keys)) != rows.num_rows:
+        raise Mismatch("a datums row matches two merged sequences")
 
 
 def list_columns(con: duckdb.DuckDBPyConnection, rows: pa.Table) -> dict[str, pa.Array]:

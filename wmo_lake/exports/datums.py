@@ -244,6 +244,7 @@ def _write_rows(
     )
     waiting = [meanwhile]
     try:
+        datum_lists.check_plan(rows)
         with ThreadPoolExecutor(1) as pool, _parquet_writer(path, schema) as out:
             pending: Future[None] | None = None
             for start, stop in datum_lists.chunks(rows.column("n_tokens").to_pylist()):
