@@ -210,6 +210,9 @@ def _from_raw_detail(detail: RawDetail, path: Path, problems: ProblemLog) -> Spa
     parsed (and type-checked) in an earlier turn. A prompt whose text does not extend the previous
     one is parsed whole and compared token by token. Any non-int token, and any shape the seed's
     checks would reject, takes the fully checked path, so statuses and problems are the same.
+
+    The prompts are most of a result.json's bytes, so each turn's text is copied once (out of
+    msgspec's Raw) and compared in place (offsets and memoryviews), never sliced or joined.
     """
     prompts_raw, completions_raw, logprobs = (
         detail.prompt_token_ids,
@@ -228,21 +231,33 @@ def _from_raw_detail(detail: RawDetail, path: Path, problems: ProblemLog) -> Spa
                 [[]] * len(prompts_raw), completions, [[]] * len(logprobs), path, problems
             )
         turns: list[StoredTurn] = []
-        previous_text = b""  # previous prompt items + "," + previous sampled items
-        previous_items = b""
+        # the previous turn's prefix, as views of its texts: the prompt's items (right-stripped)
+        # and the sampled items (right-stripped), either left out when only whitespace
+        previous: list[memoryview] = []
+        previous_items = memoryview(b"")
         for index, raw in enumerate(prompts_raw):
-            items = _items(raw)
-            turn = _extend(items, previous_text, turns[-1] if turns else None)
+            text = _text(raw)
+            end = _items_end(text)
+            turn = _extend(text, end, previous, turns[-1] if turns else None)
             if turn is None:  # not a textual extension: compare tokens
-                full = _parse_ints(items)
-                before = _parse_ints(previous_items) + completions[index - 1] if index else []
+                full = _parse_ints(text[1:end])
+                before = (
+                    _parse_ints(bytes(previous_items)) + completions[index - 1] if index else []
+                )
                 shared = _shared_prefix(full, before)
                 turn = StoredTurn(len(full), shared, full[shared:], [], [])
             turn.sampled, turn.logprobs = completions[index], logprobs[index]
             turns.append(turn)
-            sampled_items = _items(completions_raw[index]).rstrip()
-            previous_items = items
-            previous_text = b",".join(t for t in (items.rstrip(), sampled_items) if t.strip())
+            sampled = _text(completions_raw[index])
+            previous_items = memoryview(text)[1:end]
+            previous = [
+                memoryview(source)[1:stop]
+                for source, stop in (
+                    (text, _rstripped(text, 1, end)),
+                    (sampled, _rstripped(sampled, 1, _items_end(sampled))),
+                )
+                if not _blank(source, 1, stop)
+            ]
     except _NotFast:
         return _from_raw_checked(detail, path, problems)
     for index, turn in enumerate(turns):
@@ -251,17 +266,57 @@ def _from_raw_detail(detail: RawDetail, path: Path, problems: ProblemLog) -> Spa
     return Spans(OK if turns else EMPTY, turns, "rollout_details")
 
 
-def _extend(items: bytes, previous_text: bytes, previous: StoredTurn | None) -> StoredTurn | None:
-    """The stored turn when `items` textually extends the previous prompt + sampled tokens."""
-    if previous is None or not previous_text:
-        return StoredTurn(0, 0, [], [], []) if not items.strip() else _whole(items)
-    if not items.startswith(previous_text):
-        return None
-    rest = items[len(previous_text) :].lstrip()
-    if rest and rest[:1] != b",":
+_WHITESPACE = frozenset(b" \t\n\r\x0b\x0c")  # what bytes.strip() strips
+
+
+def _text(raw: msgspec.Raw) -> bytes:
+    """An array's JSON text (msgspec.Raw is already syntax-checked JSON)."""
+    text = bytes(raw)
+    if text[:1] != b"[":
+        raise _NotFast
+    return text
+
+
+def _items_end(text: bytes) -> int:
+    """Where an array's items end in its text (the closing bracket)."""
+    return len(text) - 1
+
+
+def _rstripped(text: bytes, start: int, end: int) -> int:
+    """`end` moved left past the whitespace before it (not past `start`)."""
+    while end > start and text[end - 1] in _WHITESPACE:
+        end -= 1
+    return end
+
+
+def _blank(text: bytes, start: int, end: int) -> bool:
+    """Whether `text[start:end]` is only whitespace (or empty), without copying it."""
+    while start < end and text[start] in _WHITESPACE:
+        start += 1
+    return start == end
+
+
+def _extend(
+    text: bytes, end: int, previous: list[memoryview], previous_turn: StoredTurn | None
+) -> StoredTurn | None:
+    """The stored turn when the prompt `text` (items up to `end`) textually extends the previous
+    prompt + sampled tokens (`previous`: their items, joined by a comma)."""
+    if previous_turn is None or not previous:
+        return StoredTurn(0, 0, [], [], []) if _blank(text, 1, end) else _whole(text[1:end])
+    at = 1
+    for number, part in enumerate(previous):
+        if number and not text.startswith(b",", at):
+            return None
+        at += bool(number)
+        if not text.startswith(part, at):
+            return None
+        at += len(part)
+    while at < end and text[at] in _WHITESPACE:
+        at += 1
+    if at < end and text[at] != ord(","):
         return None  # the prefix ended inside a number: not a token boundary
-    shared = previous.prompt_len + len(previous.sampled)
-    new_ids = _parse_ints(rest[1:]) if rest else []
+    shared = previous_turn.prompt_len + len(previous_turn.sampled)
+    new_ids = _parse_ints(text[at + 1 : end]) if at < end else []
     return StoredTurn(shared + len(new_ids), shared, new_ids, [], [])
 
 
