@@ -213,3 +213,27 @@ def test_typed_decode_equals_json_loads(trees: Path, table: str) -> None:
         want = reading(Path(row["_dir"]) / "result.json")
         for column, value in want.items():
             assert _same(row[column], value), (row["_dir"], column, row[column], value)
+
+
+def test_local_task_path_resolved_afresh_by_each_reader(tmp_path: Path) -> None:
+    """A local task path is resolved once per reader (the trials of a batch share a few), but a
+    link re-pointed between two readers' runs is resolved again, never answered from before."""
+    from wmo_lake.extract import begin_reading
+    from wmo_lake.tables.fields import Fields, ProblemLog
+    from wmo_lake.tables.trials import task_id_name
+
+    for name in ("task-a", "task-b"):
+        (tmp_path / name).mkdir()
+    link = tmp_path / "current"
+    link.symlink_to(tmp_path / "task-a", target_is_directory=True)
+    doc = {"task_id": {"path": str(link)}}
+
+    def name_now() -> str | None:
+        return task_id_name(Fields(doc, tmp_path / "result.json", ProblemLog("k", "b")))
+
+    begin_reading()
+    assert name_now() == "task-a"
+    link.unlink()
+    link.symlink_to(tmp_path / "task-b", target_is_directory=True)
+    begin_reading()
+    assert name_now() == "task-b"

@@ -378,6 +378,7 @@ class Commit:
             if rewrite is None or entry.partition in rewrite:
                 by_partition.setdefault(entry.partition, []).append(entry)
         files = dict(self.base.catalog)
+        written: list[str] = []
         for partition in rewrite if rewrite is not None else set(files) | set(by_partition):
             self.touched.add(partition)
             entries = by_partition.get(partition)
@@ -385,8 +386,10 @@ class Commit:
                 files.pop(partition, None)
                 continue
             rel = f"catalog/{partition}/{self.generation:06d}-{self.token}.msgpack"
-            self.store.write_catalog(rel, entries)
+            self.store.write_catalog(rel, entries, sync=False)
             files[partition] = rel
+            written.append(rel)
+        self.store.sync_files(written)  # all at once: one journal commit, not one per partition
         return dict(sorted(files.items()))
 
     def abort(self) -> None:

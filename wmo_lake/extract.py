@@ -108,6 +108,12 @@ def duplicate(task: TrialTask, extracted: Extracted, first_source: str) -> Extra
     return Extracted(DUPLICATE, problems.unit_key, extracted.trial_name, _problem_table(problems))
 
 
+def begin_reading() -> None:
+    """Each reader (a reader process, an in-process read, a Spark task) calls this before its
+    first dir: what extraction caches for one reader's run starts empty."""
+    trials.forget_resolved_names()
+
+
 def read_task(task: TrialTask) -> Extracted:
     """`extract_trial`, with the dir's fingerprint taken first (in the reader: on a first ingest
     the ingest process fingerprints nothing, so that work is spread over the readers too)."""

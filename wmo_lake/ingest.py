@@ -163,15 +163,24 @@ def ingest(
                 readers = SparkReaders(spark, tasks, store.root, update.segment_prefix())
             else:
                 readers = Readers(tasks, workers, store.root, update.segment_prefix())
+            # The job dirs found by the walk get their rows while reader processes work (one
+            # per trial result, so the readers never wait for their next chunk), not after them.
+            early_jobs = iter(list(update.jobs.values()) if readers.write_rows else [])
+            jobs_done: set[str] = set()
             for done, (task, extracted) in enumerate(readers, 1):
                 fingerprint = extracted.fingerprint or trial_fingerprint(task)
                 update.add_trial(task, extracted, fingerprint, written=readers.write_rows)
                 crash_point("mid_extract")
+                job = next(early_jobs, None)
+                if job is not None:
+                    update.add_job(job)
+                    jobs_done.add(job.real)
                 if progress:
                     progress(done, len(tasks))
             update.add_reader_files(readers.files)
             for job in update.jobs.values():
-                update.add_job(job)
+                if job.real not in jobs_done:
+                    update.add_job(job)
             for problem in walk_problems:
                 update.add_walk_problem(problem)
             update.finish()

@@ -69,8 +69,9 @@ class Readers:
         """Extract every task in this process; the rows come back in each Extracted."""
         if not self.tasks:
             return
-        from wmo_lake.extract import read_task
+        from wmo_lake.extract import begin_reading, read_task
 
+        begin_reading()
         for task in self.tasks:
             yield task, read_task(task)
 
@@ -223,7 +224,9 @@ def _reader_main(tasks: Any, results: Any, lake: str, prefix: str, parent_pid: i
     _exit_with_parent(parent_pid)
     try:
         from wmo_lake.commit import SegmentWriter
+        from wmo_lake.extract import begin_reading
 
+        begin_reading()  # (forked: what the parent may have cached is not this reader's)
         writer = SegmentWriter(Path(lake), prefix)
         while (chunk := tasks.get()) is not None:
             results.put(("trials", [(task, extract_to_segments(task, writer)) for task in chunk]))

@@ -66,6 +66,9 @@ def read_partition(
     here = os.getcwd()
     if os.path.isdir(cwd) and cwd != here:
         os.chdir(cwd)
+    from wmo_lake.extract import begin_reading
+
+    begin_reading()
     writer = SegmentWriter(Path(lake), prefix + label)
     try:
         for task in tasks:

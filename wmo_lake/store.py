@@ -239,15 +239,31 @@ class Store:
                     catalog[entry.source] = entry
         return catalog
 
-    def write_catalog(self, rel: str, catalog: Iterable[CatalogEntry]) -> None:
-        """One partition's catalog file, under a fresh name (so no rename), synced."""
+    def write_catalog(self, rel: str, catalog: Iterable[CatalogEntry], sync: bool = True) -> None:
+        """One partition's catalog file, under a fresh name (so no rename), synced unless
+        `sync` is False (then the caller syncs it with `sync_files`, before the manifest)."""
         path = self.root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "wb") as stream:
             stream.write(msgspec.msgpack.encode(list(catalog)))
-            stream.flush()
-            os.fsync(stream.fileno())
-        fsync_dir(path.parent)
+        if sync:
+            self.sync_files([rel])
+
+    def sync_files(self, rels: Iterable[str]) -> None:
+        """fsync these files (relative to the lake), then their dirs. Many files written first
+        and synced together cost about one journal commit, where writing and syncing each in
+        turn costs one per file (~2 ms each: 0.6 s for a 128-step ingest)."""
+        dirs: dict[Path, None] = {}
+        for rel in rels:
+            path = self.root / rel
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            dirs[path.parent] = None
+        for directory in dirs:
+            fsync_dir(directory)
 
     def collect_garbage(
         self,

@@ -67,7 +67,20 @@ def task_id_name(doc: Fields) -> str | None:
             elif parts:
                 parts.pop()
         return parts[-1] if parts else ""
-    return Path(path).expanduser().resolve().name
+    name = _RESOLVED_NAMES.get(path)
+    if name is None:  # the trials of a batch share a few task paths: resolve each once
+        name = _RESOLVED_NAMES[path] = Path(path).expanduser().resolve().name
+    return name
+
+
+# A local task path -> its resolved path's last part, for one reader's run: each reader (a
+# process, an in-process read, a Spark task) starts it afresh (`forget_resolved_names`), so a
+# link changed between ingests, or another working directory, is never answered from it.
+_RESOLVED_NAMES: dict[str, str] = {}
+
+
+def forget_resolved_names() -> None:
+    _RESOLVED_NAMES.clear()
 
 
 def row(doc: Fields) -> dict[str, Any]:
