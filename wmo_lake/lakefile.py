@@ -168,48 +168,61 @@ def _source(name: str) -> tuple[str, tuple[str, ...] | None]:
     return name, None
 
 
-def _create_stored(con: duckdb.DuckDBPyConnection, name: str) -> None:
-    """An empty `_stored_<name>` of the table's schema plus the partition column, and the view
-    `<name>` over it without that column."""
+def _create_stored(con: duckdb.DuckDBPyConnection, name: str, files: list[str]) -> None:
+    """`_stored_<name>`: the rows of `files` (or none, of the table's schema) with the partition
+    column, and the view `<name>` over it without that column."""
     from wmo_lake.tables import TABLES
 
     source, columns = _source(name)
-    empty = TABLES[source].schema.empty_table()
-    con.register("_wmo_empty", empty if columns is None else empty.select(list(columns)))
-    con.execute(
-        f"CREATE OR REPLACE TABLE {stored_name(name)} AS SELECT *, "
-        f"CAST(NULL AS VARCHAR) AS {PARTITION_COLUMN} FROM _wmo_empty"
-    )
-    con.unregister("_wmo_empty")
+    if files:
+        con.execute(f"CREATE OR REPLACE TABLE {stored_name(name)} AS {_select(name, files)}")
+        _check_partitions(con, name)
+    else:
+        empty = TABLES[source].schema.empty_table()
+        con.register("_wmo_empty", empty if columns is None else empty.select(list(columns)))
+        con.execute(
+            f"CREATE OR REPLACE TABLE {stored_name(name)} AS SELECT *, "
+            f"CAST(NULL AS VARCHAR) AS {PARTITION_COLUMN} FROM _wmo_empty"
+        )
+        con.unregister("_wmo_empty")
     con.execute(f"DROP VIEW IF EXISTS {name}")
     con.execute(
         f"CREATE VIEW {name} AS SELECT * EXCLUDE ({PARTITION_COLUMN}) FROM {stored_name(name)}"
     )
 
 
+def _select(name: str, files: list[str]) -> str:
+    """The rows `_stored_<name>` holds of `files`, in one scan: each row's partition is its
+    file's dir below tables/<table>/ (DuckDB gives the file's path joined to the search path;
+    the partition is the part every copy of the lake agrees on)."""
+    _, columns = _source(name)
+    select = "* EXCLUDE (filename)" if columns is None else ", ".join(columns)
+    scan = read_files_sql(files, union_by_name=False).removesuffix(")") + ", filename = true)"
+    return (
+        f"SELECT {select}, regexp_extract(filename, {sql_string(_PARTITION_OF_PATH)}, 1) "
+        f"AS {PARTITION_COLUMN} FROM {scan}"
+    )
+
+
+def _check_partitions(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    stray = con.execute(
+        f"SELECT count(*) FROM {stored_name(name)} WHERE {PARTITION_COLUMN} = ''"
+    ).fetchone()
+    if stray and stray[0]:
+        from wmo_lake.store import LakeError
+
+        raise LakeError(f"{name}: segments outside tables/<table>/run=<run>/step=<step>/")
+
+
 def _insert(
     con: duckdb.DuckDBPyConnection, name: str, partitions: dict[str, list[str]], digests: dict
 ) -> list[str]:
-    """Insert the rows of `partitions` ({partition: files}) into `_stored_<name>`, in one scan:
-    each row's partition is its file's dir below tables/<table>/ (DuckDB gives the file's path
-    joined to the search path; the partition is the part every lake agrees on)."""
-    _, columns = _source(name)
-    select = "* EXCLUDE (filename)" if columns is None else ", ".join(columns)
+    """Insert the rows of `partitions` ({partition: files}) into `_stored_<name>`, in one scan;
+    their file digests go to `digests`."""
     files = [rel for rels in partitions.values() for rel in rels]
     if files:
-        scan = read_files_sql(files, union_by_name=False).removesuffix(")") + ", filename = true)"
-        con.execute(
-            f"INSERT INTO {stored_name(name)} BY NAME SELECT {select}, "
-            f"regexp_extract(filename, {sql_string(_PARTITION_OF_PATH)}, 1) AS {PARTITION_COLUMN} "
-            f"FROM {scan}"
-        )
-        stray = con.execute(
-            f"SELECT count(*) FROM {stored_name(name)} WHERE {PARTITION_COLUMN} = ''"
-        ).fetchone()
-        if stray and stray[0]:
-            from wmo_lake.store import LakeError
-
-            raise LakeError(f"{name}: segments outside tables/<table>/run=<run>/step=<step>/")
+        con.execute(f"INSERT INTO {stored_name(name)} BY NAME {_select(name, files)}")
+        _check_partitions(con, name)
     done = [partition for partition, rels in partitions.items() if rels]
     digests.update({partition: files_digest(partitions[partition]) for partition in done})
     return done
@@ -291,14 +304,25 @@ def _fresh(
         "CREATE TABLE _wmo_lake_partitions(table_name VARCHAR, part VARCHAR, files VARCHAR)"
     )
     report = BuildReport()
+    rows: list[tuple[str, str, str]] = []
     for name in plan:
-        _create_stored(con, name)
-    _create_views(con, manifest, plan)
-    for name, digest in plan.items():
-        digests: dict[str, str] = {}
         source, _ = _source(name)
-        report.inserted[name] = _insert(con, name, manifest.tables.get(source, {}), digests)
-        _save_digests(con, name, digest, digests)
+        partitions = manifest.tables.get(source, {})
+        _create_stored(con, name, [rel for rels in partitions.values() for rel in rels])
+        report.inserted[name] = [part for part, rels in partitions.items() if rels]
+        rows += [(name, part, files_digest(partitions[part])) for part in report.inserted[name]]
+    _create_views(con, manifest, plan)
+    if plan:
+        con.execute(
+            "INSERT INTO _wmo_lake_tables SELECT unnest(?::VARCHAR[]), unnest(?::VARCHAR[])",
+            [list(plan), list(plan.values())],
+        )
+    if rows:
+        con.execute(
+            "INSERT INTO _wmo_lake_partitions SELECT unnest(?::VARCHAR[]), "
+            "unnest(?::VARCHAR[]), unnest(?::VARCHAR[])",
+            [list(column) for column in zip(*rows, strict=True)],
+        )
     _meta(con, stamp, views_digest())
     con.execute("CHECKPOINT")
     return report
@@ -352,7 +376,7 @@ def _update(
         source, _ = _source(name)
         partitions = manifest.tables.get(source, {})
         if had.get(name) != schema:
-            _create_stored(con, name)
+            _create_stored(con, name, [])
             old: dict[str, str] = {}
         else:
             old = dict(
