@@ -258,3 +258,16 @@ def test_a_plan_row_matching_two_sequences_is_refused() -> None:
     with pytest.raises(datum_lists.Mismatch, match="two merged sequences"):
         datum_lists.check_plan(rows)
     datum_lists.check_plan(rows.slice(0, 1))
+
+
+def test_a_chunk_reads_only_the_partitions_of_its_rows() -> None:
+    def rows(runs: list[str | None], steps: list[int | None]) -> pa.Table:
+        return pa.table({"run": pa.array(runs, pa.string()), "step": pa.array(steps, pa.int64())})
+
+    where, params = datum_lists._partition_filter(rows(["a", "a"], [3, 5]))
+    assert where == "WHERE s.step BETWEEN $first_step AND $last_step AND s.run = $run"
+    assert params == {"first_step": 3, "last_step": 5, "run": "a"}
+    where, params = datum_lists._partition_filter(rows(["a", "b"], [3, 1]))
+    assert (where, params) == ("WHERE s.step BETWEEN $first_step AND $last_step", params)
+    assert params == {"first_step": 1, "last_step": 3}
+    assert datum_lists._partition_filter(rows([None, "a"], [None, 1])) == ("", {})

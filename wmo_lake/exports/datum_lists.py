@@ -63,7 +63,7 @@ SELECT p.row_index, s.call_index, s.prompt_new_ids, s.sampled_token_ids, s.sampl
 FROM {PLAN_TABLE} AS p
 JOIN spans AS s
     ON s.trial_key = p.trial_key AND s.call_index BETWEEN p.first_call AND p.last_call
-"""
+"""  # + a filter on the partitions (run, step) of the chunk, so a chunk reads only their files
 BASE_PIECES = f"""
 SELECT p.row_index, b.base_token_ids
 FROM {PLAN_TABLE} AS p
@@ -114,33 +114,79 @@ def check_plan(rows: pa.Table) -> None:
         raise Mismatch("a datums row matches two merged sequences")
 
 
-def list_columns(con: duckdb.DuckDBPyConnection, rows: pa.Table) -> dict[str, pa.Array]:
-    """The three list columns of `rows` (a slice of the plan: PLAN_COLUMNS and n_tokens),
-    gathered from `spans` and `prompt_bases`."""
+def bases(con: duckdb.DuckDBPyConnection, rows: pa.Table) -> pa.Table:
+    """(row_index, base_token_ids) of the plan's rows that keep tokens of the sequences before
+    them (`prompt_bases`), read once for the whole export: only a sequence after the episode's
+    first has one."""
     import pyarrow as pa
 
-    if rows.column("trial_key").null_count:
-        raise Mismatch("a datums row has no merged sequence")
+    if not max(rows.column("sequence_index").to_pylist(), default=0):
+        return pa.table(
+            {
+                "row_index": pa.array([], pa.int64()),
+                "base_token_ids": pa.array([], pa.list_(pa.int64())),
+            }
+        )
+    return _with_plan(con, rows, lambda: con.sql(BASE_PIECES).to_arrow_table())
+
+
+def bases_between(all_bases: pa.Table, start: int, stop: int) -> pa.Table:
+    """The bases of rows start..stop-1, their row_index made relative to `start`."""
+    import numpy as np
+    import pyarrow as pa
+
+    rows = all_bases.column("row_index").to_numpy()
+    (picked,) = np.nonzero((rows >= start) & (rows < stop))
+    if len(picked) == len(rows) and start == 0:
+        return all_bases
+    chosen = all_bases.take(pa.array(picked))
+    return chosen.set_column(0, "row_index", pa.array(rows[picked] - start))
+
+
+def _with_plan(con: duckdb.DuckDBPyConnection, rows: pa.Table, query: Any) -> Any:
+    import pyarrow as pa
+
     plan = rows.select(list(PLAN_COLUMNS)).append_column(
         "row_index", pa.array(range(rows.num_rows), pa.int64())
     )
     con.register(PLAN_TABLE, plan)
     try:
-        spans = con.sql(SPAN_PIECES).to_arrow_table()
-        # only a sequence after the episode's first can keep tokens of the ones before it
-        if max(plan.column("sequence_index").to_pylist(), default=0):
-            bases = con.sql(BASE_PIECES).to_arrow_table()
-        else:
-            bases = pa.table(
-                {
-                    "row_index": pa.array([], pa.int64()),
-                    "base_token_ids": pa.array([], pa.list_(pa.int64())),
-                }
-            )
+        return query()
     finally:
         con.unregister(PLAN_TABLE)
+
+
+def _partition_filter(rows: pa.Table) -> tuple[str, dict[str, Any]]:
+    """WHERE over spans' partition columns covering the rows' (run, step): DuckDB then skips the
+    other partitions' files (rows come ordered by run and step, so a chunk is a few of them)."""
+    runs = set(rows.column("run").to_pylist())
+    steps = rows.column("step").to_pylist()
+    conditions: list[str] = []
+    params: dict[str, Any] = {}
+    if None not in steps:
+        conditions.append("s.step BETWEEN $first_step AND $last_step")
+        params.update(first_step=min(steps), last_step=max(steps))
+    if len(runs) == 1 and None not in runs:
+        conditions.append("s.run = $run")
+        params["run"] = next(iter(runs))
+    return ("WHERE " + " AND ".join(conditions) if conditions else ""), params
+
+
+def list_columns(
+    con: duckdb.DuckDBPyConnection, rows: pa.Table, row_bases: pa.Table
+) -> dict[str, pa.Array]:
+    """The three list columns of `rows` (a chunk of the plan: PLAN_COLUMNS, run, step and
+    n_tokens), gathered from `spans`; `row_bases` their bases (see `bases_between`)."""
+    import pyarrow as pa
+
+    if rows.column("trial_key").null_count:
+        raise Mismatch("a datums row has no merged sequence")
+    where, params = _partition_filter(rows)
+    spans = _with_plan(
+        con, rows, lambda: con.sql(SPAN_PIECES + where, params=params).to_arrow_table()
+    )
     n_tokens = rows.column("n_tokens").to_numpy()
-    tokens, mask, logprobs, offsets = assemble(spans, bases, rows.num_rows, n_tokens)
+    tokens, mask, logprobs, offsets = assemble(spans, row_bases, rows.num_rows, n_tokens)
     offsets_array = pa.array(offsets.astype("int32"))
     return {
         "model_input_tokens": pa.ListArray.from_arrays(

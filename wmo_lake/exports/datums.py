@@ -245,11 +245,13 @@ def _write_rows(
     waiting = [meanwhile]
     try:
         datum_lists.check_plan(rows)
+        all_bases = datum_lists.bases(con, rows)
         with ThreadPoolExecutor(1) as pool, _parquet_writer(path, schema) as out:
             pending: Future[None] | None = None
             for start, stop in datum_lists.chunks(rows.column("n_tokens").to_pylist()):
                 part = rows.slice(start, stop - start)
-                gathered = datum_lists.list_columns(con, part)
+                row_bases = datum_lists.bases_between(all_bases, start, stop)
+                gathered = datum_lists.list_columns(con, part, row_bases)
                 table = pa.table(
                     [gathered[c] if c in gathered else part.column(c) for c in COLUMNS],
                     schema=schema,
