@@ -183,3 +183,18 @@ def test_the_stamp_names_the_layout(tmp_path: Path) -> None:
         lakefile.LAYOUT = layout
         views_digest.cache_clear()
     assert views_digest() == digest
+
+
+def test_a_deleted_file_comes_back_compact_at_the_next_ingest(tmp_path: Path) -> None:
+    """The README's way to compact lake.duckdb: delete it; an ingest that finds nothing new
+    still builds it (from scratch), and connect() reads the files meanwhile."""
+    runs, lake = tmp_path / "runs", tmp_path / "lake"
+    write_trial(_job(runs, 1), "a__1", trial_id="a1", reward=1.0, turns=TURNS)
+    ingest([runs], lake, workers=1)
+    want = _check(lake, tmp_path)
+    (lake / DUCKDB_FILE).unlink()
+    assert _everything(connect(lake, check=False)) == want
+    summary = ingest([runs], lake, workers=1)
+    assert not summary.committed and (lake / DUCKDB_FILE).exists()
+    assert _stored_tables(lake) == {*lakefile.STORED_TABLES, *lakefile.STORED_PROJECTIONS}
+    assert _check(lake, tmp_path) == want
