@@ -171,10 +171,10 @@ def ingest(
                 fingerprint = extracted.fingerprint or trial_fingerprint(task)
                 update.add_trial(task, extracted, fingerprint, written=readers.write_rows)
                 crash_point("mid_extract")
-                job = next(early_jobs, None)
-                if job is not None:
-                    update.add_job(job)
-                    jobs_done.add(job.real)
+                early = next(early_jobs, None)
+                if early is not None:
+                    update.add_job(early)
+                    jobs_done.add(early.real)
                 if progress:
                     progress(done, len(tasks))
             update.add_reader_files(readers.files)
