@@ -163,15 +163,18 @@ def ingest(
                 readers = SparkReaders(spark, tasks, store.root, update.segment_prefix())
             else:
                 readers = Readers(tasks, workers, store.root, update.segment_prefix())
-            # The job dirs found by the walk get their rows while reader processes work (one
-            # per trial result, so the readers never wait for their next chunk), not after them.
-            early_jobs = iter(list(update.jobs.values()) if readers.write_rows else [])
+            # The job dirs found by the walk get their rows while reader processes work, not
+            # after them: spread evenly over the trial results (which come a chunk at a time),
+            # so the readers are never kept waiting for their next chunk.
+            found_jobs = list(update.jobs.values()) if readers.write_rows else []
+            early_jobs = iter(found_jobs)
+            every = max(1, len(tasks) // max(1, len(found_jobs)))
             jobs_done: set[str] = set()
             for done, (task, extracted) in enumerate(readers, 1):
                 fingerprint = extracted.fingerprint or trial_fingerprint(task)
                 update.add_trial(task, extracted, fingerprint, written=readers.write_rows)
                 crash_point("mid_extract")
-                early = next(early_jobs, None)
+                early = next(early_jobs, None) if done % every == 0 else None
                 if early is not None:
                     update.add_job(early)
                     jobs_done.add(early.real)

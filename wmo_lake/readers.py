@@ -96,10 +96,14 @@ class Readers:
         # Now that the readers are forked, this process may start threads: load what the commit
         # and lake.duckdb need while the readers work, instead of after them.
         threading.Thread(target=_preload_commit_modules, daemon=True).start()
-        queue = itertools.batched(self.tasks, self.chunk)
+        # A reader answers a chunk by its number with the Extracted of its tasks in order: the
+        # tasks themselves (with their job, paths and labels) are not pickled back.
+        queue = enumerate(itertools.batched(self.tasks, self.chunk))
+        sent: dict[int, tuple[TrialTask, ...]] = {}
         in_flight = 0
-        for chunk in itertools.islice(queue, IN_FLIGHT_PER_READER * readers):
-            task_queue.put(chunk)
+        for number, chunk in itertools.islice(queue, IN_FLIGHT_PER_READER * readers):
+            sent[number] = chunk
+            task_queue.put((number, chunk))
             in_flight += 1
         finished = 0
         try:
@@ -126,12 +130,14 @@ class Readers:
                 in_flight -= 1
                 following = next(queue, None)
                 if following is not None:
+                    sent[following[0]] = following[1]
                     task_queue.put(following)
                     in_flight += 1
                 elif in_flight == 0:
                     for _ in processes:
                         task_queue.put(None)
-                yield from payload
+                number, summaries = payload
+                yield from zip(sent.pop(number), summaries, strict=True)
         finally:
             for process in processes:
                 if process.is_alive() and finished < readers:
@@ -228,8 +234,9 @@ def _reader_main(tasks: Any, results: Any, lake: str, prefix: str, parent_pid: i
 
         begin_reading()  # (forked: what the parent may have cached is not this reader's)
         writer = SegmentWriter(Path(lake), prefix)
-        while (chunk := tasks.get()) is not None:
-            results.put(("trials", [(task, extract_to_segments(task, writer)) for task in chunk]))
+        while (message := tasks.get()) is not None:
+            number, chunk = message
+            results.put(("trials", (number, [extract_to_segments(task, writer) for task in chunk])))
         results.put(("closed", writer.close()))
     except BaseException:
         results.put(("error", traceback.format_exc()))
