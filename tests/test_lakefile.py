@@ -198,3 +198,28 @@ def test_a_deleted_file_comes_back_compact_at_the_next_ingest(tmp_path: Path) ->
     assert not summary.committed and (lake / DUCKDB_FILE).exists()
     assert _stored_tables(lake) == {*lakefile.STORED_TABLES, *lakefile.STORED_PROJECTIONS}
     assert _check(lake, tmp_path) == want
+
+
+def test_an_update_across_a_change_of_views_recreates_them(tmp_path: Path) -> None:
+    """A lake.duckdb built with other view definitions keeps its stored rows but gets this
+    code's views: a view no longer in sql/ goes, a missing one comes back."""
+    runs, lake = tmp_path / "runs", tmp_path / "lake"
+    write_trial(_job(runs, 1), "a__1", trial_id="a1", reward=1.0, turns=TURNS)
+    ingest([runs], lake, workers=1)
+    want = _check(lake, tmp_path)
+    store = Store(lake)
+    base = tmp_path / "older.duckdb"
+    shutil.copyfile(lake / DUCKDB_FILE, base)
+    with duckdb.connect(str(base)) as con:
+        con.execute("UPDATE _wmo_lake SET views = 'older views'")
+        con.execute("DROP VIEW rollout_stats")
+        con.execute("CREATE VIEW gone_view AS SELECT 1 AS x")
+    path = tmp_path / "new.duckdb"
+    stamp = store.duckdb_stamp(store.read_manifest(), views_digest())
+    report = lakefile.build(store, store.read_manifest(), path, stamp, base=base)
+    assert report.incremental and report.inserted["trials"] == []
+    with duckdb.connect(str(path), read_only=True) as con:
+        con.execute("SET file_search_path = ?", [str(lake)])
+        views = {name for (name,) in con.execute("SELECT view_name FROM duckdb_views()").fetchall()}
+        assert "gone_view" not in views and "rollout_stats" in views
+        assert _everything(con) == want
