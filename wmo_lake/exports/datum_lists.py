@@ -245,40 +245,43 @@ def assemble(
     base_rows = bases.column("row_index").to_numpy()
     n_spans, n_bases = len(span_rows), len(base_rows)
 
-    # Segments in one pool: bases, then every span's new ids, then every span's sampled ids.
-    pool_tokens = np.concatenate([base_values, new_values, sampled_values]).astype(np.int64)
-    pool_logprobs = np.concatenate(
-        [np.zeros(len(base_values) + len(new_values)), logprob_values.astype(np.float64)]
-    )
-    new_start = len(base_values)
-    sampled_start = new_start + len(new_values)
-    starts = np.concatenate(
-        [base_offsets[:-1], new_start + new_offsets[:-1], sampled_start + sampled_offsets[:-1]]
-    )
+    # Segments: every base, every span's new ids, every span's sampled ids, each a slice of its
+    # source's values; put in order, then concatenated once (views, so no index array and no
+    # pooled copy: fresh memory costs page faults).
+    starts = np.concatenate([base_offsets[:-1], new_offsets[:-1], sampled_offsets[:-1]])
     lengths = np.concatenate(
         [np.diff(base_offsets), np.diff(new_offsets), np.diff(sampled_offsets)]
     )
-    sampled = np.concatenate(
-        [np.zeros(n_bases + n_spans, np.float64), np.ones(n_spans, np.float64)]
+    kinds = np.concatenate(
+        [np.zeros(n_bases, np.int64), np.ones(n_spans, np.int64), np.full(n_spans, 2, np.int64)]
     )
     rows = np.concatenate([base_rows, span_rows, span_rows]).astype(np.int64)
     # order: by row, its base first, then by call_index, a span's new ids before its sampled ids
     calls = spans.column("call_index").to_numpy().astype(np.int64)
     within = np.concatenate([np.full(n_bases, -1, np.int64), 2 * calls, 2 * calls + 1])
     order = np.lexsort((within, rows))
-    starts, lengths, sampled, rows = starts[order], lengths[order], sampled[order], rows[order]
+    starts, lengths, kinds, rows = starts[order], lengths[order], kinds[order], rows[order]
 
-    total = int(lengths.sum())
-    ends = np.cumsum(lengths)
-    gather = np.repeat(starts - (ends - lengths), lengths) + np.arange(total, dtype=np.int64)
     row_lengths = np.bincount(rows, weights=lengths, minlength=n_rows).astype(np.int64)
     if not np.array_equal(row_lengths, np.asarray(n_tokens, np.int64)):
         raise Mismatch("a gathered row's length is not the view's n_tokens")
     offsets = np.zeros(n_rows + 1, np.int64)
     np.cumsum(row_lengths, out=offsets[1:])
+    token_sources = (base_values, new_values, sampled_values)
+    zeros = np.zeros(int(lengths.max()) if len(lengths) else 0)  # the context's logprobs
+    segments = list(zip(kinds.tolist(), starts.tolist(), lengths.tolist(), strict=True))
     return (
-        pool_tokens[gather],
-        np.repeat(sampled, lengths),
-        pool_logprobs[gather],
+        _joined([token_sources[k][s : s + n] for k, s, n in segments], np.int64),
+        np.repeat((kinds == 2).astype(np.float64), lengths),
+        _joined(
+            [logprob_values[s : s + n] if k == 2 else zeros[:n] for k, s, n in segments],
+            np.float64,
+        ),
         offsets,
     )
+
+
+def _joined(pieces: list[np.ndarray], dtype: Any) -> np.ndarray:
+    import numpy as np
+
+    return np.concatenate(pieces).astype(dtype, copy=False) if pieces else np.zeros(0, dtype)
