@@ -212,24 +212,24 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
     """Every trial candidate and job dir under `root` (root itself included), depth-first, in
     name order."""
     found = Discovery()
-    jobs: dict[Path, Job] = {}
-    configs: dict[Path, Any] = {}  # the job configs read during the walk
-    reals: dict[Path, str] = {}  # the real path of every dir walked
+    # Keyed by a dir's path as a string (scandir's, or the root's normalized one): the walk meets
+    # every trial dir, and pathlib's parsing and hashing cost more than reading its config.json.
+    jobs: dict[str, Job] = {}
+    configs: dict[str, Any] = {}  # the job configs read during the walk
+    reals: dict[str, str] = {}  # the real path of every dir walked
 
-    def job_at(job_dir: Path) -> Job:
+    def job_at(job_dir: str, job_path: Path | None = None) -> Job:
         if job_dir not in jobs:
-            batch, run, step = job_labels(job_dir, root)
+            job_path = job_path or Path(job_dir)
+            batch, run, step = job_labels(job_path, root)
             config = configs.get(job_dir)
             if config is None:
-                config = read_json(job_dir / "config.json")
+                config = read_json(job_path / "config.json")
             path, recorded = collection_path(config)
-            sink = None if recorded is None else resolve_sink_dir(recorded, job_dir, sink_roots)
-            real = reals.get(job_dir) or os.path.realpath(job_dir)
-            jobs[job_dir] = Job(job_dir, real, batch, run, step, path, recorded, sink)
+            sink = None if recorded is None else resolve_sink_dir(recorded, job_path, sink_roots)
+            real = reals.get(job_dir) or os.path.realpath(job_path)
+            jobs[job_dir] = Job(job_path, real, batch, run, step, path, recorded, sink)
         return jobs[job_dir]
-
-    def job_for(trial_dir: Path) -> Job:
-        return job_at(trial_dir.parent)
 
     if not root.is_dir():
         found.problems.append(
@@ -239,18 +239,21 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
         )
         return found
     visited: set[str] = set()
-    # (path, the real paths of its ancestors, its real path when known): a link back into an
-    # ancestor is a loop. A dir that is not a symlink is its parent's real path + its name, so
-    # only links (and the root) pay for os.path.realpath's lstat of every component.
-    stack: list[tuple[Path, frozenset[str], str | None]] = [(root, frozenset(), None)]
+    # (path, the real paths of its ancestors, its real path when known, its parent's path or
+    # None for the root): a link back into an ancestor is a loop. A dir that is not a symlink is
+    # its parent's real path + its name, so only links (and the root) pay for
+    # os.path.realpath's lstat of every component.
+    stack: list[tuple[str, frozenset[str], str | None, str | None]] = [
+        (str(root), frozenset(), None, None)
+    ]
     while stack:
-        directory, ancestors, known_real = stack.pop()
+        directory, ancestors, known_real, parent = stack.pop()
         real = known_real or os.path.realpath(directory)
         reals[directory] = real
         if real in ancestors:
             found.problems.append(
                 WalkProblem(
-                    str(directory),
+                    directory,
                     "symlink_loop",
                     f"{directory} links back to its ancestor {real}; not followed",
                 )
@@ -262,7 +265,7 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
         try:
             with os.scandir(directory) as entries:
                 names: set[str] = set()
-                subdirs: list[tuple[bool, str, Path, str | None]] = []
+                subdirs: list[tuple[bool, str, str, str | None]] = []
                 for entry in entries:
                     names.add(entry.name)
                     try:
@@ -273,35 +276,38 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
                         if entry.is_dir():
                             link = entry.is_symlink()
                             known = None if link else os.path.join(real, entry.name)
-                            subdirs.append((link, entry.name, Path(entry.path), known))
+                            subdirs.append((link, entry.name, entry.path, known))
                     except OSError:
                         continue
         except OSError as error:
             found.problems.append(
                 WalkProblem(
-                    str(directory),
+                    directory,
                     "unreadable_dir",
                     f"cannot list {directory}: {error.strerror or error}; its trials were skipped",
                 )
             )
             continue
-        config = read_json(directory / "config.json") if "config.json" in names else None
+        path = Path(directory)
+        config = read_json(path / "config.json") if "config.json" in names else None
         trial_config = isinstance(config, dict) and "trial_name" in config
         if _is_job_config(config):
             configs[directory] = config  # its trials, walked next, read it from here
         if _is_job_config(config) or (
             "config.json" not in names
             and "result.json" in names
-            and _is_job_result(directory / "result.json")
+            and _is_job_result(path / "result.json")
         ):
-            found.jobs.append(job_at(directory))
+            found.jobs.append(job_at(directory, path))
         elif trial_config or "result.json" in names:
-            found.candidates.append(Candidate(directory, real, job_for(directory), trial_config))
+            # (the root's job dir was not walked: it is the root's parent)
+            job = job_at(parent) if parent is not None else job_at(str(path.parent), path.parent)
+            found.candidates.append(Candidate(path, real, job, trial_config))
             if trial_config:
                 continue  # a trial dir holds no trials
         inner = ancestors | {real}
         # Real dirs before links (a tree reached both ways is labelled by its real place), each
         # in name order; the stack pops the last pushed first.
         for _, _, subdir, known in sorted(subdirs, reverse=True):
-            stack.append((subdir, inner, known))
+            stack.append((subdir, inner, known, directory))
     return found
