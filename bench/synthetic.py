@@ -36,9 +36,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from wmo_lake.catalog import CatalogEntry
 from wmo_lake.commit import Commit
 from wmo_lake.lake import ensure_duckdb_file
-from wmo_lake.store import FORMAT_VERSION, JOB, TRIAL, CatalogEntry, Manifest, Store, partition_of
+from wmo_lake.store import FORMAT_VERSION, JOB, TRIAL, Manifest, Store, partition_of
 from wmo_lake.tables import TABLES
 
 RUN = "synthetic"

@@ -152,3 +152,20 @@ def test_files_only_reads_the_relative_files_through_either_door(
     assert con.execute("SELECT count(*) FROM trial_records").fetchall() == [(2,)]
     with pytest.raises(duckdb.PermissionException):
         con.execute(f"SELECT * FROM read_csv('{tmp_path / 'runs' / 'x.csv'}')")
+
+
+def test_files_only_reads_a_table_dir_that_is_a_symlink(lake: Path, tmp_path: Path) -> None:
+    """A lake spread over disks (tables/spans a symlink to another dir): the confined connection
+    allows the files where they really are too."""
+    spans = lake / "tables" / "spans"
+    elsewhere = tmp_path / "other-disk" / "spans"
+    elsewhere.parent.mkdir()
+    spans.rename(elsewhere)
+    spans.symlink_to(elsewhere)
+    plain = connect(lake)
+    expected = plain.execute("SELECT count(*), sum(n_sampled) FROM spans").fetchall()
+    plain.close()  # (a confined connection confines the database instance it shares)
+    assert expected[0][0] > 0
+    con = connect(lake, files_only=True)
+    assert con.execute("SELECT count(*), sum(n_sampled) FROM spans").fetchall() == expected
+    con.close()

@@ -20,13 +20,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from wmo_lake import __version__
+from wmo_lake.catalog import CatalogEntry
 from wmo_lake.pending import PendingRows
 from wmo_lake.store import (
     FORMAT,
     FORMAT_VERSION,
     MIXED,
     NO_PARTITION,
-    CatalogEntry,
     Manifest,
     PartitionedFiles,
     Store,

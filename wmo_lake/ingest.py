@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from wmo_lake.catalog import CatalogEntry
 from wmo_lake.collection import SinkRoots
 from wmo_lake.discover import Candidate, Job, TrialTask, WalkProblem, discover
 from wmo_lake.fingerprint import job_fingerprint, trial_fingerprint, walk_fingerprint
@@ -30,7 +31,6 @@ from wmo_lake.store import (
     TRIAL,
     UNREADABLE,
     WALK,
-    CatalogEntry,
     Manifest,
     PartitionedFiles,
     Store,

@@ -241,18 +241,14 @@ def connect(
         # The views name them relative to the lake dir, and DuckDB checks a file twice: its name
         # as the view gives it, made absolute against the working directory (so this connection
         # is for this process's working directory: wmo-lake sql never changes it), then the
-        # path it opens (the search path joined with that name). Both are allowed, and the
-        # resolved path too.
+        # path it opens (the search path joined with that name). Both are allowed (DuckDB does
+        # not resolve symlinks: a table dir linked to another disk needs nothing more).
         live = list(
             dict.fromkeys(
                 path
                 for table in manifest.tables
                 for rel in manifest.table_files(table)
-                for path in (
-                    os.path.join(root, rel),
-                    os.path.abspath(rel),
-                    str((store.root / rel).resolve()),
-                )
+                for path in (os.path.join(root, rel), os.path.abspath(rel))
             )
         )
         con.execute("SET allowed_paths = ?", [live + list(writable or [])])

@@ -32,8 +32,10 @@ import secrets
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import msgspec
+if TYPE_CHECKING:
+    from wmo_lake.catalog import CatalogEntry
 
 MANIFEST = "manifest.json"
 DUCKDB_FILE = "lake.duckdb"
@@ -136,22 +138,6 @@ class Manifest:
         return files + list(self.catalog.values())
 
 
-class CatalogEntry(msgspec.Struct, array_like=True):
-    """One ingested dir: the unit its rows belong to and what decides whether to read it again."""
-
-    source: str  # the dir's real path (job:PATH for a job, walk:PATH for a walk problem)
-    unit_key: str | None  # the unit its rows belong to; None once another dir owns that trial
-    kind: str  # TRIAL | UNREADABLE | OTHER | DUPLICATE | JOB | WALK
-    job_key: str | None
-    batch: str | None
-    fingerprint: str
-    n_problems: int = 0
-    partition: str = NO_PARTITION  # where its rows are (partition_of its run and step)
-
-
-_CATALOG = msgspec.msgpack.Decoder(list[CatalogEntry])
-
-
 def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -230,22 +216,26 @@ class Store:
         self, manifest: Manifest, partitions: Iterable[str] | None = None
     ) -> dict[str, CatalogEntry]:
         """The catalog entries of `partitions` (all when None), by source."""
+        from wmo_lake.catalog import decode_catalog
+
         wanted = manifest.catalog if partitions is None else set(partitions)
         catalog: dict[str, CatalogEntry] = {}
         for partition in wanted:
             rel = manifest.catalog.get(partition)
             if rel is not None:
-                for entry in _CATALOG.decode((self.root / rel).read_bytes()):
+                for entry in decode_catalog((self.root / rel).read_bytes()):
                     catalog[entry.source] = entry
         return catalog
 
     def write_catalog(self, rel: str, catalog: Iterable[CatalogEntry], sync: bool = True) -> None:
         """One partition's catalog file, under a fresh name (so no rename), synced unless
         `sync` is False (then the caller syncs it with `sync_files`, before the manifest)."""
+        from wmo_lake.catalog import encode_catalog
+
         path = self.root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "wb") as stream:
-            stream.write(msgspec.msgpack.encode(list(catalog)))
+            stream.write(encode_catalog(catalog))
         if sync:
             self.sync_files([rel])
 

@@ -13,12 +13,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from wmo_lake.catalog import CatalogEntry
 from wmo_lake.store import (
     JOB,
     TRIAL,
     UNREADABLE,
     WALK,
-    CatalogEntry,
     LakeError,
     Manifest,
     Store,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -28,6 +27,8 @@ def lake_hint(ctx: click.Context, lake: Path) -> str:
     """` --lake DIR` (shell-quoted) for a hint to repeat, only when --lake was given on the
     command line; '' when the lake came from the default or $WMO_LAKE (the hint works as is)."""
     if ctx.get_parameter_source("lake") is ParameterSource.COMMANDLINE:
+        import shlex
+
         return f" --lake {shlex.quote(str(lake))}"
     return ""
 

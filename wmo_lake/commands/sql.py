@@ -43,7 +43,8 @@ WRITERS = FILE_WRITERS | {
 SPARK_READ_ONLY = ("SELECT", "WITH", "SET", "EXPLAIN", "DESCRIBE", "DESC", "SHOW", "FROM")
 
 
-def _read_only_message(what: str, lake_args: str) -> str:
+def _read_only_message(what: str, ctx: click.Context, lake: Path) -> str:
+    lake_args = lake_hint(ctx, lake)  # (only when said: it imports shlex)
     return (
         f"the lake is read-only to `wmo-lake sql` ({what}). To add or replace trials run "
         f"`wmo-lake ingest PATH{lake_args}`; to remove batches `wmo-lake forget --batch "
@@ -123,7 +124,6 @@ def sql(
         return
     if not query.strip():
         fail("the query is empty", 2)
-    lake_args = lake_hint(ctx, lake)
     if fmt == "parquet" and output is None:
         fail("--format parquet needs --output FILE.parquet", 2)
     if output is not None and not output.parent.is_dir():
@@ -139,7 +139,7 @@ def sql(
             click.echo(f"warning: {warning.message}", err=True)
     except LakeError as error:
         lake_failure(ctx, lake, error)
-    statements = _parse(con, query, lake_args)
+    statements = _parse(con, query, ctx, lake)
     statement = statements[0]
     try:
         for statement in statements[:-1]:
@@ -162,10 +162,10 @@ def sql(
             fail(f"cannot write {output}: {error}")
         fail(f"query failed: {error}")
     except duckdb.PermissionException as error:
-        fail(_read_only_message(f"it reads no other files: {error}", lake_args), 2)
+        fail(_read_only_message(f"it reads no other files: {error}", ctx, lake), 2)
     except duckdb.Error as error:
         if statement.type in WRITERS or "read-only mode" in str(error):
-            fail(_read_only_message(f"{statement.type.name} refused: {error}", lake_args), 2)
+            fail(_read_only_message(f"{statement.type.name} refused: {error}", ctx, lake), 2)
         fail(f"query failed: {error}")
     except OSError as error:
         fail(f"cannot write {output or 'stdout'}: {error.strerror or error}")
@@ -173,7 +173,7 @@ def sql(
         con.close()
 
 
-def _parse(con: duckdb.DuckDBPyConnection, query: str, lake_args: str) -> list[Any]:
+def _parse(con: duckdb.DuckDBPyConnection, query: str, ctx: click.Context, lake: Path) -> list[Any]:
     """QUERY's statements, parsed by the lake's own connection (duckdb.extract_statements would
     start DuckDB's default in-memory database first: ~30-50 ms of every run), refusing any that
     writes a file before one runs."""
@@ -188,7 +188,7 @@ def _parse(con: duckdb.DuckDBPyConnection, query: str, lake_args: str) -> list[A
     for statement in statements:
         if statement.type in FILE_WRITERS:
             con.close()
-            fail(_read_only_message(f"{statement.type.name} would write a file", lake_args), 2)
+            fail(_read_only_message(f"{statement.type.name} would write a file", ctx, lake), 2)
     return statements
 
 

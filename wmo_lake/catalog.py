@@ -1,0 +1,36 @@
+"""The catalog: one entry per ingested dir, kept per partition as a msgpack file.
+
+Its own module so that opening a lake for queries (which never reads the catalog) does not
+import msgspec; the ingest, the commit and `forget` read and write it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgspec
+
+from wmo_lake.store import NO_PARTITION
+
+
+class CatalogEntry(msgspec.Struct, array_like=True):
+    """One ingested dir: the unit its rows belong to and what decides whether to read it again."""
+
+    source: str  # the dir's real path (job:PATH for a job, walk:PATH for a walk problem)
+    unit_key: str | None  # the unit its rows belong to; None once another dir owns that trial
+    kind: str  # TRIAL | UNREADABLE | OTHER | DUPLICATE | JOB | WALK
+    job_key: str | None
+    batch: str | None
+    fingerprint: str
+    n_problems: int = 0
+    partition: str = NO_PARTITION  # where its rows are (partition_of its run and step)
+
+
+_DECODER = msgspec.msgpack.Decoder(list[CatalogEntry])
+
+
+def decode_catalog(data: bytes) -> list[CatalogEntry]:
+    return _DECODER.decode(data)
+
+
+def encode_catalog(catalog: Iterable[CatalogEntry]) -> bytes:
+    return msgspec.msgpack.encode(list(catalog))
