@@ -295,3 +295,68 @@ def test_duckdb_copy_to_a_pipe_matches_the_arrow_path(lake: Path) -> None:
             ]
         else:
             assert json.loads(piped) == json.loads(captured)
+
+
+def _plain_json(value: object) -> object:
+    """A fetched DuckDB value as JSON would hold it (maps and structs as objects)."""
+    if isinstance(value, dict):
+        if set(value) == {"key", "value"} and isinstance(value["key"], list):
+            return {
+                str(k): _plain_json(v) for k, v in zip(value["key"], value["value"], strict=True)
+            }
+        return {str(k): _plain_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain_json(v) for v in value]
+    return value
+
+
+def test_csv_cells_are_duckdbs_own_text_and_json_for_nested(lake: Path, tmp_path: Path) -> None:
+    """Every table and view to CSV through DuckDB's COPY (a file --output: the query's own text
+    is copied, bound once): a scalar column's cells are DuckDB's own CSV text for it, a nested
+    column's the JSON of its values."""
+    from wmo_lake.lake import connect, view_sources
+    from wmo_lake.tables import TABLES
+
+    names = [*TABLES, *(name for name, _ in view_sources())]
+    written: dict[str, list[list[str]]] = {}
+    for name in names:
+        query = f"SELECT * FROM {name}"
+        out = tmp_path / f"{name}.csv"
+        result = _sql(lake, query, "--format", "csv", "--output", str(out))
+        assert result.exit_code == 0, (name, result.output)
+        written[name] = list(csv.reader(out.open(newline="")))
+    # (opened after: `sql` confines the database instance a connection in this process shares)
+    con = connect(lake)
+    nested_seen = 0
+    for name, ours in written.items():
+        relation = con.sql(f"SELECT * FROM {name} ORDER BY ALL")
+        native_file = tmp_path / f"{name}.native.csv"
+        con.execute(f"COPY ({relation.sql_query()}) TO '{native_file}' (FORMAT csv, HEADER)")
+        native = list(csv.reader(native_file.open(newline="")))
+        values = relation.fetchall()
+        assert ours[0] == native[0] == relation.columns, name
+        ours_sorted = [ours[0], *sorted(ours[1:])]
+        native_sorted = [native[0], *sorted(native[1:])]
+        assert len(ours_sorted) == len(native_sorted), name
+        nested = [i for i, kind in enumerate(relation.types) if _is_nested(str(kind))]
+        for i, column in enumerate(relation.columns):
+            if i in nested:
+                nested_seen += 1
+                ours_values = sorted(
+                    (json.dumps(json.loads(row[i]) if row[i] else None, sort_keys=True))
+                    for row in ours[1:]
+                )
+                fetched = sorted(
+                    json.dumps(_plain_json(row[i]), sort_keys=True, default=str) for row in values
+                )
+                assert ours_values == fetched, (name, column)
+            else:
+                assert sorted(r[i] for r in ours[1:]) == sorted(r[i] for r in native[1:]), (
+                    name,
+                    column,
+                )
+    assert nested_seen > 10  # lists, maps and structs were among the columns
+
+
+def _is_nested(kind: str) -> bool:
+    return kind.endswith("]") or kind.split("(")[0] in {"STRUCT", "MAP", "UNION"}

@@ -100,8 +100,19 @@ def _project(relation: duckdb.DuckDBPyRelation, expression_of: Any) -> duckdb.Du
     return relation.project(", ".join(columns))
 
 
+# A CSV cell holds text: a nested value (list, array, struct, map, union) as DuckDB's JSON text,
+# any other as DuckDB's own text for it (what its CSV writer writes). Written over COLUMNS(*)
+# with typeof(), which DuckDB folds while binding, so it needs no column types from Python: a
+# query is copied to CSV with one bind, not a bind to learn its types and another to run it.
+CSV_CELLS = (
+    "CASE WHEN typeof(COLUMNS(*)) SIMILAR TO '(STRUCT|MAP|UNION)\\(.*|.*\\]' "
+    "THEN to_json(COLUMNS(*))::VARCHAR ELSE COLUMNS(*)::VARCHAR END"
+)
+
+
 def _as_csv_ready(relation: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
-    """Nested columns as DuckDB's JSON text (a CSV cell holds text); the rest as they are."""
+    """Nested columns as DuckDB's JSON text, the rest as they are: for the Arrow path, whose CSV
+    writer quotes text but not numbers (CSV_CELLS, all text, is for DuckDB's own COPY)."""
     return _project(relation, lambda c, t: f"to_json({c})::VARCHAR" if t in NESTED_TYPES else c)
 
 
@@ -251,7 +262,13 @@ def write_result(
         return
     target = copy_target(output, stdout) if con is not None else None
     if target is not None and con is not None:
-        _copy(con, relation, fmt, target, output, stdout)
+        if fmt == "csv":
+            query = f"SELECT {CSV_CELLS} FROM (\n{relation.sql_query()}\n)"
+        elif fmt == "parquet":
+            query = relation.sql_query()
+        else:
+            query = _as_finite(relation).sql_query()
+        _copy(con, query, fmt, target, output, stdout)
         return
     with _sink(output, stdout) as sink:
         if fmt == "parquet":
@@ -273,30 +290,57 @@ def write_result(
             _write_json(_as_json_lines(relation), sink, as_array=fmt == "json")
 
 
+def copy_query(
+    con: duckdb.DuckDBPyConnection,
+    query: str,
+    fmt: str,
+    output: Path | None,
+    stdout: TextIO,
+    *,
+    limit: int | None = None,
+) -> bool:
+    """Write the result of `query` (one SELECT) as `write_result` would, by DuckDB's COPY of
+    the query text itself: csv and parquet need no column types, so the query is bound once,
+    by the COPY. False (nothing written) when that does not apply: another format, a
+    destination COPY cannot write (`copy_target`), or a query DuckDB cannot take as a subquery
+    (a parser or binder error; then `write_result` says what is wrong)."""
+    import duckdb
+
+    target = copy_target(output, stdout) if fmt in ("csv", "parquet") else None
+    if target is None:
+        return False
+    # on lines of their own: a trailing -- comment in the query must not swallow the paren
+    query = f"SELECT * FROM (\n{query}\n)" + ("" if limit is None else f" LIMIT {int(limit)}")
+    if fmt == "csv":
+        query = f"SELECT {CSV_CELLS} FROM (\n{query}\n)"
+    try:
+        _copy(con, query, fmt, target, output, stdout)
+    except (duckdb.ParserException, duckdb.BinderException):
+        return False  # before any row was written
+    return True
+
+
 def _copy(
     con: duckdb.DuckDBPyConnection,
-    relation: duckdb.DuckDBPyRelation,
+    query: str,
     fmt: str,
     target: str,
     output: Path | None,
     stdout: TextIO,
 ) -> None:
-    """DuckDB's COPY of the relation to `target`; a file target is the partial file, renamed
-    into place once complete and removed on any error, Ctrl-C or SIGTERM."""
+    """DuckDB's COPY of `query` (already in fmt's cells) to `target`; a file target is the
+    partial file, renamed into place once complete and removed on any error, Ctrl-C or
+    SIGTERM."""
     if output is None:
         stdout.flush()
     literal = "'" + target.replace("'", "''") + "'"
+    options = {
+        "csv": "FORMAT csv, HEADER",
+        "parquet": "FORMAT parquet, COMPRESSION zstd",
+        "json": "FORMAT json, ARRAY true",
+    }.get(fmt, "FORMAT json")
     with _exit_on_sigterm():
         try:
-            if fmt == "csv":
-                query = _as_csv_ready(relation).sql_query()
-                options = "FORMAT csv, HEADER"
-            elif fmt == "parquet":
-                query = relation.sql_query()
-                options = "FORMAT parquet, COMPRESSION zstd"
-            else:
-                query = _as_finite(relation).sql_query()
-                options = "FORMAT json" + (", ARRAY true" if fmt == "json" else "")
             on_abort = (lambda: Path(target).unlink(missing_ok=True)) if output else None
             _execute_interruptibly(con, f"COPY ({query}) TO {literal} ({options})", on_abort)
             if output is not None:

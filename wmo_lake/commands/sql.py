@@ -21,7 +21,7 @@ from wmo_lake.commands.options import (
     settings_from,
 )
 from wmo_lake.lake import connect
-from wmo_lake.output import copy_target, terminal_width, write_result
+from wmo_lake.output import copy_query, copy_target, terminal_width, write_result
 from wmo_lake.store import LakeError
 
 # Statements that write files outside the database. The connection cannot write anywhere but
@@ -145,6 +145,10 @@ def sql(
         for statement in statements[:-1]:
             con.execute(statement)
         statement = statements[-1]
+        if statement.type == duckdb.StatementType.SELECT and copy_query(
+            con, statement.query, fmt, output, sys.stdout, limit=limit
+        ):
+            return
         relation = con.sql(statement.query)
         if relation is None:
             return
