@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wmo_lake import lakefile
-from wmo_lake.lakefile import BuildReport, sql_string
+from wmo_lake.lakefile import sql_string
 from wmo_lake.settings import SettingError, defaults_query, variables
 from wmo_lake.store import (
     DUCKDB_FILE,
@@ -275,7 +275,7 @@ def connect_private_copy(store: Store, manifest: Manifest) -> duckdb.DuckDBPyCon
     try:
         # from the lake's own (stale) lake.duckdb when it has the stored tables' layout: only
         # the partitions that changed since are read; else every table a view over its files
-        _build_duckdb_file(
+        lakefile.build(
             store,
             manifest,
             path,
@@ -319,7 +319,7 @@ def ensure_duckdb_file(store: Store) -> Path:
     stamp = store.duckdb_stamp(manifest, views)
     tmp = target.with_name(f".{DUCKDB_FILE}.building")
     # from the current file: only the partitions whose files changed are read again
-    _build_duckdb_file(store, manifest, tmp, stamp, base=target)
+    lakefile.build(store, manifest, tmp, stamp, base=target)
     os.replace(tmp, target)  # one rename: a reader opens the old file or the new one
     fsync_dir(store.root)
     atomic_write_bytes(store.root / DUCKDB_STAMP, stamp.encode("utf-8"))
@@ -335,18 +335,3 @@ def one_schema(manifest: Manifest, table: str) -> str | None:
 
     digest = schema_digest(TABLES[table].schema)
     return digest if manifest.schemas.get(table) == digest else None
-
-
-def _build_duckdb_file(
-    store: Store,
-    manifest: Manifest,
-    path: Path,
-    stamp: str,
-    *,
-    base: Path | None = None,
-    stored: bool = True,
-) -> BuildReport:
-    """A DuckDB database at `path` holding the lake's tables (the light ones' rows, views over
-    the heavy ones' live files) and every `sql/` view; kept from `base` (an earlier
-    lake.duckdb) incrementally when it can be (wmo_lake.lakefile)."""
-    return lakefile.build(store, manifest, path, stamp, base=base, stored=stored)
