@@ -360,3 +360,19 @@ def test_csv_cells_are_duckdbs_own_text_and_json_for_nested(lake: Path, tmp_path
 
 def _is_nested(kind: str) -> bool:
     return kind.endswith("]") or kind.split("(")[0] in {"STRUCT", "MAP", "UNION"}
+
+
+def test_copied_select_keeps_its_order_limit_and_trailing_comment(
+    lake: Path, tmp_path: Path
+) -> None:
+    """A SELECT copied by its own text (a file --output) is wrapped as a subquery: its ORDER BY
+    holds under --limit, and a trailing -- comment cannot swallow the wrapper's parenthesis."""
+    query = "SELECT trial_name FROM trials ORDER BY trial_name DESC -- newest first"
+    for fmt in ("csv", "parquet"):
+        out = tmp_path / f"limited.{fmt}"
+        result = _sql(lake, query, "--format", fmt, "--output", str(out), "--limit", "1")
+        assert result.exit_code == 0, result.output
+        if fmt == "csv":
+            assert list(csv.reader(out.open(newline=""))) == [["trial_name"], ["b__1"]]
+        else:
+            assert pq.read_table(out).column("trial_name").to_pylist() == ["b__1"]
