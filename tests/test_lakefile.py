@@ -13,7 +13,7 @@ from harbor_shapes import write_job, write_trial
 
 from wmo_lake import lakefile
 from wmo_lake.ingest import ingest
-from wmo_lake.lake import connect, view_sources, views_digest
+from wmo_lake.lake import SKELETON, connect, view_sources, views_digest
 from wmo_lake.store import DUCKDB_FILE, Store, partition_of
 from wmo_lake.tables import TABLES
 from wmo_lake.tidy import forget
@@ -223,3 +223,58 @@ def test_an_update_across_a_change_of_views_recreates_them(tmp_path: Path) -> No
         views = {name for (name,) in con.execute("SELECT view_name FROM duckdb_views()").fetchall()}
         assert "gone_view" not in views and "rollout_stats" in views
         assert _everything(con) == want
+
+
+def test_a_first_ingest_fills_the_views_it_bound_while_its_readers_worked(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """With reader processes, a first ingest binds lake.duckdb's views before its commit (the
+    skeleton of an empty lake) and the build after the commit only fills it: an update that
+    creates no view, whose file equals one built from scratch; no skeleton is left behind."""
+    updates: list[lakefile.BuildReport] = []
+    views_created: list[str] = []
+    update, create_views = lakefile._update, lakefile._create_views
+
+    def recording_update(*args, **kwargs):
+        updates.append(update(*args, **kwargs))
+        return updates[-1]
+
+    def recording_views(con, manifest, plan):
+        views_created.append(str(manifest.generation))
+        return create_views(con, manifest, plan)
+
+    monkeypatch.setattr(lakefile, "_update", recording_update)
+    monkeypatch.setattr(lakefile, "_create_views", recording_views)
+    runs, lake = tmp_path / "runs", tmp_path / "lake"
+    for step in (1, 2):
+        job = _job(runs, step)
+        for n in range(3):
+            write_trial(job, f"t{n}__1", trial_id=f"t{step}{n}", reward=n / 2, turns=TURNS)
+    ingest([runs], lake, workers=2)
+    assert len(updates) == 1 and updates[0].incremental
+    assert sorted(updates[0].inserted["trials"]) == [partition_of("exp", 1), partition_of("exp", 2)]
+    assert views_created == ["0"]  # once, for the skeleton (an empty manifest), never after
+    assert not (lake / SKELETON).exists()
+    assert len(_check(lake, tmp_path)["trials"]) == 6
+
+
+@pytest.mark.parametrize("skeleton", [b"not a duckdb file", None])
+def test_a_skeleton_that_cannot_be_filled_is_no_harm(tmp_path: Path, skeleton) -> None:
+    """A skeleton left by an interrupted ingest, or by another wmo-lake (here: not a DuckDB
+    file; an earlier layout), is a head start at most: the first build corrects or ignores it."""
+    runs, lake = tmp_path / "runs", tmp_path / "lake"
+    write_trial(_job(runs, 1), "a__1", trial_id="a1", reward=1.0, turns=TURNS)
+    lake.mkdir()
+    if skeleton is None:  # a skeleton of another layout, with a stray row in a stored table
+        other = tmp_path / "other"
+        write_trial(_job(other, 7), "z__1", trial_id="z7", reward=0.0, turns=TURNS)
+        ingest([other], tmp_path / "other-lake", workers=1)
+        shutil.copyfile(tmp_path / "other-lake" / DUCKDB_FILE, lake / SKELETON)
+        with duckdb.connect(str(lake / SKELETON)) as con:
+            con.execute("UPDATE _wmo_lake SET layout = 'some-other-layout'")
+    else:
+        (lake / SKELETON).write_bytes(skeleton)
+    ingest([runs], lake, workers=1)  # read in-process: no head start, the stray skeleton stays
+    assert not (lake / SKELETON).exists()
+    trials = _check(lake, tmp_path)["trials"]
+    assert len(trials) == 1 and "z7" not in trials[0]

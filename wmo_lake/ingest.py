@@ -13,6 +13,7 @@ summary; it builds no rows itself (`wmo_lake/extract.py` does) and writes no fil
 from __future__ import annotations
 
 import secrets
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
@@ -170,7 +171,10 @@ def ingest(
             early_jobs = iter(found_jobs)
             every = max(1, len(tasks) // max(1, len(found_jobs)))
             jobs_done: set[str] = set()
+            head_start: threading.Thread | None = None
             for done, (task, extracted) in enumerate(readers, 1):
+                if head_start is None and readers.write_rows:  # (the readers are forked now)
+                    head_start = _prepare_duckdb_file_meanwhile(store)
                 fingerprint = extracted.fingerprint or trial_fingerprint(task)
                 update.add_trial(task, extracted, fingerprint, written=readers.write_rows)
                 crash_point("mid_extract")
@@ -200,9 +204,29 @@ def ingest(
 
         if update.summary.committed or not duckdb_file_current(store):
             crash_point("before_duckdb_file")
+            if head_start is not None:
+                head_start.join()
             ensure_duckdb_file(store)
     update.summary.seconds = time.perf_counter() - started
     return update.summary
+
+
+def _prepare_duckdb_file_meanwhile(store: Store) -> threading.Thread:
+    """A first ingest's lake.duckdb is mostly views to bind, which need no rows: build them
+    (`lake.prepare_duckdb_file`) in a thread while the reader processes work, instead of after
+    the commit. A failure here costs nothing but the head start."""
+
+    def prepare() -> None:
+        from wmo_lake.lake import SKELETON, prepare_duckdb_file
+
+        try:
+            prepare_duckdb_file(store)
+        except Exception:  # the build after the commit starts from scratch instead
+            (store.root / SKELETON).unlink(missing_ok=True)
+
+    thread = threading.Thread(target=prepare, daemon=True, name="wmo-lake-duckdb-head-start")
+    thread.start()
+    return thread
 
 
 class LakeUpdate:

@@ -309,6 +309,27 @@ def _duckdb_file_current(store: Store, manifest: Manifest) -> bool:
     return stamp == current and (store.root / DUCKDB_FILE).exists()
 
 
+# A first ingest's lake.duckdb, with no rows yet, built while the readers work (`prepare_...`)
+SKELETON = f".{DUCKDB_FILE}.skeleton"
+
+
+def prepare_duckdb_file(store: Store) -> None:
+    """For a lake with no lake.duckdb yet: build, ahead of the commit, the file an empty lake of
+    this code's schemas would have (its stored tables empty, every view created and bound), so
+    that `ensure_duckdb_file` only fills it, as it brings any earlier file up to date. Binding
+    the views is most of a first build's cost, and it needs no rows; an ingest calls this in a
+    thread while its readers work. Anything it gets wrong is corrected by that update (which
+    checks the layout, each stored table's schema and the views' digest), so it is only ever
+    a head start."""
+    if (store.root / DUCKDB_FILE).exists():
+        return
+    from wmo_lake.commit import schema_digest
+    from wmo_lake.tables import TABLES
+
+    empty = Manifest(schemas={name: schema_digest(spec.schema) for name, spec in TABLES.items()})
+    lakefile.build(store, empty, store.root / SKELETON, "skeleton")
+
+
 def ensure_duckdb_file(store: Store) -> Path:
     """(Re)build LAKE/lake.duckdb when it does not match the current generation."""
     manifest = _require(store)
@@ -318,8 +339,12 @@ def ensure_duckdb_file(store: Store) -> Path:
         return target
     stamp = store.duckdb_stamp(manifest, views)
     tmp = target.with_name(f".{DUCKDB_FILE}.building")
-    # from the current file: only the partitions whose files changed are read again
-    lakefile.build(store, manifest, tmp, stamp, base=target)
+    skeleton = store.root / SKELETON
+    # from the current file (or a first ingest's skeleton): only the partitions whose files
+    # changed are read again
+    base = target if target.exists() or not skeleton.exists() else skeleton
+    lakefile.build(store, manifest, tmp, stamp, base=base)
+    skeleton.unlink(missing_ok=True)
     os.replace(tmp, target)  # one rename: a reader opens the old file or the new one
     fsync_dir(store.root)
     atomic_write_bytes(store.root / DUCKDB_STAMP, stamp.encode("utf-8"))
