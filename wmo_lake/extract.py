@@ -16,11 +16,12 @@ import pyarrow as pa
 
 from wmo_lake.collection import PI_BRIDGE
 from wmo_lake.discover import Job, TrialTask, WalkProblem
-from wmo_lake.jsonfile import ReadFailure, read_bytes, read_json
+from wmo_lake.jsonfile import ReadFailure, read_bytes
 from wmo_lake.pending import PendingRows
 from wmo_lake.store import DUPLICATE, JOB, OTHER, TRIAL, UNREADABLE, WALK
 from wmo_lake.tables import (
     TABLES,
+    atif,
     ctrf_tests,
     jobs,
     spans,
@@ -242,13 +243,13 @@ def _sink_spans(task: TrialTask, problems: ProblemLog) -> spans.Spans:
 
 def _read_trajectory(trial_dir: Path, problems: ProblemLog) -> tuple[str, Any]:
     path = trial_dir / "agent" / "trajectory.json"
-    doc = read_json(path)
+    doc, _ = atif.read(path)
     if doc is None:
         return "absent", None
     if isinstance(doc, ReadFailure):
         problems.add(doc.kind, path, doc.message + "; completion is read as not declared")
         return "unreadable", None
-    if not isinstance(doc, dict) or not isinstance(doc.get("steps"), list):
+    if not atif.is_trajectory(doc):
         problems.add(
             "malformed_trajectory",
             path,

@@ -4,8 +4,9 @@ Each step keeps what people read and what the conversation export needs, as text
 (content parts joined; image / audio parts are noted in `media`, never inlined), the reasoning,
 the observation (every result's content joined with a newline, as harbor's trace export joins
 them), the number of tool calls (the calls themselves are `tool_calls` rows) and the step's
-token / cost metrics. Token ids (`metrics.prompt_token_ids` & co., ATIF-v1.8) are NOT stored:
-the `spans` table already holds the sampled tokens, prefix-compressed.
+token / cost metrics. Token ids (`metrics.prompt_token_ids` & co., ATIF-v1.8) are NOT stored
+(nor even decoded: see atif.py): the `spans` table already holds the sampled tokens,
+prefix-compressed. Rows are appended to one list per column, the form `PendingRows` holds.
 
 A step's fields of the wrong type are left null and reported once per field and file (naming the
 steps), so one odd producer does not flood `problems`.
@@ -19,8 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from msgspec import UNSET
+
 from wmo_lake.columns import SPECS, arrow_schema
+from wmo_lake.tables.atif import Call, Metrics, Observation, Result, Step
 from wmo_lake.tables.fields import ProblemLog, is_real_number, json_type_name
+from wmo_lake.tables.tool_calls import SCHEMA as CALL_SCHEMA
 from wmo_lake.tables.trials import parse_time
 
 SCHEMA = arrow_schema(SPECS["steps"])
@@ -96,96 +101,166 @@ def content_text(value: Any) -> tuple[str | None, list[str]]:
 def observation_text(observation: Any) -> tuple[str | None, list[str]]:
     """harbor's observation text: the content of every result that has a `content` key, joined
     with a newline; None when no result carries content (a subagent reference, say)."""
-    if not isinstance(observation, dict):
+    if not isinstance(observation, Observation):
         return None, []
-    results = observation.get("results")
+    results = observation.results
     if not isinstance(results, list):
         return None, []
+    if len(results) == 1:  # the common case: the one result's text itself, no join
+        result = results[0]
+        if not isinstance(result, Result) or result.content is UNSET:
+            return None, []
+        text, parts = content_text(result.content)
+        return text or "", parts
     texts: list[str] = []
     media: list[str] = []
     for result in results:
-        if isinstance(result, dict) and "content" in result:
-            text, parts = content_text(result["content"])
+        if isinstance(result, Result) and result.content is not UNSET:
+            text, parts = content_text(result.content)
             texts.append(text or "")
             media += parts
     return ("\n".join(texts) if texts else None), media
 
 
-def _int(step: dict[str, Any], key: str, index: int, wrong: WrongTypes, prefix: str = "") -> Any:
-    value = step.get(key)
-    if value is None:
-        return None
-    if type(value) is not int or not -(2**63) <= value < 2**63:
-        wrong.add(index, prefix + key, value, "an integer")
-        return None
-    return value
+def _int(value: Any, key: str, index: int, wrong: WrongTypes) -> Any:
+    if value is None or (type(value) is int and -(2**63) <= value < 2**63):
+        return value
+    wrong.add(index, key, value, "an integer")
+    return None
 
 
-def _str(step: dict[str, Any], key: str, index: int, wrong: WrongTypes) -> str | None:
-    value = step.get(key)
+def _str(value: Any, key: str, index: int, wrong: WrongTypes) -> str | None:
     if value is None or isinstance(value, str):
         return value
     wrong.add(index, key, value, "a string")
     return None
 
 
-def step_row(
-    step: dict[str, Any], index: int, label: FileLabel, wrong: WrongTypes
-) -> dict[str, Any]:
-    """One `steps` row (without the trial identity) from one decoded ATIF step."""
-    source = _str(step, "source", index, wrong)
-    if source is not None and source not in SOURCES:
-        wrong.add(
-            index,
-            "source",
-            source,
-            "one of system / user / agent",
-            "kept as recorded; the conversation export leaves those steps out",
+STEP_COLUMNS = tuple(name for name in SCHEMA.names[3:] if name not in ("run", "step"))
+CALL_COLUMNS = tuple(name for name in CALL_SCHEMA.names[3:] if name not in ("run", "step"))
+
+# harbor renders arguments with json.dumps(..., ensure_ascii=False); one encoder, built once.
+_ARGUMENTS = json.JSONEncoder(ensure_ascii=False)
+
+
+def add_steps(
+    doc_steps: list[Any],
+    label: FileLabel,
+    wrong: WrongTypes,
+    step_columns: dict[str, list[Any]],
+    call_columns: dict[str, list[Any]],
+) -> None:
+    """Append the `steps` and `tool_calls` rows (without the trial identity) of one file's
+    decoded steps to their tables' columns (`STEP_COLUMNS`, `CALL_COLUMNS`). A step that is not
+    an object is skipped and reported; a field of the wrong type is left null and reported."""
+    s = step_columns
+    c = call_columns
+    for index, step in enumerate(doc_steps):
+        if not isinstance(step, Step):
+            wrong.add(index, "", step, "an object", "those steps are skipped")
+            continue
+        source = _str(step.source, "source", index, wrong)
+        if source is not None and source not in SOURCES:
+            wrong.add(
+                index,
+                "source",
+                source,
+                "one of system / user / agent",
+                "kept as recorded; the conversation export leaves those steps out",
+            )
+        timestamp = _str(step.timestamp, "timestamp", index, wrong)
+        parsed_time = parse_time(timestamp)
+        if timestamp and parsed_time is None:
+            wrong.add(index, "timestamp", timestamp, "an ISO-8601 time")
+        message, media = content_text(step.message)
+        if step.message is not None and not isinstance(step.message, str | list):
+            wrong.add(index, "message", step.message, "a string or a list of content parts")
+            message = None
+        observation, observed_media = observation_text(step.observation)
+        calls = step.tool_calls
+        if calls is not None and not isinstance(calls, list):
+            wrong.add(index, "tool_calls", calls, "an array")
+            calls = None
+        metrics = step.metrics
+        if metrics is not None and not isinstance(metrics, Metrics):
+            wrong.add(index, "metrics", metrics, "an object")
+            metrics = None
+        metrics = metrics or _NO_METRICS
+        cost = metrics.cost_usd
+        if cost is not None and not is_real_number(cost):
+            wrong.add(index, "metrics.cost_usd", cost, "a finite number")
+            cost = None
+        copied = step.is_copied_context
+        if copied is not None and not isinstance(copied, bool):
+            wrong.add(index, "is_copied_context", copied, "a boolean")
+            copied = None
+        # (the order of the checks above and below is the order problems are reported in)
+        step_id = _int(step.step_id, "step_id", index, wrong)
+        s["file"].append(label.name)
+        s["file_index"].append(label.index)
+        s["trace_source"].append(label.trace_source)
+        s["step_index"].append(index)
+        s["step_id"].append(step_id)
+        s["source"].append(source)
+        s["timestamp"].append(parsed_time)
+        s["model_name"].append(_str(step.model_name, "model_name", index, wrong))
+        s["message"].append(message)
+        s["reasoning_content"].append(
+            _str(step.reasoning_content, "reasoning_content", index, wrong)
         )
-    timestamp = _str(step, "timestamp", index, wrong)
-    parsed_time = parse_time(timestamp)
-    if timestamp and parsed_time is None:
-        wrong.add(index, "timestamp", timestamp, "an ISO-8601 time")
-    message, media = content_text(step.get("message"))
-    if step.get("message") is not None and not isinstance(step.get("message"), str | list):
-        wrong.add(index, "message", step.get("message"), "a string or a list of content parts")
-        message = None
-    observation, observed_media = observation_text(step.get("observation"))
-    calls = step.get("tool_calls")
-    if calls is not None and not isinstance(calls, list):
-        wrong.add(index, "tool_calls", calls, "an array")
-        calls = None
-    metrics = step.get("metrics")
-    if metrics is not None and not isinstance(metrics, dict):
-        wrong.add(index, "metrics", metrics, "an object")
-        metrics = None
-    metrics = metrics or {}
-    cost = metrics.get("cost_usd")
-    if cost is not None and not is_real_number(cost):
-        wrong.add(index, "metrics.cost_usd", cost, "a finite number")
-        cost = None
-    copied = step.get("is_copied_context")
-    if copied is not None and not isinstance(copied, bool):
-        wrong.add(index, "is_copied_context", copied, "a boolean")
-        copied = None
-    return {
-        "file": label.name,
-        "file_index": label.index,
-        "trace_source": label.trace_source,
-        "step_index": index,
-        "step_id": _int(step, "step_id", index, wrong),
-        "source": source,
-        "timestamp": parsed_time,
-        "model_name": _str(step, "model_name", index, wrong),
-        "message": message,
-        "reasoning_content": _str(step, "reasoning_content", index, wrong),
-        "n_tool_calls": 0 if calls is None else len(calls),
-        "observation": observation,
-        "media": media + observed_media,
-        "prompt_tokens": _int(metrics, "prompt_tokens", index, wrong, "metrics."),
-        "completion_tokens": _int(metrics, "completion_tokens", index, wrong, "metrics."),
-        "cached_tokens": _int(metrics, "cached_tokens", index, wrong, "metrics."),
-        "cost_usd": None if cost is None else float(cost),
-        "llm_call_count": _int(step, "llm_call_count", index, wrong),
-        "is_copied_context": copied,
-    }
+        s["n_tool_calls"].append(0 if calls is None else len(calls))
+        s["observation"].append(observation)
+        s["media"].append(media + observed_media)
+        s["prompt_tokens"].append(
+            _int(metrics.prompt_tokens, "metrics.prompt_tokens", index, wrong)
+        )
+        s["completion_tokens"].append(
+            _int(metrics.completion_tokens, "metrics.completion_tokens", index, wrong)
+        )
+        s["cached_tokens"].append(
+            _int(metrics.cached_tokens, "metrics.cached_tokens", index, wrong)
+        )
+        s["cost_usd"].append(None if cost is None else float(cost))
+        s["llm_call_count"].append(_int(step.llm_call_count, "llm_call_count", index, wrong))
+        s["is_copied_context"].append(copied)
+        if calls:
+            _add_calls(calls, index, step_id, label, wrong, c)
+
+
+def _add_calls(
+    calls: list[Any],
+    index: int,
+    step_id: int | None,
+    label: FileLabel,
+    wrong: WrongTypes,
+    c: dict[str, list[Any]],
+) -> None:
+    """The `tool_calls` rows of one step: `arguments` as harbor's trace export renders them
+    inside `<tool_call>` blocks (`json.dumps(arguments, ensure_ascii=False)`, keys in recorded
+    order), so the conversation view can rebuild harbor's assistant turns byte for byte."""
+    for call_index, call in enumerate(calls):
+        if not isinstance(call, Call):
+            wrong.add(index, "tool_calls[]", call, "an object")
+            call = _NO_CALL
+        name, call_id = call.function_name, call.tool_call_id
+        if name is not None and not isinstance(name, str):
+            wrong.add(index, "tool_calls[].function_name", name, "a string")
+            name = None
+        if call_id is not None and not isinstance(call_id, str):
+            wrong.add(index, "tool_calls[].tool_call_id", call_id, "a string")
+            call_id = None
+        arguments = call.arguments
+        c["file"].append(label.name)
+        c["file_index"].append(label.index)
+        c["trace_source"].append(label.trace_source)
+        c["step_index"].append(index)
+        c["step_id"].append(step_id)
+        c["call_index"].append(call_index)
+        c["tool_call_id"].append(call_id)
+        c["function_name"].append(name)
+        # harbor renders a missing `arguments` as {} (tool_call.get("arguments", {})).
+        c["arguments"].append(_ARGUMENTS.encode({} if arguments is UNSET else arguments))
+
+
+_NO_METRICS = Metrics()
+_NO_CALL = Call()

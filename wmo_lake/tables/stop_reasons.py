@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from wmo_lake.jsonfile import ReadFailure, read_json
+from wmo_lake.tables import atif
 from wmo_lake.tables.fields import ProblemLog
 
 TERMINUS_COMPLETE_TOOL = "mark_task_complete"
@@ -20,18 +21,19 @@ TRACE_FILENAME = "wmo-run.json"
 
 
 def declared_complete(trajectory: Any) -> bool:
-    """True when the trajectory's last `agent` step has a `mark_task_complete` tool call."""
-    steps = trajectory.get("steps") if isinstance(trajectory, dict) else None
+    """True when the trajectory (as `atif.read` decodes it) has a last `agent` step with a
+    `mark_task_complete` tool call."""
+    steps = trajectory.steps if isinstance(trajectory, atif.Trajectory) else None
     if not isinstance(steps, list):
         return False
     for step in reversed(steps):
-        if not isinstance(step, dict) or step.get("source") != "agent":
+        if not isinstance(step, atif.Step) or step.source != "agent":
             continue
-        calls = step.get("tool_calls")
+        calls = step.tool_calls
         if not isinstance(calls, list):
             return False
         return any(
-            isinstance(call, dict) and call.get("function_name") == TERMINUS_COMPLETE_TOOL
+            isinstance(call, atif.Call) and call.function_name == TERMINUS_COMPLETE_TOOL
             for call in calls
         )
     return False

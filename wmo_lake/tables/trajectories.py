@@ -10,9 +10,9 @@ A trial's agent/ dir may hold, besides `trajectory.json`:
 Subagents embedded in a document (ATIF-v1.7 `subagent_trajectories`) are traces too, labelled
 `<file>#<trajectory_id>` and named by their trajectory_id.
 
-Each file is read once (msgspec) and dropped before the next; a file that cannot be read, or is
-not an ATIF trajectory, becomes a `problems` row and a `trajectories` row with its status, and the
-trial and its other files are kept.
+Each file is read once (msgspec, into the Structs of atif.py) and dropped before the next; a file
+that cannot be read, or is not an ATIF trajectory, becomes a `problems` row and a `trajectories`
+row with its status, and the trial and its other files are kept.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from typing import Any
 import pyarrow as pa
 
 from wmo_lake.columns import SPECS, arrow_schema
-from wmo_lake.jsonfile import ReadFailure, decode, read_bytes, read_json
+from wmo_lake.jsonfile import ReadFailure
 from wmo_lake.pending import PendingRows
-from wmo_lake.tables import steps, tool_calls
+from wmo_lake.tables import atif, steps, tool_calls
 from wmo_lake.tables.fields import PROBLEMS_SCHEMA, ProblemLog, is_real_number
-from wmo_lake.tables.steps import MAIN, FileLabel, WrongTypes
+from wmo_lake.tables.steps import CALL_COLUMNS, MAIN, STEP_COLUMNS, FileLabel, WrongTypes
 
 SCHEMA = arrow_schema(SPECS["trajectories"])
 
@@ -44,34 +44,43 @@ UNREADABLE = "unreadable"
 MALFORMED = "malformed"
 
 
+def _columns(names: tuple[str, ...]) -> dict[str, list[Any]]:
+    return {name: [] for name in names}
+
+
 @dataclass
 class Found:
-    """Every trajectory row of one trial, gathered file by file."""
+    """Every trajectory row of one trial, gathered file by file: the files as rows, the steps
+    and tool calls as one list per column (a long trajectory has thousands)."""
 
     files: list[dict[str, Any]] = field(default_factory=list)
-    steps: list[dict[str, Any]] = field(default_factory=list)
-    calls: list[dict[str, Any]] = field(default_factory=list)
+    steps: dict[str, list[Any]] = field(default_factory=lambda: _columns(STEP_COLUMNS))
+    calls: dict[str, list[Any]] = field(default_factory=lambda: _columns(CALL_COLUMNS))
 
     def label(self, name: str, trace_source: str) -> FileLabel:
         """The next trajectory's label: files are ranked in the order they are added."""
         return FileLabel(name, len(self.files), trace_source)
 
     def tables(self, identity: dict[str, str]) -> dict[str, PendingRows]:
+        files = {name: [row[name] for row in self.files] for name in FILE_COLUMNS}
         return {
-            "trajectories": _table(self.files, identity, SCHEMA),
-            "steps": _table(self.steps, identity, steps.SCHEMA),
-            "tool_calls": _table(self.calls, identity, tool_calls.SCHEMA),
+            "trajectories": _table(files, identity),
+            "steps": _table(self.steps, identity),
+            "tool_calls": _table(self.calls, identity),
         }
 
 
-def _table(rows: list[dict[str, Any]], identity: dict[str, str], schema: pa.Schema) -> PendingRows:
-    columns: dict[str, list[Any]] = {
-        name: [identity[name]] * len(rows) for name in ("trial_key", "batch", "trial_name")
+# The columns extraction fills: all but the trial identity and the partition (run and step,
+# which the segment writer sets from the partition).
+FILE_COLUMNS = tuple(name for name in SCHEMA.names[3:] if name not in ("run", "step"))
+
+
+def _table(columns: dict[str, list[Any]], identity: dict[str, str]) -> PendingRows:
+    rows = len(columns["file"])
+    identity_columns = {
+        name: [identity[name]] * rows for name in ("trial_key", "batch", "trial_name")
     }
-    for name in schema.names[3:]:
-        if name not in ("run", "step"):  # the segment writer sets them from the partition
-            columns[name] = [row[name] for row in rows]
-    return PendingRows(columns, len(rows))
+    return PendingRows(identity_columns | columns, rows)
 
 
 def _number(value: Any) -> float | None:
@@ -97,7 +106,7 @@ def add_file(
 ) -> str | None:
     """Add one decoded trajectory file's rows; returns its `continued_trajectory_ref`.
     `report=False` when the caller has already recorded why the file could not be read."""
-    row: dict[str, Any] = {name: None for name in SCHEMA.names[3:]}
+    row: dict[str, Any] = dict.fromkeys(FILE_COLUMNS)
     row.update(file=label.name, file_index=label.index, trace_source=label.trace_source, bytes=size)
     found.files.append(row)
     if isinstance(doc, ReadFailure):
@@ -105,7 +114,7 @@ def add_file(
         if report:
             problems.add(doc.kind, path, doc.message + "; its steps are not in the lake")
         return None
-    if not isinstance(doc, dict) or not isinstance(doc.get("steps"), list):
+    if not isinstance(doc, atif.Trajectory) or not isinstance(doc.steps, list):
         row["status"] = MALFORMED
         if report:
             problems.add(
@@ -115,40 +124,32 @@ def add_file(
                 "its steps are not in the lake. Re-run the trial or restore the file",
             )
         return None
-    agent = doc.get("agent")
-    agent = agent if isinstance(agent, dict) else {}
-    final = doc.get("final_metrics")
-    final = final if isinstance(final, dict) else {}
+    agent = doc.agent if isinstance(doc.agent, dict) else {}
+    final = doc.final_metrics if isinstance(doc.final_metrics, dict) else {}
     tools = agent.get("tool_definitions")
-    ref = _text(doc.get("continued_trajectory_ref"))
+    ref = _text(doc.continued_trajectory_ref)
     row.update(
         status=OK,
-        schema_version=_text(doc.get("schema_version")),
-        session_id=_text(doc.get("session_id")),
+        schema_version=_text(doc.schema_version),
+        session_id=_text(doc.session_id),
         agent_name=_text(agent.get("name")),
         agent_version=_text(agent.get("version")),
         model_name=_text(agent.get("model_name")),
         tool_definitions=json.dumps(tools, ensure_ascii=False, indent=2) if tools else None,
         continued_trajectory_ref=ref,
-        n_steps=len(doc["steps"]),
+        n_steps=len(doc.steps),
         total_prompt_tokens=_count(final.get("total_prompt_tokens")),
         total_completion_tokens=_count(final.get("total_completion_tokens")),
         total_cached_tokens=_count(final.get("total_cached_tokens")),
         total_cost_usd=_number(final.get("total_cost_usd")),
     )
     wrong = WrongTypes(path)
-    for index, step in enumerate(doc["steps"]):
-        if not isinstance(step, dict):
-            wrong.add(index, "", step, "an object", "those steps are skipped")
-            continue
-        step_row = steps.step_row(step, index, label, wrong)
-        found.steps.append(step_row)
-        found.calls += tool_calls.call_rows(step, index, step_row["step_id"], label, wrong)
+    steps.add_steps(doc.steps, label, wrong, found.steps, found.calls)
     wrong.report(problems)
     # ATIF-v1.7 subagents embedded in this document: each its own trace, named by trajectory_id.
-    embedded = doc.get("subagent_trajectories")
+    embedded = doc.subagent_trajectories
     for position, sub in enumerate(embedded if isinstance(embedded, list) else []):
-        sub_id = sub.get("trajectory_id") if isinstance(sub, dict) else None
+        sub_id = sub.trajectory_id if isinstance(sub, atif.Trajectory) else None
         name = sub_id if isinstance(sub_id, str) and sub_id else f"subagent-{position}"
         add_file(found, path, found.label(f"{label.name}#{name}", name), sub, None, problems)
     return ref
@@ -159,13 +160,6 @@ def _size(path: Path) -> int | None:
         return path.stat().st_size
     except OSError:
         return None
-
-
-def _read(path: Path) -> tuple[Any, int | None]:
-    data = read_bytes(path)
-    if data is None or isinstance(data, ReadFailure):
-        return data, None
-    return decode(data, path), len(data)
 
 
 def read_trajectories(
@@ -206,7 +200,7 @@ def read_trajectories(
             break
         seen.add(ref)
         continuations.append(ref)
-        doc, size = _read(agent_dir / ref)
+        doc, size = atif.read(agent_dir / ref)
         ref = add_file(found, agent_dir / ref, found.label(ref, MAIN), doc, size, problems)
         del doc
     unreached = sorted(
@@ -215,7 +209,7 @@ def read_trajectories(
         if (m := _CONTINUATION.fullmatch(name)) and name not in seen
     )
     for _, name in unreached:
-        doc, size = _read(agent_dir / name)
+        doc, size = atif.read(agent_dir / name)
         add_file(found, agent_dir / name, found.label(name, MAIN), doc, size, problems)
         del doc
 
@@ -224,7 +218,7 @@ def read_trajectories(
         match = _SUBAGENT.fullmatch(name)
         if not match or ".cont-" in name or name == MAIN_FILE:
             continue
-        doc, size = _read(agent_dir / name)
+        doc, size = atif.read(agent_dir / name)
         label = found.label(name, match.group(1))
         add_file(found, agent_dir / name, label, doc, size, problems)
         del doc
@@ -239,13 +233,13 @@ def read_trial_trajectories(trial_dir: Path | str) -> dict[str, pa.Table]:
     identity = {"trial_key": f"dir:{trial_dir}", "batch": "", "trial_name": trial_dir.name}
     problems = ProblemLog(unit_key=identity["trial_key"], batch="", trial_name=trial_dir.name)
     path = trial_dir / "agent" / MAIN_FILE
-    doc = read_json(path)
+    doc, _ = atif.read(path)
     if doc is None:
         status = "absent"
     elif isinstance(doc, ReadFailure):
         status = UNREADABLE
         problems.add(doc.kind, path, doc.message)
-    elif not isinstance(doc, dict) or not isinstance(doc.get("steps"), list):
+    elif not atif.is_trajectory(doc):
         status = MALFORMED
         problems.add("malformed_trajectory", path, f"{path} is not an ATIF trajectory")
     else:

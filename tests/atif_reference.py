@@ -1,0 +1,246 @@
+"""The plain reading of an ATIF trajectory into `trajectories` / `steps` / `tool_calls` rows: every
+file decoded into dicts, one row dict per step and per call. This was the lake's own reading
+before the typed one (wmo_lake/tables/atif.py, steps.add_steps); tests hold the typed reading to
+exactly these rows and problems, for every shape of document."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from wmo_lake.tables.fields import ProblemLog, is_real_number
+from wmo_lake.tables.steps import SOURCES, FileLabel, WrongTypes
+from wmo_lake.tables.trials import parse_time
+
+_ARGUMENTS = json.JSONEncoder(ensure_ascii=False)
+
+
+def content_text(value: Any) -> tuple[str | None, list[str]]:
+    if value is None or isinstance(value, str):
+        return value, []
+    if isinstance(value, list):
+        texts: list[str] = []
+        media: list[str] = []
+        for part in value:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+                continue
+            kind = part.get("type") if isinstance(part, dict) else None
+            source = part.get("source") if isinstance(part, dict) else None
+            where = None
+            if isinstance(source, dict):
+                where = source.get("path") or source.get("media_type")
+            media.append(f"{kind if isinstance(kind, str) else 'part'}:{where or '?'}")
+        return "".join(texts), media
+    return json.dumps(value, ensure_ascii=False), []
+
+
+def observation_text(observation: Any) -> tuple[str | None, list[str]]:
+    if not isinstance(observation, dict):
+        return None, []
+    results = observation.get("results")
+    if not isinstance(results, list):
+        return None, []
+    texts: list[str] = []
+    media: list[str] = []
+    for result in results:
+        if isinstance(result, dict) and "content" in result:
+            text, parts = content_text(result["content"])
+            texts.append(text or "")
+            media += parts
+    return ("\n".join(texts) if texts else None), media
+
+
+def _int(step: dict[str, Any], key: str, index: int, wrong: WrongTypes, prefix: str = "") -> Any:
+    value = step.get(key)
+    if value is None:
+        return None
+    if type(value) is not int or not -(2**63) <= value < 2**63:
+        wrong.add(index, prefix + key, value, "an integer")
+        return None
+    return value
+
+
+def _str(step: dict[str, Any], key: str, index: int, wrong: WrongTypes) -> str | None:
+    value = step.get(key)
+    if value is None or isinstance(value, str):
+        return value
+    wrong.add(index, key, value, "a string")
+    return None
+
+
+def step_row(
+    step: dict[str, Any], index: int, label: FileLabel, wrong: WrongTypes
+) -> dict[str, Any]:
+    source = _str(step, "source", index, wrong)
+    if source is not None and source not in SOURCES:
+        wrong.add(
+            index,
+            "source",
+            source,
+            "one of system / user / agent",
+            "kept as recorded; the conversation export leaves those steps out",
+        )
+    timestamp = _str(step, "timestamp", index, wrong)
+    parsed_time = parse_time(timestamp)
+    if timestamp and parsed_time is None:
+        wrong.add(index, "timestamp", timestamp, "an ISO-8601 time")
+    message, media = content_text(step.get("message"))
+    if step.get("message") is not None and not isinstance(step.get("message"), str | list):
+        wrong.add(index, "message", step.get("message"), "a string or a list of content parts")
+        message = None
+    observation, observed_media = observation_text(step.get("observation"))
+    calls = step.get("tool_calls")
+    if calls is not None and not isinstance(calls, list):
+        wrong.add(index, "tool_calls", calls, "an array")
+        calls = None
+    metrics = step.get("metrics")
+    if metrics is not None and not isinstance(metrics, dict):
+        wrong.add(index, "metrics", metrics, "an object")
+        metrics = None
+    metrics = metrics or {}
+    cost = metrics.get("cost_usd")
+    if cost is not None and not is_real_number(cost):
+        wrong.add(index, "metrics.cost_usd", cost, "a finite number")
+        cost = None
+    copied = step.get("is_copied_context")
+    if copied is not None and not isinstance(copied, bool):
+        wrong.add(index, "is_copied_context", copied, "a boolean")
+        copied = None
+    return {
+        "file": label.name,
+        "file_index": label.index,
+        "trace_source": label.trace_source,
+        "step_index": index,
+        "step_id": _int(step, "step_id", index, wrong),
+        "source": source,
+        "timestamp": parsed_time,
+        "model_name": _str(step, "model_name", index, wrong),
+        "message": message,
+        "reasoning_content": _str(step, "reasoning_content", index, wrong),
+        "n_tool_calls": 0 if calls is None else len(calls),
+        "observation": observation,
+        "media": media + observed_media,
+        "prompt_tokens": _int(metrics, "prompt_tokens", index, wrong, "metrics."),
+        "completion_tokens": _int(metrics, "completion_tokens", index, wrong, "metrics."),
+        "cached_tokens": _int(metrics, "cached_tokens", index, wrong, "metrics."),
+        "cost_usd": None if cost is None else float(cost),
+        "llm_call_count": _int(step, "llm_call_count", index, wrong),
+        "is_copied_context": copied,
+    }
+
+
+def call_rows(
+    step: dict[str, Any], index: int, step_id: int | None, label: FileLabel, wrong: WrongTypes
+) -> list[dict[str, Any]]:
+    calls = step.get("tool_calls")
+    if not isinstance(calls, list):
+        return []
+    rows = []
+    for call_index, call in enumerate(calls):
+        if not isinstance(call, dict):
+            wrong.add(index, "tool_calls[]", call, "an object")
+            call = {}
+        name, call_id = call.get("function_name"), call.get("tool_call_id")
+        if name is not None and not isinstance(name, str):
+            wrong.add(index, "tool_calls[].function_name", name, "a string")
+            name = None
+        if call_id is not None and not isinstance(call_id, str):
+            wrong.add(index, "tool_calls[].tool_call_id", call_id, "a string")
+            call_id = None
+        rows.append(
+            {
+                "file": label.name,
+                "file_index": label.index,
+                "trace_source": label.trace_source,
+                "step_index": index,
+                "step_id": step_id,
+                "call_index": call_index,
+                "tool_call_id": call_id,
+                "function_name": name,
+                "arguments": _ARGUMENTS.encode(call.get("arguments", {})),
+            }
+        )
+    return rows
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _count(value: Any) -> int | None:
+    return value if type(value) is int and -(2**63) <= value < 2**63 else None
+
+
+def read_document(
+    doc: Any, path: Path, label: FileLabel, problems: ProblemLog, rows: dict[str, list]
+) -> None:
+    """One decoded (dict) document's rows, appended to rows["trajectories" / "steps" /
+    "tool_calls"]; subagents embedded in it after its own steps, as the lake labels them."""
+    row: dict[str, Any] = {"file": label.name, "file_index": label.index}
+    row["trace_source"] = label.trace_source
+    rows["trajectories"].append(row)
+    if not isinstance(doc, dict) or not isinstance(doc.get("steps"), list):
+        row["status"] = "malformed"
+        problems.add(
+            "malformed_trajectory",
+            path,
+            f"{path} is not an ATIF trajectory (expected an object with a `steps` array); "
+            "its steps are not in the lake. Re-run the trial or restore the file",
+        )
+        return
+    agent = doc.get("agent")
+    agent = agent if isinstance(agent, dict) else {}
+    final = doc.get("final_metrics")
+    final = final if isinstance(final, dict) else {}
+    tools = agent.get("tool_definitions")
+    cost = final.get("total_cost_usd")
+    row.update(
+        status="ok",
+        schema_version=_text(doc.get("schema_version")),
+        session_id=_text(doc.get("session_id")),
+        agent_name=_text(agent.get("name")),
+        agent_version=_text(agent.get("version")),
+        model_name=_text(agent.get("model_name")),
+        tool_definitions=json.dumps(tools, ensure_ascii=False, indent=2) if tools else None,
+        continued_trajectory_ref=_text(doc.get("continued_trajectory_ref")),
+        n_steps=len(doc["steps"]),
+        total_prompt_tokens=_count(final.get("total_prompt_tokens")),
+        total_completion_tokens=_count(final.get("total_completion_tokens")),
+        total_cached_tokens=_count(final.get("total_cached_tokens")),
+        total_cost_usd=float(cost) if is_real_number(cost) else None,
+    )
+    wrong = WrongTypes(path)
+    for index, step in enumerate(doc["steps"]):
+        if not isinstance(step, dict):
+            wrong.add(index, "", step, "an object", "those steps are skipped")
+            continue
+        step_values = step_row(step, index, label, wrong)
+        rows["steps"].append(step_values)
+        rows["tool_calls"] += call_rows(step, index, step_values["step_id"], label, wrong)
+    wrong.report(problems)
+    embedded = doc.get("subagent_trajectories")
+    for position, sub in enumerate(embedded if isinstance(embedded, list) else []):
+        sub_id = sub.get("trajectory_id") if isinstance(sub, dict) else None
+        name = sub_id if isinstance(sub_id, str) and sub_id else f"subagent-{position}"
+        sub_label = FileLabel(f"{label.name}#{name}", len(rows["trajectories"]), name)
+        read_document(sub, path, sub_label, problems, rows)
+
+
+def declared_complete(trajectory: Any) -> bool:
+    """True when the trajectory's last `agent` step has a `mark_task_complete` tool call."""
+    steps = trajectory.get("steps") if isinstance(trajectory, dict) else None
+    if not isinstance(steps, list):
+        return False
+    for step in reversed(steps):
+        if not isinstance(step, dict) or step.get("source") != "agent":
+            continue
+        calls = step.get("tool_calls")
+        if not isinstance(calls, list):
+            return False
+        return any(
+            isinstance(call, dict) and call.get("function_name") == "mark_task_complete"
+            for call in calls
+        )
+    return False
