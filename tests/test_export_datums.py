@@ -353,3 +353,26 @@ def test_the_export_does_not_load_polars_or_numpy() -> None:
     )
     out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_real_process_ends_with_everything_written(
+    lake: Path, registry: Path, tmp_path: Path
+) -> None:
+    """`wmo-lake` ends an export's process without the interpreter's teardown (os._exit): the
+    manifest it prints is complete, and the dataset and manifest on disk are whole and verify.
+    A failure still exits the ordinary way (code 1, its message)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "d.parquet"
+    command = [sys.executable, "-m", "wmo_lake.cli", "export", "datums", "--lake", str(lake)]
+    command += ["--out", str(out), "--tasks", str(registry)]
+    done = subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    printed = json.loads(done.stdout)
+    assert printed == json.loads(companion(out).read_text(encoding="utf-8"))
+    assert printed["dataset_sha256"] == sha256(out)
+    assert load_verified(out, tasks=registry).height == printed["rows"] == 4
+    again = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 1
+    assert "already exists" in again.stderr

@@ -7,6 +7,7 @@ are in wmo_lake/commands/options.py.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import warnings
 
@@ -97,7 +98,21 @@ def _show_warning(
 
 
 def main() -> None:
-    cli()
+    """The `wmo-lake` entry point: the command group, then (after a command that asked for it and
+    succeeded) an exit without the interpreter's teardown, stdout and stderr flushed first."""
+    try:
+        cli()
+    except SystemExit as done:
+        from wmo_lake.commands.options import QUICK_EXIT
+
+        if QUICK_EXIT and done.code in (0, None):
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            except OSError:
+                raise done from None
+            os._exit(0)
+        raise
 
 
 if __name__ == "__main__":

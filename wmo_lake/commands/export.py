@@ -8,7 +8,6 @@ they share (split guard, no overwrite, atomic write, manifest) is `wmo_lake.expo
 from __future__ import annotations
 
 import json
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import duckdb
 
 from wmo_lake.commands.options import (
     datum_options,
+    exit_quickly_when_done,
     fail,
     guard_options,
     lake_failure,
@@ -38,27 +38,22 @@ def _require_guard_choice(tasks: Path | None, no_split_guard: bool) -> None:
         fail(str(error), 2)
 
 
-def _check_reward_key(
-    lake: Path, settings: dict[str, Any], batch_glob: str | None, run: str | None, strict: bool
-) -> None:
-    """Warn when no trial in scope has the reward key; under --strict exit 1 before writing."""
-    from wmo_lake.checks import RewardKeyWarning, reward_key_warning
-    from wmo_lake.lake import connect
+def _reward_key_check(
+    settings: dict[str, Any], batch_glob: str | None, run: str | None, strict: bool
+) -> Callable[[duckdb.DuckDBPyConnection], None]:
+    """What the export runs on its connection before reading: warn when no trial in scope has
+    the reward key; under --strict exit 1 before writing."""
 
-    try:
-        con = connect(lake, settings, check=False)
-    except LakeError as error:
-        lake_failure(None, lake, error)
-    try:
+    def check(con: duckdb.DuckDBPyConnection) -> None:
+        from wmo_lake.checks import reward_key_warning
+
         warning = reward_key_warning(con, batch_glob=batch_glob, run=run)
-    finally:
-        con.close()
-    if warning is not None:
-        click.echo(f"warning: {warning}", err=True)
-        if strict:
-            fail("--strict: nothing was written", 1)
-    # The export's own connect() would warn again, over the whole lake: said once, above.
-    warnings.simplefilter("ignore", RewardKeyWarning)
+        if warning is not None:
+            click.echo(f"warning: {warning}", err=True)
+            if strict:
+                fail("--strict: nothing was written", 1)
+
+    return check
 
 
 def _run_export(
@@ -82,7 +77,6 @@ def _run_export(
     (--json) or its summary."""
     _require_guard_choice(tasks, no_split_guard)
     settings = settings_from(options)
-    _check_reward_key(lake, settings, batch_glob, run, strict)
     try:
         manifest = write(
             lake,
@@ -92,6 +86,7 @@ def _run_export(
             batch_glob=batch_glob,
             run=run,
             settings=settings,
+            check=_reward_key_check(settings, batch_glob, run, strict),
             **kind_options,
         )
     except (ExportError, LakeError) as error:
@@ -103,6 +98,8 @@ def _run_export(
     click.echo(
         json.dumps(manifest, indent=2, ensure_ascii=False) if as_json else summary(manifest, out)
     )
+    # the dataset and its manifest are synced and linked, the connection closed
+    exit_quickly_when_done()
 
 
 strict_option = click.option(

@@ -15,6 +15,18 @@ from wmo_lake.settings import from_options, options_decorator
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
+# Set by a command whose every file is written, synced and closed and whose connections are
+# closed: `wmo-lake` (wmo_lake.cli.main, the process's entry point, never an in-process caller)
+# then ends the process at once on success instead of tearing the interpreter down (freeing the
+# query engine's and Arrow's memory, unloading modules: 50-100 ms of an export's wall time).
+QUICK_EXIT: list[bool] = []
+
+
+def exit_quickly_when_done() -> None:
+    """Call once nothing is left open: see QUICK_EXIT."""
+    QUICK_EXIT.append(True)
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
     """Stop with click's own error style: `Error: message` and exit 1 for a failure; for a usage
     error (code 2) click's usage line and `Try '... -h' for help.` come first."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -155,12 +155,14 @@ def export_conversations(
     run: str | None = None,
     subagents: bool = True,
     settings: Mapping[str, Any] | None = None,
+    check: Callable[[duckdb.DuckDBPyConnection], None] | None = None,
 ) -> dict[str, Any]:
     """Export the lake's conversations to `out` (JSONL or Parquet) with `out.manifest.json`;
     return the manifest. Raises ExportError (clear message, nothing written) on a missing guard
     choice, a bad registry, an unregistered task, an existing target or an empty export.
     `settings` are the query-time settings, as `wmo_lake.lake.connect` takes them (the reward
-    key and mode decide `passed` for --filter); the manifest records the `settings` view's row."""
+    key and mode decide `passed` for --filter); the manifest records the `settings` view's row.
+    `check(con)` runs on the export's connection before anything is read (see Request.check)."""
     require_guard_choice(tasks, no_split_guard)
     _choice("format", fmt, FORMATS)
     _choice("episodes", episodes, EPISODES)
@@ -173,6 +175,7 @@ def export_conversations(
         batch_glob=batch_glob,
         run=run,
         settings=dict(settings or {}),
+        check=check,
     )
     scope = request.scope
     with Export(request, kind=KIND) as export:

@@ -117,13 +117,15 @@ def export_datums(
     run: str | None = None,
     where: str | None = None,
     settings: Mapping[str, Any] | None = None,
+    check: Callable[[duckdb.DuckDBPyConnection], None] | None = None,
 ) -> dict[str, Any]:
     """Export the lake's `datums` (train-split tasks only, unless `no_split_guard`) to the Parquet
     file `out` with `out.manifest.json` beside it; return the manifest. Raises ExportError (clear
     message, nothing written) on a missing guard choice, a bad registry, an unregistered task, an
     existing target, an empty export or a bad --where. `settings` are the query-time settings
     ({variable or name: value}, wmo_lake.settings; e.g. {"context_budget": 32768}), as
-    `wmo_lake.lake.connect` takes them; the manifest records the `settings` view's row."""
+    `wmo_lake.lake.connect` takes them; the manifest records the `settings` view's row.
+    `check(con)` runs on the export's connection before anything is read (see Request.check)."""
     request = Request(
         Path(lake),
         Path(out),
@@ -132,6 +134,7 @@ def export_datums(
         batch_glob=batch_glob,
         run=run,
         settings=dict(settings or {}),
+        check=check,
     )
     scope = request.scope
     with Export(request, kind=KIND) as export:

@@ -471,6 +471,10 @@ class Request:
     batch_glob: str | None = None
     run: str | None = None
     settings: Mapping[str, Any] = field(default_factory=dict)
+    # run on the export's own connection before any row is read (the CLI's scoped reward-key
+    # warning, which may stop the export): one connection instead of two. Without it the
+    # connection gives connect()'s own RewardKeyWarning over the whole lake.
+    check: Callable[[Any], None] | None = None
 
     @property
     def scope(self) -> dict[str, Any]:
@@ -515,8 +519,10 @@ class Export:
         self.registry = load_registry(request.tasks) if request.tasks is not None else None
         refuse_existing(Path(request.out))  # before the (possibly long) query
         self.guard = SplitGuard(self.registry)
-        self.con = connect(request.lake, dict(request.settings))
+        self.con = connect(request.lake, dict(request.settings), check=request.check is None)
         try:
+            if request.check is not None:
+                request.check(self.con)
             self.settings = settings_row(self.con)
         except BaseException:
             self.con.close()
