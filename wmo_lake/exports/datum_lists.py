@@ -68,10 +68,16 @@ BASE_PIECES = f"""
 SELECT p.row_index, b.base_token_ids
 FROM {PLAN_TABLE} AS p
 JOIN prompt_bases AS b ON b.trial_key = p.trial_key AND b.sequence_index = p.sequence_index
+ORDER BY p.row_index
 """
 # Rows per chunk are cut so a chunk's lists stay near this many tokens (memory: ~40 bytes a
 # token in flight), and under int32 list offsets.
 CHUNK_TOKENS = 8_000_000
+# A smaller export is still cut in about this many chunks (of at least MIN_CHUNK_TOKENS), so the
+# Parquet encoding of one chunk (a thread) overlaps the gather of the next instead of all of it
+# waiting for the whole gather; only the last chunk's encoding is left at the end.
+PIPELINE_CHUNKS = 4
+MIN_CHUNK_TOKENS = 256_000
 
 
 class Mismatch(Exception):
@@ -92,9 +98,12 @@ def plan_sql(selected: str, order_by: str, columns: list[str]) -> str:
 
 
 def chunks(n_tokens: list[int], budget: int | None = None) -> Iterator[tuple[int, int]]:
-    """(start, stop) row ranges whose token counts add up to about `budget` (default
-    CHUNK_TOKENS; at least a row)."""
-    budget = CHUNK_TOKENS if budget is None else budget
+    """(start, stop) row ranges whose token counts add up to about `budget` (at least a row).
+    The default budget is CHUNK_TOKENS, or less for an export that would otherwise be fewer than
+    PIPELINE_CHUNKS chunks (never below MIN_CHUNK_TOKENS)."""
+    if budget is None:
+        spread = max(MIN_CHUNK_TOKENS, -(-sum(n_tokens) // PIPELINE_CHUNKS))
+        budget = min(CHUNK_TOKENS, spread)
     start, total = 0, 0
     for index, n in enumerate(n_tokens):
         if index > start and total + n > budget:
@@ -131,16 +140,19 @@ def bases(con: duckdb.DuckDBPyConnection, rows: pa.Table) -> pa.Table:
 
 
 def bases_between(all_bases: pa.Table, start: int, stop: int) -> pa.Table:
-    """The bases of rows start..stop-1, their row_index made relative to `start`."""
+    """The bases of rows start..stop-1 (`all_bases` is in row_index order, see BASE_PIECES),
+    their row_index made relative to `start`. A slice: Table.take would import pyarrow.compute."""
     import numpy as np
     import pyarrow as pa
 
     rows = all_bases.column("row_index").to_numpy()
-    (picked,) = np.nonzero((rows >= start) & (rows < stop))
-    if len(picked) == len(rows) and start == 0:
+    if not np.all(rows[1:] >= rows[:-1]):
+        raise Mismatch("the bases are not in row order")
+    first, last = np.searchsorted(rows, [start, stop])
+    if first == 0 and last == len(rows) and start == 0:
         return all_bases
-    chosen = all_bases.take(pa.array(picked))
-    return chosen.set_column(0, "row_index", pa.array(rows[picked] - start))
+    chosen = all_bases.slice(int(first), int(last - first))
+    return chosen.set_column(0, "row_index", _arrow(rows[first:last] - start, pa.int64()))
 
 
 def _with_plan(con: duckdb.DuckDBPyConnection, rows: pa.Table, query: Any) -> Any:
@@ -187,18 +199,28 @@ def list_columns(
     )
     n_tokens = rows.column("n_tokens").to_numpy()
     tokens, mask, logprobs, offsets = assemble(spans, row_bases, rows.num_rows, n_tokens)
-    offsets_array = pa.array(offsets.astype("int32"))
+    offsets_array = _arrow(offsets.astype("int32"), pa.int32())
     return {
         "model_input_tokens": pa.ListArray.from_arrays(
-            offsets_array, pa.array(tokens), type=list_type(pa.int64())
+            offsets_array, _arrow(tokens, pa.int64()), type=list_type(pa.int64())
         ),
         "loss_mask": pa.ListArray.from_arrays(
-            offsets_array, pa.array(mask), type=list_type(pa.float64())
+            offsets_array, _arrow(mask, pa.float64()), type=list_type(pa.float64())
         ),
         "sampled_logprobs": pa.ListArray.from_arrays(
-            offsets_array, pa.array(logprobs), type=list_type(pa.float64())
+            offsets_array, _arrow(logprobs, pa.float64()), type=list_type(pa.float64())
         ),
     }
+
+
+def _arrow(values: np.ndarray, kind: pa.DataType) -> pa.Array:
+    """A contiguous numpy array as an Arrow array over the same memory (pa.array(ndarray) would
+    import numpy.ma to look for a mask: 10-20 ms of the export's start)."""
+    import numpy as np
+    import pyarrow as pa
+
+    values = np.ascontiguousarray(values, dtype=kind.to_pandas_dtype())  # (no copy when it is)
+    return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
 
 
 def list_type(values: pa.DataType) -> pa.DataType:
