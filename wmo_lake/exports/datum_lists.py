@@ -73,11 +73,6 @@ ORDER BY p.row_index
 # Rows per chunk are cut so a chunk's lists stay near this many tokens (memory: ~40 bytes a
 # token in flight), and under int32 list offsets.
 CHUNK_TOKENS = 8_000_000
-# A smaller export is still cut in about this many chunks (of at least MIN_CHUNK_TOKENS), so the
-# Parquet encoding of one chunk (a thread) overlaps the gather of the next instead of all of it
-# waiting for the whole gather; only the last chunk's encoding is left at the end.
-PIPELINE_CHUNKS = 4
-MIN_CHUNK_TOKENS = 256_000
 
 
 class Mismatch(Exception):
@@ -98,12 +93,9 @@ def plan_sql(selected: str, order_by: str, columns: list[str]) -> str:
 
 
 def chunks(n_tokens: list[int], budget: int | None = None) -> Iterator[tuple[int, int]]:
-    """(start, stop) row ranges whose token counts add up to about `budget` (at least a row).
-    The default budget is CHUNK_TOKENS, or less for an export that would otherwise be fewer than
-    PIPELINE_CHUNKS chunks (never below MIN_CHUNK_TOKENS)."""
-    if budget is None:
-        spread = max(MIN_CHUNK_TOKENS, -(-sum(n_tokens) // PIPELINE_CHUNKS))
-        budget = min(CHUNK_TOKENS, spread)
+    """(start, stop) row ranges whose token counts add up to about `budget` (default
+    CHUNK_TOKENS; at least a row)."""
+    budget = CHUNK_TOKENS if budget is None else budget
     start, total = 0, 0
     for index, n in enumerate(n_tokens):
         if index > start and total + n > budget:

@@ -137,16 +137,13 @@ def export_datums(
         check=check,
     )
     scope = request.scope
-    _preload_arrow()
     with Export(request, kind=KIND) as export:
         con = export.con
         scoped = _scope_sql(where)
         try:
             # One pass without the token lists (the view's list columns are not read): the rows
             # to write, in order, with the merged sequence their lists come from.
-            rows = con.sql(
-                datum_lists.plan_sql(scoped, ORDER_BY, LIGHT_COLUMNS), params=scope
-            ).to_arrow_table()
+            rows = _arrow_rows(con, datum_lists.plan_sql(scoped, ORDER_BY, LIGHT_COLUMNS), scope)
         except duckdb.Error as error:
             hint = f" (check --where {where!r})" if where else ""
             raise ExportError(f"cannot select the datums{hint}: {error}") from None
@@ -203,19 +200,6 @@ def export_datums(
                 "exported": written,
             },
         )
-
-
-def _preload_arrow() -> None:
-    """Import pyarrow and numpy in a thread while DuckDB opens the lake and runs the plan query
-    (DuckDB releases the GIL while it binds and runs): ~0.1 s of the export's start overlapped.
-    A caller that needs them first simply waits on Python's import lock."""
-    import threading
-
-    def load() -> None:
-        import numpy  # noqa: F401
-        import pyarrow.parquet  # noqa: F401  (pyarrow too)
-
-    threading.Thread(target=load, name="wmo-lake-imports", daemon=True).start()
 
 
 def summary(manifest: Mapping[str, Any], out: Path) -> str:
@@ -310,10 +294,21 @@ def _write_parquet(relation: duckdb.DuckDBPyRelation, path: Path) -> int:
     return rows
 
 
+def _arrow_rows(con: duckdb.DuckDBPyConnection, query: str, params: Mapping[str, Any]) -> pa.Table:
+    """A small result as an Arrow table, by execute(): con.sql() binds the query once to make the
+    relation and again to run it (20-30 ms for the view stack under `datums`). DuckDB warns that
+    Arrow from execute() copies the rows: these are a datum's light columns, not its lists."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Arrow output on a DB-API result", UserWarning)
+        return con.execute(query, dict(params)).to_arrow_table()
+
+
 def _batches(con: duckdb.DuckDBPyConnection, scope: Mapping[str, Any]) -> list[dict[str, Any]]:
-    relation = con.sql(BATCHES_QUERY, params=dict(scope))
-    names = relation.columns
-    return [dict(zip(names, row, strict=True)) for row in relation.fetchall()]
+    result = con.execute(BATCHES_QUERY, dict(scope))  # (execute: one bind, see _arrow_rows)
+    names = [column[0] for column in result.description]
+    return [dict(zip(names, row, strict=True)) for row in result.fetchall()]
 
 
 def _stats_totals(batches: list[dict[str, Any]]) -> dict[str, Any]:
