@@ -13,8 +13,9 @@ the other kinds; this module is the datums kind plugged into it, with its own `s
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +66,11 @@ LIST_COLUMNS = datum_lists.LIST_COLUMNS
 LIGHT_COLUMNS = [c for c in COLUMNS if c not in LIST_COLUMNS]
 ORDER_BY = "run NULLS LAST, step NULLS LAST, batch, trial_name, fragment_index"
 ROW_GROUP_ROWS = 256  # rows per Parquet row group (and per record batch read from DuckDB)
+# Up to this many spans, the export's queries run on one DuckDB thread: they are then dozens of
+# operators over a few thousand rows each, where a second thread only adds its setup and
+# hand-offs (measured on the 128-trial bench lake, 3,465 spans: ~10% less CPU and wall, with
+# Parquet encoding in a thread beside them).
+ONE_THREAD_SPANS = 20_000
 
 # The datums in scope; every filter is a bound parameter (NULL matches everything).
 SCOPE = f"SELECT * FROM datums WHERE {scope_condition()}\n"
@@ -137,7 +143,7 @@ def export_datums(
         check=check,
     )
     scope = request.scope
-    with Export(request, kind=KIND) as export:
+    with Export(request, kind=KIND) as export, _one_thread_when_small(export.con):
         con = export.con
         scoped = _scope_sql(where)
         try:
@@ -292,6 +298,23 @@ def _write_parquet(relation: duckdb.DuckDBPyRelation, path: Path) -> int:
             out.write_batch(batch)
             rows += batch.num_rows
     return rows
+
+
+@contextlib.contextmanager
+def _one_thread_when_small(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """SET threads = 1 while the export runs when the lake holds few spans (ONE_THREAD_SPANS),
+    then back: the setting is the database's, which other connections of this process to the
+    same lake.duckdb share."""
+    ((spans,),) = con.execute("SELECT count(*) FROM spans").fetchall()
+    ((threads,),) = con.execute("SELECT current_setting('threads')").fetchall()
+    if spans > ONE_THREAD_SPANS or int(threads) <= 1:
+        yield
+        return
+    con.execute("SET threads = 1")
+    try:
+        yield
+    finally:
+        con.execute(f"SET threads = {int(threads)}")
 
 
 def _arrow_rows(con: duckdb.DuckDBPyConnection, query: str, params: Mapping[str, Any]) -> pa.Table:
