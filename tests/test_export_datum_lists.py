@@ -271,3 +271,16 @@ def test_a_chunk_reads_only_the_partitions_of_its_rows() -> None:
     assert (where, params) == ("WHERE s.step BETWEEN $first_step AND $last_step", params)
     assert params == {"first_step": 1, "last_step": 3}
     assert datum_lists._partition_filter(rows([None, "a"], [None, 1])) == ("", {})
+
+
+def test_the_export_leaves_duckdbs_threads_as_it_found_them(lake: Path, tmp_path: Path) -> None:
+    """A small lake's export runs on one DuckDB thread; the setting is the database's, which a
+    caller's own connection to the same lake.duckdb shares, so it is set back."""
+    con = connect(lake, check=False)
+    try:
+        ((before,),) = con.execute("SELECT current_setting('threads')").fetchall()
+        export_datums(lake, tmp_path / "d.parquet", no_split_guard=True)
+        ((after,),) = con.execute("SELECT current_setting('threads')").fetchall()
+    finally:
+        con.close()
+    assert after == before
