@@ -319,13 +319,34 @@ def _one_thread_when_small(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
 
 def _arrow_rows(con: duckdb.DuckDBPyConnection, query: str, params: Mapping[str, Any]) -> pa.Table:
     """A small result as an Arrow table, by execute(): con.sql() binds the query once to make the
-    relation and again to run it (20-30 ms for the view stack under `datums`). DuckDB warns that
-    Arrow from execute() copies the rows: these are a datum's light columns, not its lists."""
+    relation and again to run it (20-30 ms for the view stack under `datums`). execute() runs
+    the query without pyarrow, so it runs in a thread (DuckDB releases the GIL) while this one
+    imports numpy and pyarrow, which the gather and the writer need: ~0.1 s each, overlapped.
+    DuckDB warns that Arrow from execute() copies the rows: a datum's light columns, no lists."""
+    import threading
     import warnings
 
+    done: list[duckdb.DuckDBPyConnection] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            done.append(con.execute(query, dict(params)))
+        except BaseException as error:  # raised below, in the caller's thread
+            failed.append(error)
+
+    worker = threading.Thread(target=run, name="wmo-lake-plan", daemon=True)
+    worker.start()
+    try:
+        import numpy  # noqa: F401
+        import pyarrow.parquet  # noqa: F401  (pyarrow too)
+    finally:
+        worker.join()
+    if failed:
+        raise failed[0]
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Arrow output on a DB-API result", UserWarning)
-        return con.execute(query, dict(params)).to_arrow_table()
+        return done[0].to_arrow_table()
 
 
 def _batches(con: duckdb.DuckDBPyConnection, scope: Mapping[str, Any]) -> list[dict[str, Any]]:
