@@ -66,10 +66,11 @@ LIST_COLUMNS = datum_lists.LIST_COLUMNS
 LIGHT_COLUMNS = [c for c in COLUMNS if c not in LIST_COLUMNS]
 ORDER_BY = "run NULLS LAST, step NULLS LAST, batch, trial_name, fragment_index"
 ROW_GROUP_ROWS = 256  # rows per Parquet row group (and per record batch read from DuckDB)
-# Up to this many spans, the export's queries run on one DuckDB thread: they are then dozens of
-# operators over a few thousand rows each, where a second thread only adds its setup and
-# hand-offs (measured on the 128-trial bench lake, 3,465 spans: ~10% less CPU and wall, with
-# Parquet encoding in a thread beside them).
+# Up to this many spans, the export's light queries run on one DuckDB thread: they are then
+# dozens of operators over a few thousand rows each, where a second thread only adds its setup
+# and hand-offs (measured on the 128-trial bench lake, 3,465 spans: ~10% less CPU and wall, with
+# Parquet encoding in a thread beside them). The span lists' read and gather, which decodes
+# megabytes, keeps every thread (~5% less wall again).
 ONE_THREAD_SPANS = 20_000
 
 # The datums in scope; every filter is a bound parameter (NULL matches everything).
@@ -143,7 +144,7 @@ def export_datums(
         check=check,
     )
     scope = request.scope
-    with Export(request, kind=KIND) as export, _one_thread_when_small(export.con):
+    with Export(request, kind=KIND) as export, _Threads(export.con) as threads:
         con = export.con
         scoped = _scope_sql(where)
         try:
@@ -190,7 +191,9 @@ def export_datums(
 
         used = export.settings
         return export.write(
-            lambda path: _write_rows(con, rows, view_rows, path, meanwhile=read_stats),
+            lambda path: _write_rows(
+                con, rows, view_rows, path, meanwhile=read_stats, gathering=threads.all
+            ),
             excluded=excluded,
             parameters={
                 "where": where,
@@ -231,12 +234,13 @@ def _write_rows(
     view_rows: Callable[[], duckdb.DuckDBPyRelation],
     path: Path,
     meanwhile: Callable[[], None],
+    gathering: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext,
 ) -> int:
     """Write `rows` (the datums columns but the lists, with the plan columns of
     wmo_lake.exports.datum_lists) with their lists gathered from the spans, a chunk of rows at a
     time; if the gather refuses, the view's own rows (`view_rows()`) instead. Parquet encoding
     runs in a thread (pyarrow releases the GIL) while DuckDB gathers the next chunk and runs
-    `meanwhile` (once)."""
+    `meanwhile` (once). Each chunk's gather runs within `gathering()` (see _Threads.all)."""
     from concurrent.futures import Future, ThreadPoolExecutor
 
     import pyarrow as pa
@@ -258,7 +262,8 @@ def _write_rows(
             for start, stop in datum_lists.chunks(rows.column("n_tokens").to_pylist()):
                 part = rows.slice(start, stop - start)
                 row_bases = datum_lists.bases_between(all_bases, start, stop)
-                gathered = datum_lists.list_columns(con, part, row_bases)
+                with gathering():
+                    gathered = datum_lists.list_columns(con, part, row_bases)
                 table = pa.table(
                     [gathered[c] if c in gathered else part.column(c) for c in COLUMNS],
                     schema=schema,
@@ -300,21 +305,39 @@ def _write_parquet(relation: duckdb.DuckDBPyRelation, path: Path) -> int:
     return rows
 
 
-@contextlib.contextmanager
-def _one_thread_when_small(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
-    """SET threads = 1 while the export runs when the lake holds few spans (ONE_THREAD_SPANS),
-    then back: the setting is the database's, which other connections of this process to the
-    same lake.duckdb share."""
-    ((spans,),) = con.execute("SELECT count(*) FROM spans").fetchall()
-    ((threads,),) = con.execute("SELECT current_setting('threads')").fetchall()
-    if spans > ONE_THREAD_SPANS or int(threads) <= 1:
-        yield
-        return
-    con.execute("SET threads = 1")
-    try:
-        yield
-    finally:
-        con.execute(f"SET threads = {int(threads)}")
+class _Threads:
+    """While the export runs, DuckDB's threads = 1 when the lake holds few spans
+    (ONE_THREAD_SPANS), but for the span lists' gather (`all()`); set back at the end: the
+    setting is the database's, which other connections of this process to the same lake.duckdb
+    share."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.con = con
+        ((spans,),) = con.execute("SELECT count(*) FROM spans").fetchall()
+        ((threads,),) = con.execute("SELECT current_setting('threads')").fetchall()
+        self.threads = int(threads)
+        self.narrow = spans <= ONE_THREAD_SPANS and self.threads > 1
+
+    def __enter__(self) -> _Threads:
+        if self.narrow:
+            self.con.execute("SET threads = 1")
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.narrow:
+            self.con.execute(f"SET threads = {self.threads}")
+
+    @contextlib.contextmanager
+    def all(self) -> Iterator[None]:
+        """Every thread the database had, for the duration."""
+        if not self.narrow:
+            yield
+            return
+        self.con.execute(f"SET threads = {self.threads}")
+        try:
+            yield
+        finally:
+            self.con.execute("SET threads = 1")
 
 
 def _arrow_rows(con: duckdb.DuckDBPyConnection, query: str, params: Mapping[str, Any]) -> pa.Table:
