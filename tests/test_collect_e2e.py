@@ -206,11 +206,18 @@ def test_two_steps_collected_and_reported_as_the_script_says(
 
 
 def _result_files(job_dir: Path) -> dict[str, float]:
-    return {
-        p.parent.name: p.stat().st_mtime_ns
-        for p in job_dir.glob("*/result.json")
-        if p.parent.is_dir()
-    }
+    """The trials whose result.json is whole. harbor writes it by write_text (truncate, then
+    write), so a file that exists may still be cut off: the kill can land mid-write, and the
+    collector rightly removes that trial and runs it again."""
+    whole = {}
+    for path in job_dir.glob("*/result.json"):
+        try:
+            json.loads(path.read_bytes())
+            mtime = path.stat().st_mtime_ns  # after the read: the writes it saw are all done
+        except (OSError, ValueError):
+            continue
+        whole[path.parent.name] = mtime
+    return whole
 
 
 def test_sigkill_mid_step_then_the_same_command_completes_it_without_duplicates(
