@@ -15,6 +15,7 @@ import secrets
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -63,23 +64,30 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def open_writer(path: Path, table: str) -> pq.ParquetWriter:
+def _writer_options(table: str, small: bool = False) -> dict[str, Any]:
     """zstd; dictionaries only for strings that repeat (token-id lists and free text gain
     nothing from one but the time spent building it); float columns byte-stream-split, which
-    compresses logprobs well."""
+    compresses logprobs well. A `small` file (one row group of few rows) has no dictionaries:
+    each costs a page of its own, encoded and compressed apart, which for a few dozen rows costs
+    more time than it saves bytes (zstd finds the repeats anyway)."""
     schema = TABLES[table].schema
     free_text = TABLES[table].free_text
-    return pq.ParquetWriter(
-        path,
-        schema,
-        compression="zstd",
-        compression_level=1,
-        use_dictionary=[
-            f.name for f in schema if pa.types.is_string(f.type) and f.name not in free_text
-        ]
-        or False,
-        use_byte_stream_split=[f.name for f in schema if pa.types.is_floating(f.type)] or False,
-    )
+    dictionary = [f.name for f in schema if pa.types.is_string(f.type) and f.name not in free_text]
+    return {
+        "compression": "zstd",
+        "compression_level": 1,
+        "use_dictionary": False if small else dictionary or False,
+        "use_byte_stream_split": [f.name for f in schema if pa.types.is_floating(f.type)] or False,
+    }
+
+
+def open_writer(path: Path, table: str) -> pq.ParquetWriter:
+    return pq.ParquetWriter(path, TABLES[table].schema, **_writer_options(table))
+
+
+# A segment written in one go with fewer rows than this is a small file (see _writer_options):
+# what a step of small trials puts in a partition.
+SMALL_FILE_ROWS = 4096
 
 
 MAX_OPEN_PARTITIONS = 4  # per writer; tasks arrive grouped by step, so older ones are done
@@ -99,10 +107,15 @@ class SegmentWriter:
         self.root = root
         self.prefix = prefix
         self.files: PartitionedFiles = {}
-        self._writers: dict[tuple[str, str], pq.ParquetWriter] = {}
+        # A slot's writer opens at its first flush; a slot whose only flush is its last is
+        # written in one call (with the small-file options when it is small): no writer at all.
+        self._writers: dict[tuple[str, str], pq.ParquetWriter | None] = {}
+        self._paths: dict[tuple[str, str], Path] = {}
         self._buffers: dict[tuple[str, str], list[pa.Table]] = {}
         self._buffered: dict[tuple[str, str], int] = {}
-        self._pending: dict[tuple[str, str], PendingRows] = {}
+        # table -> its PendingRows of every open partition, built into Arrow together (the build
+        # costs ~15 us per column however few rows: once per partition was ~4 ms a step)
+        self._pending: dict[str, _Pending] = {}
         self._open: dict[str, int] = {}  # open partition -> segments opened there (LRU order)
         self._reopened: dict[str, int] = {}
 
@@ -118,13 +131,12 @@ class SegmentWriter:
             self._open_slot(slot)
         self._open[partition] = self._open.pop(partition)  # most recently used last
         if isinstance(rows, PendingRows):  # one Arrow build per many trials, at the flush
-            pending = self._pending.get(slot)
+            pending = self._pending.get(table)
             if pending is None:
-                names = TABLES[table].schema.names
-                pending = self._pending[slot] = PendingRows({n: [] for n in names}, 0)
-            pending.extend(_labelled_pending(rows, partition))
-            if pending.num_rows >= FLUSH_PENDING_ROWS:
-                self._flush(slot)
+                pending = self._pending[table] = _Pending(table)
+            pending.add(rows, partition)
+            if pending.rows.num_rows >= FLUSH_PENDING_ROWS:
+                self._build(table)
             return
         self._buffers[slot].append(labelled(conform(rows, TABLES[table].schema), partition))
         self._buffered[slot] += rows.nbytes
@@ -142,39 +154,71 @@ class SegmentWriter:
         suffix = f"-{self._open[partition]}" if self._open[partition] else ""
         rel = f"tables/{table}/{partition}/{self.prefix}{suffix}.parquet"
         (self.root / rel).parent.mkdir(parents=True, exist_ok=True)
-        self._writers[slot] = open_writer(self.root / rel, table)
+        self._writers[slot] = None
+        self._paths[slot] = self.root / rel
         self.files.setdefault(table, {}).setdefault(partition, []).append(rel)
         self._buffers[slot] = []
         self._buffered[slot] = 0
 
     def _close_partition(self, partition: str) -> None:
         for slot in [slot for slot in self._writers if slot[1] == partition]:
-            self._flush(slot)
-            self._writers.pop(slot).close()
+            self._close_slot(slot)
         self._reopened[partition] = self._open.pop(partition) + 1
 
-    def _flush(self, slot: tuple[str, str]) -> None:
-        pending = self._pending.pop(slot, None)
-        if pending is not None and pending.num_rows:
-            self._buffers[slot].append(pending.to_table(TABLES[slot[0]].schema))
+    def _close_slot(self, slot: tuple[str, str]) -> None:
+        self._flush(slot, last=True)
+        writer = self._writers.pop(slot)
+        if writer is not None:
+            writer.close()
+        del self._paths[slot]
+
+    def _build(self, table: str) -> None:
+        """Build `table`'s pending rows into Arrow, each partition's rows going to its buffer;
+        a buffer holding enough rows is written."""
+        pending = self._pending.pop(table, None)
+        if pending is None:
+            return
+        for partition, rows in pending.tables():
+            slot = (table, partition)
+            self._buffers[slot].append(rows)
+            self._buffered[slot] += rows.nbytes
+            if sum(t.num_rows for t in self._buffers[slot]) >= FLUSH_PENDING_ROWS:
+                self._flush(slot)
+
+    def _flush(self, slot: tuple[str, str], last: bool = False) -> None:
+        pending = self._pending.get(slot[0])
+        if pending is not None and slot[1] in pending.partitions:
+            self._build(slot[0])  # (with the other partitions' rows: steps arrive in turn)
         if self._buffers.get(slot):
-            self._writers[slot].write_table(pa.concat_tables(self._buffers[slot]))
+            rows = pa.concat_tables(self._buffers[slot])
+            writer = self._writers[slot]
+            if writer is None and last:  # the file's only row group: one call writes it
+                options = _writer_options(slot[0], small=rows.num_rows < SMALL_FILE_ROWS)
+                # encoded in memory, then written at once: Arrow's file stream makes a write
+                # call per page (~100 for a trials file)
+                encoded = pa.BufferOutputStream()
+                pq.write_table(rows, encoded, **options)
+                with open(self._paths[slot], "wb") as stream:
+                    stream.write(encoded.getvalue())
+            else:
+                if writer is None:
+                    writer = self._writers[slot] = open_writer(self._paths[slot], slot[0])
+                writer.write_table(rows)
         self._buffers[slot] = []
         self._buffered[slot] = 0
 
     def close(self) -> PartitionedFiles:
         """Finish every file; table -> partition -> paths relative to the lake."""
-        for slot, writer in self._writers.items():
-            self._flush(slot)
-            writer.close()
-        self._writers = {}
+        for slot in list(self._writers):
+            self._close_slot(slot)
         self._open = {}
         return self.files
 
     def abort(self) -> None:
         for writer in self._writers.values():
-            with contextlib.suppress(Exception):
-                writer.close()
+            if writer is not None:
+                with contextlib.suppress(Exception):
+                    writer.close()
 
 
 def labelled(rows: pa.Table, partition: str) -> pa.Table:
@@ -186,12 +230,38 @@ def labelled(rows: pa.Table, partition: str) -> pa.Table:
     return rows
 
 
-def _labelled_pending(rows: PendingRows, partition: str) -> PendingRows:
-    run, step = partition_values(partition)
-    columns = dict(rows.columns)
-    columns["run"] = [run] * rows.num_rows
-    columns["step"] = [step] * rows.num_rows
-    return PendingRows(columns, rows.num_rows)
+class _Pending:
+    """One table's PendingRows of several partitions, in the order they came: built into one
+    Arrow table, then sliced back into each partition's runs of rows."""
+
+    def __init__(self, table: str) -> None:
+        self.schema = TABLES[table].schema
+        names = [n for n in self.schema.names if n not in ("run", "step")]  # from the partition
+        self.rows = PendingRows({n: [] for n in names}, 0)
+        self.runs: list[list[Any]] = []  # [partition, rows] in order
+        self.partitions: set[str] = set()
+
+    def add(self, rows: PendingRows, partition: str) -> None:
+        self.rows.extend(rows)
+        self.partitions.add(partition)
+        if self.runs and self.runs[-1][0] == partition:
+            self.runs[-1][1] += rows.num_rows
+        else:
+            self.runs.append([partition, rows.num_rows])
+
+    def tables(self) -> Iterable[tuple[str, pa.Table]]:
+        """(partition, its rows) per run, with the run and step columns of the partition."""
+        runs, steps = [], []
+        for partition, n in self.runs:
+            run, step = partition_values(partition)
+            runs += [run] * n
+            steps += [step] * n
+        self.rows.columns["run"], self.rows.columns["step"] = runs, steps
+        built = self.rows.to_table(self.schema)
+        start = 0
+        for partition, n in self.runs:
+            yield partition, built.slice(start, n)
+            start += n
 
 
 class Commit:

@@ -1,0 +1,69 @@
+"""The segment writer: rows appended to many partitions, interleaved and in every form (Python
+rows built into Arrow together, Arrow tables), come out once each, in their partition's file,
+with that partition's run and step, whether a file is written in one go or in row groups."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from wmo_lake import commit as commit_module
+from wmo_lake.commit import SegmentWriter
+from wmo_lake.pending import PendingRows
+from wmo_lake.store import partition_of
+from wmo_lake.tables import TABLES
+
+NAMES = [n for n in TABLES["stop_reasons"].schema.names if n not in ("run", "step")]
+
+
+def _unit(key: str, episodes: int) -> dict[str, object]:
+    return {name: None for name in NAMES} | {
+        "trial_key": key,
+        "batch": "b",
+        "trial_name": key,
+        "n_episodes": episodes,
+        "trajectory_status": "ok",
+    }
+
+
+@pytest.mark.parametrize(("flush_rows", "max_open"), [(4096, 4), (3, 2), (1, 1)])
+def test_every_row_lands_once_in_its_partition(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flush_rows: int, max_open: int
+) -> None:
+    monkeypatch.setattr(commit_module, "FLUSH_PENDING_ROWS", flush_rows)
+    monkeypatch.setattr(commit_module, "MAX_OPEN_PARTITIONS", max_open)
+    writer = SegmentWriter(tmp_path, "000001-test")
+    expected: dict[str, tuple[str | None, int | None]] = {}
+    partitions = [("r1", 0), ("r1", 1), ("r/2", 0), (None, None), ("r1", 2)]
+    # steps mostly in turn, some coming back after their partition was closed
+    order = [0, 0, 1, 1, 2, 0, 3, 4, 4, 1, 2, 3, 0, 4, 2, 2, 1]
+    for index, which in enumerate(order):
+        run, step = partitions[which]
+        partition = partition_of(run, step)
+        key = f"t{index}"
+        rows = [_unit(key, index)]
+        if index % 3 == 2:  # an Arrow table, as a big trial's rows come
+            schema = TABLES["stop_reasons"].schema
+            table = pa.Table.from_pylist(
+                [row | {"run": "stale", "step": -1} for row in rows], schema=schema
+            )
+            writer.append("stop_reasons", table, partition)
+        else:
+            writer.append("stop_reasons", PendingRows.from_rows(rows, NAMES), partition)
+        expected[key] = (run, step)
+    files = writer.close()
+    seen: dict[str, tuple[str | None, int | None]] = {}
+    for partition, rels in files["stop_reasons"].items():
+        for rel in rels:
+            assert rel.startswith(f"tables/stop_reasons/{partition}/")
+            table = pq.read_table(tmp_path / rel)
+            assert table.schema.equals(TABLES["stop_reasons"].schema)
+            for row in table.to_pylist():
+                assert row["trial_key"] not in seen
+                assert row["n_episodes"] == int(row["trial_key"][1:])
+                seen[row["trial_key"]] = (row["run"], row["step"])
+                assert partition_of(row["run"], row["step"]) == partition
+    assert seen == expected
