@@ -289,7 +289,7 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
             )
             continue
         path = Path(directory)
-        config = read_json(path / "config.json") if "config.json" in names else None
+        config = read_json(f"{directory}/config.json") if "config.json" in names else None
         trial_config = isinstance(config, dict) and "trial_name" in config
         if _is_job_config(config):
             configs[directory] = config  # its trials, walked next, read it from here

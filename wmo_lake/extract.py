@@ -84,7 +84,9 @@ def extract_job(job: Job) -> Extracted:
     """A job dir's `jobs` row and the problems of its config.json and result.json."""
     problems = ProblemLog(unit_key=job.key, batch=job.batch)
     row = jobs.row(job, problems)
-    tables = {"jobs": pa.Table.from_pylist([row], schema=TABLES["jobs"].schema)}
+    tables: dict[str, pa.Table | PendingRows] = {
+        "jobs": PendingRows.from_rows([row], TABLES["jobs"].schema.names)
+    }
     return Extracted(JOB, job.key, tables=tables | _problem_table(problems))
 
 

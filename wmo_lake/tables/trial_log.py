@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from wmo_lake.jsonfile import read_file
 from wmo_lake.tables.fields import ProblemLog
 
 TRIAL_LOG = "trial.log"
@@ -24,7 +25,7 @@ def dropped_turns(trial_dir: Path, problems: ProblemLog) -> int | None:
     """Turns cut at max_tokens that harbor kept no record of; None without a readable trial.log."""
     path = trial_dir / TRIAL_LOG
     try:
-        data = path.read_bytes()
+        data = read_file(path)
     except FileNotFoundError:
         return None
     except OSError as error:
