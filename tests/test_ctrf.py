@@ -192,3 +192,24 @@ def test_coerced_counts_are_stored_as_the_model_reads_them(tmp_path: Path) -> No
         "SELECT tests_passed, tests_resolved, tests_unresolved FROM cells"
     ).fetchall() == [(2, 3, 1)]
     assert con.sql("SELECT count(*) FROM problems").fetchall() == [(0,)]
+
+
+@pytest.mark.parametrize("depth", [30, 31, 32, 33, 300])
+def test_a_deeply_nested_report_is_read_as_upstreams_model_reads_it(
+    tmp_path: Path, depth: int
+) -> None:
+    """Nesting about the plain reader's depth limit, or past what upstream's JSON parser takes:
+    the answer is the model's (brackets inside strings nest nothing)."""
+    nested = "[" * depth + "]" * depth
+    text = (
+        '{"results": {"summary": {"passed": 1, "failed": 0}, "tests": [{"status": "passed", '
+        f'"name": "{{[{{[", "extra": {nested}}}]}}}}'
+    )
+    path = tmp_path / "ctrf.json"
+    path.write_text(text, encoding="utf-8")
+    expected = _model_reading(text)
+    got = read_ctrf(path)
+    if expected is None:
+        assert got.status != "ok"
+    else:
+        assert (got.status, got.summary, got.statuses) == ("ok", *expected)

@@ -81,7 +81,7 @@ Document = Trajectory | Scalar | list
 _DECODER = msgspec.json.Decoder(Document)
 
 
-def decode(data: bytes, path: Path) -> Document | ReadFailure:
+def decode(data: bytes, path: Path | str) -> Document | ReadFailure:
     """The document in `data`, or why it cannot be read (as `jsonfile.decode` says it)."""
     failure = check_text(data, path)
     if failure is not None:
@@ -96,7 +96,7 @@ def decode(data: bytes, path: Path) -> Document | ReadFailure:
     return msgspec.convert(plain, Document)  # every field takes any value: this cannot fail
 
 
-def read(path: Path) -> tuple[Document | ReadFailure | None, int | None]:
+def read(path: Path | str) -> tuple[Document | ReadFailure | None, int | None]:
     """The document in the file at `path` (None when there is no such file) and its size."""
     data = read_bytes(path)
     if data is None or isinstance(data, ReadFailure):

@@ -41,8 +41,8 @@ class Report:
         }
 
 
-def read_report(trial_dir: Path, problems: ProblemLog) -> Report:
-    path = trial_dir / "verifier" / "ctrf.json"
+def read_report(trial_dir: Path | str, problems: ProblemLog) -> Report:
+    path = f"{trial_dir}/verifier/ctrf.json"
     ctrf = read_ctrf(path)
     if ctrf.status != "ok":
         if ctrf.problem is not None:

@@ -21,9 +21,9 @@ TRIAL_LOG = "trial.log"
 DROPPED_TURN_MARK = b"Output length exceeded: "
 
 
-def dropped_turns(trial_dir: Path, problems: ProblemLog) -> int | None:
+def dropped_turns(trial_dir: Path | str, problems: ProblemLog) -> int | None:
     """Turns cut at max_tokens that harbor kept no record of; None without a readable trial.log."""
-    path = trial_dir / TRIAL_LOG
+    path = f"{trial_dir}/{TRIAL_LOG}"
     try:
         data = read_file(path)
     except FileNotFoundError:
