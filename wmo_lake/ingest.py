@@ -24,7 +24,7 @@ from wmo_lake.catalog import CatalogEntry
 from wmo_lake.collection import SinkRoots
 from wmo_lake.discover import Candidate, Job, TrialTask, WalkProblem, discover
 from wmo_lake.fingerprint import job_fingerprint, trial_fingerprint, walk_fingerprint
-from wmo_lake.readers import Readers
+from wmo_lake.readers import Readers, collecting_less
 from wmo_lake.store import (
     DUPLICATE,
     JOB,
@@ -109,7 +109,7 @@ def ingest(
     processes (`wmo_lake/spark_ingest.py`); the commit is the same."""
     started = time.perf_counter()
     store = Store(lake)
-    with store.lock(on_wait):
+    with store.lock(on_wait), collecting_less():
         update = LakeUpdate(store, store.read_manifest())
         # real path -> (candidate, fingerprint): only dirs the catalog knows are fingerprinted
         # here (to find the unchanged ones); a reader fingerprints each dir it reads.
