@@ -5,12 +5,14 @@ values are written out by hand from the trajectories the tests write."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 from harbor_shapes import dump, real_trajectory, write_job, write_trial
 
+from wmo_lake import jsonfile
 from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect
 from wmo_lake.tables import TABLES
@@ -313,13 +315,13 @@ def test_extraction_reads_each_trajectory_file_once(
     dump(agent / "trajectory.cont-1.json", linear(("agent", False)))
     dump(agent / "trajectory.summarization-1-summary.json", linear(("agent", False)))
     reads: list[str] = []
-    original = Path.read_bytes
+    original = jsonfile.read_file  # what every JSON artifact is read through
 
-    def counting(self: Path) -> bytes:
-        reads.append(self.name)
-        return original(self)
+    def counting(path: Path | str) -> bytes:
+        reads.append(os.path.basename(path))
+        return original(path)
 
-    monkeypatch.setattr(Path, "read_bytes", counting)
+    monkeypatch.setattr(jsonfile, "read_file", counting)
     ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
     trajectory_reads = sorted(n for n in reads if n.startswith("trajectory"))
     assert trajectory_reads == [
@@ -435,13 +437,54 @@ def test_embedded_subagents_are_their_own_traces(tmp_path: Path) -> None:
     assert tables["steps"].column("file_index").to_pylist() == [0, 0, 1, 1, 2]
 
 
-def test_free_text_is_written_without_a_parquet_dictionary(lake: Path) -> None:
-    """Long, distinct text (observations, messages, call arguments) skips dictionary encoding
-    (wasted hashing); the labels that repeat keep it."""
+def _many_row_lake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A lake whose segments are written as big ones are (SMALL_FILE_ROWS at 0)."""
+    from wmo_lake import commit
+
+    monkeypatch.setattr(commit, "SMALL_FILE_ROWS", 0)
+    job = write_job(tmp_path / "runs" / "job")
+    dump(write_trial(job, "parts__1") / "agent" / "trajectory.json", PARTS)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    return tmp_path / "lake"
+
+
+def _string_encodings(lake: Path, table: str) -> list[dict[str, tuple[str, ...]]]:
     import pyarrow.parquet as pq
 
     from wmo_lake.store import Store
 
+    store = Store(lake)
+    found = []
+    for path in store.files(store.read_manifest(), table):
+        meta = pq.ParquetFile(path).metadata
+        if meta.num_row_groups:
+            names = meta.schema.names
+            found.append(
+                {names[i]: meta.row_group(0).column(i).encodings for i in range(len(names))}
+            )
+    return found
+
+
+def test_a_small_segment_has_no_parquet_dictionary(lake: Path) -> None:
+    """A segment written in one go with few rows (a step of small trials) has no dictionaries:
+    each would be a page of its own, encoded and compressed apart, for a few dozen rows."""
+    for table in ("steps", "tool_calls", "trials"):
+        files = _string_encodings(lake, table)
+        assert files
+        for encodings in files:
+            assert not any("DICT" in e for e in encodings["trial_key"]), (table, encodings)
+
+
+def test_free_text_is_written_without_a_parquet_dictionary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a big segment, long, distinct text (observations, messages, call arguments) skips
+    dictionary encoding (wasted hashing); the labels that repeat keep it."""
+    import pyarrow.parquet as pq
+
+    from wmo_lake.store import Store
+
+    lake = _many_row_lake(tmp_path, monkeypatch)
     store = Store(lake)
     manifest = store.read_manifest()
     for table, free in (("steps", "observation"), ("tool_calls", "arguments")):

@@ -282,11 +282,16 @@ class Store:
                     self.root / "catalog" / partition,
                 ]
             ]
+        # by path strings: pathlib's rglob and relative_to cost ~0.1 s over a step per partition
         for folder in folders:
-            for path in folder.rglob("*") if folder.is_dir() else ():
-                if path.is_file() and path.relative_to(self.root).as_posix() not in keep:
-                    with contextlib.suppress(OSError):
-                        path.unlink()
+            top, rel_top = str(folder), folder.relative_to(self.root).as_posix()
+            for directory, _, names in os.walk(top):
+                rel_dir = rel_top + directory[len(top) :]
+                for name in names:
+                    path = f"{directory}/{name}"
+                    if f"{rel_dir}/{name}" not in keep and os.path.isfile(path):
+                        with contextlib.suppress(OSError):
+                            os.unlink(path)
         for tmp in self.root.glob(".*.tmp"):
             with contextlib.suppress(OSError):
                 tmp.unlink()
