@@ -195,7 +195,7 @@ def assert_previous_generation(lake: Path, rows: dict[str, list[str]], generatio
 def test_failed_spark_task_leaves_the_previous_generation(spark: Any, tmp_path: Path) -> None:
     root, lake, rows, generation = changed_tree(tmp_path)
     environment = spark.sparkContext.environment  # the Python workers' environment
-    environment["WMO_LAKE_CRASH_AT"] = "spark_task"  # each task's worker is killed mid-task
+    environment["WMO_LAKE_CRASH_AT"] = "spark_task"  # killed once its segments are written
     try:
         with pytest.raises(Exception, match=r"(?i)python worker|crash|exited"):
             spark_ingest(spark, [root], lake)

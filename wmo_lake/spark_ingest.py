@@ -73,8 +73,9 @@ def read_partition(
     try:
         for task in tasks:
             yield "trial", task.real, extract_to_segments(task, writer)
-            crash_point("spark_task")
-        yield "closed", writer.close(), None
+        files = writer.close()
+        crash_point("spark_task")  # segments written, the driver not told: the orphan case
+        yield "closed", files, None
     except BaseException:
         writer.abort()
         raise
