@@ -5,6 +5,8 @@ an update reads only the partitions whose files changed."""
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -278,3 +280,29 @@ def test_a_skeleton_that_cannot_be_filled_is_no_harm(tmp_path: Path, skeleton) -
     assert not (lake / SKELETON).exists()
     trials = _check(lake, tmp_path)["trials"]
     assert len(trials) == 1 and "z7" not in trials[0]
+
+
+def test_a_build_killed_before_its_checkpoint_leaves_no_rows_behind(tmp_path: Path) -> None:
+    """A build killed mid-insert leaves a write-ahead log beside its temporary file; DuckDB
+    replays such a log into whatever file is opened at that path, so the next build (here a
+    new step's) must remove it first or store the killed build's rows twice."""
+    runs, lake = tmp_path / "runs", tmp_path / "lake"
+    write_trial(_job(runs, 1), "a__1", trial_id="a1", reward=1.0, turns=TURNS)
+    ingest([runs], lake, workers=1)
+    building = lake / f".{DUCKDB_FILE}.building"
+    shutil.copyfile(lake / DUCKDB_FILE, building)
+    killed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import duckdb, os, sys; con = duckdb.connect(sys.argv[1]); "
+            "con.execute('INSERT INTO _stored_trials SELECT * FROM _stored_trials'); "
+            "os._exit(9)",
+            str(building),
+        ],
+        check=False,
+    )
+    assert killed.returncode == 9 and building.with_name(f"{building.name}.wal").exists()
+    write_trial(_job(runs, 2), "b__1", trial_id="b2", reward=0.0, turns=TURNS)
+    ingest([runs], lake, workers=1)
+    assert len(_check(lake, tmp_path)["trials"]) == 2

@@ -110,7 +110,10 @@ def build(
     database: copying every row would cost more than the one query it is for)."""
     import duckdb
 
-    path.unlink(missing_ok=True)
+    # A build killed before its checkpoint leaves a write-ahead log beside its file: DuckDB
+    # would replay it into the new file at this path (rows inserted twice).
+    for stale in (path, path.with_name(f"{path.name}.wal")):
+        stale.unlink(missing_ok=True)
     if base is not None and base.exists():
         shutil.copyfile(base, path)
         try:
