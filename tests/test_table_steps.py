@@ -465,14 +465,30 @@ def _string_encodings(lake: Path, table: str) -> list[dict[str, tuple[str, ...]]
     return found
 
 
+def _codecs(lake: Path, table: str) -> set[str]:
+    import pyarrow.parquet as pq
+
+    from wmo_lake.store import Store
+
+    store = Store(lake)
+    found = set()
+    for path in store.files(store.read_manifest(), table):
+        meta = pq.ParquetFile(path).metadata
+        for group in range(meta.num_row_groups):
+            found |= {meta.row_group(group).column(i).compression for i in range(meta.num_columns)}
+    return found
+
+
 def test_a_small_segment_has_no_parquet_dictionary(lake: Path) -> None:
     """A segment written in one go with few rows (a step of small trials) has no dictionaries:
-    each would be a page of its own, encoded and compressed apart, for a few dozen rows."""
+    each would be a page of its own, encoded and compressed apart, for a few dozen rows; and
+    it is lz4 (zstd's context per column chunk cost more than the encoding)."""
     for table in ("steps", "tool_calls", "trials"):
         files = _string_encodings(lake, table)
         assert files
         for encodings in files:
             assert not any("DICT" in e for e in encodings["trial_key"]), (table, encodings)
+        assert _codecs(lake, table) == {"LZ4"}, table  # (pyarrow names LZ4_RAW so)
 
 
 def test_free_text_is_written_without_a_parquet_dictionary(
@@ -497,3 +513,4 @@ def test_free_text_is_written_without_a_parquet_dictionary(
             encodings = {names[i]: meta.row_group(0).column(i).encodings for i in range(len(names))}
             assert not any("DICT" in e for e in encodings[free]), (table, encodings[free])
             assert any("DICT" in e for e in encodings["trial_key"]), (table, encodings)
+        assert _codecs(lake, table) == {"ZSTD"}, table

@@ -67,17 +67,22 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
 def _writer_options(table: str, small: bool = False) -> dict[str, Any]:
     """zstd; dictionaries only for strings that repeat (token-id lists and free text gain
     nothing from one but the time spent building it); float columns byte-stream-split, which
-    compresses logprobs well. A `small` file (one row group of few rows) has no dictionaries:
-    each costs a page of its own, encoded and compressed apart, which for a few dozen rows costs
-    more time than it saves bytes (zstd finds the repeats anyway)."""
+    compresses logprobs well. A `small` file (one row group of few rows: a step of small trials)
+    has no dictionaries (each costs a page of its own, encoded and compressed apart, more time
+    than it saves bytes for a few dozen rows) and is LZ4_RAW: zstd starts a context per column
+    chunk, which made it ~4 ms of a step's 7 ms to encode its 8 small files, against 3 ms in
+    all with lz4, for files ~20% bigger. DuckDB, pyarrow and Spark read either."""
     schema = TABLES[table].schema
+    split = [f.name for f in schema if pa.types.is_floating(f.type)] or False
+    if small:
+        return {"compression": "lz4", "use_dictionary": False, "use_byte_stream_split": split}
     free_text = TABLES[table].free_text
     dictionary = [f.name for f in schema if pa.types.is_string(f.type) and f.name not in free_text]
     return {
         "compression": "zstd",
         "compression_level": 1,
-        "use_dictionary": False if small else dictionary or False,
-        "use_byte_stream_split": [f.name for f in schema if pa.types.is_floating(f.type)] or False,
+        "use_dictionary": dictionary or False,
+        "use_byte_stream_split": split,
     }
 
 
