@@ -19,7 +19,7 @@ from wmo_lake import extract
 from wmo_lake.discover import TrialTask
 from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect
-from wmo_lake.store import TRIAL, Store
+from wmo_lake.store import STAGING, TRIAL, Store
 
 
 def _tree(root: Path, n_trials: int = 3, job: str = "job", prefix: str = "t") -> Path:
@@ -201,6 +201,7 @@ def test_sigkill_leaves_a_readable_lake_and_rerun_completes(tmp_path: Path, poin
     previous = set(Store(lake).read_manifest().previous)
     on_disk = {p.relative_to(lake).as_posix() for p in lake.rglob("*.parquet")}
     assert on_disk <= live | previous, "an interrupted ingest's files were never cleaned up"
+    assert not (lake / STAGING).exists(), "the killed ingest's copies of stored rows stayed"
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import duckdb
+import pyarrow.parquet as pq
 import pytest
 from harbor_shapes import write_job, write_trial
 
@@ -17,6 +18,7 @@ from wmo_lake import lakefile
 from wmo_lake.ingest import ingest
 from wmo_lake.lake import SKELETON, connect, view_sources, views_digest
 from wmo_lake.store import DUCKDB_FILE, Store, partition_of
+from wmo_lake.stored_copies import CopyWriter
 from wmo_lake.tables import TABLES
 from wmo_lake.tidy import forget
 
@@ -280,6 +282,121 @@ def test_a_skeleton_that_cannot_be_filled_is_no_harm(tmp_path: Path, skeleton) -
     assert not (lake / SKELETON).exists()
     trials = _check(lake, tmp_path)["trials"]
     assert len(trials) == 1 and "z7" not in trials[0]
+
+
+def _recording_builds(monkeypatch) -> list[lakefile.BuildReport]:
+    """Every BuildReport of the lake.duckdb builds that follow (from scratch or an update)."""
+    reports: list[lakefile.BuildReport] = []
+    for name in ("_fresh", "_update"):
+        build = getattr(lakefile, name)
+
+        def recording(*args, _build=build, **kwargs):
+            reports.append(_build(*args, **kwargs))
+            return reports[-1]
+
+        monkeypatch.setattr(lakefile, name, recording)
+    return reports
+
+
+def _stored_segments(lake: Path) -> dict[str, list[str]]:
+    """stored table -> the live segments its rows come from (but empty-schema files)."""
+    manifest = Store(lake).read_manifest()
+    sources = {name: name for name in lakefile.STORED_TABLES}
+    sources |= {name: source for name, (source, _) in lakefile.STORED_PROJECTIONS.items()}
+    return {
+        name: sorted(
+            rel
+            for rels in manifest.tables.get(source, {}).values()
+            for rel in rels
+            if not rel.endswith("-empty.parquet")
+        )
+        for name, source in sources.items()
+    }
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_an_ingest_fills_lake_duckdb_from_its_writers_copies(
+    tmp_path: Path, monkeypatch, workers: int
+) -> None:
+    """The rows an ingest writes to the stored tables are copied as they are written (by the
+    reader processes, and by the ingest process for job rows or when it reads alone), and the
+    build after the commit takes every new segment's rows from those copies instead of reading
+    the files back: lake.duckdb still equals a build from scratch and the Parquet files, and
+    the copies are gone once it is built."""
+    reports = _recording_builds(monkeypatch)
+    runs, lake = tmp_path / "runs", tmp_path / "lake"
+    for step in (1, 2):
+        job = _job(runs, step)
+        for n in range(3):
+            write_trial(job, f"t{n}__1", trial_id=f"t{step}{n}", reward=n / 2, turns=TURNS)
+    ingest([runs], lake, workers=workers)
+    report = reports[-1]  # (with readers, a first build of the empty skeleton comes before)
+    segments = _stored_segments(lake)
+    assert segments["trials"] and segments["jobs"] and segments["span_lengths"]
+    for name, rels in segments.items():
+        assert sorted(report.copied.get(name, [])) == rels, name
+    assert not (lake / ".staging").exists()
+    assert len(_check(lake, tmp_path)["trials"]) == 6
+
+    write_trial(_job(runs, 3), "c__1", trial_id="c3", reward=0.5, turns=TURNS)
+    ingest([runs], lake, workers=workers)  # an update: only the new step's segments are copied
+    new = [rel for rel in _stored_segments(lake)["trials"] if rel not in segments["trials"]]
+    assert len(new) == 1 and reports[-1].copied["trials"] == new
+    assert len(_check(lake, tmp_path)["trials"]) == 7
+
+
+def test_a_copied_segment_the_commit_rewrote_is_read_from_its_file(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A trial found in two dirs of one ingest is stored once: the reader segment holding its
+    second copy is rewritten without it, under a new name the copies do not hold. The build
+    takes from a copy only the segments the manifest names, and reads the rewritten one from
+    its file: the trial is stored once, as from scratch."""
+    reports = _recording_builds(monkeypatch)
+    runs, lake = tmp_path / "runs", tmp_path / "lake"
+    for step in (1, 2):
+        job = _job(runs, step)
+        write_trial(job, "same__1", trial_id="same", reward=1.0, turns=TURNS)
+        for n in range(3):
+            write_trial(job, f"t{n}__1", trial_id=f"t{step}{n}", reward=0.0, turns=TURNS)
+    ingest([runs], lake, workers=2)
+    report = reports[-1]  # (with readers, a first build of the empty skeleton comes before)
+    live = _stored_segments(lake)["trials"]
+    copied = report.copied["trials"]
+    assert set(copied) < set(live), "the rewritten segment must be read from its file"
+    trials = _check(lake, tmp_path)["trials"]
+    assert len(trials) == 7 and sum("'same'" in row for row in trials) == 1
+
+
+def test_a_build_takes_from_a_copy_only_the_segments_the_manifest_names(tmp_path: Path) -> None:
+    """A copy may hold segments the manifest does not name (rewritten or merged by the commit,
+    or left by a writer whose files were dropped): the build takes from it only the named ones,
+    so every stored table equals the files."""
+    runs, lake = tmp_path / "runs", tmp_path / "lake"
+    for step in (1, 2):
+        write_trial(_job(runs, step), "a__1", trial_id=f"a{step}", reward=1.0, turns=TURNS)
+    ingest([runs], lake, workers=1)
+    store = Store(lake)
+    manifest = store.read_manifest()
+    live = manifest.tables["trials"]
+    writer = CopyWriter(lake, "test-copy")
+    for partition, rels in live.items():
+        for rel in rels:
+            rows = pq.ParquetFile(lake / rel).read()
+            writer.add("trials", rows, rel, partition)
+            stray = rel.replace(".parquet", "-stray.parquet")  # the same rows, under no manifest
+            writer.add("trials", rows, stray, partition)
+    path = lake / "copied.duckdb"
+    report = lakefile.build(store, manifest, path, "copied", copies=writer.close())
+    assert sorted(report.copied["trials"]) == sorted(rel for rels in live.values() for rel in rels)
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        con.execute("SET file_search_path = ?", [str(lake)])
+        copied = _everything(con)
+    finally:
+        con.close()
+    assert copied == _built(lake, tmp_path, stored=False)
+    assert len(copied["trials"]) == 2
 
 
 def test_a_build_killed_before_its_checkpoint_leaves_no_rows_behind(tmp_path: Path) -> None:

@@ -37,6 +37,7 @@ from wmo_lake.store import (
     partition_values,
     segment_prefix,
 )
+from wmo_lake.stored_copies import CopyWriter
 from wmo_lake.tables import TABLES
 
 MAX_SEGMENTS = 12  # per table; more are merged (small ones first) so queries open few files
@@ -108,10 +109,13 @@ class SegmentWriter:
     MAX_OPEN_PARTITIONS partitions are open at once (the least recently written is closed; rows
     that reach it later start another segment there), so memory stays flat over many steps."""
 
-    def __init__(self, root: Path, prefix: str) -> None:
+    def __init__(self, root: Path, prefix: str, copies: CopyWriter | None = None) -> None:
         self.root = root
         self.prefix = prefix
         self.files: PartitionedFiles = {}
+        # the stored tables' rows, copied as they are written (see wmo_lake/stored_copies.py)
+        self.copies = copies
+        self._rels: dict[tuple[str, str], str] = {}
         # A slot's writer opens at its first flush; a slot whose only flush is its last is
         # written in one call (with the small-file options when it is small): no writer at all.
         self._writers: dict[tuple[str, str], pq.ParquetWriter | None] = {}
@@ -161,6 +165,7 @@ class SegmentWriter:
         (self.root / rel).parent.mkdir(parents=True, exist_ok=True)
         self._writers[slot] = None
         self._paths[slot] = self.root / rel
+        self._rels[slot] = rel
         self.files.setdefault(table, {}).setdefault(partition, []).append(rel)
         self._buffers[slot] = []
         self._buffered[slot] = 0
@@ -175,7 +180,7 @@ class SegmentWriter:
         writer = self._writers.pop(slot)
         if writer is not None:
             writer.close()
-        del self._paths[slot]
+        del self._paths[slot], self._rels[slot]
 
     def _build(self, table: str) -> None:
         """Build `table`'s pending rows into Arrow, each partition's rows going to its buffer;
@@ -209,6 +214,8 @@ class SegmentWriter:
                 if writer is None:
                     writer = self._writers[slot] = open_writer(self._paths[slot], slot[0])
                 writer.write_table(rows)
+            if self.copies is not None:
+                self.copies.add(slot[0], rows, self._rels[slot], slot[1])
         self._buffers[slot] = []
         self._buffered[slot] = 0
 
@@ -217,9 +224,13 @@ class SegmentWriter:
         for slot in list(self._writers):
             self._close_slot(slot)
         self._open = {}
+        if self.copies is not None:
+            self.copies.close()
         return self.files
 
     def abort(self) -> None:
+        if self.copies is not None:
+            self.copies.abort()
         for writer in self._writers.values():
             if writer is not None:
                 with contextlib.suppress(Exception):
@@ -272,12 +283,18 @@ class _Pending:
 class Commit:
     """One generation in the making: new segments, removed units, then an atomic swap."""
 
-    def __init__(self, store: Store, base: Manifest, token: str | None = None) -> None:
+    def __init__(
+        self, store: Store, base: Manifest, token: str | None = None, copy_stored: bool = False
+    ) -> None:
+        """`copy_stored`: copy the stored tables' rows as they are written, for the lake.duckdb
+        build that follows (an ingest's; see wmo_lake/stored_copies.py)."""
         self.store = store
         self.base = base
         self.generation = base.generation + 1
         self.token = token or secrets.token_hex(4)
-        self.writer = SegmentWriter(store.root, self.segment_prefix())
+        prefix = self.segment_prefix()
+        copies = CopyWriter(store.root, prefix) if copy_stored else None
+        self.writer = SegmentWriter(store.root, prefix, copies)
         self.added: PartitionedFiles = {}  # segments other processes wrote for this commit
         self.removed: dict[str, set[str]] = {}  # partition -> units to drop from its segments
         self.excluded_from_added: set[str] = set()

@@ -46,6 +46,7 @@ if TYPE_CHECKING:  # the heavy modules (pyarrow) load only when something has ch
     from wmo_lake.commit import Commit
     from wmo_lake.extract import Extracted
     from wmo_lake.spark_ingest import SparkReaders
+    from wmo_lake.stored_copies import StoredCopies
 
 Progress = Callable[[int, int], None]
 
@@ -110,6 +111,7 @@ def ingest(
     started = time.perf_counter()
     store = Store(lake)
     with store.lock(on_wait), collecting_less():
+        store.clear_staging()  # copies an interrupted ingest left
         update = LakeUpdate(store, store.read_manifest())
         # real path -> (candidate, fingerprint): only dirs the catalog knows are fingerprinted
         # here (to find the unchanged ones); a reader fingerprints each dir it reads.
@@ -206,7 +208,8 @@ def ingest(
             crash_point("before_duckdb_file")
             if head_start is not None:
                 head_start.join()
-            ensure_duckdb_file(store)
+            ensure_duckdb_file(store, update.copies(readers.copies))
+        store.clear_staging()
     update.summary.seconds = time.perf_counter() - started
     return update.summary
 
@@ -295,7 +298,7 @@ class LakeUpdate:
         if self.commit is None:
             from wmo_lake.commit import Commit
 
-            self.commit = Commit(self.store, self.base, self.token)
+            self.commit = Commit(self.store, self.base, self.token, copy_stored=True)
         return self.commit
 
     def unchanged(self, candidate: Candidate, fingerprint: str) -> bool:
@@ -425,6 +428,18 @@ class LakeUpdate:
         self._append(extracted, NO_PARTITION)
         self.catalog[source] = CatalogEntry(source, source, WALK, None, None, fingerprint, 1)
         self.touched.add(NO_PARTITION)
+
+    def copies(self, readers: Iterable[StoredCopies]) -> StoredCopies | None:
+        """The copies of the stored tables' rows this ingest's writers made (its own and the
+        readers'), for the lake.duckdb build; None when it committed nothing."""
+        if self.commit is None or self.commit.writer.copies is None:
+            return None
+        from wmo_lake.stored_copies import StoredCopies
+
+        copies = StoredCopies()
+        for made in [self.commit.writer.copies.copies, *readers]:
+            copies.merge(made)
+        return copies
 
     def finish(self) -> None:
         """Commit when anything changed (a first ingest always does, so even an empty tree

@@ -41,6 +41,8 @@ from wmo_lake.store import (
 if TYPE_CHECKING:
     import duckdb
 
+    from wmo_lake.stored_copies import StoredCopies
+
 
 def sql_dir() -> Path:
     """The view definitions: the checkout's top-level sql/ (installed as package wmo_lake.sql)."""
@@ -330,8 +332,9 @@ def prepare_duckdb_file(store: Store) -> None:
     lakefile.build(store, empty, store.root / SKELETON, "skeleton")
 
 
-def ensure_duckdb_file(store: Store) -> Path:
-    """(Re)build LAKE/lake.duckdb when it does not match the current generation."""
+def ensure_duckdb_file(store: Store, copies: StoredCopies | None = None) -> Path:
+    """(Re)build LAKE/lake.duckdb when it does not match the current generation. `copies`: an
+    ingest's copies of the rows it wrote to the stored tables (not read back from Parquet)."""
     manifest = _require(store)
     target = store.root / DUCKDB_FILE
     views = views_digest()
@@ -343,7 +346,7 @@ def ensure_duckdb_file(store: Store) -> Path:
     # from the current file (or a first ingest's skeleton): only the partitions whose files
     # changed are read again
     base = target if target.exists() or not skeleton.exists() else skeleton
-    lakefile.build(store, manifest, tmp, stamp, base=base)
+    lakefile.build(store, manifest, tmp, stamp, base=base, copies=copies)
     skeleton.unlink(missing_ok=True)
     os.replace(tmp, target)  # one rename: a reader opens the old file or the new one
     fsync_dir(store.root)

@@ -33,6 +33,8 @@ from wmo_lake.store import Manifest, Store
 if TYPE_CHECKING:
     import duckdb
 
+    from wmo_lake.stored_copies import StoredCopies
+
 # Tables stored in lake.duckdb: everything a batch-health query reads, nothing token- or
 # text-heavy (spans, steps, trajectories, tool_calls stay views over their files).
 STORED_TABLES = ("jobs", "trials", "stop_reasons", "tests", "problems")
@@ -57,6 +59,7 @@ STORED_PROJECTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
 # What the stored tables' layout in lake.duckdb is: a file of another layout is built anew.
 LAYOUT = "stored-tables-1"
 PARTITION_COLUMN = "_wmo_partition"
+FILE_COLUMN = "_wmo_file"  # in a copy of stored rows: the segment they were written to
 
 
 def stored_name(table: str) -> str:
@@ -93,6 +96,8 @@ class BuildReport:
     incremental: bool = False
     inserted: dict[str, list[str]] = field(default_factory=dict)  # table -> partitions read
     deleted: dict[str, list[str]] = field(default_factory=dict)  # table -> partitions dropped
+    # table -> the segments whose rows came from the writers' copies, not from their files
+    copied: dict[str, list[str]] = field(default_factory=dict)
 
 
 def build(
@@ -103,11 +108,14 @@ def build(
     *,
     base: Path | None = None,
     stored: bool = True,
+    copies: StoredCopies | None = None,
 ) -> BuildReport:
     """Write lake.duckdb for `manifest` at `path`: from a copy of `base` (a previous
     lake.duckdb) when it has this layout, else from scratch, storing the light tables' rows
     or, with `stored=False`, keeping every table a view over its files (a private, one-off
-    database: copying every row would cost more than the one query it is for)."""
+    database: copying every row would cost more than the one query it is for). `copies`: the
+    rows of some new segments, as their writers copied them (wmo_lake/stored_copies.py): those
+    segments are not read back."""
     import duckdb
 
     # A build killed before its checkpoint leaves a write-ahead log beside its file: DuckDB
@@ -123,7 +131,7 @@ def build(
         if con is not None:
             try:
                 if _layout(con) == LAYOUT:
-                    return _update(con, store, manifest, stamp)
+                    return _update(con, store, manifest, stamp, copies)
             except duckdb.Error:
                 pass  # a copy that cannot be brought up to date is built anew
             finally:
@@ -131,7 +139,7 @@ def build(
         path.unlink(missing_ok=True)
     con = duckdb.connect(str(path))
     try:
-        return _fresh(con, store, manifest, stamp, stored)
+        return _fresh(con, store, manifest, stamp, stored, copies)
     finally:
         con.close()
 
@@ -171,13 +179,19 @@ def _source(name: str) -> tuple[str, tuple[str, ...] | None]:
     return name, None
 
 
-def _create_stored(con: duckdb.DuckDBPyConnection, name: str, files: list[str]) -> None:
+def _create_stored(
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    files: list[str],
+    copies: StoredCopies | None = None,
+    report: BuildReport | None = None,
+) -> None:
     """`_stored_<name>`: the rows of `files` (or none, of the table's schema) with the partition
     column, and the view `<name>` over it without that column."""
     from wmo_lake.tables import TABLES
 
     source, columns = _source(name)
-    if files:
+    if files and not (copies and copies.covering(name, files)[0]):
         con.execute(f"CREATE OR REPLACE TABLE {stored_name(name)} AS {_select(name, files)}")
         _check_partitions(con, name)
     else:
@@ -188,6 +202,8 @@ def _create_stored(con: duckdb.DuckDBPyConnection, name: str, files: list[str]) 
             f"CAST(NULL AS VARCHAR) AS {PARTITION_COLUMN} FROM _wmo_empty"
         )
         con.unregister("_wmo_empty")
+        if files:  # (some of them copied by their writers)
+            _fill(con, name, files, copies, report)
     con.execute(f"DROP VIEW IF EXISTS {name}")
     con.execute(
         f"CREATE VIEW {name} AS SELECT * EXCLUDE ({PARTITION_COLUMN}) FROM {stored_name(name)}"
@@ -217,15 +233,54 @@ def _check_partitions(con: duckdb.DuckDBPyConnection, name: str) -> None:
         raise LakeError(f"{name}: segments outside tables/<table>/run=<run>/step=<step>/")
 
 
+def _fill(
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    files: list[str],
+    copies: StoredCopies | None,
+    report: BuildReport | None,
+) -> None:
+    """Insert the rows of `files` into `_stored_<name>`: those a writer's copy holds from the
+    copy, the others read from their files, in one scan."""
+    import pyarrow as pa
+
+    taken, rest = copies.covering(name, files) if copies else ([], files)
+    for path, rels in taken:
+        with pa.memory_map(path) as source:
+            con.register("_wmo_copy", pa.ipc.open_stream(source))
+            try:
+                where, params = "", []
+                if rels is not None:  # the copy holds segments this build does not want
+                    where = f" WHERE {FILE_COLUMN} IN (SELECT unnest(?::VARCHAR[]))"
+                    params = [rels]
+                con.execute(
+                    f"INSERT INTO {stored_name(name)} BY NAME SELECT * EXCLUDE ({FILE_COLUMN}) "
+                    f"FROM _wmo_copy{where}",
+                    params,
+                )
+            finally:
+                con.unregister("_wmo_copy")
+    if report is not None and taken:
+        copied = set(files) - set(rest)
+        report.copied.setdefault(name, []).extend(rel for rel in files if rel in copied)
+    if rest:
+        con.execute(f"INSERT INTO {stored_name(name)} BY NAME {_select(name, rest)}")
+        _check_partitions(con, name)
+
+
 def _insert(
-    con: duckdb.DuckDBPyConnection, name: str, partitions: dict[str, list[str]], digests: dict
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    partitions: dict[str, list[str]],
+    digests: dict,
+    copies: StoredCopies | None = None,
+    report: BuildReport | None = None,
 ) -> list[str]:
-    """Insert the rows of `partitions` ({partition: files}) into `_stored_<name>`, in one scan;
-    their file digests go to `digests`."""
+    """Insert the rows of `partitions` ({partition: files}) into `_stored_<name>`, in one scan
+    (but for the segments `copies` holds); their file digests go to `digests`."""
     files = [rel for rels in partitions.values() for rel in rels]
     if files:
-        con.execute(f"INSERT INTO {stored_name(name)} BY NAME {_select(name, files)}")
-        _check_partitions(con, name)
+        _fill(con, name, files, copies, report)
     done = [partition for partition, rels in partitions.items() if rels]
     digests.update({partition: files_digest(partitions[partition]) for partition in done})
     return done
@@ -293,7 +348,12 @@ def _meta(con: duckdb.DuckDBPyConnection, stamp: str, views: str) -> None:
 
 
 def _fresh(
-    con: duckdb.DuckDBPyConnection, store: Store, manifest: Manifest, stamp: str, stored: bool
+    con: duckdb.DuckDBPyConnection,
+    store: Store,
+    manifest: Manifest,
+    stamp: str,
+    stored: bool,
+    copies: StoredCopies | None = None,
 ) -> BuildReport:
     from wmo_lake.lake import views_digest
 
@@ -311,7 +371,8 @@ def _fresh(
     for name in plan:
         source, _ = _source(name)
         partitions = manifest.tables.get(source, {})
-        _create_stored(con, name, [rel for rels in partitions.values() for rel in rels])
+        files = [rel for rels in partitions.values() for rel in rels]
+        _create_stored(con, name, files, copies, report)
         report.inserted[name] = [part for part, rels in partitions.items() if rels]
         rows += [(name, part, files_digest(partitions[part])) for part in report.inserted[name]]
     _create_views(con, manifest, plan)
@@ -357,7 +418,11 @@ def _save_digests(
 
 
 def _update(
-    con: duckdb.DuckDBPyConnection, store: Store, manifest: Manifest, stamp: str
+    con: duckdb.DuckDBPyConnection,
+    store: Store,
+    manifest: Manifest,
+    stamp: str,
+    copies: StoredCopies | None = None,
 ) -> BuildReport:
     """Bring a copy of an earlier lake.duckdb (this layout) up to `manifest`."""
     from wmo_lake.lake import views_digest
@@ -398,7 +463,7 @@ def _update(
         changed = {part: partitions[part] for part, d in digests.items() if old.get(part) != d}
         read: dict[str, str] = {}
         report.deleted[name] = gone
-        report.inserted[name] = _insert(con, name, changed, read)
+        report.inserted[name] = _insert(con, name, changed, read, copies, report)
         _save_digests(con, name, schema, read, gone)
     if views_then != views_digest() or set(had) != set(plan):
         _create_views(con, manifest, plan)

@@ -30,6 +30,7 @@ from wmo_lake.store import PartitionedFiles, partition_of
 if TYPE_CHECKING:  # pyarrow loads only once the readers are forked
     from wmo_lake.commit import SegmentWriter
     from wmo_lake.extract import Extracted
+    from wmo_lake.stored_copies import StoredCopies
 
 # Below this much JSON to read, starting worker processes (~0.5 s, and every row crosses a pipe)
 # costs more than the second core saves.
@@ -56,6 +57,7 @@ class Readers:
         self.segment_prefix = segment_prefix  # a reader's segments are named <prefix>-w<i>
         self.processes, self.chunk = reader_count(tasks, workers)
         self.files: list[PartitionedFiles] = []
+        self.copies: list[StoredCopies] = []  # each reader's copies of the stored tables' rows
 
     @property
     def write_rows(self) -> bool:
@@ -125,7 +127,9 @@ class Readers:
                         f"a reader process failed; nothing was committed:\n{payload}"
                     )
                 if kind == "closed":
-                    self.files.append(payload)
+                    files, copies = payload
+                    self.files.append(files)
+                    self.copies.append(copies)
                     finished += 1
                     continue
                 in_flight -= 1
@@ -232,14 +236,17 @@ def _reader_main(tasks: Any, results: Any, lake: str, prefix: str, parent_pid: i
     try:
         from wmo_lake.commit import SegmentWriter
         from wmo_lake.extract import begin_reading
+        from wmo_lake.stored_copies import CopyWriter
 
         begin_reading()  # (forked: what the parent may have cached is not this reader's)
         fewer_collections()
-        writer = SegmentWriter(Path(lake), prefix)
+        copies = CopyWriter(Path(lake), prefix)
+        writer = SegmentWriter(Path(lake), prefix, copies)
         while (message := tasks.get()) is not None:
             number, chunk = message
             results.put(("trials", (number, [extract_to_segments(task, writer) for task in chunk])))
-        results.put(("closed", writer.close()))
+        files = writer.close()
+        results.put(("closed", (files, copies.copies)))
     except BaseException:
         results.put(("error", traceback.format_exc()))
 

@@ -99,6 +99,7 @@ class SparkReaders:
         self.lake = lake
         self.segment_prefix = segment_prefix
         self.files: list[Any] = []
+        self.copies: list[Any] = []  # (Spark tasks copy no stored rows: the build reads them)
 
     def __iter__(self) -> Iterator[tuple[TrialTask, Extracted]]:
         if not self.tasks:

@@ -7,6 +7,7 @@
                             one entry per ingested dir: its unit, fingerprint, problems
     LAKE/lake.duckdb                   views over the live files, for any DuckDB client
     LAKE/.lock                         held by the one ingest that may write
+    LAKE/.staging/                     its copies of the stored tables' rows (stored_copies.py)
 
 Every row sits in the partition of its unit's run and step (a trial's, a job's: the labels of
 its job dir; `__HIVE_DEFAULT_PARTITION__` when it has none, as in Hive and Spark). Run labels are
@@ -29,6 +30,7 @@ import functools
 import json
 import os
 import secrets
+import shutil
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
     from wmo_lake.catalog import CatalogEntry
 
 MANIFEST = "manifest.json"
+STAGING = ".staging"  # an ingest's copies of the stored tables' rows (wmo_lake/stored_copies.py)
 DUCKDB_FILE = "lake.duckdb"
 DUCKDB_STAMP = ".lake.duckdb.stamp"  # the generation lake.duckdb was built for
 FORMAT = "wmo-lake"
@@ -295,6 +298,10 @@ class Store:
         for tmp in self.root.glob(".*.tmp"):
             with contextlib.suppress(OSError):
                 tmp.unlink()
+
+    def clear_staging(self) -> None:
+        """Remove what an ingest left in LAKE/.staging (only the lock's holder uses it)."""
+        shutil.rmtree(self.root / STAGING, ignore_errors=True)
 
     @contextlib.contextmanager
     def lock(self, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
