@@ -6,12 +6,16 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+# The skeleton lake.duckdb cache (wmo_lake.lake.cached_skeleton): one for the session, not the
+# user's ~/.cache (subprocesses inherit it). A test about the cache sets its own.
+os.environ.setdefault("WMO_LAKE_CACHE_DIR", tempfile.mkdtemp(prefix="wmo-lake-test-cache-"))
 
 
 @pytest.fixture

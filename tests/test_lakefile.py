@@ -16,7 +16,14 @@ from harbor_shapes import write_job, write_trial
 
 from wmo_lake import lakefile
 from wmo_lake.ingest import ingest
-from wmo_lake.lake import SKELETON, connect, view_sources, views_digest
+from wmo_lake.lake import (
+    CACHE_DIR_ENV,
+    SKELETON,
+    cached_skeleton,
+    connect,
+    view_sources,
+    views_digest,
+)
 from wmo_lake.store import DUCKDB_FILE, Store, partition_of
 from wmo_lake.stored_copies import CopyWriter
 from wmo_lake.tables import TABLES
@@ -126,7 +133,8 @@ def test_kept_incrementally_it_equals_a_build_from_scratch(tmp_path: Path, monke
     gone = _check(lake, tmp_path)
     assert partition_of("exp", 1) in updates[-1].deleted["trials"]
     assert not any("step-0001" in row for row in gone["trials"])
-    assert len(updates) == 4 and all(report.incremental for report in updates)
+    # (the first build too: it fills a skeleton, copied from the cache dir)
+    assert len(updates) == 5 and all(report.incremental for report in updates)
 
 
 def test_an_update_reads_only_the_partitions_that_changed(tmp_path: Path) -> None:
@@ -249,6 +257,7 @@ def test_a_first_ingest_fills_the_views_it_bound_while_its_readers_worked(
 
     monkeypatch.setattr(lakefile, "_update", recording_update)
     monkeypatch.setattr(lakefile, "_create_views", recording_views)
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "cache"))  # no skeleton cached yet
     runs, lake = tmp_path / "runs", tmp_path / "lake"
     for step in (1, 2):
         job = _job(runs, step)
@@ -423,3 +432,65 @@ def test_a_build_killed_before_its_checkpoint_leaves_no_rows_behind(tmp_path: Pa
     write_trial(_job(runs, 2), "b__1", trial_id="b2", reward=0.0, turns=TURNS)
     ingest([runs], lake, workers=1)
     assert len(_check(lake, tmp_path)["trials"]) == 2
+
+
+def _skeleton_builds(monkeypatch) -> list[str]:
+    """The stamps of the lake.duckdb files built from here on ("skeleton" for a skeleton)."""
+    stamps: list[str] = []
+    build = lakefile.build
+
+    def recording(store, manifest, path, stamp, **kwargs):
+        stamps.append(stamp)
+        return build(store, manifest, path, stamp, **kwargs)
+
+    monkeypatch.setattr(lakefile, "build", recording)
+    return stamps
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_first_build_copies_the_skeleton_kept_in_the_cache(
+    tmp_path: Path, monkeypatch, workers: int
+) -> None:
+    """A skeleton holds nothing of its lake, so the first one built (with a head start or
+    without) is kept in the cache dir and every later lake's first build starts from a copy
+    of it, with the same result as a build from scratch."""
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "cache"))
+    stamps = _skeleton_builds(monkeypatch)
+    runs = tmp_path / "runs"
+    for step in (1, 2):
+        for n in range(2):
+            write_trial(_job(runs, step), f"t{n}__1", trial_id=f"t{step}{n}", turns=TURNS)
+    cached = cached_skeleton()
+    assert cached is not None and cached.parent == tmp_path / "cache" and not cached.exists()
+    ingest([runs], tmp_path / "first", workers=workers)
+    assert stamps.count("skeleton") == 1 and cached.is_file()
+    ingest([runs], tmp_path / "second", workers=workers)
+    assert stamps.count("skeleton") == 1, "the second lake built its skeleton again"
+    assert len(stamps) == 3  # the skeleton and each lake's own file
+    assert not (tmp_path / "second" / SKELETON).exists()
+    assert len(_check(tmp_path / "second", tmp_path)["trials"]) == 4
+
+
+def test_a_cached_skeleton_that_cannot_be_used_is_dropped(tmp_path: Path, monkeypatch) -> None:
+    """A cache file that is not a skeleton of this layout costs one build from scratch (the
+    lake is still right) and is removed, so the next lake builds and keeps a good one; an
+    empty cache dir setting keeps none."""
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "cache"))
+    cached = cached_skeleton()
+    assert cached is not None
+    cached.parent.mkdir()
+    cached.write_bytes(b"not a duckdb file")
+    runs = tmp_path / "runs"
+    write_trial(_job(runs, 1), "a__1", trial_id="a1", reward=1.0, turns=TURNS)
+    ingest([runs], tmp_path / "first", workers=1)
+    assert len(_check(tmp_path / "first", tmp_path)["trials"]) == 1
+    assert not cached.exists()
+    ingest([runs], tmp_path / "second", workers=1)
+    assert cached.is_file()
+    with duckdb.connect(str(cached), read_only=True) as con:
+        assert con.execute("SELECT stamp FROM _wmo_lake").fetchall() == [("skeleton",)]
+
+    monkeypatch.setenv(CACHE_DIR_ENV, "")
+    assert cached_skeleton() is None
+    ingest([runs], tmp_path / "third", workers=1)
+    assert len(_check(tmp_path / "third", tmp_path)["trials"]) == 1
