@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from wmo_lake.commands.options import fail, lake_hint, lake_option
+from wmo_lake.commands.options import exit_quickly_when_done, fail, lake_hint, lake_option
 from wmo_lake.store import LakeError
 
 
@@ -197,3 +197,5 @@ def ingest(
             click.echo(f"see them: wmo-lake sql{lake_hint(ctx, lake)} {query}", err=True)
     if strict and (summary.problems or summary.paths_without_trials):
         sys.exit(1)
+    if spark is None:  # (a Spark session's JVM is stopped by the interpreter's teardown)
+        exit_quickly_when_done()  # the lock is released, every file synced and closed
