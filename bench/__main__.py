@@ -21,6 +21,7 @@ over the whole process tree. Trees and lakes are cached in --out, keyed by their
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -172,17 +173,22 @@ def wmo_lake_command() -> list[str]:
     return [sys.executable, "-c", "from wmo_lake.cli import main; main()"]
 
 
-def run_measured(args: list[str], interval: float = 0.02) -> Run:
+def run_measured(args: list[str], interval: float = 0.02, sample: bool = True) -> Run:
     """Run `wmo-lake ARGS`, sampling the RSS of it and every child until it exits."""
-    return run_command([*wmo_lake_command(), *args], interval)
+    return run_command([*wmo_lake_command(), *args], interval, sample)
 
 
-def run_command(command: list[str], interval: float = 0.02) -> Run:
-    """Run any command the same way (the anchors that are processes of their own)."""
+def run_command(command: list[str], interval: float = 0.02, sample: bool = True) -> Run:
+    """Run any command the same way (the anchors that are processes of their own). Without
+    `sample`, only timed: the sampler (a walk of the process table and every member's RSS, 50
+    times a second) competes for the 2 cores with the command it measures, and made a 1.7 s
+    ingest take 1.9 s; a figure of speed is timed unsampled, its peak RSS from another run."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         started = time.perf_counter()
         proc = psutil.Popen(command, stdout=out, stderr=err)
         peak_tree = peak_one = 0
+        if not sample:
+            proc.wait()
         while proc.poll() is None:
             total = 0
             try:
@@ -197,7 +203,8 @@ def run_command(command: list[str], interval: float = 0.02) -> Run:
                 total += rss
                 peak_one = max(peak_one, rss)
             peak_tree = max(peak_tree, total)
-            time.sleep(interval)
+            with contextlib.suppress(psutil.TimeoutExpired):  # (ends as soon as it exits)
+                proc.wait(timeout=interval)
         seconds = time.perf_counter() - started
         out.seek(0)
         err.seek(0)
@@ -234,9 +241,10 @@ def command_exists(*words: str) -> bool:
     return True
 
 
-def ingest(paths: list[Path], lake: Path, workers: int | None) -> Run:
+def ingest(paths: list[Path], lake: Path, workers: int | None, sample: bool = False) -> Run:
+    """`wmo-lake ingest`, timed; with `sample`, its peak RSS too (see run_command)."""
     args = ["ingest", *map(str, paths), "--lake", str(lake), "--json"]
-    return run_measured(args + (["--workers", str(workers)] if workers else []))
+    return run_measured(args + (["--workers", str(workers)] if workers else []), sample=sample)
 
 
 _READY_LAKES: dict[Path, tuple[Path, Run]] = {}
@@ -311,10 +319,12 @@ def bench_ingest(report: Report, tree: realistic_trees.Tree, args: argparse.Name
     small_runs = []
     for _ in range(args.repeat):
         shutil.rmtree(small_lake, ignore_errors=True)
-        small_runs.append(ingest(small_paths, small_lake, args.workers))
+        small_runs.append(ingest(small_paths, small_lake, args.workers, sample=True))
     shutil.rmtree(small_lake, ignore_errors=True)
+    shutil.rmtree(lake, ignore_errors=True)  # the peak RSS of a whole first ingest, sampled
+    memory_runs = [ingest([tree.root], lake, args.workers, sample=True)]
 
-    peak_full = max(r.peak_tree_rss for r in full_runs)
+    peak_full = max(r.peak_tree_rss for r in memory_runs)
     peak_small = max(r.peak_tree_rss for r in small_runs)
     ingest_s = median(ingest_seconds)
     anchor_s = median(anchor_seconds)
@@ -347,7 +357,7 @@ def bench_ingest(report: Report, tree: realistic_trees.Tree, args: argparse.Name
         round(peak_full / MIB, 1),
         f"{len(results)} trials; RSS summed over the process tree (shared pages counted in "
         f"every process: an upper bound); largest single process "
-        f"{max(r.peak_process_rss for r in full_runs) / MIB:.0f} MiB",
+        f"{max(r.peak_process_rss for r in memory_runs) / MIB:.0f} MiB",
     )
     report.set(
         "ingest",
@@ -381,7 +391,7 @@ def bench_ingest(report: Report, tree: realistic_trees.Tree, args: argparse.Name
         "ingest_seconds": ingest_seconds,
         "orjson_seconds": anchor_seconds,
         "reingest_seconds": [r.seconds for r in reingests],
-        "peak_tree_rss_full": [r.peak_tree_rss for r in full_runs],
+        "peak_tree_rss_full": [r.peak_tree_rss for r in memory_runs],
         "peak_tree_rss_small": [r.peak_tree_rss for r in small_runs],
         "small_ingest_seconds": [r.seconds for r in small_runs],
         "summary": summary,
@@ -415,15 +425,16 @@ def bench_small(report: Report, args: argparse.Namespace) -> None:
     results = sorted(root.glob("run/harbor/step-*/*/*/result.json"))
     baselines.orjson_load_seconds(results)  # warm the page cache
     lake = args.out / "work" / "small-lake"
-    ratios, seconds, anchors, runs = [], [], [], []
+    ratios, seconds, anchors = [], [], []
     for _ in range(args.repeat):
         anchor, _ = baselines.orjson_load_seconds(results)
         shutil.rmtree(lake, ignore_errors=True)
         run = ingest([root], lake, args.workers)
         anchors.append(anchor)
         seconds.append(run.seconds)
-        runs.append(run)
         ratios.append(anchor / run.seconds)
+    shutil.rmtree(lake, ignore_errors=True)
+    runs = [ingest([root], lake, args.workers, sample=True)]  # the peak RSS, from its own run
     shutil.rmtree(lake, ignore_errors=True)
     n = len(results)
     report.set(
@@ -509,7 +520,7 @@ def bench_growth(report: Report, args: argparse.Namespace) -> None:
 
 
 def _stats_json(lake: Path) -> tuple[float, list[dict[str, Any]]]:
-    run = run_measured(["stats", "--lake", str(lake), "--json"])
+    run = run_measured(["stats", "--lake", str(lake), "--json"], sample=False)
     return run.seconds, json.loads(run.stdout)
 
 
@@ -643,7 +654,8 @@ def bench_export(report: Report, tree: realistic_trees.Tree, args: argparse.Name
         for stale in (target, target.with_name(target.name + ".manifest.json")):
             stale.unlink(missing_ok=True)
         run = run_measured(
-            ["export", "datums", "--lake", str(lake), "--out", str(target), "--no-split-guard"]
+            ["export", "datums", "--lake", str(lake), "--out", str(target), "--no-split-guard"],
+            sample=False,
         )
         meta = pq.read_table(target, columns=["n_tokens", "loss_tokens"])
         tokens = sum(meta.column("n_tokens").to_pylist())
@@ -759,7 +771,6 @@ def bench_trajectories(report: Report, args: argparse.Namespace) -> None:
     baselines.orjson_load_seconds(twin.files("result.json"))
     lake = args.out / "work" / "trajectory-lake"
     ratios, marginal_ratios, ingest_seconds, twin_seconds, anchor_seconds = [], [], [], [], []
-    run = None
     n_steps = 0
     for _ in range(args.repeat):
         anchor, _ = baselines.orjson_load_seconds(files)
@@ -800,7 +811,6 @@ def bench_trajectories(report: Report, args: argparse.Namespace) -> None:
         "ingest_seconds": ingest_seconds,
         "twin_ingest_seconds": twin_seconds,
         "orjson_seconds": anchor_seconds,
-        "peak_tree_rss": run.peak_tree_rss if run else None,
     }
 
 
@@ -821,7 +831,7 @@ def bench_report(report: Report, args: argparse.Namespace) -> None:
     report_seconds, stats_seconds = [], []
     summary = ""
     for _ in range(args.repeat):
-        run = run_measured(["report", "--lake", str(lake), "--out", str(page)])
+        run = run_measured(["report", "--lake", str(lake), "--out", str(page)], sample=False)
         report_seconds.append(run.seconds)
         summary = run.stdout.strip()
         stats_seconds.append(_stats_json(lake)[0])
