@@ -67,3 +67,21 @@ def test_every_row_lands_once_in_its_partition(
                 seen[row["trial_key"]] = (row["run"], row["step"])
                 assert partition_of(row["run"], row["step"]) == partition
     assert seen == expected
+
+
+@pytest.mark.parametrize(("message", "codec"), [("short", "LZ4"), ("x" * 2**21, "ZSTD")])
+def test_a_file_written_in_one_go_is_lz4_only_when_small_in_bytes_too(
+    tmp_path: Path, message: str, codec: str
+) -> None:
+    """A few rows are a small file (lz4: zstd's cost per column chunk outweighs its gain) only
+    while they are few bytes too: a big trial's few hundred turns are megabytes of tokens,
+    which zstd stores smaller (pyarrow names LZ4_RAW `LZ4`)."""
+    names = [n for n in TABLES["stop_reasons"].schema.names if n not in ("run", "step")]
+    rows = [_unit(f"t{n}", n) | {"exception_type": message} for n in range(3)]
+    assert "exception_type" in names
+    writer = SegmentWriter(tmp_path, "000001-test")
+    writer.append("stop_reasons", PendingRows.from_rows(rows, names), partition_of("r", 1))
+    (rel,) = writer.close()["stop_reasons"][partition_of("r", 1)]
+    meta = pq.ParquetFile(tmp_path / rel).metadata
+    assert meta.num_rows == 3
+    assert {meta.row_group(0).column(i).compression for i in range(meta.num_columns)} == {codec}

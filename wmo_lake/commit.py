@@ -68,11 +68,12 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
 def _writer_options(table: str, small: bool = False) -> dict[str, Any]:
     """zstd; dictionaries only for strings that repeat (token-id lists and free text gain
     nothing from one but the time spent building it); float columns byte-stream-split, which
-    compresses logprobs well. A `small` file (one row group of few rows: a step of small trials)
-    has no dictionaries (each costs a page of its own, encoded and compressed apart, more time
-    than it saves bytes for a few dozen rows) and is LZ4_RAW: zstd starts a context per column
-    chunk, which made it ~4 ms of a step's 7 ms to encode its 8 small files, against 3 ms in
-    all with lz4, for files ~20% bigger. DuckDB, pyarrow and Spark read either."""
+    compresses logprobs well. A `small` file (one row group of few rows and bytes: a step of
+    small trials) has no dictionaries (each costs a page of its own, encoded and compressed
+    apart, more time than it saves bytes for a few dozen rows) and is LZ4_RAW: zstd starts a
+    context per column chunk, which made it ~4 ms of a step's 7 ms to encode its 8 small files,
+    against 3 ms in all with lz4, for files ~20% bigger. DuckDB, pyarrow and Spark read
+    either."""
     schema = TABLES[table].schema
     split = [f.name for f in schema if pa.types.is_floating(f.type)] or False
     if small:
@@ -94,6 +95,10 @@ def open_writer(path: Path, table: str) -> pq.ParquetWriter:
 # A segment written in one go with fewer rows than this is a small file (see _writer_options):
 # what a step of small trials puts in a partition.
 SMALL_FILE_ROWS = 4096
+# ... and fewer Arrow bytes than this: a big trial's few hundred turns are megabytes of token
+# ids, which zstd stores in ~3/4 of lz4's bytes (the spans of the bench's 128 big trials:
+# 13 MB, 17 MB as lz4), at a cost that is per byte, not per column chunk
+SMALL_FILE_BYTES = 2**20
 
 
 MAX_OPEN_PARTITIONS = 4  # per writer; tasks arrive grouped by step, so older ones are done
@@ -203,7 +208,8 @@ class SegmentWriter:
             rows = pa.concat_tables(self._buffers[slot])
             writer = self._writers[slot]
             if writer is None and last:  # the file's only row group: one call writes it
-                options = _writer_options(slot[0], small=rows.num_rows < SMALL_FILE_ROWS)
+                small = rows.num_rows < SMALL_FILE_ROWS and rows.nbytes < SMALL_FILE_BYTES
+                options = _writer_options(slot[0], small=small)
                 # encoded in memory, then written at once: Arrow's file stream makes a write
                 # call per page (~100 for a trials file)
                 encoded = pa.BufferOutputStream()
