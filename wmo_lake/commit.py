@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import secrets
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -448,7 +448,10 @@ class Commit:
             "schemas": manifest.schemas,
             "previous": manifest.previous,
         }
-        atomic_write_bytes(self.store.manifest_path, json.dumps(payload, indent=2).encode())
+        # msgspec: json.dumps(indent=2)'s bytes (but UTF-8 where it escapes), ~5x faster for the
+        # ~0.8 MB manifest of a 1,000-step lake
+        manifest_bytes = msgspec.json.format(msgspec.json.encode(payload), indent=2)
+        atomic_write_bytes(self.store.manifest_path, manifest_bytes)
         crash_point("after_manifest")
         self.store.collect_garbage(
             manifest, None if self.store.interrupted else self.touched, self.base.previous

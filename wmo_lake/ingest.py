@@ -261,11 +261,13 @@ class LakeUpdate:
         if not wanted:
             return
         self.loaded |= wanted
-        for source, entry in self.store.read_catalog(self.base, wanted).items():
-            if source not in self.catalog:
-                self.catalog[source] = entry
-                if self._owner is not None and entry.unit_key:
+        read = self.store.read_catalog(self.base, wanted)
+        if self._owner is not None:
+            for source, entry in read.items():
+                if source not in self.catalog and entry.unit_key:
                     self._owner.setdefault(entry.unit_key, source)
+        read.update(self.catalog)  # (in one call: a lake of 1,000 steps has 100k entries)
+        self.catalog = read
 
     @property
     def owner(self) -> dict[str, str]:
