@@ -114,7 +114,8 @@ def ingest(
     token_sink_dir (spans from that dir's {trial}.jsonl), terminus-2 otherwise (spans from
     result.json). Re-ingesting is cheap: unchanged trial dirs are not parsed, changed ones
     replace their rows, and nothing is counted twice. What cannot be read is recorded in the
-    `problems` table.
+    `problems` table. A new lake's lake.duckdb starts from a skeleton kept in
+    $WMO_LAKE_CACHE_DIR (default ~/.cache/wmo-lake; set it empty to keep none).
 
     \b
     Examples:
