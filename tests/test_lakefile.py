@@ -494,3 +494,15 @@ def test_a_cached_skeleton_that_cannot_be_used_is_dropped(tmp_path: Path, monkey
     assert cached_skeleton() is None
     ingest([runs], tmp_path / "third", workers=1)
     assert len(_check(tmp_path / "third", tmp_path)["trials"]) == 1
+
+
+def test_a_cache_dir_that_cannot_be_written_is_no_cache(tmp_path: Path, monkeypatch) -> None:
+    """A cache dir under a plain file (so it can be neither made nor read) leaves every first
+    build as it was without the cache: the ingest works and says nothing."""
+    (tmp_path / "not-a-dir").write_text("a file")
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "not-a-dir" / "cache"))
+    runs = tmp_path / "runs"
+    write_trial(_job(runs, 1), "a__1", trial_id="a1", reward=1.0, turns=TURNS)
+    for workers in (1, 2):
+        ingest([runs], tmp_path / f"lake-{workers}", workers=workers)
+        assert len(_check(tmp_path / f"lake-{workers}", tmp_path)["trials"]) == 1

@@ -360,8 +360,9 @@ def _copy_atomically(source: Path, target: Path) -> bool:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, tmp)
         os.replace(tmp, target)
-    except OSError:
-        tmp.unlink(missing_ok=True)
+    except OSError:  # none kept yet, or a cache dir that cannot be read or written
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
         return False
     return True
 
@@ -379,7 +380,7 @@ def prepare_duckdb_file(store: Store) -> None:
         return
     target = store.root / SKELETON
     cached = cached_skeleton()
-    if cached is not None and cached.is_file() and _copy_atomically(cached, target):
+    if cached is not None and _copy_atomically(cached, target):  # (False when none is kept)
         return
     lakefile.build(store, _empty_manifest(), target, "skeleton")
     if cached is not None:
