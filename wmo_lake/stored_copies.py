@@ -27,7 +27,7 @@ import pyarrow as pa
 from wmo_lake.lakefile import FILE_COLUMN, PARTITION_COLUMN, STORED_PROJECTIONS, STORED_TABLES
 from wmo_lake.store import STAGING
 
-__all__ = ["FILE_COLUMN", "CopyWriter", "StoredCopies"]
+__all__ = ["CopyWriter", "StoredCopies"]
 
 
 def _stored_of(table: str) -> list[tuple[str, tuple[str, ...] | None]]:
