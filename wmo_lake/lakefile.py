@@ -226,7 +226,7 @@ def _select(name: str, files: list[str]) -> str:
 def _check_partitions(con: duckdb.DuckDBPyConnection, name: str) -> None:
     ((stray,),) = con.execute(
         f"SELECT count(*) FROM {stored_name(name)} WHERE {PARTITION_COLUMN} = ''"
-    ).fetchall()  # (fetched to the end: an unfinished result blocks the next register)
+    ).fetchall()  # (to the end: DuckDB refuses to register a copy's scan after a partial fetch)
     if stray:
         from wmo_lake.store import LakeError
 
@@ -246,8 +246,6 @@ def _fill(
 
     taken, rest = copies.covering(name, files) if copies else ([], files)
     for path, rels in taken:
-        # (each statement's result fetched: DuckDB refuses to register a scan on a connection
-        # whose last result is unfinished)
         with pa.memory_map(path) as source:
             con.register("_wmo_copy", pa.ipc.open_stream(source))
             try:
@@ -259,14 +257,14 @@ def _fill(
                     f"INSERT INTO {stored_name(name)} BY NAME SELECT * EXCLUDE ({FILE_COLUMN}) "
                     f"FROM _wmo_copy{where}",
                     params,
-                ).fetchall()
+                )
             finally:
                 con.unregister("_wmo_copy")
     if report is not None and taken:
         copied = set(files) - set(rest)
         report.copied.setdefault(name, []).extend(rel for rel in files if rel in copied)
     if rest:
-        con.execute(f"INSERT INTO {stored_name(name)} BY NAME {_select(name, rest)}").fetchall()
+        con.execute(f"INSERT INTO {stored_name(name)} BY NAME {_select(name, rest)}")
         _check_partitions(con, name)
 
 
@@ -472,7 +470,7 @@ def _update(
                 f"DELETE FROM {stored_name(name)} WHERE {PARTITION_COLUMN} IN "
                 f"(SELECT unnest(?::VARCHAR[]))",
                 [gone],
-            ).fetchall()
+            )
         changed = {part: partitions[part] for part, d in digests.items() if old.get(part) != d}
         read: dict[str, str] = {}
         report.deleted[name] = gone
