@@ -513,4 +513,8 @@ def test_free_text_is_written_without_a_parquet_dictionary(
             encodings = {names[i]: meta.row_group(0).column(i).encodings for i in range(len(names))}
             assert not any("DICT" in e for e in encodings[free]), (table, encodings[free])
             assert any("DICT" in e for e in encodings["trial_key"]), (table, encodings)
+            # no min / max for free text (they prune nothing); the labels keep theirs
+            column = {names[i]: meta.row_group(0).column(i) for i in range(len(names))}
+            assert not column[free].is_stats_set, (table, free)
+            assert column["trial_key"].is_stats_set, table
         assert _codecs(lake, table) == {"ZSTD"}, table
