@@ -314,6 +314,8 @@ class Commit:
         self.removed: dict[str, set[str]] = {}  # partition -> units to drop from its segments
         self.excluded_from_added: set[str] = set()
         self.touched: set[str] = set()  # partitions whose files or catalog this commit changes
+        # once finished: the manifest and the partitions to sweep (None: all)
+        self._swept: tuple[Manifest, set[str] | None] | None = None
 
     def segment_prefix(self, label: str = "") -> str:
         return segment_prefix(self.generation, self.token, label)
@@ -419,11 +421,17 @@ class Commit:
         return partitions
 
     def finish(
-        self, catalog: Iterable[CatalogEntry], touched: Iterable[str] | None = None
+        self,
+        catalog: Iterable[CatalogEntry],
+        touched: Iterable[str] | None = None,
+        *,
+        sweep: bool = True,
     ) -> Manifest:
         """Write the catalog and swap the manifest: the commit point. `catalog`: the entries
         after this commit; only the partitions in `touched` (all when None) have changed
-        entries, and only their catalog files are written again."""
+        entries, and only their catalog files are written again. Then the files no generation
+        names are removed, or, with `sweep=False`, left for the caller's `sweep()` (an ingest
+        sweeps while lake.duckdb is built)."""
         own = self.writer.close()
         tables: PartitionedFiles = {}
         for name in TABLES:
@@ -462,10 +470,21 @@ class Commit:
         manifest_bytes = msgspec.json.format(msgspec.json.encode(payload), indent=2)
         atomic_write_bytes(self.store.manifest_path, manifest_bytes)
         crash_point("after_manifest")
-        self.store.collect_garbage(
-            manifest, None if self.store.interrupted else self.touched, self.base.previous
-        )
+        self._swept = (manifest, None if self.store.interrupted else self.touched)
+        if sweep:
+            self.sweep()
         return manifest
+
+    def sweep(self, temporaries: bool = True) -> None:
+        """After `finish`: remove the files neither this generation nor the previous one names
+        (`Store.collect_garbage`: in the partitions this commit touched, or all of them after
+        an interrupted writer), with the lake's temporary files when `temporaries`."""
+        if self._swept is None:
+            raise RuntimeError("sweep() comes after finish()")
+        manifest, partitions = self._swept
+        self.store.collect_garbage(
+            manifest, partitions, self.base.previous, temporaries=temporaries
+        )
 
     def _schema_of(self, name: str) -> str:
         """What every file of `name` was written with: this code's schema (every file a commit

@@ -266,11 +266,14 @@ class Store:
         manifest: Manifest,
         partitions: Iterable[str] | None = None,
         dropped: Iterable[str] = (),
+        *,
+        temporaries: bool = True,
     ) -> None:
         """Remove files neither this generation nor the previous one names (readers of the
         previous generation may still be scanning): `dropped` (the files the previous
         generation no longer needed), then whatever else lies in `partitions` (every partition
-        when None: after an interrupted ingest, whose files may be anywhere)."""
+        when None: after an interrupted ingest, whose files may be anywhere), then, when
+        `temporaries`, the lake's temporary files (`remove_temporaries`)."""
         keep = set(manifest.live_files()) | set(manifest.previous)
         for rel in dropped:
             if rel not in keep:
@@ -298,6 +301,12 @@ class Store:
                     if f"{rel_dir}/{name}" not in keep and os.path.isfile(path):
                         with contextlib.suppress(OSError):
                             os.unlink(path)
+        if temporaries:
+            self.remove_temporaries()
+
+    def remove_temporaries(self) -> None:
+        """Remove the temporary files (`.<name>.<token>.tmp`) a killed writer left in the lake's
+        root. Only while nothing of this process is writing one (an atomic write's file)."""
         for tmp in self.root.glob(".*.tmp"):
             with contextlib.suppress(OSError):
                 tmp.unlink()
