@@ -60,5 +60,6 @@ def test_a_big_buffer_comes_from_the_heap_and_stays_there() -> None:
     kept = probe("keep")
     assert kept["changed"] is True
     assert kept["mmapped"] == 0
-    assert kept["heap"] >= 32 * 2**20
-    assert kept["kept"] >= 32 * 2**20  # freed, but its pages stay for the next trial
+    # (the heap grows by the buffer less what it already had free: a few kB to a MiB)
+    assert kept["heap"] >= 30 * 2**20
+    assert kept["kept"] >= 30 * 2**20  # freed, but its pages stay for the next trial
