@@ -85,3 +85,53 @@ def test_a_file_written_in_one_go_is_lz4_only_when_small_in_bytes_too(
     meta = pq.ParquetFile(tmp_path / rel).metadata
     assert meta.num_rows == 3
     assert {meta.row_group(0).column(i).compression for i in range(meta.num_columns)} == {codec}
+
+
+@pytest.mark.parametrize(("turns", "codec"), [(2, "LZ4"), (5000, "ZSTD")])  # small, big
+def test_token_and_logprob_lists_are_encoded_for_what_they_hold(
+    tmp_path: Path, turns: int, codec: str
+) -> None:
+    """Token ids delta-packed, logprobs byte-stream-split (wmo_lake/parquet_encodings.py), in a
+    small segment and a big one; DuckDB reads the values back as they were written."""
+    import duckdb
+
+    from wmo_lake.tables import spans
+
+    schema = TABLES["spans"].schema
+    rows = [
+        {
+            "trial_key": "t",
+            "batch": "b",
+            "trial_name": "t",
+            "call_index": call,
+            "prompt_len": 3 * call + 2,
+            "prompt_prefix_len": 3 * call,
+            "prompt_new_ids": [151_644 - call, 9 + call],
+            "sampled_token_ids": [call, 2**40 + call],
+            "sampled_logprobs": [-0.25 * call, -1e-9],
+            "n_sampled": 2,
+            "source": "rollout_details",
+        }
+        for call in range(turns)
+    ]
+    table = pa.Table.from_pylist(rows, schema=schema)
+    assert spans.SCHEMA.equals(schema)
+    writer = SegmentWriter(tmp_path, "000001-test")
+    writer.append("spans", table, partition_of("r", 1))
+    (rel,) = writer.close()["spans"][partition_of("r", 1)]
+    meta = pq.ParquetFile(tmp_path / rel).metadata.row_group(0)
+    encodings = {
+        meta.column(i).path_in_schema: meta.column(i).encodings for i in range(meta.num_columns)
+    }
+    assert meta.column(0).compression == codec
+    assert "DELTA_BINARY_PACKED" in encodings["prompt_new_ids.list.element"]
+    assert "DELTA_BINARY_PACKED" in encodings["sampled_token_ids.list.element"]
+    assert "BYTE_STREAM_SPLIT" in encodings["sampled_logprobs.list.element"]
+    back = duckdb.sql(
+        "SELECT call_index, prompt_new_ids, sampled_token_ids, sampled_logprobs "
+        f"FROM read_parquet('{tmp_path / rel}') ORDER BY call_index"
+    ).fetchall()
+    assert back == [
+        (r["call_index"], r["prompt_new_ids"], r["sampled_token_ids"], r["sampled_logprobs"])
+        for r in rows
+    ]

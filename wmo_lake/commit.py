@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from wmo_lake import __version__
 from wmo_lake.catalog import CatalogEntry
+from wmo_lake.parquet_encodings import list_encodings
 from wmo_lake.pending import PendingRows
 from wmo_lake.store import (
     FORMAT,
@@ -68,24 +69,27 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
 def _writer_options(table: str, small: bool = False) -> dict[str, Any]:
     """zstd; dictionaries only for strings that repeat (token-id lists and free text gain
     nothing from one but the time spent building it); float columns byte-stream-split, which
-    compresses logprobs well. A `small` file (one row group of few rows and bytes: a step of
-    small trials) has no dictionaries (each costs a page of its own, encoded and compressed
-    apart, more time than it saves bytes for a few dozen rows) and is LZ4_RAW: zstd starts a
-    context per column chunk, which made it ~4 ms of a step's 7 ms to encode its 8 small files,
-    against 3 ms in all with lz4, for files ~20% bigger. DuckDB, pyarrow and Spark read
-    either."""
+    compresses logprobs well, and token id lists delta-packed (`list_encodings`). A `small`
+    file (one row group of few rows and bytes: a step of small trials) has no dictionaries
+    (each costs a page of its own, encoded and compressed apart, more time than it saves bytes
+    for a few dozen rows) and is LZ4_RAW: zstd starts a context per column chunk, which made it
+    ~4 ms of a step's 7 ms to encode its 8 small files, against 3 ms in all with lz4, for files
+    ~20% bigger. DuckDB, pyarrow and Spark read either."""
     schema = TABLES[table].schema
     split = [f.name for f in schema if pa.types.is_floating(f.type)] or False
     free_text = TABLES[table].free_text
     # No min / max statistics for free text: a page's min and max of long, all-distinct texts
     # prune no query, and comparing every value for them was ~15% of a trajectory's write.
     statistics = [f.name for f in schema if f.name not in free_text] if free_text else True
+    # token id and logprob lists: see wmo_lake/parquet_encodings.py
+    encodings = list_encodings(schema) or None
     if small:
         return {
             "compression": "lz4",
             "use_dictionary": False,
             "use_byte_stream_split": split,
             "write_statistics": statistics,
+            "column_encoding": encodings,
         }
     dictionary = [f.name for f in schema if pa.types.is_string(f.type) and f.name not in free_text]
     return {
@@ -94,6 +98,7 @@ def _writer_options(table: str, small: bool = False) -> dict[str, Any]:
         "use_dictionary": dictionary or False,
         "use_byte_stream_split": split,
         "write_statistics": statistics,
+        "column_encoding": encodings,
     }
 
 
