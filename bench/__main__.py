@@ -275,6 +275,13 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
+def spread(values: list[float], unit: str = "x", digits: int = 3) -> str:
+    """The repeats' range, for a detail: on a shared, noisy machine the median hides it."""
+    if len(values) < 2:
+        return ""
+    return f"; the {len(values)} repeats {min(values):.{digits}f}-{max(values):.{digits}f}{unit}"
+
+
 def mb(n_bytes: float) -> float:
     return n_bytes / 1e6
 
@@ -334,7 +341,8 @@ def bench_ingest(report: Report, tree: realistic_trees.Tree, args: argparse.Name
         round(median(ratios), 3),
         f"wmo-lake ingest {mb(result_bytes) / ingest_s:.0f} MB/s (median {ingest_s:.2f} s, "
         f"process start and commit included) vs orjson.loads {mb(result_bytes) / anchor_s:.0f} "
-        f"MB/s ({anchor_s:.2f} s), over {len(results)} result.json = {mb(result_bytes):.0f} MB",
+        f"MB/s ({anchor_s:.2f} s), over {len(results)} result.json = {mb(result_bytes):.0f} MB"
+        + spread(ratios),
     )
     report.set("ingest", "throughput_mb_s", round(mb(result_bytes) / ingest_s, 1))
     report.set(
@@ -442,9 +450,14 @@ def bench_small(report: Report, args: argparse.Namespace) -> None:
         "throughput_ratio",
         round(median(ratios), 3),
         f"{n} small trials: wmo-lake ingest {median(seconds):.2f} s (process start and commit "
-        f"included) vs orjson.loads of their result.json {median(anchors):.2f} s",
+        f"included) vs orjson.loads of their result.json {median(anchors):.2f} s" + spread(ratios),
     )
-    report.set("small", "trials_per_s", round(n / median(seconds)), f"{n} trials")
+    report.set(
+        "small",
+        "trials_per_s",
+        round(n / median(seconds)),
+        f"{n} trials" + spread([n / s for s in seconds], " trials/s", digits=0),
+    )
     report.set(
         "small",
         "peak_rss_mib",
@@ -501,6 +514,7 @@ def bench_growth(report: Report, args: argparse.Namespace) -> None:
         f"ingest of one 128-trial step into a lake of {n_steps - 1} steps "
         f"{median(into_big):.2f} s vs into an empty lake {median(into_empty):.2f} s "
         "(process start, catalog, manifest and lake.duckdb included)"
+        + spread(ratios)
         + (f"; fewer than {GROWTH_STEPS} steps: --tiny-trials too small" if short else ""),
     )
     report.set(
@@ -679,7 +693,7 @@ def bench_export(report: Report, tree: realistic_trees.Tree, args: argparse.Name
         round(median(ratios), 2),
         f"export {tokens / median(export_seconds):,.0f} tok/s ({median(export_seconds):.2f} s, "
         f"process start included) vs plain Python {totals.tokens / median(anchor_seconds):,.0f} "
-        f"tok/s ({median(anchor_seconds):.2f} s)",
+        f"tok/s ({median(anchor_seconds):.2f} s)" + spread(ratios),
     )
     report.set("export", "tokens_per_s", round(tokens / median(export_seconds)))
     report.set(
@@ -793,7 +807,7 @@ def bench_trajectories(report: Report, args: argparse.Namespace) -> None:
         f"ingest {mb(n_bytes) / median(ingest_seconds):.0f} MB/s of trajectory.json (the whole "
         f"ingest: process start, result.json, commit; {median(ingest_seconds):.2f} s) vs "
         f"orjson.loads {mb(n_bytes) / median(anchor_seconds):.0f} MB/s; {len(files)} "
-        f"trajectories, {mb(n_bytes):.0f} MB, {n_steps} steps",
+        f"trajectories, {mb(n_bytes):.0f} MB, {n_steps} steps" + spread(ratios),
     )
     report.set("trajectories", "throughput_mb_s", round(mb(n_bytes) / median(ingest_seconds), 1))
     report.set(
@@ -802,7 +816,7 @@ def bench_trajectories(report: Report, args: argparse.Namespace) -> None:
         round(median(marginal_ratios), 3),
         f"trajectory bytes / (ingest of the tree - ingest of its twin without trajectory.json: "
         f"{median(ingest_seconds):.2f} - {median(twin_seconds):.2f} s) = "
-        f"{mb(n_bytes) / marginal:.0f} MB/s",
+        f"{mb(n_bytes) / marginal:.0f} MB/s" + spread(marginal_ratios),
     )
     report.measurements["trajectories"] = {
         "trajectories": len(files),
