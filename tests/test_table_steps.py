@@ -16,6 +16,7 @@ from wmo_lake import jsonfile
 from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect
 from wmo_lake.tables import TABLES
+from wmo_lake.tables import trajectories as trajectories_module
 
 
 def step(step_id: int, source: str, message: Any = "", **fields: Any) -> dict[str, Any]:
@@ -277,6 +278,21 @@ def test_malformed_trajectories_are_problems_and_keep_the_trial(lake: Path) -> N
     assert query(lake, "SELECT count(*) FROM problems WHERE trial_name = 'badjson__1'") == [(1,)]
 
 
+def test_each_file_row_holds_the_size_of_its_file(lake: Path) -> None:
+    """`bytes` is the file's size, for trajectory.json (the size its one read saw) as for the
+    others, readable or not."""
+    rows = query(
+        lake,
+        "SELECT t.artifact_dir, f.file, f.status, f.bytes FROM trajectories AS f "
+        "JOIN trials AS t USING (trial_key) WHERE f.file NOT LIKE '%#%'",
+    )
+    statuses = {(file, status) for _, file, status, _ in rows}
+    assert {("trajectory.json", "ok"), ("trajectory.json", "unreadable")} <= statuses
+    assert ("trajectory.json", "malformed") in statuses
+    for artifact_dir, file, _, size in rows:
+        assert size == (Path(artifact_dir) / "agent" / file).stat().st_size, (artifact_dir, file)
+
+
 def test_wrong_types_are_left_null_and_reported_once_per_field(lake: Path) -> None:
     rows = query(
         lake,
@@ -322,6 +338,14 @@ def test_extraction_reads_each_trajectory_file_once(
         return original(path)
 
     monkeypatch.setattr(jsonfile, "read_file", counting)
+    stats: list[str] = []  # a read file's size is the read's: no stat of it after
+    sized = trajectories_module._size
+
+    def counted_size(path: Path) -> int | None:
+        stats.append(path.name)
+        return sized(path)
+
+    monkeypatch.setattr(trajectories_module, "_size", counted_size)
     ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
     trajectory_reads = sorted(n for n in reads if n.startswith("trajectory"))
     assert trajectory_reads == [
@@ -329,6 +353,7 @@ def test_extraction_reads_each_trajectory_file_once(
         "trajectory.json",
         "trajectory.summarization-1-summary.json",
     ]
+    assert stats == []
 
 
 def test_schema_is_what_the_issue_lists() -> None:

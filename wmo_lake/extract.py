@@ -192,7 +192,7 @@ def extract_trial(task: TrialTask) -> Extracted:
         span_table = spans.rows(found, key, task.batch, trial_name)
 
     report = ctrf_tests.read_report(task.path, problems)
-    trajectory_status, trajectory = _read_trajectory(task.path, problems)
+    trajectory_status, trajectory, trajectory_bytes = _read_trajectory(task.path, problems)
     # The trace is the pi-bridge path's stop reason; terminus-2's is reconstructed, trace or not.
     trace = stop_reasons.read_trace(trial_dir, problems) if pi_bridge else stop_reasons.Trace()
     identity = {"trial_key": key, "batch": task.batch, "trial_name": trial_name}
@@ -217,7 +217,7 @@ def extract_trial(task: TrialTask) -> Extracted:
     )
     # Every trajectory file (trajectory.json as already read) -> trajectories / steps / tool_calls.
     trajectory_tables = trajectories.read_trajectories(
-        trial_dir / "agent", trajectory_status, trajectory, problems
+        trial_dir / "agent", trajectory_status, trajectory, problems, trajectory_bytes
     ).tables(identity)
     del trajectory
     tables = {
@@ -245,14 +245,15 @@ def _sink_spans(task: TrialTask, problems: ProblemLog) -> spans.Spans:
     return from_sink(sink_file, problems)
 
 
-def _read_trajectory(trial_dir: str, problems: ProblemLog) -> tuple[str, Any]:
+def _read_trajectory(trial_dir: str, problems: ProblemLog) -> tuple[str, Any, int | None]:
+    """agent/trajectory.json: its status, its document when ok, and its size when read."""
     path = f"{trial_dir}/agent/trajectory.json"
-    doc, _ = atif.read(path)
+    doc, size = atif.read(path)
     if doc is None:
-        return "absent", None
+        return "absent", None, None
     if isinstance(doc, ReadFailure):
         problems.add(doc.kind, path, doc.message + "; completion is read as not declared")
-        return "unreadable", None
+        return "unreadable", None, size
     if not atif.is_trajectory(doc):
         problems.add(
             "malformed_trajectory",
@@ -260,5 +261,5 @@ def _read_trajectory(trial_dir: str, problems: ProblemLog) -> tuple[str, Any]:
             f"{path} is not an ATIF trajectory (expected an object with a `steps` array); "
             "completion is read as not declared",
         )
-        return "malformed", None
-    return "ok", doc
+        return "malformed", None, size
+    return "ok", doc, size

@@ -163,11 +163,16 @@ def _size(path: Path) -> int | None:
 
 
 def read_trajectories(
-    agent_dir: Path, main_status: str, main_doc: Any, problems: ProblemLog
+    agent_dir: Path,
+    main_status: str,
+    main_doc: Any,
+    problems: ProblemLog,
+    main_size: int | None = None,
 ) -> Found:
     """Every trajectory file of a trial. trajectory.json comes as the caller already read and
-    judged it (`main_status` absent / unreadable / malformed / ok, and the decoded `main_doc` when
-    ok), so that file is never read twice and its problems are not recorded twice."""
+    judged it (`main_status` absent / unreadable / malformed / ok, the decoded `main_doc` when
+    ok, and `main_size`, its bytes when they were read), so that file is never read twice and
+    its problems are not recorded twice."""
     found = Found()
     try:
         names = set(os.listdir(agent_dir))
@@ -181,7 +186,9 @@ def read_trajectories(
         if main_status == "unreadable":
             doc = ReadFailure(main_status, "")
         label = found.label(MAIN_FILE, MAIN)
-        ref = add_file(found, main_path, label, doc, _size(main_path), problems, report=False)
+        # (the size the read saw; a stat only for a file that could not be read: ~20 us a trial)
+        size = main_size if main_size is not None else _size(main_path)
+        ref = add_file(found, main_path, label, doc, size, problems, report=False)
         del doc
     del main_doc
 
@@ -233,7 +240,7 @@ def read_trial_trajectories(trial_dir: Path | str) -> dict[str, pa.Table]:
     identity = {"trial_key": f"dir:{trial_dir}", "batch": "", "trial_name": trial_dir.name}
     problems = ProblemLog(unit_key=identity["trial_key"], batch="", trial_name=trial_dir.name)
     path = trial_dir / "agent" / MAIN_FILE
-    doc, _ = atif.read(path)
+    doc, size = atif.read(path)
     if doc is None:
         status = "absent"
     elif isinstance(doc, ReadFailure):
@@ -244,7 +251,7 @@ def read_trial_trajectories(trial_dir: Path | str) -> dict[str, pa.Table]:
         problems.add("malformed_trajectory", path, f"{path} is not an ATIF trajectory")
     else:
         status = OK
-    found = read_trajectories(trial_dir / "agent", status, doc, problems)
+    found = read_trajectories(trial_dir / "agent", status, doc, problems, size)
     schemas = {"trajectories": SCHEMA, "steps": steps.SCHEMA, "tool_calls": tool_calls.SCHEMA}
     tables = {name: rows.to_table(schemas[name]) for name, rows in found.tables(identity).items()}
     tables["problems"] = pa.Table.from_pylist(problems.rows, schema=PROBLEMS_SCHEMA)
