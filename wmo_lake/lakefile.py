@@ -191,7 +191,7 @@ def _create_stored(
     from wmo_lake.tables import TABLES
 
     source, columns = _source(name)
-    if files and not (copies and copies.covering(name, files)[0]):
+    if files and copies is None:
         con.execute(f"CREATE OR REPLACE TABLE {stored_name(name)} AS {_select(name, files)}")
         _check_partitions(con, name)
     else:
@@ -202,7 +202,7 @@ def _create_stored(
             f"CAST(NULL AS VARCHAR) AS {PARTITION_COLUMN} FROM _wmo_empty"
         )
         con.unregister("_wmo_empty")
-        if files:  # (some of them copied by their writers)
+        if files:  # those its writers copied from their copies, the others from their files
             _fill(con, name, files, copies, report)
     con.execute(f"DROP VIEW IF EXISTS {name}")
     con.execute(
