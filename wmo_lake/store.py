@@ -279,21 +279,23 @@ class Store:
             if rel not in keep:
                 with contextlib.suppress(OSError):
                     (self.root / rel).unlink()
+        # (folder, its path in the lake) by path strings: pathlib's rglob and relative_to cost
+        # ~0.1 s over a step per partition, relative_to alone ~0.1 ms a folder
         if partitions is None:
-            folders = [self.root / "tables", self.root / "catalog"]
+            folders = ["tables", "catalog"]
         else:
-            tables = [p for p in (self.root / "tables").glob("*") if p.is_dir()]
+            tables = [p.name for p in (self.root / "tables").glob("*") if p.is_dir()]
             folders = [
                 folder
                 for partition in partitions
                 for folder in [
-                    *(table / partition for table in tables),
-                    self.root / "catalog" / partition,
+                    *(f"tables/{table}/{partition}" for table in tables),
+                    f"catalog/{partition}",
                 ]
             ]
-        # by path strings: pathlib's rglob and relative_to cost ~0.1 s over a step per partition
-        for folder in folders:
-            top, rel_top = str(folder), folder.relative_to(self.root).as_posix()
+        root = str(self.root)
+        for rel_top in folders:
+            top = f"{root}/{rel_top}"
             for directory, _, names in os.walk(top):
                 rel_dir = rel_top + directory[len(top) :]
                 for name in names:
