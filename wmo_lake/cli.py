@@ -100,6 +100,9 @@ def _show_warning(
 def main() -> None:
     """The `wmo-lake` entry point: the command group, then (after a command that asked for it and
     succeeded) an exit without the interpreter's teardown, stdout and stderr flushed first."""
+    from wmo_lake.commands.options import OWN_PROCESS
+
+    OWN_PROCESS.append(True)
     try:
         cli()
     except SystemExit as done:

@@ -16,7 +16,6 @@ import gc
 import itertools
 import multiprocessing
 import os
-import sys
 import threading
 import time
 import traceback
@@ -26,6 +25,7 @@ from queue import Empty
 from typing import TYPE_CHECKING, Any
 
 from wmo_lake.discover import TrialTask
+from wmo_lake.lean import skip_numpy
 from wmo_lake.store import PartitionedFiles, partition_of
 
 if TYPE_CHECKING:  # pyarrow loads only once the readers are forked
@@ -252,19 +252,6 @@ def _reader_main(tasks: Any, results: Any, lake: str, prefix: str, parent_pid: i
         results.put(("closed", (files, copies.copies)))
     except BaseException:
         results.put(("error", traceback.format_exc()))
-
-
-def skip_numpy() -> bool:
-    """For a reader process, before pyarrow loads: pyarrow imports numpy when it is installed
-    (about half of pyarrow's import, ~0.1-0.15 s of each reader's CPU at every ingest), yet
-    nothing a reader does (build Arrow arrays from Python rows, write Parquet) uses it. Blocked
-    the standard way, a None in sys.modules, so pyarrow finds no numpy and goes without it. False
-    (nothing changed) when numpy is already loaded here: a forkserver child whose server
-    preloaded pyarrow with it."""
-    if "numpy" in sys.modules:
-        return False
-    sys.modules["numpy"] = None  # type: ignore[assignment]
-    return True
 
 
 # The cyclic collector's thresholds while reading: a small trial allocates thousands of objects

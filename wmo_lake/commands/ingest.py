@@ -10,7 +10,14 @@ from typing import Any
 
 import click
 
-from wmo_lake.commands.options import exit_quickly_when_done, fail, lake_hint, lake_option
+from wmo_lake.commands.options import (
+    OWN_PROCESS,
+    exit_quickly_when_done,
+    fail,
+    lake_hint,
+    lake_option,
+)
+from wmo_lake.lean import skip_numpy
 from wmo_lake.store import LakeError
 
 
@@ -136,6 +143,8 @@ def ingest(
             "cores (e.g. --master 'local[4]')",
             2,
         )
+    if OWN_PROCESS and engine != "spark":  # (pyspark may want numpy)
+        skip_numpy()  # nothing here uses it: see wmo_lake/lean.py
     bar: Any = None
     show_bar = sys.stderr.isatty() and not as_json
 

@@ -27,6 +27,11 @@ def exit_quickly_when_done() -> None:
     QUICK_EXIT.append(True)
 
 
+# Set by wmo_lake.cli.main before the command runs: this process is the `wmo-lake` program, not a
+# caller's (a test's CliRunner, a notebook), so a command may change how it loads modules.
+OWN_PROCESS: list[bool] = []
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
     """Stop with click's own error style: `Error: message` and exit 1 for a failure; for a usage
     error (code 2) click's usage line and `Try '... -h' for help.` come first."""
