@@ -506,3 +506,32 @@ def test_a_cache_dir_that_cannot_be_written_is_no_cache(tmp_path: Path, monkeypa
     for workers in (1, 2):
         ingest([runs], tmp_path / f"lake-{workers}", workers=workers)
         assert len(_check(tmp_path / f"lake-{workers}", tmp_path)["trials"]) == 1
+
+
+def test_copied_batches_come_in_order_in_bounded_groups_of_one_schema(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The build inserts a table's copies a group of batches at a time (one statement, one
+    chunk a column): every batch once, in order, no group past INSERT_BYTES but by its last
+    batch, and a change of schema starts a group (a table is built from one)."""
+    import pyarrow as pa
+
+    def stream(path: Path, batches: list[pa.RecordBatch]) -> str:
+        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, batches[0].schema) as out:
+            for batch in batches:
+                out.write_batch(batch)
+        return str(path)
+
+    ints = [pa.record_batch({"x": list(range(i * 100, i * 100 + 100))}) for i in range(6)]
+    texts = [pa.record_batch({"x": [str(i)] * 50}) for i in range(2)]
+    paths = [stream(tmp_path / "a", ints[:3]), stream(tmp_path / "b", texts)]
+    paths.append(stream(tmp_path / "c", ints[3:]))
+    monkeypatch.setattr(lakefile, "INSERT_BYTES", 2 * ints[0].nbytes)
+    groups = list(lakefile._copied_batches(paths))
+
+    assert [b for group in groups for b in group] == ints[:3] + texts + ints[3:]
+    for group in groups:
+        assert all(batch.schema.equals(group[0].schema) for batch in group)
+        assert sum(batch.nbytes for batch in group[:-1]) < lakefile.INSERT_BYTES
+    # (a group of 2 is full; a schema change closes one early; the texts are small: one group)
+    assert [len(group) for group in groups] == [2, 1, 2, 2, 1]

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,6 +32,7 @@ from wmo_lake.store import Manifest, Store
 
 if TYPE_CHECKING:
     import duckdb
+    import pyarrow as pa
 
     from wmo_lake.stored_copies import StoredCopies
 
@@ -245,27 +246,55 @@ def _fill(
     import pyarrow as pa
 
     taken, rest = copies.covering(name, files) if copies else ([], files)
-    for path, rels in taken:
-        with pa.memory_map(path) as source:
-            con.register("_wmo_copy", pa.ipc.open_stream(source))
-            try:
-                where, params = "", []
-                if rels is not None:  # the copy holds segments this build does not want
-                    where = f" WHERE {FILE_COLUMN} IN (SELECT unnest(?::VARCHAR[]))"
-                    params = [rels]
-                con.execute(
-                    f"INSERT INTO {stored_name(name)} BY NAME SELECT * EXCLUDE ({FILE_COLUMN}) "
-                    f"FROM _wmo_copy{where}",
-                    params,
-                )
-            finally:
-                con.unregister("_wmo_copy")
+    for batches in _copied_batches([path for path, _ in taken]):
+        # (one chunk a column: DuckDB pays per chunk, and a copy has one per segment written)
+        con.register("_wmo_copy", pa.Table.from_batches(batches).combine_chunks())
+        try:
+            where, params = "", []
+            if any(rels is not None for _, rels in taken):  # (segments this build leaves out)
+                where = f" WHERE {FILE_COLUMN} IN (SELECT unnest(?::VARCHAR[]))"
+                params = [files]
+            con.execute(
+                f"INSERT INTO {stored_name(name)} BY NAME SELECT * EXCLUDE ({FILE_COLUMN}) "
+                f"FROM _wmo_copy{where}",
+                params,
+            )
+        finally:
+            con.unregister("_wmo_copy")
     if report is not None and taken:
         copied = set(files) - set(rest)
         report.copied.setdefault(name, []).extend(rel for rel in files if rel in copied)
     if rest:
         con.execute(f"INSERT INTO {stored_name(name)} BY NAME {_select(name, rest)}")
         _check_partitions(con, name)
+
+
+# Copied rows are inserted this many bytes at a time: in one statement for every copy of a table
+# (a statement costs ~3-5 ms, and DuckDB scans a table, unlike a stream, on every core), with
+# memory still bounded for a big ingest.
+INSERT_BYTES = 64 * 2**20
+
+
+def _copied_batches(paths: list[str]) -> Iterator[list[pa.RecordBatch]]:
+    """The record batches of the copies at `paths`, in order, in groups of about INSERT_BYTES
+    and of one schema each."""
+    import pyarrow as pa
+
+    group: list[pa.RecordBatch] = []
+    size = 0
+    for path in paths:
+        with pa.memory_map(path) as source:
+            for batch in pa.ipc.open_stream(source):
+                if group and not batch.schema.equals(group[0].schema):
+                    yield group
+                    group, size = [], 0
+                group.append(batch)
+                size += batch.nbytes
+                if size >= INSERT_BYTES:
+                    yield group
+                    group, size = [], 0
+    if group:
+        yield group
 
 
 def _insert(
