@@ -356,6 +356,33 @@ def test_extraction_reads_each_trajectory_file_once(
     assert stats == []
 
 
+def test_a_read_lists_the_agent_dir_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fingerprint taken before a read and the read itself share one listing of agent/."""
+    from wmo_lake.discover import TrialTask, discover
+    from wmo_lake.extract import read_task
+
+    job = write_job(tmp_path / "runs" / "job")
+    agent = write_trial(job, "chain__1") / "agent"
+    dump(agent / "trajectory.json", linear(("agent", False), ref="trajectory.cont-1.json"))
+    dump(agent / "trajectory.cont-1.json", linear(("agent", False)))
+    (candidate,) = discover(tmp_path / "runs").candidates
+    listings: list[str] = []
+    listdir = os.listdir
+
+    def counted_listdir(path: Any = ".") -> list[str]:
+        listings.append(str(path))
+        return listdir(path)
+
+    monkeypatch.setattr(os, "listdir", counted_listdir)
+    extracted = read_task(TrialTask.of(candidate))
+    assert [os.path.basename(p) for p in listings] == ["agent"]
+    assert extracted.fingerprint is not None
+    assert sorted(extracted.tables["trajectories"].columns["file"]) == [
+        "trajectory.cont-1.json",
+        "trajectory.json",
+    ]
+
+
 def test_schema_is_what_the_issue_lists() -> None:
     steps = set(TABLES["steps"].schema.names)
     assert {

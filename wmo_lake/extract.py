@@ -120,15 +120,17 @@ def begin_reading() -> None:
 def read_task(task: TrialTask) -> Extracted:
     """`extract_trial`, with the dir's fingerprint taken first (in the reader: on a first ingest
     the ingest process fingerprints nothing, so that work is spread over the readers too)."""
-    from wmo_lake.fingerprint import trial_fingerprint
+    from wmo_lake.fingerprint import agent_listing, trial_fingerprint
 
-    fingerprint = trial_fingerprint(task)
-    extracted = extract_trial(task)
+    agent_names = agent_listing(task.path)
+    fingerprint = trial_fingerprint(task, agent_names)
+    extracted = extract_trial(task, agent_names)
     extracted.fingerprint = fingerprint
     return extracted
 
 
-def extract_trial(task: TrialTask) -> Extracted:
+def extract_trial(task: TrialTask, agent_names: list[str] | None = None) -> Extracted:
+    """One trial dir's rows. `agent_names`: its agent/ dir's listing, when the caller has it."""
     trial_dir = Path(task.path)
     result_path = trial_dir / "result.json"
     problems = ProblemLog(unit_key=f"dir:{task.real}", batch=task.batch, trial_name=trial_dir.name)
@@ -217,7 +219,7 @@ def extract_trial(task: TrialTask) -> Extracted:
     )
     # Every trajectory file (trajectory.json as already read) -> trajectories / steps / tool_calls.
     trajectory_tables = trajectories.read_trajectories(
-        trial_dir / "agent", trajectory_status, trajectory, problems, trajectory_bytes
+        trial_dir / "agent", trajectory_status, trajectory, problems, trajectory_bytes, agent_names
     ).tables(identity)
     del trajectory
     tables = {

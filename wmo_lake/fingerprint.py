@@ -46,19 +46,30 @@ def _collection(job: Job) -> list[str]:
     return [job.collection_path, str(job.token_sink_dir), str(sink and (sink.path, sink.exists))]
 
 
-def trial_fingerprint(candidate: Candidate | TrialTask) -> str:
+def agent_listing(trial_dir: str) -> list[str]:
+    """The names in a trial's agent/ dir (none when it cannot be listed)."""
+    try:
+        return os.listdir(f"{trial_dir}/agent")
+    except OSError:
+        return []
+
+
+def trial_fingerprint(
+    candidate: Candidate | TrialTask, agent_names: list[str] | None = None
+) -> str:
     """What decides whether a trial dir must be re-read: its files' sizes and mtimes, the
     trajectories beside them, its sink file, its job's collection path, and the labels it would
-    be stored under. A reader process takes it (of a TrialTask) just before it reads the dir."""
+    be stored under. A reader process takes it (of a TrialTask) just before it reads the dir,
+    with the `agent_listing` the read then uses (one listing, not two: ~15 us of a small
+    trial's ~400)."""
     job = candidate.job
     directory = str(candidate.path)  # plain strings: pathlib's joins cost more than the stats
     parts = [EXTRACT_VERSION, job.batch, str(job.run), str(job.step), *_collection(job)]
     parts += [f"{name}={_stat_token(f'{directory}/{name}')}" for name in TRIAL_FILES]
+    if agent_names is None:
+        agent_names = agent_listing(directory)
     agent = f"{directory}/agent"
-    try:
-        agent_files = sorted(n for n in os.listdir(agent) if n.startswith("trajectory"))
-    except OSError:
-        agent_files = []
+    agent_files = sorted(n for n in agent_names if n.startswith("trajectory"))
     parts += [f"agent/{name}={_stat_token(f'{agent}/{name}')}" for name in agent_files]
     if job.sink is not None:
         name = os.path.basename(directory)

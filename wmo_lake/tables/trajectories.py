@@ -168,16 +168,20 @@ def read_trajectories(
     main_doc: Any,
     problems: ProblemLog,
     main_size: int | None = None,
+    names_listed: list[str] | None = None,
 ) -> Found:
     """Every trajectory file of a trial. trajectory.json comes as the caller already read and
     judged it (`main_status` absent / unreadable / malformed / ok, the decoded `main_doc` when
     ok, and `main_size`, its bytes when they were read), so that file is never read twice and
-    its problems are not recorded twice."""
+    its problems are not recorded twice. `names_listed`: the dir's listing, when the caller
+    has it."""
     found = Found()
-    try:
-        names = set(os.listdir(agent_dir))
-    except OSError:
-        names = set()
+    if names_listed is None:
+        try:
+            names_listed = os.listdir(agent_dir)
+        except OSError:
+            names_listed = []
+    names = set(names_listed)
     ref: str | None = None
     main_path = agent_dir / MAIN_FILE
     if main_status != "absent":
