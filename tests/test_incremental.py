@@ -297,6 +297,32 @@ def test_small_trials_travel_to_the_readers_in_chunks(tmp_path: Path) -> None:
     assert reader_count(tasks[:1], 2) == (0, 1)  # one trial is read in this process
 
 
+def test_the_pool_is_chosen_from_a_sample_of_the_tasks(monkeypatch) -> None:
+    """Whether to start readers is decided from at most SIZED_TASKS tasks spread over the list,
+    scaled to all of them: sizing every small trial cost more than it told."""
+    import wmo_lake.readers as readers
+
+    sized: list[int] = []
+
+    def size(task: int) -> int:
+        sized.append(task)
+        return 10_000  # a small trial's JSON
+
+    monkeypatch.setattr(readers, "_bytes_to_read", size)
+    many = list(range(10_000))  # ~100 MB in all: worth the readers
+    processes, chunk = readers.reader_count(many, None)  # type: ignore[arg-type]
+    cores = os.cpu_count() or 1
+    assert processes == (cores if cores > 1 else 0)
+    assert chunk == readers.MAX_CHUNK
+    assert len(sized) == readers.SIZED_TASKS
+    assert sized[0] == 0 and sized[-1] >= 9_000  # (spread over the whole list)
+
+    sized.clear()
+    few = list(range(1_000))  # ~10 MB: read in this process
+    assert readers.reader_count(few, None)[0] == 0  # type: ignore[arg-type]
+    assert len(sized) == readers.SIZED_TASKS
+
+
 def test_a_first_ingest_leaves_fingerprints_to_the_readers(tmp_path: Path, monkeypatch) -> None:
     """Dirs the catalog does not know are read whatever their fingerprint: the ingest process
     fingerprints none of them; the reader's fingerprint (taken before it reads) is stored, and
