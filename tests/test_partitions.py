@@ -257,6 +257,53 @@ def test_an_unchanged_step_reads_only_its_own_catalog_partition(
     assert set(read) == {partition_of("exp", 2), partition_of(None, None)}
 
 
+def test_a_new_step_reads_other_partitions_catalogs_for_keys_only(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A read trial's id may be stored from a dir of any step, so a new step learns every
+    partition's unit keys; it reads in full only its own partitions and the one whose entry it
+    replaces (the trial it holds again), and rewrites only those catalogs."""
+    runs = tmp_path / "runs"
+    for step in (1, 2, 3):
+        write_trial(step_job(runs, "exp", step), "t__0", trial_id=f"s{step}", reward=0.0)
+    lake = tmp_path / "lake"
+    ingest([runs], lake, workers=1)
+    before = Store(lake).read_manifest()
+    write_trial(step_job(runs, "exp", 4), "t__0", trial_id="s1", reward=1.0)  # step 1's trial
+    write_trial(step_job(runs, "exp", 4), "t__1", trial_id="s4", reward=0.0)
+    full: list[str] = []
+    keys: list[str] = []
+    read_catalog, read_keys = Store.read_catalog, Store.read_catalog_keys
+
+    def recording(self, manifest, partitions=None):
+        full.extend(manifest.catalog if partitions is None else partitions)
+        return read_catalog(self, manifest, partitions)
+
+    def recording_keys(self, manifest, partitions):
+        partitions = list(partitions)
+        keys.extend(partitions)
+        return read_keys(self, manifest, partitions)
+
+    monkeypatch.setattr(Store, "read_catalog", recording)
+    monkeypatch.setattr(Store, "read_catalog_keys", recording_keys)
+    summary = ingest([runs / "exp" / "harbor" / "step-0004"], lake, workers=1)
+
+    step = {n: partition_of("exp", n) for n in (1, 2, 3, 4)}
+    assert (summary.trials_new, summary.trials_replaced) == (1, 1)
+    assert set(keys) == {step[1], step[2], step[3]}
+    assert set(full) == {step[4], partition_of(None, None), step[1]}
+    after = Store(lake).read_manifest()
+    for n in (2, 3):
+        assert after.catalog[step[n]] == before.catalog[step[n]]
+    assert after.catalog[step[1]] != before.catalog[step[1]]
+    rows = connect(lake).execute("SELECT trial_key, step FROM trials ORDER BY 1").fetchall()
+    assert rows == [("s1", 4), ("s2", 2), ("s3", 3), ("s4", 4)]
+    # the next ingest of everything changes nothing (five trial dirs; step 1's holds no rows)
+    again = ingest([runs], lake, workers=1)
+    assert (again.trials_unchanged, again.committed) == (5, False)
+    assert connect(lake).execute("SELECT count(*) FROM trials").fetchall() == [(4,)]
+
+
 def test_a_filter_on_run_or_step_reads_only_those_partitions(tmp_path: Path) -> None:
     """The views decode run and step from the partition dirs, so DuckDB skips the other
     partitions' files: with every other step's files broken, a query of one step still runs (and

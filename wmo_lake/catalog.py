@@ -12,8 +12,10 @@ import msgspec
 from wmo_lake.store import NO_PARTITION
 
 
-class CatalogEntry(msgspec.Struct, array_like=True):
-    """One ingested dir: the unit its rows belong to and what decides whether to read it again."""
+class CatalogEntry(msgspec.Struct, array_like=True, gc=False):
+    """One ingested dir: the unit its rows belong to and what decides whether to read it again.
+    (Never tracked by the cyclic collector: it holds no containers, and a lake of 1,000 steps
+    has 100k of them.)"""
 
     source: str  # the dir's real path (job:PATH for a job, walk:PATH for a walk problem)
     unit_key: str | None  # the unit its rows belong to; None once another dir owns that trial
@@ -25,11 +27,24 @@ class CatalogEntry(msgspec.Struct, array_like=True):
     partition: str = NO_PARTITION  # where its rows are (partition_of its run and step)
 
 
+class CatalogKeys(msgspec.Struct, array_like=True, gc=False):
+    """The leading fields of a CatalogEntry: which dir, and the unit it holds. Decoded from an
+    entry, the rest of it is skipped (half the time of a whole entry)."""
+
+    source: str
+    unit_key: str | None
+
+
 _DECODER = msgspec.msgpack.Decoder(list[CatalogEntry])
+_KEYS_DECODER = msgspec.msgpack.Decoder(list[CatalogKeys])
 
 
 def decode_catalog(data: bytes) -> list[CatalogEntry]:
     return _DECODER.decode(data)
+
+
+def decode_catalog_keys(data: bytes) -> list[CatalogKeys]:
+    return _KEYS_DECODER.decode(data)
 
 
 def encode_catalog(catalog: Iterable[CatalogEntry]) -> bytes:

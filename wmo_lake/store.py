@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from wmo_lake.catalog import CatalogEntry
+    from wmo_lake.catalog import CatalogEntry, CatalogKeys
 
 MANIFEST = "manifest.json"
 STAGING = ".staging"  # an ingest's copies of the stored tables' rows (wmo_lake/stored_copies.py)
@@ -232,6 +232,19 @@ class Store:
                     (entry.source, entry) for entry in decode_catalog(read_file(f"{root}/{rel}"))
                 )
         return catalog
+
+    def read_catalog_keys(
+        self, manifest: Manifest, partitions: Iterable[str]
+    ) -> Iterator[tuple[str, list[CatalogKeys]]]:
+        """(partition, the source and unit key of each of its entries) of `partitions`."""
+        from wmo_lake.catalog import decode_catalog_keys
+        from wmo_lake.jsonfile import read_file
+
+        root = str(self.root)
+        for partition in partitions:
+            rel = manifest.catalog.get(partition)
+            if rel is not None:
+                yield partition, decode_catalog_keys(read_file(f"{root}/{rel}"))
 
     def write_catalog(self, rel: str, catalog: Iterable[CatalogEntry], sync: bool = True) -> None:
         """One partition's catalog file, under a fresh name (so no rename), synced unless
