@@ -4,6 +4,7 @@ processes, and `wmo-lake ingest` run as the program; never a caller's process (C
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -81,12 +82,14 @@ def test_numpy_already_loaded_is_left_alone() -> None:
     assert sys.modules["numpy"] is numpy
 
 
-# `wmo-lake ingest` in a process of its own, as the program (`main`) or through CliRunner: the
-# lake.duckdb build (after every row is read and written) notes whether numpy was loadable.
-CLI = textwrap.dedent(
+# `wmo-lake ingest` through CliRunner, in a process of its own: the lake.duckdb build (after
+# every row is read and written) notes whether numpy was loadable.
+RUNNER = textwrap.dedent(
     """
     import json, sys
     import wmo_lake.lakefile as lakefile
+    from click.testing import CliRunner
+    from wmo_lake.cli import cli
 
     build, seen = lakefile.build, []
 
@@ -95,47 +98,66 @@ CLI = textwrap.dedent(
         return build(*args, **kwargs)
 
     lakefile.build = noting
-    how, runs, lake = sys.argv[1:]
-    if how == "program":
-        import atexit
-        import wmo_lake.commands.options as options
+    result = CliRunner().invoke(cli, ["ingest", sys.argv[1], "--lake", sys.argv[2]])
+    assert result.exit_code == 0, result.output
+    print(json.dumps([repr(m) for m in seen]))
+    """
+)
 
-        options.QUICK_EXIT.clear()  # (an exit without teardown would skip the note below)
-        options.exit_quickly_when_done = lambda: None
-        atexit.register(lambda: print(json.dumps([repr(m) for m in seen])))
-        sys.argv = ["wmo-lake", "ingest", runs, "--lake", lake]
-        from wmo_lake.cli import main
+# A harness that imports `main` and calls it (as a test might), with an ingest that reads every
+# trial and then fails (--strict, a problem): the process goes on, and must find numpy as it was.
+HARNESS = textwrap.dedent(
+    """
+    import sys
+    from wmo_lake.cli import main
 
+    sys.argv = ["wmo-lake", "ingest", sys.argv[1], "--lake", sys.argv[2], "--strict"]
+    try:
         main()
-    else:
-        from click.testing import CliRunner
-        from wmo_lake.cli import cli
-
-        result = CliRunner().invoke(cli, ["ingest", runs, "--lake", lake])
-        assert result.exit_code == 0, result.output
-        print(json.dumps([repr(m) for m in seen]))
+    except SystemExit as done:
+        assert done.code == 1, done.code
+    import numpy
+    import pyarrow
+    print(pyarrow.array([1, 2]).to_numpy().tolist())
     """
 )
 
 
-def cli_ingest(how: str, fixtures: Path, lake: Path) -> list[str]:
-    result = subprocess.run(
-        [sys.executable, "-c", CLI, how, str(fixtures / "harbor"), str(lake)],
-        capture_output=True,
-        text=True,
-    )
+def run_python(*args: str) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([sys.executable, *args], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.splitlines()[-1])
+    return result
 
 
 def test_the_ingest_program_goes_without_numpy(fixtures_dir: Path, tmp_path: Path) -> None:
-    assert cli_ingest("program", fixtures_dir, tmp_path / "lake") == ["None"]
-    con = duckdb.connect(str(tmp_path / "lake" / "lake.duckdb"), read_only=True)
-    con.execute(f"SET file_search_path = '{tmp_path / 'lake'}'")
+    """`python -X importtime` lists every module the program (and its readers) loaded: pyarrow,
+    and no numpy (a blocked attempt shows as a bare `numpy` line of a few microseconds; numpy
+    itself loads numpy._core)."""
+    lake = tmp_path / "lake"
+    ingest = ["-X", "importtime", "-m", "wmo_lake.cli", "ingest", str(fixtures_dir / "harbor")]
+    loaded = {
+        line.rsplit("|", 1)[1].strip()
+        for line in run_python(*ingest, "--lake", str(lake)).stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    assert "pyarrow.lib" in loaded
+    assert not {"numpy._core", "numpy.__config__"} & loaded
+    con = duckdb.connect(str(lake / "lake.duckdb"), read_only=True)
+    con.execute(f"SET file_search_path = '{lake}'")
     ((trials,),) = con.execute("SELECT count(*) FROM trials").fetchall()
     assert trials > 0
 
 
 def test_an_in_process_caller_keeps_numpy(fixtures_dir: Path, tmp_path: Path) -> None:
-    (seen,) = cli_ingest("runner", fixtures_dir, tmp_path / "lake")
+    lake = str(tmp_path / "lake")
+    (seen,) = json.loads(run_python("-c", RUNNER, str(fixtures_dir / "harbor"), lake).stdout)
     assert seen.startswith("<module 'numpy'")  # (pyarrow loaded it as usual)
+
+
+def test_a_harness_calling_main_keeps_numpy(fixtures_dir: Path, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    shutil.copytree(fixtures_dir / "harbor" / "offline-demo", runs)
+    broken = next(p for p in sorted(runs.rglob("result.json")) if "__" in p.parent.name)
+    broken.write_bytes(broken.read_bytes()[:100])  # a problem: --strict exits 1
+    out = run_python("-c", HARNESS, str(runs), str(tmp_path / "lake")).stdout
+    assert out.splitlines()[-1] == "[1, 2]"

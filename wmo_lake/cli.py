@@ -97,12 +97,25 @@ def _show_warning(
         _default_showwarning(message, category, *args, **kw)  # type: ignore[arg-type]
 
 
+def _run_as_the_program() -> bool:
+    """Whether this process is the `wmo-lake` program: its console script, or `python -m
+    wmo_lake.cli`. Not a process that imported `main` and called it (a test harness), which
+    goes on after a command that failed and must find everything as it was."""
+    program = sys.modules.get("__main__")
+    spec = getattr(program, "__spec__", None)
+    if spec is not None and spec.name == "wmo_lake.cli":
+        return True
+    script = getattr(program, "__file__", None) or ""
+    return os.path.basename(script).removesuffix(".exe") == "wmo-lake"
+
+
 def main() -> None:
     """The `wmo-lake` entry point: the command group, then (after a command that asked for it and
     succeeded) an exit without the interpreter's teardown, stdout and stderr flushed first."""
     from wmo_lake.commands.options import OWN_PROCESS
 
-    OWN_PROCESS.append(True)
+    if _run_as_the_program():
+        OWN_PROCESS.append(True)
     try:
         cli()
     except SystemExit as done:
