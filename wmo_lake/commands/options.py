@@ -27,8 +27,9 @@ def exit_quickly_when_done() -> None:
     QUICK_EXIT.append(True)
 
 
-# Set by wmo_lake.cli.main before the command runs: this process is the `wmo-lake` program, not a
-# caller's (a test's CliRunner, a notebook), so a command may change how it loads modules.
+# Set by wmo_lake.cli.main before the command runs when this process is the `wmo-lake` program
+# (its console script, `python -m wmo_lake.cli`), not a caller's (a harness that called main(), a
+# test's CliRunner, a notebook), so a command may change how the process loads modules.
 OWN_PROCESS: list[bool] = []
 
 
