@@ -344,7 +344,7 @@ class LakeUpdate:
         """Store what one changed dir holds, replacing whatever it (or its trial) held before.
         `written`: a reader process already wrote its rows (`extracted` has no tables)."""
         commit = self._commit()
-        self.owner  # noqa: B018  (who holds each unit, over the whole catalog)
+        owner = self.owner  # who holds each unit, over the whole catalog
         self._load_entry(task.real)  # this dir's old entry, wherever it is
         partition = partition_of(task.run, task.step)
         old = self.catalog.get(task.real)
@@ -352,17 +352,17 @@ class LakeUpdate:
             self.touched.add(old.partition)
         if old is not None and old.unit_key:
             commit.remove_units([old.unit_key], old.partition)
-            self.owner.pop(old.unit_key, None)
+            owner.pop(old.unit_key, None)
         if extracted.kind == TRIAL and extracted.unit_key in self.added:
             from wmo_lake.extract import duplicate
 
-            first_source = self.owner[extracted.unit_key]
+            first_source = owner[extracted.unit_key]
             if written:
                 self._store_once(extracted.unit_key, first_source, partition)
             extracted = duplicate(task, extracted, first_source)
         key, kind = extracted.unit_key, extracted.kind
         if kind == TRIAL:
-            previous_source = self.owner.get(key)
+            previous_source = owner.get(key)
             if previous_source is not None:  # the same trial, read before from another dir
                 self._load_entry(previous_source)
                 previous = self.catalog[previous_source]  # its rows may be in another step
@@ -377,7 +377,7 @@ class LakeUpdate:
             self.jobs[task.job.real] = task.job
         self.summary.unreadable_trials += kind == UNREADABLE
         self.summary.problems += extracted.n_problems
-        self.owner[key] = task.real
+        owner[key] = task.real
         self.tasks[task.real] = task
         self._append(extracted, partition)
         self.catalog[task.real] = CatalogEntry(
