@@ -535,3 +535,40 @@ def test_copied_batches_come_in_order_in_bounded_groups_of_one_schema(
         assert sum(batch.nbytes for batch in group[:-1]) < lakefile.INSERT_BYTES
     # (a group of 2 is full; a schema change closes one early; the texts are small: one group)
     assert [len(group) for group in groups] == [2, 1, 2, 2, 1]
+
+
+def test_an_update_writes_in_one_transaction_to_its_checkpoint(tmp_path: Path, monkeypatch) -> None:
+    """Every change an update makes to lake.duckdb is one transaction, committed just before
+    the checkpoint (a statement of its own would commit and sync the write-ahead log each)."""
+    runs, lake = tmp_path / "runs", tmp_path / "lake"
+    for step in (1, 2):
+        write_trial(_job(runs, step), "a__1", trial_id=f"a{step}", reward=1.0, turns=TURNS)
+    ingest([runs], lake, workers=1)
+    write_trial(_job(runs, 3), "a__1", trial_id="a3", reward=0.0, turns=TURNS)
+
+    statements: list[str] = []
+    connect_file = duckdb.connect
+
+    class Recording:
+        def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+            self.con = con
+
+        def execute(self, sql: str, *args: object) -> duckdb.DuckDBPyConnection:
+            statements.append(" ".join(sql.split()[:2]).upper())
+            return self.con.execute(sql, *args)
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.con, name)
+
+    monkeypatch.setattr(duckdb, "connect", lambda *a, **k: Recording(connect_file(*a, **k)))
+    ingest([runs], lake, workers=1)
+
+    writes = [i for i, s in enumerate(statements) if s.split()[0] in ("INSERT", "DELETE", "CREATE")]
+    assert writes, statements
+    begin = statements.index("BEGIN TRANSACTION")
+    commit = statements.index("COMMIT")
+    assert begin < writes[0] and writes[-1] < commit
+    assert statements[commit + 1] == "CHECKPOINT"
+    assert statements.count("COMMIT") == 1
+    rows = connect(lake).execute("SELECT trial_key FROM trials ORDER BY 1").fetchall()
+    assert rows == [("a1",), ("a2",), ("a3",)]

@@ -215,8 +215,11 @@ def _exit_with_parent(parent_pid: int) -> None:
 
 
 def _preload_commit_modules() -> None:
-    import duckdb  # noqa: F401
+    import duckdb
 
+    # DuckDB's first connection in a process sets it up (~10-20 ms more than any later one):
+    # here, while the readers work, not in lake.duckdb's build after them.
+    duckdb.connect().close()
     import wmo_lake.commit  # noqa: F401
 
 
