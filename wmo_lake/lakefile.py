@@ -469,7 +469,11 @@ def _update(
     con.execute("SET enable_progress_bar = false")  # an ingest prints its own
     # One transaction to the checkpoint: each statement of its own would commit, and sync, the
     # write-ahead log (~10-20 ms of a first ingest's build). The file is renamed into place only
-    # once checkpointed, so what that log would keep is never needed.
+    # once checkpointed, so what that log would keep is never needed: with the threshold this
+    # low, the commit checkpoints at once, and DuckDB skips the log for a commit of more than
+    # `auto_checkpoint_skip_wal_threshold` (8,192 small trials' commit and checkpoint: 0.10 s ->
+    # 0.077 s, the rows written once instead of twice).
+    con.execute("SET checkpoint_threshold = '1B'")
     con.execute("BEGIN TRANSACTION")
     plan = _plan(manifest, stored=True)
     had = dict(con.execute("SELECT table_name, schema_digest FROM _wmo_lake_tables").fetchall())
