@@ -140,12 +140,16 @@ def test_a_step_ingested_alone_then_with_its_run_keeps_its_batch(tmp_path: Path)
 def test_a_dir_name_that_is_not_utf8_is_a_problem_and_the_rest_goes_on(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     write_trial(write_job(runs / "good"), "t__1")
+    write_trial(write_job(runs / "café-job"), "t__3", trial_id="t-3")  # UTF-8, not ASCII: walked
     bad = os.fsencode(runs) + b"/bad-\xff-job"
     write_trial(write_job(Path(os.fsdecode(bad))), "t__2", trial_id="t-2")
     summary = ingest([runs], tmp_path / "lake")
-    assert (summary.trials_new, summary.problems) == (1, 1)
+    assert (summary.trials_new, summary.problems) == (2, 1)
     con = connect(tmp_path / "lake")
-    assert con.execute("SELECT trial_name FROM trials").fetchall() == [("t__1",)]
+    assert con.execute("SELECT trial_name FROM trials ORDER BY 1").fetchall() == [
+        ("t__1",),
+        ("t__3",),
+    ]
     shown = f"{runs}/bad-\\xff-job"
     assert con.execute(
         "SELECT unit_key, batch, trial_name, path, kind, message FROM problems"

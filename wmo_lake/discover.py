@@ -262,6 +262,7 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
         if real in visited:
             continue  # reached twice through links: walked once already
         visited.add(real)
+        base = real if real.endswith("/") else f"{real}/"  # (os.path.join's, for a dir's names)
         try:
             with os.scandir(directory) as entries:
                 names: set[str] = set()
@@ -269,13 +270,14 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
                 for entry in entries:
                     names.add(entry.name)
                     try:
-                        if not _is_utf8(entry.name):
+                        # (an ASCII name, as nearly all are, is UTF-8: no encode to check it)
+                        if not entry.name.isascii() and not _is_utf8(entry.name):
                             if entry.is_dir():
                                 found.problems.append(_not_utf8_name(entry.path))
                             continue
                         if entry.is_dir():
                             link = entry.is_symlink()
-                            known = None if link else os.path.join(real, entry.name)
+                            known = None if link else f"{base}{entry.name}"
                             subdirs.append((link, entry.name, entry.path, known))
                     except OSError:
                         continue
