@@ -246,14 +246,14 @@ def _fill(
     import pyarrow as pa
 
     taken, rest = copies.covering(name, files) if copies else ([], files)
+    where, params = "", []
+    if any(rels is not None for _, rels in taken):  # (a copy holds segments this build leaves out)
+        where = f" WHERE {FILE_COLUMN} IN (SELECT unnest(?::VARCHAR[]))"
+        params = [files]
     for batches in _copied_batches([path for path, _ in taken]):
         # (one chunk a column: DuckDB pays per chunk, and a copy has one per segment written)
         con.register("_wmo_copy", pa.Table.from_batches(batches).combine_chunks())
         try:
-            where, params = "", []
-            if any(rels is not None for _, rels in taken):  # (segments this build leaves out)
-                where = f" WHERE {FILE_COLUMN} IN (SELECT unnest(?::VARCHAR[]))"
-                params = [files]
             con.execute(
                 f"INSERT INTO {stored_name(name)} BY NAME SELECT * EXCLUDE ({FILE_COLUMN}) "
                 f"FROM _wmo_copy{where}",

@@ -220,17 +220,11 @@ class Store:
     ) -> dict[str, CatalogEntry]:
         """The catalog entries of `partitions` (all when None), by source."""
         from wmo_lake.catalog import decode_catalog
-        from wmo_lake.jsonfile import read_file
 
-        wanted = manifest.catalog if partitions is None else set(partitions)
         catalog: dict[str, CatalogEntry] = {}
-        root = str(self.root)  # (by path strings: a lake of 1,000 steps has 1,000 files to read)
-        for partition in wanted:
-            rel = manifest.catalog.get(partition)
-            if rel is not None:
-                catalog.update(
-                    (entry.source, entry) for entry in decode_catalog(read_file(f"{root}/{rel}"))
-                )
+        wanted = manifest.catalog if partitions is None else set(partitions)
+        for _, data in self._catalog_files(manifest, wanted):
+            catalog.update((entry.source, entry) for entry in decode_catalog(data))
         return catalog
 
     def read_catalog_keys(
@@ -238,13 +232,22 @@ class Store:
     ) -> Iterator[tuple[str, list[CatalogKeys]]]:
         """(partition, the source and unit key of each of its entries) of `partitions`."""
         from wmo_lake.catalog import decode_catalog_keys
+
+        for partition, data in self._catalog_files(manifest, partitions):
+            yield partition, decode_catalog_keys(data)
+
+    def _catalog_files(
+        self, manifest: Manifest, partitions: Iterable[str]
+    ) -> Iterator[tuple[str, bytes]]:
+        """(partition, its catalog file's bytes) of those of `partitions` that have one, read
+        by path strings (a lake of 1,000 steps has 1,000 files to read)."""
         from wmo_lake.jsonfile import read_file
 
         root = str(self.root)
         for partition in partitions:
             rel = manifest.catalog.get(partition)
             if rel is not None:
-                yield partition, decode_catalog_keys(read_file(f"{root}/{rel}"))
+                yield partition, read_file(f"{root}/{rel}")
 
     def write_catalog(self, rel: str, catalog: Iterable[CatalogEntry], sync: bool = True) -> None:
         """One partition's catalog file, under a fresh name (so no rename), synced unless
