@@ -1,9 +1,11 @@
 """An ingest's own processes load pyarrow without numpy (wmo_lake.lean.skip_numpy): its reader
-processes, and `wmo-lake ingest` run as the program; never a caller's process (CliRunner)."""
+processes, and `wmo-lake ingest` run as the program; never a caller's process (CliRunner). The
+program keeps numpy's and pyarrow's memory off huge pages (wmo_lake.lean.small_pages)."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -12,7 +14,7 @@ from pathlib import Path
 
 import duckdb
 
-from wmo_lake.lean import skip_numpy
+from wmo_lake.lean import SMALL_PAGES, skip_numpy
 
 # A real ingest with two reader processes, in a fresh (single-threaded) process, so the readers
 # are forked as the CLI's are. Each reader notes, at every trial, whether numpy was loaded.
@@ -161,3 +163,47 @@ def test_a_harness_calling_main_keeps_numpy(fixtures_dir: Path, tmp_path: Path) 
     broken.write_bytes(broken.read_bytes()[:100])  # a problem: --strict exits 1
     out = run_python("-c", HARNESS, str(runs), str(tmp_path / "lake")).stdout
     assert out.splitlines()[-1] == "[1, 2]"
+
+
+# After `wmo-lake --version` (run as the program when the script is named `wmo-lake`, else as a
+# harness calling main()), numpy and pyarrow allocate: the lines are the memory regions the kernel
+# was asked to back with huge pages (madvise MADV_HUGEPAGE: `hg` in the region's VmFlags).
+PAGES = textwrap.dedent(
+    """
+    from wmo_lake.cli import main
+
+    try:
+        main()
+    except SystemExit:
+        pass
+    import numpy
+    import pyarrow
+
+    array = numpy.ones(4 << 20)  # 32 MB: numpy madvises arrays of 4 MB or more
+    buffer = pyarrow.allocate_buffer(64 << 20)  # in mimalloc's arena
+    with open("/proc/self/smaps") as smaps:
+        flags = [line.split()[1:] for line in smaps if line.startswith("VmFlags:")]
+    print(sum("hg" in region for region in flags))
+    """
+)
+
+
+def huge_page_regions(script: Path, **env: str) -> int:
+    script.write_text(PAGES)
+    result = subprocess.run(
+        [sys.executable, str(script), "--version"],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k not in SMALL_PAGES} | env,
+    )
+    assert result.returncode == 0, result.stderr
+    return int(result.stdout.splitlines()[-1])
+
+
+def test_the_program_keeps_numpy_and_pyarrow_on_small_pages(tmp_path: Path) -> None:
+    (tmp_path / "program").mkdir()
+    assert huge_page_regions(tmp_path / "program" / "wmo-lake") == 0
+    # a harness calling main() is left as it was: both allocators ask for huge pages
+    assert huge_page_regions(tmp_path / "harness.py") >= 2
+    # the user's own setting wins
+    assert huge_page_regions(tmp_path / "program" / "wmo-lake", MIMALLOC_ALLOW_THP="1") == 1
