@@ -138,3 +138,32 @@ def test_template_splices_rows_exactly_as_json_dumps(rows: list[list[str]]) -> N
     value = [[json.loads(item) for item in row] for row in rows]
     text = template.render(x=realistic_trees.Rows(rows), y={"k": [1, None]}, z=None)
     assert text == json.dumps({"a": {"b": [value, {"c": {"k": [1, None]}}], "d": None}}, indent=4)
+
+
+def test_measured_lakes_are_set_aside_and_deleted_after_the_run(
+    run: tuple[dict[str, Any], Path], tmp_path: Path
+) -> None:
+    assert not (run[1] / "work" / bench.SET_ASIDE).exists()  # emptied once the run was over
+    # a lake set aside is moved whole (no file freed) and gone only when emptied
+    lake = tmp_path / "work" / "lake"
+    (lake / "tables").mkdir(parents=True)
+    (lake / "tables" / "rows.parquet").write_bytes(b"rows")
+    inode = (lake / "tables" / "rows.parquet").stat().st_ino
+    bench.set_aside(lake, tmp_path)
+    assert not lake.exists()
+    (moved,) = (tmp_path / "work" / bench.SET_ASIDE).glob("*/lake/tables/rows.parquet")
+    assert moved.stat().st_ino == inode and moved.read_bytes() == b"rows"
+    bench.set_aside(lake, tmp_path)  # (nothing there: nothing to do)
+    bench.empty_set_aside(tmp_path)
+    assert not (tmp_path / "work" / bench.SET_ASIDE).exists()
+
+
+def test_warm_tree_reads_every_file_through_symlinks(tmp_path: Path) -> None:
+    from bench import baselines
+
+    (tmp_path / "real" / "trial").mkdir(parents=True)
+    (tmp_path / "real" / "trial" / "result.json").write_bytes(b"{}")
+    (tmp_path / "real" / "trial" / "log.txt").write_bytes(b"12345")
+    (tmp_path / "slice").mkdir()
+    (tmp_path / "slice" / "step").symlink_to(tmp_path / "real", target_is_directory=True)
+    assert baselines.warm_tree(tmp_path / "slice") == 7
