@@ -574,3 +574,39 @@ def test_an_update_writes_in_one_transaction_to_its_checkpoint(tmp_path: Path, m
     assert statements.count("COMMIT") == 1
     rows = connect(lake).execute("SELECT trial_key FROM trials ORDER BY 1").fetchall()
     assert rows == [("a1",), ("a2",), ("a3",)]
+
+
+def test_an_ingest_reads_the_manifest_once_and_builds_from_the_one_it_committed(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The manifest of a lake of 1,000 steps is 0.8 MB: an ingest reads it when it starts and
+    hands the one it commits to the lake.duckdb build, which must equal the file's."""
+    runs, lake = tmp_path / "runs", tmp_path / "lake"
+    reads: list[Path] = []
+    built: list[object] = []
+    read_manifest, build = Store.read_manifest, lakefile.build
+
+    def counting(self: Store):
+        reads.append(self.root)
+        return read_manifest(self)
+
+    def noting(store, manifest, path, *args, **kwargs):
+        if path.name != SKELETON:  # (a first ingest's head start, built from no manifest)
+            built.append(manifest)
+        return build(store, manifest, path, *args, **kwargs)
+
+    monkeypatch.setattr(Store, "read_manifest", counting)
+    monkeypatch.setattr(lakefile, "build", noting)
+    for step, trial in ((1, "a"), (2, "b")):  # a first ingest, then an incremental one
+        write_trial(_job(runs, step), f"{trial}__1", trial_id=trial, reward=1.0, turns=TURNS)
+        reads.clear()
+        built.clear()
+        ingest([runs], lake, workers=1)
+        assert len(reads) == 1
+        (manifest,) = built
+        assert manifest == read_manifest(Store(lake))
+    reads.clear()
+    built.clear()
+    ingest([runs], lake, workers=1)  # nothing changed: nothing built, the manifest read once
+    assert (len(reads), built) == (1, [])
+    _check(lake, tmp_path)

@@ -206,11 +206,12 @@ def ingest(
 
         swept = update.sweep()
         try:
-            if update.summary.committed or not duckdb_file_current(store):
+            # (the manifest this ingest committed, or found unchanged: not read again)
+            if update.summary.committed or not duckdb_file_current(store, update.manifest):
                 crash_point("before_duckdb_file")
                 if head_start is not None:
                     head_start.join()
-                ensure_duckdb_file(store, update.copies(readers.copies))
+                ensure_duckdb_file(store, update.copies(readers.copies), update.manifest)
         finally:
             swept()
         store.clear_staging()
@@ -243,6 +244,7 @@ class LakeUpdate:
     def __init__(self, store: Store, base: Manifest) -> None:
         self.store = store
         self.base = base
+        self.manifest = base  # the lake's manifest: the base until this ingest commits its own
         # The catalog is read per partition, as needed: the partitions of the dirs found for
         # the unchanged checks; the others' sources and unit keys once a trial is read (its id
         # may be stored from any dir: `owner`), and in full a partition whose entry a read
@@ -501,8 +503,8 @@ class LakeUpdate:
         if (self.commit is not None and self.commit.changed) or not self.store.exists():
             # the sweep of files no generation names is left to `sweep()`: while lake.duckdb
             # is built (a walk of every touched partition: ~0.1 s for a 128-step first ingest)
-            manifest = self._commit().finish(self.catalog.values(), self.touched, sweep=False)
-            self.summary.generation = manifest.generation
+            self.manifest = self._commit().finish(self.catalog.values(), self.touched, sweep=False)
+            self.summary.generation = self.manifest.generation
             self.summary.committed = True
         else:
             if self.commit is not None:

@@ -296,9 +296,12 @@ def connect_private_copy(store: Store, manifest: Manifest) -> duckdb.DuckDBPyCon
         folder.rmdir()
 
 
-def duckdb_file_current(store: Store) -> bool:
-    """Whether LAKE/lake.duckdb holds the current generation with these views."""
-    return store.duckdb_file_current(views_digest())
+def duckdb_file_current(store: Store, manifest: Manifest | None = None) -> bool:
+    """Whether LAKE/lake.duckdb holds the current generation (`manifest`'s, read when None)
+    with these views."""
+    if manifest is None:
+        return store.duckdb_file_current(views_digest())
+    return _duckdb_file_current(store, manifest)
 
 
 def _duckdb_file_current(store: Store, manifest: Manifest) -> bool:
@@ -387,13 +390,17 @@ def prepare_duckdb_file(store: Store) -> None:
         _copy_atomically(target, cached)  # (a cache dir that cannot be written is no cache)
 
 
-def ensure_duckdb_file(store: Store, copies: StoredCopies | None = None) -> Path:
+def ensure_duckdb_file(
+    store: Store, copies: StoredCopies | None = None, manifest: Manifest | None = None
+) -> Path:
     """(Re)build LAKE/lake.duckdb when it does not match the current generation. `copies`: an
-    ingest's copies of the rows it wrote to the stored tables (not read back from Parquet)."""
-    manifest = _require(store)
+    ingest's copies of the rows it wrote to the stored tables (not read back from Parquet).
+    `manifest`: the lake's current one, when the caller has it (the writer that just committed
+    it, holding the lock): a lake of 1,000 steps has a 0.8 MB manifest, ~7 ms a read."""
+    manifest = _require(store) if manifest is None else manifest
     target = store.root / DUCKDB_FILE
     views = views_digest()
-    if store.duckdb_file_current(views):
+    if _duckdb_file_current(store, manifest):
         return target
     stamp = store.duckdb_stamp(manifest, views)
     tmp = target.with_name(f".{DUCKDB_FILE}.building")
