@@ -1,6 +1,7 @@
 """An ingest's own processes load pyarrow without numpy (wmo_lake.lean.skip_numpy): its reader
 processes, and `wmo-lake ingest` run as the program; never a caller's process (CliRunner). The
-program keeps numpy's and pyarrow's memory off huge pages (wmo_lake.lean.small_pages)."""
+program keeps numpy's and pyarrow's memory off huge pages, and numpy without a BLAS thread pool
+(wmo_lake.lean.program_environment)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import duckdb
 
-from wmo_lake.lean import SMALL_PAGES, skip_numpy
+from wmo_lake.lean import PROGRAM_ENVIRONMENT, skip_numpy
 
 # A real ingest with two reader processes, in a fresh (single-threaded) process, so the readers
 # are forked as the CLI's are. Each reader notes, at every trial, whether numpy was loaded.
@@ -166,10 +167,12 @@ def test_a_harness_calling_main_keeps_numpy(fixtures_dir: Path, tmp_path: Path) 
 
 
 # After `wmo-lake --version` (run as the program when the script is named `wmo-lake`, else as a
-# harness calling main()), numpy and pyarrow allocate: the lines are the memory regions the kernel
-# was asked to back with huge pages (madvise MADV_HUGEPAGE: `hg` in the region's VmFlags).
-PAGES = textwrap.dedent(
+# harness calling main()), numpy and pyarrow load and allocate. Printed: the memory regions the
+# kernel was asked to back with huge pages (madvise MADV_HUGEPAGE: `hg` in the region's
+# VmFlags), and the process's threads once numpy is loaded (OpenBLAS starts its pool then).
+PROGRAM = textwrap.dedent(
     """
+    import json, os
     from wmo_lake.cli import main
 
     try:
@@ -179,31 +182,37 @@ PAGES = textwrap.dedent(
     import numpy
     import pyarrow
 
+    threads = len(os.listdir("/proc/self/task"))
     array = numpy.ones(4 << 20)  # 32 MB: numpy madvises arrays of 4 MB or more
     buffer = pyarrow.allocate_buffer(64 << 20)  # in mimalloc's arena
     with open("/proc/self/smaps") as smaps:
         flags = [line.split()[1:] for line in smaps if line.startswith("VmFlags:")]
-    print(sum("hg" in region for region in flags))
+    print(json.dumps({"huge": sum("hg" in region for region in flags), "threads": threads}))
     """
 )
 
 
-def huge_page_regions(script: Path, **env: str) -> int:
-    script.write_text(PAGES)
+def program_state(script: Path, **env: str) -> dict[str, int]:
+    script.write_text(PROGRAM)
     result = subprocess.run(
         [sys.executable, str(script), "--version"],
         capture_output=True,
         text=True,
-        env={k: v for k, v in os.environ.items() if k not in SMALL_PAGES} | env,
+        env={k: v for k, v in os.environ.items() if k not in PROGRAM_ENVIRONMENT} | env,
     )
     assert result.returncode == 0, result.stderr
-    return int(result.stdout.splitlines()[-1])
+    return json.loads(result.stdout.splitlines()[-1])
 
 
-def test_the_program_keeps_numpy_and_pyarrow_on_small_pages(tmp_path: Path) -> None:
+def test_the_program_keeps_numpy_and_pyarrow_lean(tmp_path: Path) -> None:
     (tmp_path / "program").mkdir()
-    assert huge_page_regions(tmp_path / "program" / "wmo-lake") == 0
-    # a harness calling main() is left as it was: both allocators ask for huge pages
-    assert huge_page_regions(tmp_path / "harness.py") >= 2
+    program = tmp_path / "program" / "wmo-lake"
+    harness = tmp_path / "harness.py"
+    ours, theirs = program_state(program), program_state(harness)
+    assert ours["huge"] == 0
+    # a harness calling main() is left as it was: both allocators ask for huge pages, and
+    # OpenBLAS starts its threads (one per core beyond the first: on one core, none)
+    assert theirs["huge"] >= 2
+    assert theirs["threads"] > ours["threads"] or os.cpu_count() == 1
     # the user's own setting wins
-    assert huge_page_regions(tmp_path / "program" / "wmo-lake", MIMALLOC_ALLOW_THP="1") == 1
+    assert program_state(program, MIMALLOC_ALLOW_THP="1")["huge"] == 1

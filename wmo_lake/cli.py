@@ -113,11 +113,11 @@ def main() -> None:
     """The `wmo-lake` entry point: the command group, then (after a command that asked for it and
     succeeded) an exit without the interpreter's teardown, stdout and stderr flushed first."""
     from wmo_lake.commands.options import OWN_PROCESS
-    from wmo_lake.lean import small_pages
+    from wmo_lake.lean import program_environment
 
     if _run_as_the_program():
         OWN_PROCESS.append(True)
-        small_pages()
+        program_environment()
     try:
         cli()
     except SystemExit as done:
