@@ -238,6 +238,43 @@ def test_assemble_orders_by_row_then_call_with_the_base_first() -> None:
     assert logprobs.tolist() == [0, 0, 0, -0.1, -0.2, 0, 0, -0.3, 0, 0, 0, 0, -0.4, -0.5, -0.9]
 
 
+def test_assemble_takes_each_chunk_as_it_is() -> None:
+    """DuckDB's Arrow results come in a chunk per batch of rows: the same rows, split any way,
+    give the same lists, and each chunk's values are read where they are (not joined first)."""
+    rows = [
+        (1, 4, [], [9], [-0.9]),
+        (0, 1, [4, 5], [12], [-0.3]),
+        (2, 0, [20, 21, 22], [23], [-0.7]),
+        (1, 3, [7, 8], [13, 14], [-0.4, -0.5]),
+        (0, 0, [1, 2, 3], [10, 11], [-0.1, -0.2]),
+        (2, 2, [24], [25, 26], [-0.8, -0.6]),
+    ]
+    bases = [(1, [1, 2]), (2, [30])]
+    n_tokens = [8, 7, 8]
+    whole = datum_lists.assemble(span_table(rows), base_table(bases), 3, n_tokens)
+    spans = span_table(rows)
+    split = pa.concat_tables(
+        [spans.slice(0, 1), spans.slice(1, 3), spans.slice(4, 0), spans.slice(4)]
+    )
+    split_bases = pa.concat_tables([base_table(bases[:1]), base_table(bases[1:])])
+    assert split.column("prompt_new_ids").num_chunks == 4
+    chunks = datum_lists._flat(split.column("prompt_new_ids"), "prompt_new_ids")
+    assert [values.tolist() for values, _ in chunks] == [
+        [],
+        [4, 5, 20, 21, 22, 7, 8],
+        [],
+        [1, 2, 3, 24],
+    ]
+    for (values, _), chunk in zip(chunks, split.column("prompt_new_ids").chunks, strict=True):
+        if len(values):  # the chunk's own buffer, where its first list starts
+            first = chunk.values.offset + chunk.offsets[0].as_py()
+            assert values.ctypes.data == chunk.values.buffers()[1].address + 8 * first
+    got = datum_lists.assemble(split, split_bases, 3, n_tokens)
+    for ours, theirs in zip(got, whole, strict=True):
+        assert ours.tolist() == theirs.tolist()
+    assert whole[0].tolist()[15:] == [30, 20, 21, 22, 23, 24, 25, 26]
+
+
 @pytest.mark.parametrize(
     ("spans", "n_tokens", "why"),
     [

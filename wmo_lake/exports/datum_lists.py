@@ -222,21 +222,74 @@ def list_type(values: pa.DataType) -> pa.DataType:
     return pa.list_(pa.field("l", values))
 
 
-def _flat(column: pa.ChunkedArray, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """A list column's values and its 0-based offsets (int64); Mismatch on a null anywhere."""
+def _flat(column: pa.ChunkedArray, name: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    """A list column, chunk by chunk: each chunk's values (no copy) and 0-based offsets (int64).
+    Not one array for the column: DuckDB gives a result in a chunk per batch of rows (two for
+    the bench export's 3,465 spans), and joining them would copy every value (29 MB, a fifth of
+    the export's page faults). Mismatch on a null anywhere."""
     import numpy as np
 
-    array = column.combine_chunks()
-    if array.null_count:
-        raise Mismatch(f"a null in {name}")
-    offsets = array.offsets.to_numpy().astype(np.int64)
-    start = int(offsets[0]) if len(offsets) else 0
-    offsets -= start
-    # the child values the offsets span (ListArray.flatten would import pyarrow.compute, 40 ms)
-    values = array.values.slice(start, int(offsets[-1]) if len(offsets) else 0)
-    if values.null_count:
-        raise Mismatch(f"a null in {name}")
-    return values.to_numpy(zero_copy_only=False), offsets
+    flat = []
+    for array in column.chunks:
+        if array.null_count:
+            raise Mismatch(f"a null in {name}")
+        offsets = array.offsets.to_numpy().astype(np.int64)
+        start = int(offsets[0]) if len(offsets) else 0
+        offsets -= start
+        # the child values the offsets span (ListArray.flatten would import pyarrow.compute)
+        values = array.values.slice(start, int(offsets[-1]) if len(offsets) else 0)
+        if values.null_count:
+            raise Mismatch(f"a null in {name}")
+        flat.append((values.to_numpy(zero_copy_only=False), offsets))
+    return flat
+
+
+class _Segments:
+    """The pieces rows are made of, each a slice of one source array (a chunk of a list
+    column): per piece its source, start, length, kind (0 base, 1 prompt ids, 2 sampled), row
+    and place within the row."""
+
+    def __init__(self) -> None:
+        self.tokens: list[np.ndarray] = []  # by source
+        self.logprobs: list[np.ndarray | None] = []  # by source (None: the context's, 0.0)
+        self.parts: list[tuple[np.ndarray, ...]] = []
+
+    def add(
+        self,
+        kind: int,
+        chunk: tuple[np.ndarray, np.ndarray],
+        rows: np.ndarray,
+        within: np.ndarray,
+        logprobs: np.ndarray | None = None,
+    ) -> None:
+        import numpy as np
+
+        values, offsets = chunk
+        n = len(offsets) - 1
+        self.parts.append(
+            (
+                np.full(n, len(self.tokens), np.int64),
+                offsets[:-1],
+                np.diff(offsets),
+                np.full(n, kind, np.int64),
+                rows,
+                within,
+            )
+        )
+        self.tokens.append(values)
+        self.logprobs.append(logprobs)
+
+    def ordered(self) -> tuple[np.ndarray, ...]:
+        """(source, start, length, kind, row) of every piece, by row then place."""
+        import numpy as np
+
+        if not self.parts:
+            return tuple(np.zeros(0, np.int64) for _ in range(5))
+        source, start, length, kind, row, within = (
+            np.concatenate(column).astype(np.int64) for column in zip(*self.parts, strict=True)
+        )
+        order = np.lexsort((within, row))
+        return source[order], start[order], length[order], kind[order], row[order]
 
 
 def assemble(
@@ -249,46 +302,53 @@ def assemble(
     row's length is not its `n_tokens`."""
     import numpy as np
 
-    new_values, new_offsets = _flat(spans.column("prompt_new_ids"), "prompt_new_ids")
-    sampled_values, sampled_offsets = _flat(spans.column("sampled_token_ids"), "sampled_tokens")
-    logprob_values, logprob_offsets = _flat(spans.column("sampled_logprobs"), "sampled_logprobs")
-    base_values, base_offsets = _flat(bases.column("base_token_ids"), "base_token_ids")
-    if not np.array_equal(logprob_offsets, sampled_offsets):
+    new = _flat(spans.column("prompt_new_ids"), "prompt_new_ids")
+    sampled = _flat(spans.column("sampled_token_ids"), "sampled_tokens")
+    logprobs = _flat(spans.column("sampled_logprobs"), "sampled_logprobs")
+    based = _flat(bases.column("base_token_ids"), "base_token_ids")
+    if any(
+        not np.array_equal(lp, ids) for (_, lp), (_, ids) in zip(logprobs, sampled, strict=True)
+    ):
         raise Mismatch("sampled_logprobs and sampled_token_ids differ in length")
     span_rows = spans.column("row_index").to_numpy()
     base_rows = bases.column("row_index").to_numpy()
-    n_spans, n_bases = len(span_rows), len(base_rows)
+    # a span's new ids, then its sampled ids, in call_index order after the row's base
+    calls = spans.column("call_index").to_numpy().astype(np.int64)
 
     # Segments: every base, every span's new ids, every span's sampled ids, each a slice of its
     # source's values; put in order, then concatenated once (views, so no index array and no
     # pooled copy: fresh memory costs page faults).
-    starts = np.concatenate([base_offsets[:-1], new_offsets[:-1], sampled_offsets[:-1]])
-    lengths = np.concatenate(
-        [np.diff(base_offsets), np.diff(new_offsets), np.diff(sampled_offsets)]
-    )
-    kinds = np.concatenate(
-        [np.zeros(n_bases, np.int64), np.ones(n_spans, np.int64), np.full(n_spans, 2, np.int64)]
-    )
-    rows = np.concatenate([base_rows, span_rows, span_rows]).astype(np.int64)
-    # order: by row, its base first, then by call_index, a span's new ids before its sampled ids
-    calls = spans.column("call_index").to_numpy().astype(np.int64)
-    within = np.concatenate([np.full(n_bases, -1, np.int64), 2 * calls, 2 * calls + 1])
-    order = np.lexsort((within, rows))
-    starts, lengths, kinds, rows = starts[order], lengths[order], kinds[order], rows[order]
+    segments = _Segments()
+    first = 0
+    for chunk in based:
+        last = first + len(chunk[1]) - 1
+        segments.add(0, chunk, base_rows[first:last], np.full(last - first, -1, np.int64))
+        first = last
+    first = 0
+    for new_chunk, sampled_chunk, (logprob_values, _) in zip(new, sampled, logprobs, strict=True):
+        last = first + len(new_chunk[1]) - 1
+        rows, chunk_calls = span_rows[first:last], calls[first:last]
+        segments.add(1, new_chunk, rows, 2 * chunk_calls)
+        segments.add(2, sampled_chunk, rows, 2 * chunk_calls + 1, logprob_values)
+        first = last
+    sources, starts, lengths, kinds, rows = segments.ordered()
 
     row_lengths = np.bincount(rows, weights=lengths, minlength=n_rows).astype(np.int64)
     if not np.array_equal(row_lengths, np.asarray(n_tokens, np.int64)):
         raise Mismatch("a gathered row's length is not the view's n_tokens")
     offsets = np.zeros(n_rows + 1, np.int64)
     np.cumsum(row_lengths, out=offsets[1:])
-    token_sources = (base_values, new_values, sampled_values)
     zeros = np.zeros(int(lengths.max()) if len(lengths) else 0)  # the context's logprobs
-    segments = list(zip(kinds.tolist(), starts.tolist(), lengths.tolist(), strict=True))
+    pieces = list(zip(sources.tolist(), starts.tolist(), lengths.tolist(), strict=True))
+    tokens, sampled_logprobs = segments.tokens, segments.logprobs
     return (
-        _joined([token_sources[k][s : s + n] for k, s, n in segments], np.int64),
+        _joined([tokens[k][s : s + n] for k, s, n in pieces], np.int64),
         np.repeat((kinds == 2).astype(np.float64), lengths),
         _joined(
-            [logprob_values[s : s + n] if k == 2 else zeros[:n] for k, s, n in segments],
+            [
+                zeros[:n] if (values := sampled_logprobs[k]) is None else values[s : s + n]
+                for k, s, n in pieces
+            ],
             np.float64,
         ),
         offsets,
