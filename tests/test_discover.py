@@ -166,3 +166,22 @@ def test_a_dir_name_that_is_not_utf8_is_a_problem_and_the_rest_goes_on(tmp_path:
     ]
     again = ingest([runs], tmp_path / "lake")  # recorded once, not again and again
     assert (again.committed, again.problems) == (False, 1)
+
+
+def test_a_candidate_keeps_its_path_as_the_walk_spelled_it(tmp_path: Path, monkeypatch) -> None:
+    """The task a reader gets carries the candidate's path text from the walk (parsing it again
+    costs ~5 us a trial): the same text str(path) gives, however the root was written."""
+    from wmo_lake.discover import TrialTask
+
+    runs = tmp_path / "runs"
+    write_trial(write_job(runs / "harbor" / "step-0001" / "jöb 'x'"), "t__1")
+    write_trial(write_job(runs / "other" / "job"), "u__2")
+    (tmp_path / "linked").symlink_to(runs / "other", target_is_directory=True)
+    write_trial(write_job(tmp_path / "linked" / "job2"), "v__3")
+    monkeypatch.chdir(tmp_path)
+    for root in (runs, Path("runs/"), Path("./runs//harbor/.."), Path("linked")):
+        candidates = discover(root).candidates
+        assert candidates
+        for candidate in candidates:
+            assert candidate.text == str(candidate.path)
+            assert TrialTask.of(candidate).path == str(candidate.path)

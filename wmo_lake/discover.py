@@ -57,6 +57,9 @@ class Candidate:
     real: str
     job: Job
     trial_shaped_config: bool
+    # `path` as the walk spelled it (the same text): str(path) would parse it again, ~5 us a
+    # trial of the serial work before the readers start
+    text: str = ""
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,7 @@ class TrialTask:
     def of(cls, candidate: Candidate) -> TrialTask:
         job = candidate.job
         return cls(
-            str(candidate.path),
+            candidate.text or str(candidate.path),
             candidate.real,
             job.batch,
             job.run,
@@ -304,7 +307,7 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
         elif trial_config or "result.json" in names:
             # (the root's job dir was not walked: it is the root's parent)
             job = job_at(parent) if parent is not None else job_at(str(path.parent), path.parent)
-            found.candidates.append(Candidate(path, real, job, trial_config))
+            found.candidates.append(Candidate(path, real, job, trial_config, directory))
             if trial_config:
                 continue  # a trial dir holds no trials
         inner = ancestors | {real}

@@ -84,6 +84,7 @@ def _is_hex(text: str) -> bool:
     return len(text) == 2 and all(c in "0123456789abcdefABCDEF" for c in text)
 
 
+@functools.lru_cache(maxsize=4096, typed=True)  # asked per trial; a lake has few (run, step)s
 def partition_of(run: str | None, step: int | None) -> str:
     """The partition (a path below tables/<table>/) of a unit's rows: `run=<run>/step=<step>`."""
     return f"run={escape_partition_value(run)}/step={escape_partition_value(step)}"
