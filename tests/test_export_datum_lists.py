@@ -272,6 +272,13 @@ def test_assemble_takes_each_chunk_as_it_is() -> None:
     got = datum_lists.assemble(split, split_bases, 3, n_tokens)
     for ours, theirs in zip(got, whole, strict=True):
         assert ours.tolist() == theirs.tolist()
+    # columns chunked apart (a table built column by column, not from record batches)
+    apart = split.set_column(
+        2, "prompt_new_ids", pa.chunked_array([spans.column("prompt_new_ids").combine_chunks()])
+    )
+    regathered = datum_lists.assemble(apart, base_table(bases), 3, n_tokens)
+    for ours, theirs in zip(regathered, whole, strict=True):
+        assert ours.tolist() == theirs.tolist()
     assert whole[0].tolist()[15:] == [30, 20, 21, 22, 23, 24, 25, 26]
 
 

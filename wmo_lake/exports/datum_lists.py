@@ -302,6 +302,9 @@ def assemble(
     row's length is not its `n_tokens`."""
     import numpy as np
 
+    lists = ("prompt_new_ids", "sampled_token_ids", "sampled_logprobs")
+    if len({tuple(len(chunk) for chunk in spans.column(name).chunks) for name in lists}) > 1:
+        spans = spans.combine_chunks()  # (chunked apart: a table not made of record batches)
     new = _flat(spans.column("prompt_new_ids"), "prompt_new_ids")
     sampled = _flat(spans.column("sampled_token_ids"), "sampled_tokens")
     logprobs = _flat(spans.column("sampled_logprobs"), "sampled_logprobs")
