@@ -210,9 +210,11 @@ def test_the_program_keeps_numpy_and_pyarrow_lean(tmp_path: Path) -> None:
     harness = tmp_path / "harness.py"
     ours, theirs = program_state(program), program_state(harness)
     assert ours["huge"] == 0
-    # a harness calling main() is left as it was: both allocators ask for huge pages, and
-    # OpenBLAS starts its threads (one per core beyond the first: on one core, none)
-    assert theirs["huge"] >= 2
+    # a harness calling main() is left as it was: both allocators ask for huge pages (on a
+    # kernel built with transparent huge pages: elsewhere madvise refuses), and OpenBLAS starts
+    # its threads (one per core beyond the first: on one core, none)
+    thp = Path("/sys/kernel/mm/transparent_hugepage").is_dir()
+    assert theirs["huge"] >= (2 if thp else 0)
     assert theirs["threads"] > ours["threads"] or os.cpu_count() == 1
     # the user's own setting wins
-    assert program_state(program, MIMALLOC_ALLOW_THP="1")["huge"] == 1
+    assert program_state(program, MIMALLOC_ALLOW_THP="1")["huge"] == (1 if thp else 0)
