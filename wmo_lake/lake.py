@@ -227,7 +227,7 @@ def connect(
     store = Store(lake)
     manifest = _require(store)
     con = None
-    if _duckdb_file_current(store, manifest):
+    if duckdb_file_current(store, manifest):
         try:
             con = duckdb.connect(str(store.root / DUCKDB_FILE), read_only=True)
         except duckdb.Error:
@@ -299,20 +299,7 @@ def connect_private_copy(store: Store, manifest: Manifest) -> duckdb.DuckDBPyCon
 def duckdb_file_current(store: Store, manifest: Manifest | None = None) -> bool:
     """Whether LAKE/lake.duckdb holds the current generation (`manifest`'s, read when None)
     with these views."""
-    if manifest is None:
-        return store.duckdb_file_current(views_digest())
-    return _duckdb_file_current(store, manifest)
-
-
-def _duckdb_file_current(store: Store, manifest: Manifest) -> bool:
-    """`duckdb_file_current` against a manifest already read (opening a lake reads it once:
-    a lake of many steps has a large one)."""
-    try:
-        stamp = (store.root / DUCKDB_STAMP).read_text(encoding="utf-8")
-    except OSError:
-        return False
-    current = store.duckdb_stamp(manifest, views_digest())
-    return stamp == current and (store.root / DUCKDB_FILE).exists()
+    return store.duckdb_file_current(views_digest(), manifest)
 
 
 # A first ingest's lake.duckdb, with no rows yet, built while the readers work (`prepare_...`)
@@ -400,7 +387,7 @@ def ensure_duckdb_file(
     manifest = _require(store) if manifest is None else manifest
     target = store.root / DUCKDB_FILE
     views = views_digest()
-    if _duckdb_file_current(store, manifest):
+    if duckdb_file_current(store, manifest):
         return target
     stamp = store.duckdb_stamp(manifest, views)
     tmp = target.with_name(f".{DUCKDB_FILE}.building")

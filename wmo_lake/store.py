@@ -202,16 +202,17 @@ class Store:
         """What lake.duckdb was built for: the generation, and `views` (a digest of its views)."""
         return f"{manifest.generation}:{manifest.updated_at}:{views}"
 
-    def duckdb_file_current(self, views: str) -> bool:
+    def duckdb_file_current(self, views: str, manifest: Manifest | None = None) -> bool:
         """Whether LAKE/lake.duckdb was built for the current generation and these views (its
-        sidecar says)."""
+        sidecar says). `manifest`: the current one when the caller has read it (a lake of many
+        steps has a large one), else it is read here."""
         try:
             stamp = (self.root / DUCKDB_STAMP).read_text(encoding="utf-8")
         except OSError:
             return False
-        return (self.root / DUCKDB_FILE).exists() and stamp == self.duckdb_stamp(
-            self.read_manifest(), views
-        )
+        if manifest is None:
+            manifest = self.read_manifest()
+        return stamp == self.duckdb_stamp(manifest, views) and (self.root / DUCKDB_FILE).exists()
 
     def files(self, manifest: Manifest, table: str) -> list[Path]:
         return [self.root / rel for rel in manifest.table_files(table)]
