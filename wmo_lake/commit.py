@@ -34,7 +34,7 @@ from wmo_lake.store import (
     Store,
     atomic_write_bytes,
     crash_point,
-    fsync_dir,
+    fsync_path,
     partition_values,
     segment_prefix,
 )
@@ -457,7 +457,7 @@ class Commit:
         live = set(manifest.live_files())
         # what readers of the previous generation may still be scanning: kept one more commit
         manifest.previous = [rel for rel in self.base.live_files() if rel not in live]
-        fsync_dir(self.store.root)
+        fsync_path(self.store.root)
         crash_point("before_manifest")
         payload = {
             "format": FORMAT,

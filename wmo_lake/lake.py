@@ -36,7 +36,7 @@ from wmo_lake.store import (
     Manifest,
     Store,
     atomic_write_bytes,
-    fsync_dir,
+    fsync_path,
 )
 
 if TYPE_CHECKING:
@@ -404,7 +404,7 @@ def ensure_duckdb_file(
             kept.unlink(missing_ok=True)
     skeleton.unlink(missing_ok=True)
     os.replace(tmp, target)  # one rename: a reader opens the old file or the new one
-    fsync_dir(store.root)
+    fsync_path(store.root)
     atomic_write_bytes(store.root / DUCKDB_STAMP, stamp.encode("utf-8"))
     return target
 

@@ -142,7 +142,13 @@ class Manifest:
         return files + list(self.catalog.values())
 
 
-def fsync_dir(path: Path) -> None:
+# `Store.sync_files` syncs more paths than this from SYNC_THREADS threads.
+SERIAL_SYNCS = 4
+SYNC_THREADS = 8
+
+
+def fsync_path(path: Path | str) -> None:
+    """fsync a file or a dir (a new name in a dir is durable once the dir is synced)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -158,7 +164,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         stream.flush()
         os.fsync(stream.fileno())
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    fsync_path(path.parent)
 
 
 class Store:
@@ -264,20 +270,22 @@ class Store:
             self.sync_files([rel])
 
     def sync_files(self, rels: Iterable[str]) -> None:
-        """fsync these files (relative to the lake), then their dirs. Many files written first
+        """fsync these files (relative to the lake) and their dirs. Many files written first
         and synced together cost about one journal commit, where writing and syncing each in
-        turn costs one per file (~2 ms each: 0.6 s for a 128-step ingest)."""
-        dirs: dict[Path, None] = {}
-        for rel in rels:
-            path = self.root / rel
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            dirs[path.parent] = None
-        for directory in dirs:
-            fsync_dir(directory)
+        turn costs one per file (~2 ms each: 0.6 s for a 128-step ingest); and synced from a
+        few threads, the device's waits overlap (a 128-step ingest's catalog: 256 fsyncs,
+        38-88 ms one after another, 18-26 ms from 8 threads)."""
+        files = [self.root / rel for rel in rels]
+        paths = files + list(dict.fromkeys(path.parent for path in files))
+        if len(paths) <= SERIAL_SYNCS:
+            for path in paths:
+                fsync_path(path)
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="wmo-lake-sync") as pool:
+            for _ in pool.map(fsync_path, paths):  # (each result, so an error is raised)
+                pass
 
     def collect_garbage(
         self,

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from wmo_lake import __version__
-from wmo_lake.store import fsync_dir
+from wmo_lake.store import fsync_path
 
 SCHEMA_VERSION = 1
 SPLITS = ("train", "dev", "holdout", "custom")
@@ -307,7 +307,7 @@ def write_export(
                     f"{target} appeared while exporting; nothing was written, choose a new --out"
                 ) from None
             installed.append(target)
-        fsync_dir(out.parent)
+        fsync_path(out.parent)
         return manifest
     except BaseException:
         for target in installed:
