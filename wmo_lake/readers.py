@@ -36,7 +36,6 @@ if TYPE_CHECKING:  # pyarrow loads only once the readers are forked
 # Below this much JSON to read, starting worker processes (~0.5 s, and every row crosses a pipe)
 # costs more than the second core saves.
 POOL_ABOVE_BYTES = 48 * 2**20
-IN_FLIGHT_PER_READER = 2  # chunks queued per reader: enough to keep it busy, few enough to be flat
 # Tasks travel in chunks of about this much JSON: one queue message per small trial (pickling,
 # a pipe write and a wake-up on both sides) cost as much as extracting it; a big trial still
 # travels alone, so the readers finish together.
@@ -81,17 +80,23 @@ class Readers:
             yield task, read_task(task)
 
     def _read_in_processes(self) -> Iterator[tuple[TrialTask, Extracted]]:
-        """At most IN_FLIGHT_PER_READER chunks per reader in flight; the readers' files are
-        collected as each one closes."""
+        """Every chunk is queued at once (see `chunked`); the readers' files are collected as
+        each one closes."""
         readers = self.processes
         lake, parent = str(self.lake), os.getpid()
         context = _worker_context()
         task_queue = context.Queue()
         results = context.Queue()
+        # Each reader holds every chunk from the start (a forked one shares this process's
+        # memory; a forkserver one gets them pickled once), and the queue carries only chunk
+        # numbers: the numbers of all fit in the pipe at once. Chunks sent through the queue
+        # fit 3 at a time (~21 KB for 64 small trials), and a reader that emptied the pipe
+        # waited, 2-5 ms each time, for this process's feeder thread to get the GIL back.
+        chunks = list(chunked(self.tasks, self.chunk, readers))
         processes = [
             context.Process(
                 target=_reader_main,
-                args=(task_queue, results, lake, f"{self.segment_prefix}-w{i}", parent),
+                args=(chunks, task_queue, results, lake, f"{self.segment_prefix}-w{i}", parent),
                 daemon=True,
             )
             for i in range(readers)
@@ -101,15 +106,15 @@ class Readers:
         # Now that the readers are forked, this process may start threads: load what the commit
         # and lake.duckdb need while the readers work, instead of after them.
         threading.Thread(target=_preload_commit_modules, daemon=True).start()
-        # A reader answers a chunk by its number with the Extracted of its tasks in order: the
-        # tasks themselves (with their job, paths and labels) are not pickled back.
-        queue = enumerate(itertools.batched(self.tasks, self.chunk))
-        sent: dict[int, tuple[TrialTask, ...]] = {}
-        in_flight = 0
-        for number, chunk in itertools.islice(queue, IN_FLIGHT_PER_READER * readers):
-            sent[number] = chunk
-            task_queue.put((number, chunk))
-            in_flight += 1
+        # Every chunk's number is queued now, so no reader waits on this process again: a
+        # reader takes the next number when it is done with a chunk, while this process may be
+        # busy (its first result imports pyarrow, ~0.15 s, which kept both readers waiting
+        # ~50 ms when the next chunk was sent only once a result came back). A reader answers
+        # a chunk by its number with the Extracted of its tasks in order.
+        for number in range(len(chunks)):
+            task_queue.put(number)
+        for _ in processes:
+            task_queue.put(None)
         finished = 0
         try:
             while finished < readers:
@@ -134,18 +139,10 @@ class Readers:
                     self.copies.append(copies)
                     finished += 1
                     continue
-                in_flight -= 1
-                following = next(queue, None)
-                if following is not None:
-                    sent[following[0]] = following[1]
-                    task_queue.put(following)
-                    in_flight += 1
-                elif in_flight == 0:
-                    for _ in processes:
-                        task_queue.put(None)
                 number, summaries = payload
-                yield from zip(sent.pop(number), summaries, strict=True)
+                yield from zip(chunks[number], summaries, strict=True)
         finally:
+            task_queue.cancel_join_thread()  # (chunks no reader took are dropped at exit)
             for process in processes:
                 if process.is_alive() and finished < readers:
                     process.terminate()
@@ -187,6 +184,16 @@ def reader_count(tasks: list[TrialTask], workers: int | None) -> tuple[int, int]
     # never so big that a reader waits idle while another holds most of the tasks
     chunk = min(chunk, max(1, len(tasks) // (4 * max(processes, 1))))
     return processes, chunk
+
+
+def chunked(tasks: list[TrialTask], size: int, readers: int) -> Iterator[tuple[TrialTask, ...]]:
+    """`tasks` in chunks of `size`, but for the last ones: the tasks of the last `readers`
+    chunks go in chunks a quarter that size, so the readers run out of work together (a
+    reader done first waited up to ~20 ms for the other's last 64 small trials)."""
+    tail = min(len(tasks), size * readers)
+    head = len(tasks) - tail
+    yield from itertools.batched(tasks[:head], size)
+    yield from itertools.batched(tasks[head:], max(1, size // 4))
 
 
 def _exit_with_parent(parent_pid: int) -> None:
@@ -236,8 +243,16 @@ def extract_to_segments(task: TrialTask, writer: SegmentWriter) -> Extracted:
     return extracted.without_tables()
 
 
-def _reader_main(tasks: Any, results: Any, lake: str, prefix: str, parent_pid: int) -> None:
-    """A reader process: extract tasks until None, writing their rows to its own segments."""
+def _reader_main(
+    chunks: list[tuple[TrialTask, ...]],
+    numbers: Any,
+    results: Any,
+    lake: str,
+    prefix: str,
+    parent_pid: int,
+) -> None:
+    """A reader process: extract the chunks whose numbers it takes from `numbers` until None,
+    writing their rows to its own segments."""
     _exit_with_parent(parent_pid)
     skip_numpy()  # (before anything here loads pyarrow)
     try:
@@ -250,9 +265,9 @@ def _reader_main(tasks: Any, results: Any, lake: str, prefix: str, parent_pid: i
         keep_freed_memory()
         copies = CopyWriter(Path(lake), prefix)
         writer = SegmentWriter(Path(lake), prefix, copies)
-        while (message := tasks.get()) is not None:
-            number, chunk = message
-            results.put(("trials", (number, [extract_to_segments(task, writer) for task in chunk])))
+        while (number := numbers.get()) is not None:
+            summaries = [extract_to_segments(task, writer) for task in chunks[number]]
+            results.put(("trials", (number, summaries)))
         files = writer.close()
         results.put(("closed", (files, copies.copies)))
     except BaseException:
