@@ -1,6 +1,6 @@
 """The reader processes (wmo_lake/readers.py): every chunk of tasks is theirs from the start, so
 they never wait on a busy ingest process, and the last chunks are small, so they finish
-together."""
+together; they also write the rows of the changed job dirs their trials belong to, each once."""
 
 from __future__ import annotations
 
@@ -9,11 +9,17 @@ import threading
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
 from harbor_shapes import write_job, write_trial
 
 from wmo_lake.discover import TrialTask, discover
-from wmo_lake.readers import Readers, chunked
-from wmo_lake.store import TRIAL
+from wmo_lake.ingest import ingest
+from wmo_lake.lake import connect
+from wmo_lake.readers import Readers, chunked, jobs_by_chunk
+from wmo_lake.store import TRIAL, Store, partition_of
+from wmo_lake.tables import TABLES
+
+TABLES_JOBS = TABLES["jobs"].schema
 
 
 def _trials(tmp_path: Path, count: int) -> tuple[list[TrialTask], Path]:
@@ -73,3 +79,65 @@ def test_readers_started_from_a_threaded_process_read_every_chunk(tmp_path: Path
         other.join()
     assert sorted(read) == sorted(task.path for task in tasks)
     assert len(readers.files) == 2
+
+
+def test_each_job_goes_with_the_first_chunk_of_its_trials(tmp_path: Path) -> None:
+    for step in (1, 2, 3):
+        job = write_job(tmp_path / "runs" / "exp" / "harbor" / f"step-{step:04d}" / "job")
+        for n in range(4):
+            write_trial(job, f"t__{n}", trial_id=f"t{step}{n}")
+    tasks = [TrialTask.of(candidate) for candidate in discover(tmp_path / "runs").candidates]
+    jobs = {task.job.real: task.job for task in tasks}
+    wanted = dict(list(jobs.items())[1:])  # (the first job's row is not to be written)
+    chunks = list(chunked(tasks, 3, 1))  # chunks cross jobs: 3, 3, 3, then the tail's
+    per_chunk = jobs_by_chunk(chunks, wanted)
+    assert [job.real for jobs_of in per_chunk for job in jobs_of] == list(wanted)
+    for chunk, jobs_of in zip(chunks, per_chunk, strict=True):
+        for job in jobs_of:
+            earlier = chunks[: chunks.index(chunk)]
+            assert job.real in {task.job.real for task in chunk}
+            assert job.real not in {task.job.real for c in earlier for task in c}
+
+
+def _jobs(lake: Path) -> list[tuple]:
+    return connect(lake).execute("SELECT * FROM jobs ORDER BY job_key").fetchall()
+
+
+def test_reader_processes_write_each_changed_job_once(tmp_path: Path) -> None:
+    """With reader processes the jobs table is what an ingest in one process stores: a row per
+    job dir, written by the reader of the job's first trials; a job whose files changed is
+    written again once (by a reader when trials of it are read, else by the ingest process),
+    and an unchanged one is left as it was."""
+    runs = tmp_path / "runs"
+    job_dirs = []
+    for step in (1, 2):
+        job = write_job(runs / "exp" / "harbor" / f"step-{step:04d}" / "job", max_tokens=8)
+        for n in range(12):
+            write_trial(job, f"t__{n}", trial_id=f"t{step}-{n}")
+        job_dirs.append(job)
+    pooled, here = tmp_path / "pooled", tmp_path / "here"
+    ingest([runs], pooled, workers=2)
+    ingest([runs], here, workers=1)
+    assert len(_jobs(pooled)) == 2 and _jobs(pooled) == _jobs(here)
+    files = [rel for rels in Store(pooled).read_manifest().tables["jobs"].values() for rel in rels]
+    assert len(files) == 2 and all("-w" in rel for rel in files), files  # readers' segments
+
+    # step 1's job changes and two of its trials with it; step 2's job changes alone
+    write_job(job_dirs[0], max_tokens=16)
+    for n in (0, 1):
+        write_trial(job_dirs[0], f"t__{n}", trial_id=f"t1-{n}", reward=0.0)
+    write_job(job_dirs[1], max_tokens=32)
+    for lake, workers in ((pooled, 2), (here, 1)):
+        summary = ingest([runs], lake, workers=workers)
+        assert summary.trials_replaced == 2 and summary.trials_unchanged == 22
+    rows = _jobs(pooled)
+    assert rows == _jobs(here) and len(rows) == 2
+    names = TABLES_JOBS.names
+    assert [row[names.index("max_tokens")] for row in rows] == [16, 32]
+    live = Store(pooled).read_manifest().tables["jobs"]
+    step_1, step_2 = (  # the live files holding a row (the old one, rewritten, holds none)
+        [rel for rel in live[partition_of("exp", step)] if pq.read_metadata(pooled / rel).num_rows]
+        for step in (1, 2)
+    )
+    assert len(step_1) == 1 and "-w" in step_1[0]  # a reader's: it read the job's trials
+    assert len(step_2) == 1 and "-w" not in step_2[0]  # the ingest process's: no trial read

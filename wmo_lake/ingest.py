@@ -159,20 +159,27 @@ def ingest(
             return update.summary
         try:
             # The commit (and pyarrow) only once the readers exist: see readers._worker_context.
+            # The job dirs found by the walk, checked once: an unchanged one is counted now.
+            changed: dict[str, tuple[Job, str]] = {}
+            for job in update.jobs.values():
+                fingerprint = update.job_changed(job)
+                if fingerprint is not None:
+                    changed[job.real] = (job, fingerprint)
+            checked = set(update.jobs)
             readers: Readers | SparkReaders
             if spark is not None:
                 from wmo_lake.spark_ingest import SparkReaders
 
                 readers = SparkReaders(spark, tasks, store.root, update.segment_prefix())
-            else:
-                readers = Readers(tasks, workers, store.root, update.segment_prefix())
-            # The job dirs found by the walk get their rows while reader processes work, not
+            else:  # (reader processes write the rows of the changed jobs their trials are in)
+                jobs = {real: job for real, (job, _) in changed.items()}
+                readers = Readers(tasks, workers, store.root, update.segment_prefix(), jobs)
+            # The other changed job dirs get their rows here while reader processes work, not
             # after them: spread evenly over the trial results (which come a chunk at a time),
             # so the readers are never kept waiting for their next chunk.
-            found_jobs = list(update.jobs.values()) if readers.write_rows else []
-            early_jobs = iter(found_jobs)
-            every = max(1, len(tasks) // max(1, len(found_jobs)))
-            jobs_done: set[str] = set()
+            own_jobs = [job for real, job in changed.items() if real not in readers.jobs_written]
+            early_jobs = iter(own_jobs if readers.write_rows else [])
+            every = max(1, len(tasks) // max(1, len(own_jobs)))
             head_start: threading.Thread | None = None
             for done, (task, extracted) in enumerate(readers, 1):
                 if head_start is None and readers.write_rows:  # (the readers are forked now)
@@ -182,13 +189,16 @@ def ingest(
                 crash_point("mid_extract")
                 early = next(early_jobs, None) if done % every == 0 else None
                 if early is not None:
-                    update.add_job(early)
-                    jobs_done.add(early.real)
+                    update.read_job(*changed.pop(early[0].real))
                 if progress:
                     progress(done, len(tasks))
+            for job, extracted in readers.jobs_read:
+                update.store_job(job, extracted, changed.pop(job.real)[1], written=True)
             update.add_reader_files(readers.files)
-            for job in update.jobs.values():
-                if job.real not in jobs_done:
+            for job, fingerprint in changed.values():
+                update.read_job(job, fingerprint)
+            for job in update.jobs.values():  # (jobs of trials the walk found no job dir for)
+                if job.real not in checked:
                     update.add_job(job)
             for problem in walk_problems:
                 update.add_walk_problem(problem)
@@ -423,19 +433,39 @@ class LakeUpdate:
 
     def add_job(self, job: Job) -> None:
         """The jobs row of a job dir with trials, when its files changed."""
+        fingerprint = self.job_changed(job)
+        if fingerprint is not None:
+            self.read_job(job, fingerprint)
+
+    def job_changed(self, job: Job) -> str | None:
+        """The job dir's fingerprint when its row must be (re)written; None when its files are
+        as the catalog has them (then its problems are counted)."""
         fingerprint = job_fingerprint(job)
         entry = self.catalog.get(job.key)
         if entry is not None and entry.fingerprint == fingerprint:
             self.summary.problems += entry.n_problems
-            return
+            return None
+        return fingerprint
+
+    def read_job(self, job: Job, fingerprint: str) -> None:
+        """A changed job dir's row (`job_changed` gave its fingerprint), read here."""
         from wmo_lake.extract import extract_job
 
-        extracted = extract_job(job)
+        self.store_job(job, extract_job(job), fingerprint)
+
+    def store_job(
+        self, job: Job, extracted: Extracted, fingerprint: str, written: bool = False
+    ) -> None:
+        """A changed job dir's row, replacing the one it had. `written`: a reader process
+        already wrote it (`extracted` has no tables)."""
+        commit = self._commit()
         partition = partition_of(job.run, job.step)
+        entry = self.catalog.get(job.key)
         if entry is not None:
-            self._commit().remove_units([job.key], entry.partition)
+            commit.remove_units([job.key], entry.partition)
             self.touched.add(entry.partition)
-        self._append(extracted, partition)
+        if not written:
+            self._append(extracted, partition)
         self.summary.problems += extracted.n_problems
         self.catalog[job.key] = CatalogEntry(
             job.key, job.key, JOB, job.key, job.batch, fingerprint, extracted.n_problems, partition

@@ -19,12 +19,12 @@ import os
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from queue import Empty
 from typing import TYPE_CHECKING, Any
 
-from wmo_lake.discover import TrialTask
+from wmo_lake.discover import Job, TrialTask
 from wmo_lake.lean import skip_numpy
 from wmo_lake.store import PartitionedFiles, partition_of
 
@@ -51,7 +51,12 @@ class Readers:
     the lake), one dict per reader, for the commit to take."""
 
     def __init__(
-        self, tasks: list[TrialTask], workers: int | None, lake: Path, segment_prefix: str
+        self,
+        tasks: list[TrialTask],
+        workers: int | None,
+        lake: Path,
+        segment_prefix: str,
+        jobs: Mapping[str, Job] | None = None,
     ) -> None:
         self.tasks = tasks
         self.lake = lake
@@ -59,6 +64,14 @@ class Readers:
         self.processes, self.chunk = reader_count(tasks, workers)
         self.files: list[PartitionedFiles] = []
         self.copies: list[StoredCopies] = []  # each reader's copies of the stored tables' rows
+        # Job dirs (by real path) whose rows the reader processes write, each with the first
+        # chunk holding one of its tasks: written here, a job's row is a Parquet file of its
+        # own (its step's), and 128 of them took the ingest process ~0.2 s beside the readers.
+        # `jobs_written`: those given to a reader; `jobs_read`: each one's summary, once read.
+        self.chunks = list(chunked(tasks, self.chunk, self.processes)) if self.processes else []
+        self.chunk_jobs = jobs_by_chunk(self.chunks, jobs or {})
+        self.jobs_written = {job.real for jobs in self.chunk_jobs for job in jobs}
+        self.jobs_read: list[tuple[Job, Extracted]] = []
 
     @property
     def write_rows(self) -> bool:
@@ -92,11 +105,12 @@ class Readers:
         # numbers: the numbers of all fit in the pipe at once. Chunks sent through the queue
         # fit 3 at a time (~21 KB for 64 small trials), and a reader that emptied the pipe
         # waited, 2-5 ms each time, for this process's feeder thread to get the GIL back.
-        chunks = list(chunked(self.tasks, self.chunk, readers))
+        chunks, chunk_jobs = self.chunks, self.chunk_jobs
+        work = (chunks, chunk_jobs)
         processes = [
             context.Process(
                 target=_reader_main,
-                args=(chunks, task_queue, results, lake, f"{self.segment_prefix}-w{i}", parent),
+                args=(work, task_queue, results, lake, f"{self.segment_prefix}-w{i}", parent),
                 daemon=True,
             )
             for i in range(readers)
@@ -139,7 +153,8 @@ class Readers:
                     self.copies.append(copies)
                     finished += 1
                     continue
-                number, summaries = payload
+                number, summaries, job_summaries = payload
+                self.jobs_read += zip(chunk_jobs[number], job_summaries, strict=True)
                 yield from zip(chunks[number], summaries, strict=True)
         finally:
             task_queue.cancel_join_thread()  # (chunks no reader took are dropped at exit)
@@ -196,6 +211,23 @@ def chunked(tasks: list[TrialTask], size: int, readers: int) -> Iterator[tuple[T
     yield from itertools.batched(tasks[head:], max(1, size // 4))
 
 
+def jobs_by_chunk(
+    chunks: list[tuple[TrialTask, ...]], jobs: Mapping[str, Job]
+) -> list[tuple[Job, ...]]:
+    """Per chunk, the jobs of `jobs` (by real path) that its tasks are the first to belong to."""
+    assigned: set[str] = set()
+    per_chunk: list[tuple[Job, ...]] = []
+    for chunk in chunks:
+        first: list[Job] = []
+        for task in chunk:
+            real = task.job.real
+            if real in jobs and real not in assigned:
+                assigned.add(real)
+                first.append(jobs[real])
+        per_chunk.append(tuple(first))
+    return per_chunk
+
+
 def _exit_with_parent(parent_pid: int) -> None:
     """Worker initializer: a SIGKILLed ingest must not leave its readers running forever (they
     would block on a queue nobody writes to), so each worker exits once the ingest is gone."""
@@ -237,14 +269,25 @@ def extract_to_segments(task: TrialTask, writer: SegmentWriter) -> Extracted:
     from wmo_lake.extract import read_task
 
     extracted = read_task(task)  # (with the dir's fingerprint, taken just before reading it)
-    partition = partition_of(task.run, task.step)  # the dir's run and step: its Hive partition
+    # (the dir's run and step: its Hive partition)
+    return _written(extracted, partition_of(task.run, task.step), writer)
+
+
+def job_to_segments(job: Job, writer: SegmentWriter) -> Extracted:
+    """A job dir's rows (its config.json and result.json) to `writer`; the summary without rows."""
+    from wmo_lake.extract import extract_job
+
+    return _written(extract_job(job), partition_of(job.run, job.step), writer)
+
+
+def _written(extracted: Extracted, partition: str, writer: SegmentWriter) -> Extracted:
     for table, rows in extracted.tables.items():
         writer.append(table, rows, partition)
     return extracted.without_tables()
 
 
 def _reader_main(
-    chunks: list[tuple[TrialTask, ...]],
+    work: tuple[list[tuple[TrialTask, ...]], list[tuple[Job, ...]]],
     numbers: Any,
     results: Any,
     lake: str,
@@ -252,7 +295,7 @@ def _reader_main(
     parent_pid: int,
 ) -> None:
     """A reader process: extract the chunks whose numbers it takes from `numbers` until None,
-    writing their rows to its own segments."""
+    and each chunk's jobs (`jobs_by_chunk`), writing their rows to its own segments."""
     _exit_with_parent(parent_pid)
     skip_numpy()  # (before anything here loads pyarrow)
     try:
@@ -265,9 +308,11 @@ def _reader_main(
         keep_freed_memory()
         copies = CopyWriter(Path(lake), prefix)
         writer = SegmentWriter(Path(lake), prefix, copies)
+        chunks, chunk_jobs = work
         while (number := numbers.get()) is not None:
             summaries = [extract_to_segments(task, writer) for task in chunks[number]]
-            results.put(("trials", (number, summaries)))
+            job_summaries = [job_to_segments(job, writer) for job in chunk_jobs[number]]
+            results.put(("trials", (number, summaries, job_summaries)))
         files = writer.close()
         results.put(("closed", (files, copies.copies)))
     except BaseException:

@@ -100,6 +100,9 @@ class SparkReaders:
         self.segment_prefix = segment_prefix
         self.files: list[Any] = []
         self.copies: list[Any] = []  # (Spark tasks copy no stored rows: the build reads them)
+        # (job dirs' rows are written by the ingest process: see Readers.jobs_written)
+        self.jobs_written: set[str] = set()
+        self.jobs_read: list[tuple[Any, Extracted]] = []
 
     def __iter__(self) -> Iterator[tuple[TrialTask, Extracted]]:
         if not self.tasks:
