@@ -311,6 +311,21 @@ def test_list_columns_are_encoded_for_what_they_hold(exported: Path) -> None:
     assert pl.read_parquet(exported, columns=lists).to_dicts() == expected
 
 
+def test_list_columns_skip_the_work_that_buys_nothing(exported: Path) -> None:
+    """Delta-packed token ids are left uncompressed (zstd finds nothing in them), the loss mask
+    is lz4, and no list column carries min/max statistics; the scalar columns keep zstd and
+    their statistics."""
+    meta = pq.ParquetFile(exported).metadata.row_group(0)
+    columns = {meta.column(i).path_in_schema: meta.column(i) for i in range(meta.num_columns)}
+    codecs = {path: column.compression for path, column in columns.items()}
+    assert codecs.pop("model_input_tokens.list.element") == "UNCOMPRESSED"
+    assert codecs.pop("loss_mask.list.element") == "LZ4"
+    assert set(codecs.values()) == {"ZSTD"}
+    with_statistics = {path for path, column in columns.items() if column.is_stats_set}
+    assert not {path for path in with_statistics if path.endswith(".list.element")}
+    assert {"n_tokens", "reward", "trial_name"} <= with_statistics
+
+
 def test_load_verified_returns_the_rows(exported: Path, registry: Path) -> None:
     rows = load_verified(exported, tasks=registry)
     assert rows.columns == DATUM_COLUMNS
