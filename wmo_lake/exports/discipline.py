@@ -285,11 +285,16 @@ def write_export(
     installed: list[Path] = []
     try:
         rows = write_dataset(tmp_data)
-        _fsync(tmp_data)
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(1) as pool:  # the device's wait beside the hash (~7 ms each)
+            synced = pool.submit(_fsync, tmp_data)
+            digest = sha256_file(tmp_data)
+            synced.result()
         manifest = base_manifest(
             kind=kind,
             dataset=tmp_data,
-            dataset_sha256=sha256_file(tmp_data),
+            dataset_sha256=digest,
             rows=rows,
             registry=registry,
             excluded=excluded,
