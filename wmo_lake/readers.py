@@ -102,9 +102,9 @@ class Readers:
         results = context.Queue()
         # Each reader holds every chunk from the start (a forked one shares this process's
         # memory; a forkserver one gets them pickled once), and the queue carries only chunk
-        # numbers: the numbers of all fit in the pipe at once. Chunks sent through the queue
-        # fit 3 at a time (~21 KB for 64 small trials), and a reader that emptied the pipe
-        # waited, 2-5 ms each time, for this process's feeder thread to get the GIL back.
+        # numbers, which all fit in the pipe at once: the chunks themselves (~21 KB pickled for
+        # 64 small trials) would be pickled here, by the queue's feeder thread, on the cores
+        # the readers use, a few at a time as the pipe drained.
         chunks, chunk_jobs = self.chunks, self.chunk_jobs
         work = (chunks, chunk_jobs)
         processes = [
@@ -269,8 +269,8 @@ def extract_to_segments(task: TrialTask, writer: SegmentWriter) -> Extracted:
     from wmo_lake.extract import read_task
 
     extracted = read_task(task)  # (with the dir's fingerprint, taken just before reading it)
-    # (the dir's run and step: its Hive partition)
-    return _written(extracted, partition_of(task.run, task.step), writer)
+    partition = partition_of(task.run, task.step)  # the dir's run and step: its Hive partition
+    return _written(extracted, partition, writer)
 
 
 def job_to_segments(job: Job, writer: SegmentWriter) -> Extracted:
