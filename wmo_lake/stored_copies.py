@@ -70,10 +70,13 @@ class CopyWriter:
             part = part.append_column(FILE_COLUMN, pa.array([rel] * n, pa.string()))
             self._held.setdefault(name, []).append(part)
             self._held_bytes[name] = self._held_bytes.get(name, 0) + part.nbytes
-            path = str(self.dir / f"{self.prefix}.{name}.arrow")
-            self.copies.files.setdefault(name, {}).setdefault(path, set()).add(rel)
+            self.copies.files.setdefault(name, {}).setdefault(self._path(name), set()).add(rel)
             if self._held_bytes[name] >= COPY_BATCH_BYTES:
                 self._write(name)
+
+    def _path(self, name: str) -> str:
+        """The copy of stored table `name`: its stream's file."""
+        return str(self.dir / f"{self.prefix}.{name}.arrow")
 
     def _write(self, name: str) -> None:
         """The rows held for `name`, as one record batch of its stream."""
@@ -84,7 +87,7 @@ class CopyWriter:
         rows = pa.concat_tables(held).combine_chunks()
         if name not in self._streams:
             self.dir.mkdir(exist_ok=True)
-            sink = pa.OSFile(str(self.dir / f"{self.prefix}.{name}.arrow"), "wb")
+            sink = pa.OSFile(self._path(name), "wb")
             self._streams[name] = (pa.ipc.new_stream(sink, rows.schema), sink)
         stream, _ = self._streams[name]
         stream.write_table(rows)

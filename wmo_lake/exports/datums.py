@@ -304,16 +304,16 @@ def _parquet_writer(path: Path, schema: pa.Schema) -> pq.ParquetWriter:
     strings = [
         f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
     ]
-    encodings = list_encodings(schema)
-    codecs = {f.name: "zstd" for f in schema if f.name not in _LIST_CODECS}
+    scalars = [f.name for f in schema if f.name not in _LIST_CODECS]
+    codecs = dict.fromkeys(scalars, "zstd")
     codecs |= {f"{name}.list.element": codec for name, codec in _LIST_CODECS.items()}
     return pq.ParquetWriter(
         path,
         schema,
         compression=codecs,
         use_dictionary=strings,
-        column_encoding=encodings,
-        write_statistics=[f.name for f in schema if f.name not in _LIST_CODECS],
+        column_encoding=list_encodings(schema),
+        write_statistics=scalars,
     )
 
 
