@@ -121,6 +121,8 @@ class Report:
     options: dict[str, Any]
     figures: dict[str, Figure] = field(default_factory=dict)
     measurements: dict[str, Any] = field(default_factory=dict)
+    # the machine's speed, measured before the benches (see baselines.interpreter_seconds)
+    interpreter_seconds: float | None = None
 
     def set(self, bench: str, name: str, value: Any, detail: str = "") -> None:
         spec = next(f for f in FIGURES if f[0] == bench and f[1] == name)
@@ -142,6 +144,8 @@ class Report:
                 "cpus": os.cpu_count(),
                 "python": platform.python_version(),
                 "load_average": os.getloadavg(),
+                "cpu_model": baselines.cpu_model(),
+                "interpreter_seconds": self.interpreter_seconds,
             },
             "options": self.options,
             "figures": figures,
@@ -1010,6 +1014,9 @@ def render(report: dict[str, Any]) -> str:
         f"{report['host']['load_average'][0]:.1f}, repeat {report['options']['repeat']}"
         f"{', QUICK smoke run: figures not meaningful' if report['options']['quick'] else ''})",
         "Ratios are against anchors measured in this same run.",
+        f"Machine: {report['host']['cpu_model'] or 'CPU model unknown'}, Python "
+        f"{report['host']['python']}; {baselines.LOOP_STEPS:,} steps of a Python loop "
+        f"{report['host']['interpreter_seconds']} s (absolute figures scale with it).",
         "",
         f"{'figure':44} {'value':>14}  {'goal':28} verdict",
     ]
@@ -1134,6 +1141,7 @@ def run(argv: list[str] | None = None, log: Callable[[str], None] = print) -> di
     precompile()
     options = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
     report = Report(options)
+    report.interpreter_seconds = round(baselines.interpreter_seconds(), 3)
     base = realistic_trees.QUICK_ROLLOUTS if args.quick else realistic_trees.TreeSpec()
     spec = replace(base, trials=args.trials, trials_per_job=args.small_trials)
     tree = None

@@ -54,6 +54,9 @@ def test_report_has_every_figure_beside_its_goal(run: tuple[dict[str, Any], Path
     assert set(report["goals_met"]) | set(report["goals_missed"]) == goals
     assert not set(report["goals_met"]) & set(report["goals_missed"])
     text = bench.render(report)
+    # the machine's speed, so that absolute figures can be compared across machines
+    assert report["host"]["interpreter_seconds"] > 0
+    assert f"Python loop {report['host']['interpreter_seconds']} s" in text
     for bench_name, name, *_ in bench.FIGURES:
         assert name in text and f"-- {bench_name}" in text
 
