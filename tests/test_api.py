@@ -9,6 +9,7 @@ import pytest
 from harbor_shapes import write_job, write_trial
 
 import wmo_lake as wl
+from wmo_lake.checks import RewardKeyWarning
 from wmo_lake.export import ExportError
 from wmo_lake.store import LakeError
 
@@ -47,7 +48,8 @@ def test_reads_are_polars_dataframes(lake: Path) -> None:
 def test_settings_are_keyword_arguments(lake: Path) -> None:
     mode = wl.stats(lake, reward_mode="positive-binary", max_turns=1)
     assert mode["scaffold_loss_rate"].to_list() == [1.0]
-    con = wl.connect(lake, reward_key="score")
+    with pytest.warns(RewardKeyWarning, match="'score' occurs in no trial"):
+        con = wl.connect(lake, reward_key="score")
     assert con.execute("SELECT getvariable('wmo_reward_key')").fetchall() == [("score",)]
     with pytest.raises(TypeError, match="unknown setting 'reward'"):
         wl.stats(lake, reward="x")
