@@ -21,6 +21,7 @@ from edge_case_trees import generate_tree
 from wmo_lake.cli import cli
 from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect, view_sources
+from wmo_lake.output import to_arrow
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -196,7 +197,7 @@ def differences(got: Any, want: Any, path: str = "") -> list[str]:
 def duckdb_rows(lake: Path, view: str, settings: dict[str, Any]) -> list[dict[str, Any]]:
     con = connect(lake, settings)
     try:
-        return [plain(r) for r in con.sql(f"SELECT * FROM {view}").fetch_arrow_table().to_pylist()]
+        return [plain(r) for r in to_arrow(con.sql(f"SELECT * FROM {view}")).to_pylist()]
     finally:
         con.close()
 
@@ -312,9 +313,7 @@ def test_spark_reads_each_partitioned_table_as_the_lake_does(spark: Any, tmp_pat
     runs = {row[0] for row in con.execute("SELECT DISTINCT run FROM trials").fetchall()}
     assert runs == {*NASTY_RUNS, None}
     for table in TABLES:
-        want = _by_name(
-            [plain(r) for r in con.sql(f"SELECT * FROM {table}").fetch_arrow_table().to_pylist()]
-        )
+        want = _by_name([plain(r) for r in to_arrow(con.sql(f"SELECT * FROM {table}")).to_pylist()])
         directory = str(lake / "tables" / table)
         frames = {
             "dir": spark.read.parquet(directory),
