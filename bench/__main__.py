@@ -112,7 +112,8 @@ FIGURES: list[tuple[str, str, str, str, Goal]] = [
 ]
 
 
-GOAL_CHECKS: dict[tuple[str, str], Goal] = {(f[0], f[1]): f[4] for f in FIGURES}
+# (bench, name) -> its row of FIGURES
+SPECS: dict[tuple[str, str], tuple[str, str, str, str, Goal]] = {(f[0], f[1]): f for f in FIGURES}
 
 
 @dataclass
@@ -137,7 +138,7 @@ class Report:
     def set(self, bench: str, name: str, value: Any, detail: str = "") -> None:
         """Record a figure at full precision: its goal is checked on the exact value (a median
         ratio of 1.99984 rounded to 2.0 had read as >= 2x), `render` rounds it for the eye."""
-        spec = next(f for f in FIGURES if f[0] == bench and f[1] == name)
+        spec = SPECS[bench, name]
         check = spec[4]
         met = None if check is None or value is None else bool(check(value))
         self.figures[f"{bench}.{name}"] = Figure(bench, name, value, spec[2], spec[3], met, detail)
@@ -1048,7 +1049,7 @@ def render(report: dict[str, Any]) -> str:
             bench = fig["bench"]
             lines.append(f"-- {bench}")
         value = fig["value"]
-        check = GOAL_CHECKS[fig["bench"], fig["name"]]
+        check = SPECS[fig["bench"], fig["name"]][4]
         shown = (
             "n/a"
             if value is None
