@@ -16,7 +16,7 @@ from wmo_lake.jsonfile import decode
 from wmo_lake.pending import PendingRows
 from wmo_lake.tables import spans
 from wmo_lake.tables.fields import ProblemLog
-from wmo_lake.tables.trial_result import RawDetail, decode_trial_result
+from wmo_lake.tables.trial_result import CutDetail, RawDetail, decode_trial_result
 
 PATH = Path("result.json")
 
@@ -175,6 +175,12 @@ def test_fast_equals_checked_on_malformed_details(detail: dict) -> None:
 
 def test_the_fast_path_is_taken_for_harbor_shaped_details() -> None:
     doc = _doc([([1, 2], [3], [-0.5]), ([1, 2, 3, 4], [5], [-0.25])])
+    parsed = decode_trial_result(json.dumps(doc, indent=4).encode(), PATH)
+    assert isinstance(parsed["agent_result"]["rollout_details"][0], CutDetail)
+
+
+def test_prompts_that_are_not_all_ints_keep_every_turn_as_raw_text() -> None:
+    doc = _doc([([1, 2], [3], [-0.5]), ([1, 2, 3, True], [5], [-0.25])])
     parsed = decode_trial_result(json.dumps(doc, indent=4).encode(), PATH)
     assert isinstance(parsed["agent_result"]["rollout_details"][0], RawDetail)
 

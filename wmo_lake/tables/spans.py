@@ -24,7 +24,8 @@ import pyarrow as pa
 from wmo_lake.columns import SPECS, arrow_schema
 from wmo_lake.pending import PendingRows
 from wmo_lake.tables.fields import ProblemLog
-from wmo_lake.tables.trial_result import RawDetail
+from wmo_lake.tables.prompt_text import PromptTurn
+from wmo_lake.tables.trial_result import CutDetail, RawDetail
 
 SCHEMA = arrow_schema(SPECS["spans"])
 
@@ -117,6 +118,8 @@ def from_rollout_details(
             return Spans(MALFORMED, [])
         return None
     detail = details[0]
+    if isinstance(detail, CutDetail):
+        return _from_cut_detail(detail, path, problems)
     if isinstance(detail, RawDetail):
         return _from_raw_detail(detail, path, problems)
     if not isinstance(detail, dict):
@@ -264,6 +267,50 @@ def _from_raw_detail(detail: RawDetail, path: Path, problems: ProblemLog) -> Spa
         if len(turn.sampled) != len(turn.logprobs):
             return _checked_turns([[]], [turn.sampled], [turn.logprobs], path, problems, index)
     return Spans(OK if turns else EMPTY, turns, "rollout_details")
+
+
+def _from_cut_detail(detail: CutDetail, path: Path, problems: ProblemLog) -> Spans:
+    """WMO's `distill.tokens` reading of the first rollout segment, its prompts read from their
+    text (`tables/prompt_text.py`: all ints, aligned with the other two lists). Token for token
+    what `compress` gives: a prompt that extends the previous one by `ids` shares with the
+    previous prompt + sampled tokens that prompt and the common prefix of `ids` and the sampled
+    tokens. Completions that are not all ints are read by the path that reports them."""
+    try:
+        completions = [_parse_ints(_items(raw)) for raw in detail.completion_token_ids]
+    except _NotFast:
+        return _from_raw_detail(detail.whole(), path, problems)
+    turns: list[StoredTurn] = []
+    for index, prompt in enumerate(detail.prompts):
+        if index and prompt.extends:
+            before = turns[-1].prompt_len
+            common = _shared_prefix(prompt.ids, completions[index - 1])
+            turn = StoredTurn(
+                before + len(prompt.ids), before + common, prompt.ids[common:], [], []
+            )
+        else:
+            previous = (
+                _prompt_ids(detail.prompts, index - 1) + completions[index - 1] if index else []
+            )
+            shared = _shared_prefix(prompt.ids, previous)
+            turn = StoredTurn(len(prompt.ids), shared, prompt.ids[shared:], [], [])
+        turn.sampled, turn.logprobs = completions[index], detail.logprobs[index]
+        turns.append(turn)
+    for index, turn in enumerate(turns):
+        if len(turn.sampled) != len(turn.logprobs):
+            return _checked_turns([[]], [turn.sampled], [turn.logprobs], path, problems, index)
+    return Spans(OK if turns else EMPTY, turns, "rollout_details")
+
+
+def _prompt_ids(prompts: list[PromptTurn], index: int) -> list[int]:
+    """Turn `index`'s whole prompt, rebuilt from the turns it extends (for a prompt that does
+    not extend it, which is rare: a context cut or a summary)."""
+    first = index
+    while first > 0 and prompts[first].extends:
+        first -= 1
+    ids: list[int] = []
+    for prompt in prompts[first : index + 1]:
+        ids += prompt.ids
+    return ids
 
 
 _WHITESPACE = frozenset(b" \t\n\r\x0b\x0c")  # what bytes.strip() strips
