@@ -12,7 +12,7 @@ summary; it builds no rows itself (`wmo_lake/extract.py` does) and writes no fil
 
 from __future__ import annotations
 
-import secrets
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -270,7 +270,7 @@ class LakeUpdate:
         self.tasks: dict[str, TrialTask] = {}  # real path -> task, of the dirs read
         self.touched: set[str] = set()  # partitions whose catalog entries change
         self.commit: Commit | None = None
-        self.token = secrets.token_hex(4)  # names this ingest's files before its Commit exists
+        self.token = os.urandom(4).hex()  # names this ingest's files before its Commit exists
 
     def load(self, partitions: Iterable[str] | None = None) -> None:
         """Read the catalog of `partitions` (every partition when None) if not read yet; an

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import itertools
-import multiprocessing
 import os
 import threading
 import time
@@ -29,6 +28,8 @@ from wmo_lake.lean import skip_numpy
 from wmo_lake.store import PartitionedFiles, partition_of
 
 if TYPE_CHECKING:  # pyarrow loads only once the readers are forked
+    import multiprocessing.context
+
     from wmo_lake.commit import SegmentWriter
     from wmo_lake.extract import Extracted
     from wmo_lake.stored_copies import StoredCopies
@@ -373,6 +374,8 @@ def _worker_context() -> (
     """`fork` while this process is still single-threaded (the CLI: workers start at once, with
     nothing to import but extraction); `forkserver` otherwise, since forking a process whose
     other threads may hold locks (pyarrow starts some on import) can deadlock the child."""
+    import multiprocessing  # (here: an ingest with nothing to read starts no process)
+
     try:
         single_threaded = len(os.listdir("/proc/self/task")) == 1
     except OSError:

@@ -29,7 +29,6 @@ import fcntl
 import functools
 import json
 import os
-import secrets
 import shutil
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -158,7 +157,7 @@ def fsync_path(path: Path | str) -> None:
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write `path` so that it holds the old or the new content, never a torn one."""
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")
     with open(tmp, "wb") as stream:
         stream.write(data)
         stream.flush()
