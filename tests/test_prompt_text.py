@@ -205,3 +205,23 @@ def test_any_edit_of_the_prompts_text_reads_as_the_generic_decode_reads_it(
         else:
             del data[at]
     _same_as_generic(bytes(data))
+
+
+@pytest.mark.parametrize("first", [True, False])
+@pytest.mark.parametrize("key", ["task_name", "config"])  # read, and skipped by msgspec
+def test_bytes_outside_the_prompts_are_still_checked_for_utf8(first: bool, key: str) -> None:
+    # The prompts are not scanned for non-ASCII bytes (they are ints by construction): a bad
+    # byte before or after them is the same `not_utf8` failure, and a good one the same text.
+    # (msgspec does not check the bytes of a field it skips, such as the trial's config.)
+    prompts = [[1, 2], [1, 2, 7, 3]]
+    for text, bad in (("caf\u00e9", False), ("BAD", True)):
+        doc = _result(prompts, **{key: text})
+        if first:
+            doc = {key: text} | doc
+        data = _text(doc).replace(b'"BAD"', b'"\xff\xfe"')
+        parsed = _same_as_generic(data)
+        if bad:
+            assert isinstance(parsed, ReadFailure) and parsed.kind == "not_utf8"
+        else:
+            assert parsed.get("task_name") == (text if key == "task_name" else None)
+            assert isinstance(parsed["agent_result"]["rollout_details"][0], CutDetail)

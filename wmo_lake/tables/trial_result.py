@@ -91,11 +91,14 @@ _MARKER_JSON = msgspec.json.encode(_MARKER)
 
 def decode_trial_result(data: bytes, path: Path) -> Any | ReadFailure:
     """result.json as a dict (the fields the tables read), or a ReadFailure."""
-    failure = check_text(data, path)
+    cut = cut_prompts(data)
+    rest = None if cut is None else data[: cut.start] + _MARKER_JSON + data[cut.end :]
+    # The cut-out prompts are ASCII by construction (ints, commas, brackets, JSON whitespace):
+    # only the rest is scanned, and the whole file when that finds more than ASCII (its message).
+    failure = check_text(data, path) if rest is None or not rest.isascii() else None
     if failure is not None:
         return failure
-    cut = cut_prompts(data)
-    typed = None if cut is None else _decode_around(data, cut)
+    typed = None if cut is None or rest is None else _decode_around(rest, cut, data)
     if typed is None:
         try:
             typed = _TYPED.decode(data)
@@ -107,12 +110,12 @@ def decode_trial_result(data: bytes, path: Path) -> Any | ReadFailure:
     return doc
 
 
-def _decode_around(data: bytes, cut: CutPrompts) -> Any | None:
-    """The typed decode of `data` with `cut`'s prompts replaced by the marker, its first segment
-    a CutDetail; None unless the marker came back there, and only there, with the three lists
-    aligned (every other case is for the whole decode, and its checks, to read)."""
+def _decode_around(rest: bytes, cut: CutPrompts, data: bytes) -> Any | None:
+    """The typed decode of `rest` (`data` with `cut`'s prompts replaced by the marker), its first
+    segment a CutDetail; None unless the marker came back there, and only there, with the three
+    lists aligned (every other case is for the whole decode, and its checks, to read)."""
     try:
-        typed = _TYPED_CUT.decode(data[: cut.start] + _MARKER_JSON + data[cut.end :])
+        typed = _TYPED_CUT.decode(rest)
     except (msgspec.ValidationError, msgspec.DecodeError):
         return None
     segments = None if typed.agent_result is None else typed.agent_result.rollout_details
