@@ -127,10 +127,10 @@ def _decode_around(rest: bytes, cut: CutPrompts, data: bytes) -> Any | None:
         return None
     if not len(cut.turns) == len(completions) == len(logprobs):
         return None
-    rest: list[Any] = [CutDetail(cut.turns, completions, logprobs, data)]
+    read: list[Any] = [CutDetail(cut.turns, completions, logprobs, data)]
     for segment in segments[1:]:
         if isinstance(segment.prompt_token_ids, str):
             return None  # (a subagent's string prompts: no RawDetail, so the checked path)
-        rest.append(RawDetail(*msgspec.structs.astuple(segment)))
-    typed.agent_result.rollout_details = rest
+        read.append(RawDetail(*msgspec.structs.astuple(segment)))
+    typed.agent_result.rollout_details = read
     return typed
