@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import FIXTURES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -160,6 +161,25 @@ def test_invalid_prompt_text_is_the_same_failure_as_the_generic_decode(change) -
     data = _text(_result([[1, 2], [1, 2, 7, 3]])).replace(*(c.encode() for c in change), 1)
     parsed = _same_as_generic(data)
     assert isinstance(parsed, ReadFailure) and parsed.kind == "invalid_json"
+
+
+HARBOR_RESULTS = sorted(
+    path
+    for path in (FIXTURES / "harbor").glob("*/*/result.json")
+    if b'"prompt_token_ids"' in path.read_bytes()
+)
+
+
+@pytest.mark.parametrize(
+    "path", HARBOR_RESULTS, ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}"
+)
+def test_real_harbor_results_take_the_cut_and_read_as_the_generic_decode(path: Path) -> None:
+    parsed = _same_as_generic(path.read_bytes())
+    assert isinstance(parsed["agent_result"]["rollout_details"][0], CutDetail)
+
+
+def test_there_are_real_harbor_results_with_prompts() -> None:
+    assert len(HARBOR_RESULTS) >= 5  # the kit's and the offline terminus-2 run's
 
 
 def _chat(rng: random.Random) -> list:
