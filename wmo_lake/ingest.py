@@ -495,21 +495,12 @@ class LakeUpdate:
         commit = self.commit
         if commit is None or not self.summary.committed:
             return lambda: None
-        failed: list[BaseException] = []
+        from wmo_lake.background import Background
 
-        def sweep() -> None:
-            try:
-                commit.sweep(temporaries=False)
-            except BaseException as error:  # raised by the waiter, in the caller's thread
-                failed.append(error)
-
-        thread = threading.Thread(target=sweep, name="wmo-lake-sweep", daemon=True)
-        thread.start()
+        sweep = Background(lambda: commit.sweep(temporaries=False), "wmo-lake-sweep")
 
         def wait() -> None:
-            thread.join()
-            if failed:
-                raise failed[0]
+            sweep.wait()
             self.store.remove_temporaries()
 
         return wait

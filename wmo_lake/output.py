@@ -361,21 +361,11 @@ def _execute_interruptibly(
     reaches Python at once. DuckDB's connection refuses a second call (even interrupt()) while
     the COPY runs, so an interrupted CLI removes the partial file (`on_abort`), says so in one
     line and ends the process there (exit 130, or 143 for SIGTERM) with the COPY unfinished."""
-    import threading
+    from wmo_lake.background import Background
 
-    errors: list[BaseException] = []
-
-    def work() -> None:
-        try:
-            con.execute(sql)
-        except BaseException as error:  # handed to the waiting thread
-            errors.append(error)
-
-    worker = threading.Thread(target=work, name="wmo-lake-copy", daemon=True)
-    worker.start()
+    copy = Background(lambda: con.execute(sql), "wmo-lake-copy")
     try:
-        while worker.is_alive():
-            worker.join(0.1)
+        copy.wait(poll=0.1)
     except (KeyboardInterrupt, SystemExit) as stop:
         if on_abort is not None:
             on_abort()
@@ -385,8 +375,6 @@ def _execute_interruptibly(
         sys.stderr.flush()
         sys.stdout.flush()
         os._exit(code)
-    if errors:
-        raise errors[0]
 
 
 def _write_json(lines: duckdb.DuckDBPyRelation, sink: IO[bytes], *, as_array: bool) -> None:

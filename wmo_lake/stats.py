@@ -10,13 +10,13 @@ WMO's `collect_rollouts` log warnings into short notes a person reads under the 
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 import duckdb
 
+from wmo_lake.background import Background
 from wmo_lake.lake import connect
 from wmo_lake.output import render_table, rows_as_dicts
 
@@ -79,11 +79,18 @@ def collect_stats(
 
     con = connect(lake, settings, check=False)
     try:
-        beside = _Fetched(session_beside(con, settings), [INVALID_REWARDS_QUERY, CAPS_QUERY])
+        beside = session_beside(con, settings)
+        notes = Background(
+            lambda: [beside.sql(q).fetchall() for q in (INVALID_REWARDS_QUERY, CAPS_QUERY)],
+            "wmo-lake-stats-notes",
+        )
         try:
             rows = query_stats(con, batch_glob=batch_glob, run=run)
         finally:
-            invalid_rows, caps_rows = beside.results()
+            try:
+                invalid_rows, caps_rows = notes.wait()
+            finally:
+                beside.close()
         caps: dict[str, tuple[int, int]] = {}
         if any(row["truncated_spans"] for row in rows):
             caps = {batch: (low, high) for batch, low, high in caps_rows}
@@ -96,32 +103,6 @@ def collect_stats(
         return report
     finally:
         con.close()
-
-
-class _Fetched:
-    """`queries` run one after another on `session`, on a thread of their own; `results()`
-    waits for them (raising what a query raised) and closes the session."""
-
-    def __init__(self, session: duckdb.DuckDBPyConnection, queries: list[str]) -> None:
-        self.session = session
-        self.rows: list[list[tuple[Any, ...]]] = []
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(queries,), daemon=True)
-        self.thread.start()
-
-    def _run(self, queries: list[str]) -> None:
-        try:
-            for query in queries:
-                self.rows.append(self.session.sql(query).fetchall())
-        except BaseException as error:  # raised in the caller's thread, by results()
-            self.error = error
-
-    def results(self) -> list[list[tuple[Any, ...]]]:
-        self.thread.join()
-        self.session.close()
-        if self.error is not None:
-            raise self.error
-        return self.rows
 
 
 def _cap_text(caps: tuple[int, int] | None) -> str:

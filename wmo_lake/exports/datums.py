@@ -373,30 +373,19 @@ def _arrow_rows(con: duckdb.DuckDBPyConnection, query: str, params: Mapping[str,
     the query without pyarrow, so it runs in a thread (DuckDB releases the GIL) while this one
     imports numpy and pyarrow, which the gather and the writer need: ~0.1 s each, overlapped.
     DuckDB warns that Arrow from execute() copies the rows: a datum's light columns, no lists."""
-    import threading
     import warnings
 
-    done: list[duckdb.DuckDBPyConnection] = []
-    failed: list[BaseException] = []
+    from wmo_lake.background import Background
 
-    def run() -> None:
-        try:
-            done.append(con.execute(query, dict(params)))
-        except BaseException as error:  # raised below, in the caller's thread
-            failed.append(error)
-
-    worker = threading.Thread(target=run, name="wmo-lake-plan", daemon=True)
-    worker.start()
+    plan = Background(lambda: con.execute(query, dict(params)), "wmo-lake-plan")
     try:
         import numpy  # noqa: F401
         import pyarrow.parquet  # noqa: F401  (pyarrow too)
     finally:
-        worker.join()
-    if failed:
-        raise failed[0]
+        result = plan.wait()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Arrow output on a DB-API result", UserWarning)
-        return done[0].to_arrow_table()
+        return result.to_arrow_table()
 
 
 def _batches(con: duckdb.DuckDBPyConnection, scope: Mapping[str, Any]) -> list[dict[str, Any]]:
