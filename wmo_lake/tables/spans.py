@@ -263,10 +263,7 @@ def _from_raw_detail(detail: RawDetail, path: Path, problems: ProblemLog) -> Spa
             ]
     except _NotFast:
         return _from_raw_checked(detail, path, problems)
-    for index, turn in enumerate(turns):
-        if len(turn.sampled) != len(turn.logprobs):
-            return _checked_turns([[]], [turn.sampled], [turn.logprobs], path, problems, index)
-    return Spans(OK if turns else EMPTY, turns, "rollout_details")
+    return _with_logprobs_checked(turns, path, problems)
 
 
 def _from_cut_detail(detail: CutDetail, path: Path, problems: ProblemLog) -> Spans:
@@ -295,6 +292,12 @@ def _from_cut_detail(detail: CutDetail, path: Path, problems: ProblemLog) -> Spa
             turn = StoredTurn(len(prompt.ids), shared, prompt.ids[shared:], [], [])
         turn.sampled, turn.logprobs = completions[index], detail.logprobs[index]
         turns.append(turn)
+    return _with_logprobs_checked(turns, path, problems)
+
+
+def _with_logprobs_checked(turns: list[StoredTurn], path: Path, problems: ProblemLog) -> Spans:
+    """The spans of turns read on a fast path, once each turn has as many logprobs as sampled
+    tokens (the first that has not is reported as the checked path reports it)."""
     for index, turn in enumerate(turns):
         if len(turn.sampled) != len(turn.logprobs):
             return _checked_turns([[]], [turn.sampled], [turn.logprobs], path, problems, index)
