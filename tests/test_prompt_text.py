@@ -19,7 +19,7 @@ from wmo_lake.jsonfile import ReadFailure, decode
 from wmo_lake.tables import spans
 from wmo_lake.tables.fields import ProblemLog
 from wmo_lake.tables.prompt_text import PromptTurn, cut_prompts
-from wmo_lake.tables.trial_result import CutDetail, decode_trial_result
+from wmo_lake.tables.trial_result import CutDetail, RawDetail, decode_trial_result
 
 PATH = Path("result.json")
 
@@ -138,6 +138,18 @@ def test_a_prompts_key_inside_another_field_first_is_left_alone() -> None:
     parsed = _same_as_generic(_text(doc))
     assert not isinstance(parsed["agent_result"]["rollout_details"][0], CutDetail)
     assert parsed["agent_result"]["metadata"] == nested
+
+
+def test_a_subagent_segment_after_the_first_is_read_as_raw_text() -> None:
+    # Only the first segment (the main agent's chat) is cut; a subagent's comes after it, with
+    # prompts of its own that the cut must not reach into.
+    doc = _result([[1, 2], [1, 2, 7, 3]])
+    subagent = {"prompt_token_ids": [[1, 2], [1, 2, 9]], "completion_token_ids": [[9], [4]]}
+    doc["agent_result"]["rollout_details"].append(subagent | {"logprobs": [[-0.1], [-0.2]]})
+    parsed = _same_as_generic(_text(doc))
+    first, second = parsed["agent_result"]["rollout_details"]
+    assert isinstance(first, CutDetail) and isinstance(second, RawDetail)
+    assert [json.loads(bytes(raw)) for raw in second.prompt_token_ids] == [[1, 2], [1, 2, 9]]
 
 
 def test_duplicate_prompt_keys_are_read_as_a_json_decoder_reads_them() -> None:
