@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -360,6 +359,8 @@ def cached_skeleton() -> Path | None:
 
 def _copy_atomically(source: Path, target: Path) -> bool:
     """Copy `source` to `target` through a temporary name; False when it cannot."""
+    import shutil  # (here: an unchanged re-ingest loads this module, but copies nothing)
+
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,6 @@ partition whose files are the same is the same: files never change under a name)
 from __future__ import annotations
 
 import hashlib
-import shutil
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,6 +123,8 @@ def build(
     for stale in (path, path.with_name(f"{path.name}.wal")):
         stale.unlink(missing_ok=True)
     if base is not None and base.exists():
+        import shutil  # (here: an unchanged re-ingest loads this module, but builds nothing)
+
         shutil.copyfile(base, path)
         try:
             con = duckdb.connect(str(path))

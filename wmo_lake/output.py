@@ -14,13 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import decimal
 import io
 import math
 import os
-import shutil
 import sys
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TextIO
@@ -62,9 +59,11 @@ def _plain(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, dt.timedelta):
         return value.total_seconds()
-    if isinstance(value, decimal.Decimal):
+    # (a Decimal or UUID exists only once its module is loaded: not imported for them here,
+    # since a no-op re-ingest is mostly start-up)
+    if (decimal := sys.modules.get("decimal")) and isinstance(value, decimal.Decimal):
         return float(value)
-    if isinstance(value, uuid.UUID):
+    if (uuid := sys.modules.get("uuid")) and isinstance(value, uuid.UUID):
         return str(value)
     if isinstance(value, bytes):
         return value.hex()
@@ -403,6 +402,8 @@ def terminal_width(stream: TextIO) -> int | None:
         return int(columns)
     isatty = getattr(stream, "isatty", None)
     if isatty is not None and isatty():
+        import shutil
+
         return shutil.get_terminal_size().columns
     return None
 

@@ -17,10 +17,8 @@ import itertools
 import os
 import threading
 import time
-import traceback
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from queue import Empty
 from typing import TYPE_CHECKING, Any
 
 from wmo_lake.discover import Job, TrialTask
@@ -96,6 +94,8 @@ class Readers:
     def _read_in_processes(self) -> Iterator[tuple[TrialTask, Extracted]]:
         """Every chunk is queued at once (see `chunked`); the readers' files are collected as
         each one closes."""
+        from queue import Empty  # (here: an unchanged re-ingest starts no reader)
+
         readers = self.processes
         lake, parent = str(self.lake), os.getpid()
         context = _worker_context()
@@ -317,6 +317,8 @@ def _reader_main(
         files = writer.close()
         results.put(("closed", (files, copies.copies)))
     except BaseException:
+        import traceback
+
         results.put(("error", traceback.format_exc()))
 
 

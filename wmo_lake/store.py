@@ -29,7 +29,6 @@ import fcntl
 import functools
 import json
 import os
-import shutil
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -340,7 +339,11 @@ class Store:
 
     def clear_staging(self) -> None:
         """Remove what an ingest left in LAKE/.staging (only the lock's holder uses it)."""
-        shutil.rmtree(self.root / STAGING, ignore_errors=True)
+        staging = self.root / STAGING
+        if staging.exists():  # (shutil only then: an unchanged re-ingest is mostly start-up)
+            import shutil
+
+            shutil.rmtree(staging, ignore_errors=True)
 
     @contextlib.contextmanager
     def lock(self, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
