@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import decimal
 import io
 import math
 import os
 import sys
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TextIO
@@ -59,11 +61,9 @@ def _plain(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, dt.timedelta):
         return value.total_seconds()
-    # (a Decimal or UUID exists only once its module is loaded: not imported for them here,
-    # since a no-op re-ingest is mostly start-up)
-    if (decimal := sys.modules.get("decimal")) and isinstance(value, decimal.Decimal):
+    if isinstance(value, decimal.Decimal):
         return float(value)
-    if (uuid := sys.modules.get("uuid")) and isinstance(value, uuid.UUID):
+    if isinstance(value, uuid.UUID):
         return str(value)
     if isinstance(value, bytes):
         return value.hex()
