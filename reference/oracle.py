@@ -85,11 +85,25 @@ def is_int(value: Any) -> TypeGuard[int]:
 
 
 # -- cells: the scorer's reading -----------------------------------------------------------------
+# harbor's `VerifierResult.rewards` (tests/test_views_cells.py holds harbor's model to this type):
+# upstream's scorer reads result.json through harbor's `TrialResult`, so it sees each reward as
+# pydantic's lax mode makes it (a bool or a numeric string is a number by then).
+HARBOR_REWARDS = TypeAdapter(dict[str, float | int])
+
+
 def measured_reward(result: dict[str, Any], key: str) -> float | None:
-    """The reward under `key` when it is a finite non-bool number in [0, 1], else None."""
+    """The reward under `key` as upstream's scorer reads it (harbor's model, then `scorer.py`'s
+    test: a finite non-bool number in [0, 1]), else None."""
     verifier = result.get("verifier_result")
     rewards = verifier.get("rewards") if isinstance(verifier, dict) else None
-    value = rewards.get(key) if isinstance(rewards, dict) else None
+    if not isinstance(rewards, dict) or key not in rewards:
+        return None
+    value = rewards[key]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        try:
+            value = HARBOR_REWARDS.validate_json(json.dumps({key: value}))[key]
+        except ValidationError:
+            return None
     if is_int(value):
         return float(value) if 0 <= value <= 1 else None
     if isinstance(value, float) and math.isfinite(value) and 0.0 <= value <= 1.0:

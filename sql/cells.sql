@@ -5,8 +5,10 @@
 --   task "hello-offline" there); attempt = 1-based rank of trial_name (ascending) among the
 --   batch's trials of that task.
 --   reward: the value under the reward key (settings.reward_key, SET VARIABLE wmo_reward_key) in
---   verifier_result.rewards when it is a JSON number (not a bool, not a string), finite, and in
---   [0, 1]. Otherwise the trial has no measured reward: reward = 0.0 stand-in, infra_failed = true.
+--   verifier_result.rewards when it is a number, finite, and in [0, 1], as upstream's scorer sees
+--   it: through harbor's TrialResult model, which makes a bool or a numeric string a number
+--   (`true` -> 1.0, "0.5" -> 0.5), as the ingest stores it (tables/trials.py, harbor_number).
+--   Otherwise the trial has no measured reward: reward = 0.0 stand-in, infra_failed = true.
 --   A measured reward means infra_failed = false whatever exception the trial carries.
 --   passed: settings.reward_mode 'raw' = reward is 1.0; 'positive-binary' = reward > 0.
 --   graded tests (upstream ctrf.py over verifier/ctrf.json): the summary reading (passed, resolved =
@@ -30,7 +32,8 @@ WITH item_counts AS (
     GROUP BY trial_key
 ),
 reward_texts AS (
-    -- rewards values are JSON texts: "1", "1.0", "true", "\"x\"", "null", "NaN", "Infinity".
+    -- rewards values are JSON texts: "1", "1.0", "\"x\"", "null", "NaN", "Infinity" (a bool or a
+    -- numeric string is stored as the number harbor's model makes of it).
     SELECT
         t.*,
         t.rewards[s.reward_key] AS reward_json,

@@ -1,9 +1,11 @@
 """Rewards that are no measurement, and reward keys no trial has.
 
-Upstream's scorer raises for a whole batch when one reward is not a finite number in [0, 1]; the
-lake keeps the 0.0 stand-in (infra_failed), records a problems row per such value, and `stats`
-notes the trials. A reward key that no trial in scope has is a warning naming the keys that do
-occur (`stats`, `export`, `connect()`), exit 1 under `--strict`."""
+A bool or a numeric string is the number harbor's TrialResult model makes of it (upstream's
+scorer reads result.json through that model), with a `coerced_reward` problems row. Upstream's
+scorer raises for a whole batch when one reward is not a finite number in [0, 1]; the lake keeps
+the 0.0 stand-in (infra_failed), records a problems row per such value, and `stats` notes the
+trials. A reward key that no trial in scope has is a warning naming the keys that do occur
+(`stats`, `export`, `connect()`), exit 1 under `--strict`."""
 
 from __future__ import annotations
 
@@ -18,7 +20,9 @@ from wmo_lake.cli import cli
 from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect
 
-INVALID = {"above": 1.5, "bool": True, "text": "1", "null": None, "negative": -0.25}
+INVALID = {"above": 1.5, "word": "abc", "text-above": "2", "null": None, "negative": -0.25}
+# what harbor's TrialResult model makes a number of before upstream's scorer looks
+COERCED = {"bool": (True, 1.0), "text": (" 0.5 ", 0.5)}
 
 
 @pytest.fixture(scope="module")
@@ -26,6 +30,8 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("rewards")
     job = write_job(root / "runs" / "exp" / "harbor" / "step-0001" / "job")
     for name, value in INVALID.items():
+        write_trial(job, f"{name}__1", reward=value)
+    for name, (value, _) in COERCED.items():
         write_trial(job, f"{name}__1", reward=value)
     nan_dir = write_trial(job, "nan__1", reward=0.75)
     text = (nan_dir / "result.json").read_text().replace('"reward": 0.75', '"reward": NaN')
@@ -51,6 +57,7 @@ def test_a_reward_that_is_no_measurement_is_a_stand_in(lake: Path) -> None:
         **{f"{name}__1": stand_in for name in [*INVALID, "nan"]},
         "good__1": (1.0, False, True),
         "half__1": (0.5, False, False),
+        **{f"{name}__1": (read, False, read == 1.0) for name, (_, read) in COERCED.items()},
     }
 
 
@@ -63,26 +70,43 @@ def test_each_such_trial_has_a_problems_row_saying_why(lake: Path) -> None:
         .fetchall()
     )
     batch = "exp/harbor/step-0001/job"
-    shown = {"above": "1.5", "bool": "true", "text": '"1"', "null": "null", "negative": "-0.25"}
-    shown["nan"] = "NaN"
-    assert rows == [
-        (
-            f"{name}__1",
+    shown = {
+        "above": "1.5",
+        "word": '"abc"',
+        "text-above": '"2" (read as 2.0)',
+        "null": "null",
+        "negative": "-0.25",
+        "nan": "NaN",
+    }
+    invalid = {
+        f"{name}__1": (
             batch,
             "invalid_reward",
             f"result.json: verifier_result.rewards.reward is {text}, not a reward measurement "
             "(a number in [0, 1]); scored under reward key 'reward' the trial counts as "
             "infra_failed with a 0.0 stand-in",
         )
-        for name, text in sorted(shown.items())
-    ]
+        for name, text in shown.items()
+    }
+    coerced = {
+        "bool__1": "a boolean, true, not a number; read as 1.0",
+        "text__1": 'a string, " 0.5 ", not a number; read as 0.5',
+    }
+    for name, what in coerced.items():
+        invalid[name] = (
+            batch,
+            "coerced_reward",
+            f"result.json: verifier_result.rewards.reward is {what}, the number harbor's "
+            "TrialResult model (pydantic, lax) makes of it for upstream's scorer",
+        )
+    assert {name: tuple(rest) for name, *rest in rows} == invalid
 
 
 def test_stats_notes_such_trials(lake: Path) -> None:
     result = CliRunner().invoke(cli, ["stats", "--lake", str(lake), "--batch", "*step-0001*"])
     assert result.exit_code == 0, result.output
     assert (
-        "note: exp/harbor/step-0001/job: 6/8 trial(s) carry a reward that is no measurement "
+        "note: exp/harbor/step-0001/job: 6/10 trial(s) carry a reward that is no measurement "
         "(e.g. 1.5; expected a number in [0, 1]): counted as infra failures with a 0.0 "
         "stand-in (problems kind 'invalid_reward')"
     ) in result.output
@@ -94,7 +118,7 @@ def test_stats_warns_of_a_reward_key_no_trial_has(lake: Path) -> None:
     assert result.exit_code == 0
     assert (
         "warning: reward key 'scor' occurs in no trial in scope, so every trial reads as an "
-        "infra failure with a 0.0 stand-in; the keys that occur: 'reward' (8 trials), 'score' "
+        "infra failure with a 0.0 stand-in; the keys that occur: 'reward' (10 trials), 'score' "
         "(1 trials). Pass --reward-key KEY (SQL: SET VARIABLE wmo_reward_key = 'KEY')"
     ) in result.stderr
     assert CliRunner().invoke(cli, [*args, "--strict"]).exit_code == 1
@@ -127,7 +151,7 @@ def test_export_warns_and_strict_writes_nothing(lake: Path, tmp_path: Path, kind
 
 
 def test_connect_warns_over_the_whole_lake(lake: Path) -> None:
-    with pytest.warns(RewardKeyWarning, match="'reward' \\(8 trials\\), 'score' \\(1 trials\\)"):
+    with pytest.warns(RewardKeyWarning, match="'reward' \\(10 trials\\), 'score' \\(1 trials\\)"):
         connect(lake, {"wmo_reward_key": "scor"})
     import warnings
 

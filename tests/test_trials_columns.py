@@ -96,6 +96,20 @@ def _seconds(doc: Any, phase: str) -> float | None:
     return None if start is None or end is None else (end - start).total_seconds()
 
 
+HARBOR_REWARD = TypeAdapter(float | int)  # harbor's VerifierResult.rewards values
+
+
+def _as_harbor_reads(value: Any) -> Any:
+    """A reward value as harbor's TrialResult (pydantic, lax) reads it; as written when it
+    cannot (the lake keeps such a value as written)."""
+    if not isinstance(value, bool) and isinstance(value, int | float):
+        return value
+    try:
+        return HARBOR_REWARD.validate_json(json.dumps(value))
+    except ValueError:
+        return value
+
+
 def expected_trial(path: Path) -> dict[str, Any]:
     """The result.json columns of `trials`, read with json.loads and nothing of wmo_lake."""
     data = path.read_bytes()
@@ -127,7 +141,7 @@ def expected_trial(path: Path) -> dict[str, Any]:
         "rewards": None
         if not isinstance(rewards, dict)
         else {
-            key: json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+            key: json.dumps(_as_harbor_reads(value), ensure_ascii=False, separators=(",", ":"))
             for key, value in rewards.items()
         },
         "exception_type": _str(doc, "exception_info", "exception_type"),

@@ -21,6 +21,8 @@ from reference import oracle
 from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect, create_settings, sql_dir
 from wmo_lake.output import rows_as_dicts
+from wmo_lake.tables.fields import Fields, ProblemLog
+from wmo_lake.tables.trials import rewards
 
 # (case, verifier_result, reward, infra_failed, passed raw, passed positive-binary)
 REWARD_CASES: list[tuple[str, Any, float, bool, bool, bool]] = [
@@ -28,10 +30,17 @@ REWARD_CASES: list[tuple[str, Any, float, bool, bool, bool]] = [
     ("int-1", {"rewards": {"reward": 1}}, 1.0, False, True, True),
     ("int-0", {"rewards": {"reward": 0}}, 0.0, False, False, False),
     ("half", {"rewards": {"reward": 0.5}}, 0.5, False, False, True),
-    ("bool-true", {"rewards": {"reward": True}}, 0.0, True, False, False),
+    # harbor's TrialResult (pydantic, lax) makes a bool or a numeric string a number before
+    # upstream's scorer looks: true is a measured 1.0 (see test_reward_cases_are_harbors_reading)
+    ("bool-true", {"rewards": {"reward": True}}, 1.0, False, True, True),
+    ("bool-false", {"rewards": {"reward": False}}, 0.0, False, False, False),
     ("above-1", {"rewards": {"reward": 1.5}}, 0.0, True, False, False),
     ("negative", {"rewards": {"reward": -0.25}}, 0.0, True, False, False),
-    ("string", {"rewards": {"reward": "1"}}, 0.0, True, False, False),
+    ("string", {"rewards": {"reward": "1"}}, 1.0, False, True, True),
+    ("padded-string", {"rewards": {"reward": " 0.5 "}}, 0.5, False, False, True),
+    ("word", {"rewards": {"reward": "abc"}}, 0.0, True, False, False),
+    ("string-nan", {"rewards": {"reward": "nan"}}, 0.0, True, False, False),
+    ("string-above-1", {"rewards": {"reward": "2"}}, 0.0, True, False, False),
     ("nan", {"rewards": {"reward": math.nan}}, 0.0, True, False, False),
     ("infinity", {"rewards": {"reward": math.inf}}, 0.0, True, False, False),
     ("null-value", {"rewards": {"reward": None}}, 0.0, True, False, False),
@@ -164,6 +173,51 @@ def test_reward_edges(
     assert (got["reward"], got["infra_failed"], got["passed"]) == (reward, infra, binary)
 
 
+def _upstream_reward(verifier: Any) -> float | str | None:
+    """What upstream's scorer reads for a trial with this `verifier_result`: harbor's own model
+    loads it (as `TrialResult.model_validate_json` does), then `scorer.py`'s `_trial_reward`
+    test. "unloadable" when harbor's model rejects it (upstream cannot read the trial at all)."""
+    from harbor.models.verifier.result import VerifierResult
+    from pydantic import ValidationError
+
+    if verifier is None:
+        return None
+    try:
+        rewards = VerifierResult.model_validate_json(json.dumps(verifier)).rewards
+    except ValidationError:
+        return "unloadable"
+    if rewards is None or "reward" not in rewards:
+        return None
+    value = rewards["reward"]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    reward = float(value)
+    return reward if math.isfinite(reward) and 0.0 <= reward <= 1.0 else None
+
+
+@pytest.mark.parametrize(("case", "verifier", "reward", "infra", "raw", "binary"), REWARD_CASES)
+def test_reward_cases_are_harbors_reading(
+    case: str, verifier: Any, reward: float, infra: bool, raw: bool, binary: bool
+) -> None:
+    """The expected cells above are what harbor's model and upstream's scorer read (where harbor
+    can load the trial at all: a null or a word it cannot)."""
+    upstream = _upstream_reward(verifier)
+    if upstream == "unloadable":
+        assert case in ("null-value", "word")
+        return
+    assert (0.0 if upstream is None else upstream, upstream is None) == (reward, infra)
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(value=st.one_of(st.text(alphabet="0123456789_.eE+- \t\xa0naifx", max_size=7), st.booleans()))
+def test_the_oracle_reads_rewards_as_harbors_model_does(value: Any) -> None:
+    """reference.oracle's reading (and so the views it holds) against harbor's model itself."""
+    result = {"verifier_result": {"rewards": {"reward": value}}}
+    upstream = _upstream_reward(result["verifier_result"])
+    expected = None if upstream == "unloadable" else upstream
+    assert oracle.measured_reward(result, "reward") == expected
+
+
 def test_reward_1e400_is_not_finite(cases_lake: Path) -> None:
     got = cell(cases_lake, "reward-1e400")
     assert (got["reward"], got["infra_failed"], got["passed"]) == (0.0, True, False)
@@ -284,7 +338,9 @@ JSON_VALUES = st.recursive(
     | st.floats(allow_nan=True, allow_infinity=True)
     | st.floats(min_value=0.0, max_value=1.0)
     | st.sampled_from([0, 1, 0.0, 1.0, -0.0, 5e-324, 1 - 2**-53])
-    | st.text(max_size=4),
+    | st.text(max_size=4)
+    | st.text(alphabet="0123456789_.eE+- \t\xa0", max_size=6)
+    | st.sampled_from(["1", "0.5", " 1 ", "1_0", "+.5", "0-0", " 0_0.0 ", "nan", "inf"]),
     lambda inner: (
         st.lists(inner, max_size=2) | st.dictionaries(st.text(max_size=2), inner, max_size=2)
     ),
@@ -292,11 +348,20 @@ JSON_VALUES = st.recursive(
 )
 
 
+def _stored_reward_text(value: Any) -> str:
+    """The rewards map's text for `value`, as the ingest stores it (`tables/trials.rewards`)."""
+    problems = ProblemLog("k", "b")
+    doc = Fields({"verifier_result": {"rewards": {"reward": value}}}, Path("result.json"), problems)
+    ((_, text),) = rewards(doc) or []
+    return text
+
+
 @hypothesis_settings(max_examples=80, deadline=None)
 @given(values=st.lists(JSON_VALUES, min_size=1, max_size=8))
 def test_reward_rule_matches_the_oracle_for_any_json_value(values: list[Any]) -> None:
     """The cells reward rule over arbitrary JSON values, straight on a `trials` table holding
-    the rewards map as the lake stores it (key -> the value's JSON text)."""
+    the rewards map as the ingest stores it (key -> the JSON text of the value harbor's model
+    reads)."""
     con = duckdb.connect()
     try:
         con.execute(
@@ -309,7 +374,7 @@ def test_reward_rule_matches_the_oracle_for_any_json_value(values: list[Any]) ->
             "ctrf_passed, NULL::BIGINT AS ctrf_failed, NULL::BIGINT AS ctrf_skipped, NULL::BIGINT "
             "AS ctrf_pending, NULL::BIGINT AS ctrf_other, NULL::INT AS ctrf_n_tests "
             "FROM (SELECT ?::VARCHAR[] AS texts), range(?) AS r(i)",
-            [[json.dumps(v) for v in values], len(values)],
+            [[_stored_reward_text(v) for v in values], len(values)],
         )
         con.execute("CREATE TABLE tests (trial_key VARCHAR, status VARCHAR)")
         create_settings(con)

@@ -45,7 +45,8 @@ MAP_STRING_STRING = "map<string, string>"
 
 # Bump for a change of extraction the specs do not show (a fixed bug, a new reading of a field):
 # the extract version is this and the specs' digest.
-EXTRACT_LOGIC_VERSION = "3"  # 2: trajectories / steps / tool_calls; 3: collection paths
+EXTRACT_LOGIC_VERSION = "4"  # 2: trajectories / steps / tool_calls; 3: collection paths;
+# 4: rewards as harbor's TrialResult reads them, a byte-order mark is not JSON
 
 
 @dataclass(frozen=True)
@@ -256,7 +257,9 @@ TRIALS = TableSpec(
             "rewards",
             MAP_STRING_STRING,
             (RESULT, "verifier_result.rewards"),
-            'key -> the value\'s JSON text (`"1"` stays an int, `"true"` a bool)',
+            "key -> the value's JSON text as harbor's `TrialResult` reads it: a number as "
+            "written (`1` stays an int), a bool or numeric string as the number pydantic's lax "
+            'mode makes of it (`true` -> `1.0`, `"0.5"` -> `0.5`), anything else as written',
         ),
         Column("exception_type", STRING, (RESULT, "exception_info.exception_type"), "as recorded"),
         Column(
@@ -635,7 +638,7 @@ PROBLEMS = TableSpec(
             "`unreadable_trial`, `missing_result`, `invalid_json`, `empty_file`, `not_utf8`, "
             "`not_an_object`, `not_a_trial_result`, `unreadable_file`, `wrong_type`, "
             "`malformed_spans`, `unaligned_turns`, `logprob_mismatch`, `out_of_range`, "
-            "`sink_corrupt`, `sink_dir_missing`, `not_ctrf`, `invalid_reward`, "
+            "`sink_corrupt`, `sink_dir_missing`, `not_ctrf`, `invalid_reward`, `coerced_reward`, "
             "`malformed_trajectory`, `missing_continuation`, `duplicate_trial`, `symlink_loop`, "
             "`unreadable_dir`, `not_a_directory`, `not_utf8_name`",
         ),

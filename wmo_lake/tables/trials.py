@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from functools import cache
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wmo_lake.columns import PHASES
 from wmo_lake.jsonfile import to_json_text
-from wmo_lake.tables.fields import Fields, is_real_number
+from wmo_lake.tables.fields import Fields, is_real_number, json_type_name
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
 
 
 def parse_time(value: str | None) -> datetime | None:
@@ -26,24 +30,61 @@ def _seconds(start: datetime | None, end: datetime | None) -> float | None:
     return None if start is None or end is None else (end - start).total_seconds()
 
 
+def harbor_number(value: Any) -> int | float | None:
+    """A reward value as harbor's `TrialResult` reads it, which is how upstream's scorer sees it:
+    `VerifierResult.rewards` is `dict[str, float | int]`, validated by pydantic in lax mode, so
+    a bool or a numeric string becomes a number (`true` -> 1.0, `" 0.5 "` -> 0.5, `"1_0"` ->
+    10.0) before the scorer's own checks run. None for a value that model rejects (null, `"abc"`,
+    a list: harbor cannot load such a result.json at all, and upstream fails the batch)."""
+    from pydantic import ValidationError  # (only for a reward that is not already a number)
+
+    try:
+        return _harbor_reward_type().validate_json(to_json_text(value))
+    except ValidationError:
+        return None
+
+
+@cache
+def _harbor_reward_type() -> TypeAdapter[float | int]:
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(float | int)
+
+
 def rewards(doc: Fields) -> list[tuple[str, str]] | None:
-    """`verifier_result.rewards` as (key, JSON text) pairs. A value that is no reward measurement
-    (upstream's scorer: a non-bool number, finite, in [0, 1]) is kept and reported: under that
-    reward key the trial gets the 0.0 stand-in and counts as infra_failed, where upstream's
-    scorer would refuse the whole batch."""
+    """`verifier_result.rewards` as (key, JSON text) pairs, each value as harbor's `TrialResult`
+    reads it (`harbor_number`: a bool or a numeric string is stored as the number it becomes,
+    and reported as `coerced_reward`). A value that is no reward measurement even so (upstream's
+    scorer: a number, finite, in [0, 1]) is kept and reported: under that reward key the trial
+    gets the 0.0 stand-in and counts as infra_failed, where upstream's scorer would refuse the
+    whole batch."""
     values = doc.obj("verifier_result", "rewards")
     if values is None:
         return None
+    read: list[tuple[str, str]] = []
     for key, value in values.items():
-        if not is_real_number(value) or not 0 <= value <= 1:
+        written = to_json_text(value)
+        plain = not isinstance(value, bool) and isinstance(value, int | float)
+        number = value if plain else harbor_number(value)
+        shown = written if plain or number is None else f"{written} (read as {number!r})"
+        if number is None or not is_real_number(number) or not 0 <= number <= 1:
             doc.problems.add(
                 "invalid_reward",
                 doc.path,
-                f"{doc.path.name}: verifier_result.rewards.{key} is {to_json_text(value)}, not a "
-                "reward measurement (a number in [0, 1]); scored under reward key "
-                f"{key!r} the trial counts as infra_failed with a 0.0 stand-in",
+                f"{doc.path.name}: verifier_result.rewards.{key} is {shown}, not a reward "
+                f"measurement (a number in [0, 1]); scored under reward key {key!r} the trial "
+                "counts as infra_failed with a 0.0 stand-in",
             )
-    return [(str(key), to_json_text(value)) for key, value in values.items()]
+        elif not plain:
+            doc.problems.add(
+                "coerced_reward",
+                doc.path,
+                f"{doc.path.name}: verifier_result.rewards.{key} is {json_type_name(value)}, "
+                f"{written}, not a number; read as {number!r}, the number harbor's TrialResult "
+                "model (pydantic, lax) makes of it for upstream's scorer",
+            )
+        read.append((str(key), written if number is None else to_json_text(number)))
+    return read
 
 
 def _package(doc: Fields) -> str | None:
