@@ -317,6 +317,16 @@ def sink_dir(job_dir: Path, recorded: str) -> Path | None:
     return None
 
 
+class _TokenSpan(BaseModel):
+    """WMO's `TokenSpan` (`wmo.providers.tinker`), field for field: a plain pydantic model, so
+    lax (`"2"` and `2.0` are token id 2)."""
+
+    call_index: int
+    prompt_token_ids: list[int]
+    sampled_token_ids: list[int]
+    sampled_logprobs: list[float]
+
+
 def sink_spans(sink: Path | None, trial_name: str) -> list[dict[str, Any]]:
     """Seed 000 `load_trial_spans` (a corrupt sink: the seed raises; the lake keeps no spans)."""
     if sink is None:
@@ -330,29 +340,12 @@ def sink_spans(sink: Path | None, trial_name: str) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            span = json.loads(line)
-        except ValueError:
+            span = _TokenSpan.model_validate_json(line)
+        except ValidationError:
             return []
-        ids_ok = all(
-            isinstance(span.get(k), list) and all(is_int(x) for x in span[k])
-            for k in ("prompt_token_ids", "sampled_token_ids")
-        )
-        lp = span.get("sampled_logprobs")
-        lp_ok = isinstance(lp, list) and all(
-            isinstance(x, float | int) and not isinstance(x, bool) for x in lp
-        )
-        if not (ids_ok and lp_ok and is_int(span.get("call_index"))):
+        if len(span.sampled_token_ids) != len(span.sampled_logprobs):
             return []
-        if len(span["sampled_token_ids"]) != len(lp):
-            return []
-        rows.append(
-            {
-                "call_index": span["call_index"],
-                "prompt_token_ids": span["prompt_token_ids"],
-                "sampled_token_ids": span["sampled_token_ids"],
-                "sampled_logprobs": [float(x) for x in lp],
-            }
-        )
+        rows.append(span.model_dump())
     if [row["call_index"] for row in rows] != list(range(len(rows))):
         return []
     return rows

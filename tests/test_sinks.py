@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from harbor_shapes import write_job, write_sink, write_trial
+from pydantic import TypeAdapter
 
 from wmo_lake.cli import cli
 from wmo_lake.ingest import ingest
@@ -209,11 +210,11 @@ def test_sink_root_must_be_old_equals_new(tmp_path: Path) -> None:
     [
         ([_span(0, [1], [2]), "{not json"], "line 2"),
         ([_span(0, [1], [2], [-0.1, -0.2])], "line 1"),
-        ([_span(0, [1], ["2"])], "line 1"),
+        ([_span(0, [1], [2.5])], "line 1"),  # no int (TokenSpan's lax mode takes 2.0, not 2.5)
         ([_span(0, [1], [2]), _span(0, [1, 2, 3], [4])], "call_index sequence [0, 0]"),
         ([_span(1, [1], [2])], "call_index sequence [1]"),
     ],
-    ids=["invalid-json", "logprob-mismatch", "string-token", "repeated-index", "not-from-zero"],
+    ids=["invalid-json", "logprob-mismatch", "fractional-token", "repeated-index", "not-from-zero"],
 )
 def test_corrupt_sink_gives_no_spans_and_actionable_problem(
     tmp_path: Path, lines: list[str], advice: str
@@ -231,6 +232,58 @@ def test_corrupt_sink_gives_no_spans_and_actionable_problem(
     ((kind, message),) = con.execute("SELECT kind, message FROM problems").fetchall()
     assert kind == "sink_corrupt" and summary.problems == 1
     assert advice in message and "delete this step's token sink directory" in message
+
+
+def test_a_sink_line_is_read_as_tokenspan_reads_it(tmp_path: Path) -> None:
+    """WMO's TokenSpan is a plain pydantic model (lax): upstream keeps `1.0`, `"2"` and `true`
+    as token ids and `"-0.5"` as a logprob, so the lake does too, with the values pydantic makes
+    of them."""
+    sinks = tmp_path / "sinks"
+    write_trial(_pi_job(tmp_path / "runs", 1, sinks), "pi__1")
+    sinks.mkdir()
+    line = {
+        "call_index": 0.0,
+        "prompt_token_ids": [1.0, "2", True],
+        "sampled_token_ids": [" 4 ", 5],
+        "sampled_logprobs": ["-0.5", -1],
+    }
+    (sinks / "pi__1.jsonl").write_text(json.dumps(line) + "\n")
+    ingest([tmp_path / "runs"], tmp_path / "lake")
+    # what TokenSpan's field types make of the line, validated as it validates (JSON, lax)
+    ids, logprobs = TypeAdapter(list[int]), TypeAdapter(list[float])
+    expected = (
+        0,
+        ids.validate_json(json.dumps(line["prompt_token_ids"])),
+        ids.validate_json(json.dumps(line["sampled_token_ids"])),
+        logprobs.validate_json(json.dumps(line["sampled_logprobs"])),
+    )
+    got = (
+        connect(tmp_path / "lake")
+        .sql(
+            "SELECT call_index, prompt_token_ids, sampled_token_ids, sampled_logprobs "
+            "FROM spans_full"
+        )
+        .fetchall()
+    )
+    assert got == [expected]
+    assert expected[1] == [1, 2, 1]  # (so the case is what it says: every value coerced)
+
+
+def test_a_token_id_beyond_64_bits_is_out_of_range_and_names_the_sink(tmp_path: Path) -> None:
+    """TokenSpan keeps a Python int of any size; Parquet and Tinker hold 64 bits: no spans, and
+    a problem naming the sink file it came from."""
+    sinks = tmp_path / "sinks"
+    write_trial(_pi_job(tmp_path / "runs", 1, sinks), "pi__1")
+    sinks.mkdir()
+    (sinks / "pi__1.jsonl").write_text(_span(0, [1, 2**63], [3]) + "\n")
+    ingest([tmp_path / "runs"], tmp_path / "lake")
+    con = connect(tmp_path / "lake")
+    assert con.execute("SELECT spans_status, n_spans FROM trials").fetchall() == [
+        ("out_of_range", 0)
+    ]
+    ((kind, path, message),) = con.execute("SELECT kind, path, message FROM problems").fetchall()
+    assert kind == "out_of_range" and path == str(sinks / "pi__1.jsonl")
+    assert message.startswith("pi__1.jsonl: a token id does not fit in 64 bits")
 
 
 def test_editing_a_sink_reingests_the_trial(tmp_path: Path) -> None:

@@ -69,6 +69,9 @@ TRACE_CASES: dict[str, tuple[dict[str, Any], str | None]] = {
     "trace-non-string": ({"trace": {"stop_reason": ["submitted"]}}, None),
     "trace-not-object": ({"trace": ["submitted"]}, None),
     "trace-empty-string": ({"trace": {"stop_reason": ""}}, ""),
+    # seed 000 reads a trace as json.loads(read_text("utf-8")): a byte-order mark is not JSON
+    # there (the file is unreadable: no stop reason, and the root file is not tried)
+    "trace-bom": ({"trace": b'\xef\xbb\xbf{"stop_reason": "submitted"}'}, None),
     "no-trace-exception": ({"exception_type": "AgentTimeoutError", "n_episodes": 2}, None),
     "no-trace-complete": ({"n_episodes": 1, "declared_complete": True}, None),
     "never-ran": ({"never_ran": True}, None),  # no trace: null, never `error`
@@ -98,6 +101,12 @@ def cases_lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
         write_trial(pi_job, f"pi-{name}", **arguments)
     both = write_trial(pi_job, "stop-trace-both", trace={"stop_reason": "max_turns"})
     (both / "wmo-run.json").write_text(json.dumps({"stop_reason": "submitted"}))
+    bom = write_trial(pi_job, "stop-trace-bom-both", trace=b'\xef\xbb\xbf{"stop_reason": "a"}')
+    (bom / "wmo-run.json").write_text(json.dumps({"stop_reason": "submitted"}))
+    # a completion declared in a trajectory.json seed 000 cannot read (a byte-order mark)
+    declared = write_trial(job, "stop-trajectory-bom", n_episodes=1, declared_complete=True)
+    trajectory = declared / "agent" / "trajectory.json"
+    trajectory.write_bytes(b"\xef\xbb\xbf" + trajectory.read_bytes())
     # agent/wmo-run.json that is a directory is no trace: the root file is read.
     shadow = write_trial(
         pi_job, "stop-trace-agent-dir", trace={"stop_reason": "budget"}, trace_at_root=True
@@ -168,13 +177,24 @@ def test_a_never_ran_trial_is_error_on_terminus_2_and_unknown_on_pi_bridge(
         ("pi-never-ran", None, "trace", "pi-bridge"),
     }
     pi_counts = next(r["stop_reason_counts"] for r in rows if r["trial_name"] == "pi-never-ran")
-    # never-ran, the two traceless trials, three unreadable traces and one empty reason
-    assert pi_counts["unknown"] == 7
+    # never-ran, the two traceless trials, five unreadable traces (two with a byte-order mark)
+    # and one empty reason
+    assert pi_counts["unknown"] == 9
 
 
 def test_trace_under_agent_wins_over_the_root(records: dict[str, dict[str, Any]]) -> None:
     assert records["stop-trace-both"]["stop_reason"] == "max_turns"
     assert records["stop-trace-agent-dir"]["stop_reason"] == "budget"
+    # an unreadable trace under agent/ is the trace: seed 000 stops at the first file there is
+    assert records["stop-trace-bom-both"]["stop_reason"] is None
+
+
+def test_a_trajectory_seed_000_cannot_read_declares_nothing(
+    records: dict[str, dict[str, Any]],
+) -> None:
+    """Seed 000 reads trajectory.json as json.loads(read_text("utf-8")), where a byte-order mark
+    is invalid JSON: no declared completion, so a trial below the cap reads `error`."""
+    assert records["stop-trajectory-bom"]["stop_reason"] == "error"
 
 
 def test_no_max_turns_recorded_skips_the_cap(records: dict[str, dict[str, Any]]) -> None:

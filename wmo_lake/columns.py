@@ -46,7 +46,7 @@ MAP_STRING_STRING = "map<string, string>"
 # Bump for a change of extraction the specs do not show (a fixed bug, a new reading of a field):
 # the extract version is this and the specs' digest.
 EXTRACT_LOGIC_VERSION = "4"  # 2: trajectories / steps / tool_calls; 3: collection paths;
-# 4: rewards as harbor's TrialResult reads them, a byte-order mark is not JSON
+# 4: rewards as harbor's TrialResult reads them; a byte-order mark is not JSON; sink lines lax
 
 
 @dataclass(frozen=True)

@@ -184,10 +184,11 @@ def extract_trial(task: TrialTask, agent_names: list[str] | None = None) -> Extr
     try:
         span_table = spans.rows(found, key, task.batch, trial_name)
     except (OverflowError, pa.ArrowInvalid) as error:
+        source = task.sink_file if pi_bridge and task.sink_file is not None else result_path
         problems.add(
             "out_of_range",
-            result_path,
-            f"{result_path.name}: a token id does not fit in 64 bits ({error}); the trial "
+            source,
+            f"{Path(source).name}: a token id does not fit in 64 bits ({error}); the trial "
             "contributes no training data",
         )
         found = spans.Spans(spans.OUT_OF_RANGE, [])

@@ -2,7 +2,10 @@
 
 msgspec decodes (as fast as orjson, and it skips nothing we need); the stdlib decoder is the
 fallback for what msgspec refuses but harbor's readers accept (NaN, Infinity, 1e400), so every
-file the seeds' `json.loads` reads, we read.
+file the seeds' `json.loads` reads, we read. And no more: the seeds read a file as
+`json.loads(path.read_text("utf-8"))`, text in, so the fallback is given text too. Given bytes,
+`json.loads` would sniff the encoding and take a UTF-8 byte-order mark, or UTF-16 without one,
+as JSON; as text both are invalid JSON, the seeds' reading (an unreadable artifact).
 """
 
 from __future__ import annotations
@@ -84,13 +87,16 @@ def decode(data: bytes, path: Path | str) -> Any | ReadFailure:
     except msgspec.DecodeError:
         pass
     try:
-        return json.loads(data)
+        return json.loads(data.decode("utf-8"))  # (check_text has seen it is UTF-8)
     except (ValueError, RecursionError) as error:
-        return ReadFailure(
-            "invalid_json",
-            f"{path} is not valid JSON ({error}); it was probably truncated while being "
-            "written: re-run the trial or restore the file",
-        )
+        if data.startswith(b"\xef\xbb\xbf"):
+            why = (
+                "it starts with a UTF-8 byte-order mark (BOM), which harbor never writes and "
+                "upstream's readers reject: the file was edited by hand; save it without the BOM"
+            )
+        else:
+            why = "it was probably truncated while being written: re-run the trial or restore it"
+        return ReadFailure("invalid_json", f"{path} is not valid JSON ({error}); {why}")
 
 
 def read_json(path: Path | str) -> Any | ReadFailure | None:

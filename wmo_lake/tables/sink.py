@@ -6,16 +6,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from wmo_lake.tables.fields import ProblemLog
 from wmo_lake.tables.spans import SINK, SINK_CORRUPT, Spans, Turn, compress
 
 
 class SinkSpan(BaseModel):
-    """One line of the WMO pi-bridge token sink (a `TokenSpan`). Strict: "1" is not a token id."""
-
-    model_config = ConfigDict(strict=True)
+    """One line of the WMO pi-bridge token sink, validated as WMO's `TokenSpan` validates it:
+    pydantic's default (lax) mode, so `1.0`, `"1"` or `true` is token id 1 and `"-0.1"` a
+    logprob, exactly what upstream's `load_trial_spans` keeps (`TokenSpan.model_validate_json`)."""
 
     call_index: int = Field(ge=0)
     prompt_token_ids: list[int]
