@@ -29,7 +29,8 @@ WHERE ($batch_glob IS NULL OR batch GLOB $batch_glob)
 ORDER BY run NULLS LAST, step NULLS LAST, batch
 """
 
-# Trials whose reward under the key in force is there but no measurement (1.5, true, NaN, "1").
+# Trials whose reward under the key in force is there but no measurement (1.5, NaN, "abc", null;
+# a bool or numeric string is stored as the number harbor reads, so it is one when in [0, 1]).
 INVALID_REWARDS_QUERY = """
 SELECT batch, count(*) AS trials, arg_min(reward_json, trial_name) AS example
 FROM cells
