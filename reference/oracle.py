@@ -318,8 +318,10 @@ def sink_dir(job_dir: Path, recorded: str) -> Path | None:
 
 
 class _TokenSpan(BaseModel):
-    """WMO's `TokenSpan` (`wmo.providers.tinker`), field for field: a plain pydantic model, so
-    lax (`"2"` and `2.0` are token id 2)."""
+    """WMO's `TokenSpan` (`wmo.providers.tinker`, not among the seeds) as its closest public
+    source declares it (the sibling `wmh` package's `providers/tinker.py`: these fields and an
+    alignment check, no strict config): a plain pydantic model, so lax (`"2"` and `2.0` are
+    token id 2)."""
 
     call_index: int
     prompt_token_ids: list[int]

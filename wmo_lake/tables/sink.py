@@ -15,7 +15,9 @@ from wmo_lake.tables.spans import SINK, SINK_CORRUPT, Spans, Turn, compress
 class SinkSpan(BaseModel):
     """One line of the WMO pi-bridge token sink, validated as WMO's `TokenSpan` validates it:
     pydantic's default (lax) mode, so `1.0`, `"1"` or `true` is token id 1 and `"-0.1"` a
-    logprob, exactly what upstream's `load_trial_spans` keeps (`TokenSpan.model_validate_json`)."""
+    logprob, what upstream's `load_trial_spans` keeps (`TokenSpan.model_validate_json`).
+    `TokenSpan` is not among the seeds; its closest public source (the sibling `wmh` package's
+    `providers/tinker.py`) declares these fields and the alignment check, with no strict config."""
 
     call_index: int = Field(ge=0)
     prompt_token_ids: list[int]
