@@ -136,6 +136,10 @@ class _CtrfReport(BaseModel):
     results: _CtrfResults
 
 
+def _int64_or_none(value: int) -> int | None:
+    return value if value <= 2**63 - 1 else None
+
+
 def graded_tests(trial_dir: Path) -> tuple[int, int, int] | None:
     """(passed, resolved, unresolved) from verifier/ctrf.json: upstream ctrf.py's
     `read_trial_graded_tests` (the itemized reading wins when the two disagree)."""
@@ -150,7 +154,10 @@ def graded_tests(trial_dir: Path) -> tuple[int, int, int] | None:
         (getattr(summary, name) or 0) > 2**63 - 1
         for name in ("passed", "failed", "skipped", "pending", "other")
     ):
-        return None  # the lake's one deliberate difference: a count no int64 holds grades nothing
+        # the lake's one deliberate difference: a summary count no int64 holds leaves the summary
+        # out; upstream grades the items too (that summary disagrees with them), but the summary
+        # alone, which the lake cannot hold, when they resolve nothing
+        summary = None
     if summary is not None and summary.passed is not None and summary.failed is not None:
         resolved = summary.passed + summary.failed
         if resolved:
@@ -431,9 +438,10 @@ def read_tree(root: Path, settings: Settings = Settings()) -> Tree:
             "reward": stand_in,
             "passed": passed,
             "infra_failed": reward is None,
-            "tests_passed": None if tests is None else tests[0],
-            "tests_resolved": None if tests is None else tests[1],
-            "tests_unresolved": None if tests is None else tests[2],
+            # (a sum of counts past 64 bits reads null, as the BIGINT column cannot hold it)
+            "tests_passed": None if tests is None else _int64_or_none(tests[0]),
+            "tests_resolved": None if tests is None else _int64_or_none(tests[1]),
+            "tests_unresolved": None if tests is None else _int64_or_none(tests[2]),
             "graded_score": None if tests is None else tests[0] / tests[1],
             "stop_reason": reason,
             "n_spans": len(trial_spans),

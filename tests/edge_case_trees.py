@@ -149,6 +149,9 @@ CTRFS = [
     "underscore-count",
     "fractional-count",
     "huge-count",
+    "huge-count-only",
+    "resolved-sum-overflow",
+    "unresolved-sum-overflow",
 ]
 
 DIMENSIONS: dict[str, list[str]] = {
@@ -439,6 +442,10 @@ def _ctrf(variant: str, rng: random.Random) -> Any:
         "underscore-count": report(summary("2_0", 0)),
         "fractional-count": report(summary(2.5, 0), items("passed")),
         "huge-count": report(summary(2**64, 0), items("passed")),
+        "huge-count-only": report(summary(2**64, 0)),
+        # each count fits in 64 bits, their sums do not
+        "resolved-sum-overflow": report(summary(2, 2**63 - 1), items("passed", "failed")),
+        "unresolved-sum-overflow": report(summary(1, 1, 2**63 - 1, pending=1)),
     }[variant]
 
 

@@ -81,7 +81,15 @@ CTRF_CASES: list[tuple[str, tuple[int, int, int] | None]] = [
     ("string-summary-only", (2, 3, 1)),  # "2", 1.0, "1" -> 2/3 and one skipped
     ("underscore-count", (20, 20, 0)),  # pydantic reads "2_0" as 20
     ("fractional-count", None),  # 2.5 is no integer
-    ("huge-count", None),  # valid upstream, but no 64-bit count: recorded, graded as nothing
+    # a summary count no 64-bit integer holds leaves the summary out: upstream grades the items
+    # too (that summary disagrees with them, and they win), but from the summary alone, which no
+    # column here holds, when they resolve nothing
+    ("huge-count", (1, 1, 0)),
+    ("huge-count-only", None),
+    # counts that fit, sums that do not: summed exactly, as upstream's Python ints are; a sum
+    # past 64 bits reads null in its BIGINT column, the score is upstream's
+    ("resolved-sum-overflow", (1, 2, 0)),  # the items win
+    ("unresolved-sum-overflow", (1, 2, None)),
 ]
 
 
@@ -251,6 +259,30 @@ def test_settings_in_plain_sql(cases_lake: Path) -> None:
             con.sql("SELECT passed FROM cells").fetchall()
     finally:
         con.close()
+
+
+@pytest.mark.parametrize(
+    ("variant", "named"),
+    [
+        ("huge-count", "passed is 18446744073709551616"),
+        ("huge-count-only", "passed is 18446744073709551616"),
+    ],
+)
+def test_a_summary_past_64_bits_is_said_and_left_out(
+    cases_lake: Path, variant: str, named: str
+) -> None:
+    rows = query(
+        cases_lake,
+        f"SELECT kind, message FROM problems WHERE trial_name = 'ctrf-{variant}'",
+    )
+    assert [row["kind"] for row in rows] == ["out_of_range"]
+    assert f"results.summary.{named}, more than a 64-bit count holds" in rows[0]["message"]
+    trial = query(
+        cases_lake,
+        "SELECT ctrf_status, ctrf_summary_present, ctrf_passed FROM trials "
+        f"WHERE trial_name = 'ctrf-{variant}'",
+    )
+    assert trial == [{"ctrf_status": "ok", "ctrf_summary_present": False, "ctrf_passed": None}]
 
 
 @pytest.mark.parametrize(("variant", "expected"), CTRF_CASES)

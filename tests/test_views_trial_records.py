@@ -51,6 +51,12 @@ STOP_CASES: dict[str, tuple[dict[str, Any], str | None]] = {
     "episodes-bool": ({"n_episodes": True}, None),
     "episodes-string": ({"n_episodes": "3"}, None),
     "episodes-float": ({"n_episodes": 3.0}, None),
+    # seed 000 compares Python ints: past 64 bits still >= max_turns (or below it)
+    "episodes-past-64-bits": ({"n_episodes": 2**63}, "max_turns"),
+    "episodes-below-64-bits": (
+        {"n_episodes": -(2**63) - 1, "declared_complete": True},
+        "submitted",
+    ),
     # the terminus-2 path ignores a wmo-run.json: reconstructed all the same
     "trace-ignored": (
         {"trace": {"stop_reason": "submitted"}, "exception_type": "AgentTimeoutError"},

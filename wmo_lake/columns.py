@@ -46,7 +46,8 @@ MAP_STRING_STRING = "map<string, string>"
 # Bump for a change of extraction the specs do not show (a fixed bug, a new reading of a field):
 # the extract version is this and the specs' digest.
 EXTRACT_LOGIC_VERSION = "4"  # 2: trajectories / steps / tool_calls; 3: collection paths;
-# 4: rewards as harbor's TrialResult reads them; a byte-order mark is not JSON; sink lines lax
+# 4: rewards as harbor's TrialResult reads them; a byte-order mark is not JSON; sink lines lax;
+# a CTRF summary count past 64 bits leaves the summary out; n_episodes past 64 bits clamped
 
 
 @dataclass(frozen=True)
@@ -269,7 +270,8 @@ TRIALS = TableSpec(
             "n_episodes",
             INT64,
             (RESULT, "agent_result.metadata.n_episodes"),
-            "when an integer",
+            "when an integer (one past 64 bits is the nearest 64-bit value, which compares with "
+            "max_turns as it does; a `problems` row says so)",
         ),
         Column(
             "started_at", TIMESTAMP, (RESULT, "started_at"), "UTC (a naive time is taken as UTC)"

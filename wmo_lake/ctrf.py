@@ -59,7 +59,30 @@ def read_ctrf(path: Path | str) -> CtrfReport:
     if failure is not None:
         return CtrfReport("unreadable", failure.kind, failure.message + NO_GRADE)
     plain = _plain(data)
-    return plain if plain is not None else _validated(data, path)
+    return _storable(plain if plain is not None else _validated(data, path), path)
+
+
+def _storable(report: CtrfReport, path: Path | str) -> CtrfReport:
+    """`report` without a summary whose counts the lake cannot hold: one no 64-bit integer holds.
+    Upstream grades such a report from its items when they resolve anything (its summary reading
+    disagrees with them, so the items win), which is what leaving the summary out does here; from
+    the summary alone otherwise, which no 64-bit column can hold: that report grades nothing here.
+    (Counts that fit but whose sums do not are kept: `cells` sums them exactly.)"""
+    summary = report.summary
+    if report.status != "ok" or summary is None:
+        return report
+    too_big = [(name, value) for name, value in summary.items() if (value or 0) > INT64_MAX]
+    if not too_big:
+        return report
+    name, value = too_big[0]
+    report.summary = None
+    report.problem_kind = "out_of_range"
+    report.problem = (
+        f"{path}: results.summary.{name} is {value}, more than a 64-bit count holds; the summary "
+        "is left out, so the report grades from its itemized tests (upstream prefers them to a "
+        "summary that disagrees, as this one must), or not at all when none resolves"
+    )
+    return report
 
 
 def _plain(data: bytes) -> CtrfReport | None:
@@ -141,16 +164,8 @@ def _validated(data: bytes, path: Path | str) -> CtrfReport:
         )
     results = report.results
     summary = None
-    if results.summary is not None:
+    if results.summary is not None:  # (a count past 64 bits is for `_storable`)
         summary = {name: getattr(results.summary, name) for name in SUMMARY_COUNTS}
-        too_big = [n for n, v in summary.items() if v is not None and v > INT64_MAX]
-        if too_big:  # valid upstream, but not storable as a count: said, and graded as nothing
-            return CtrfReport(
-                "not_ctrf",
-                "out_of_range",
-                f"{path}: results.summary.{too_big[0]} is {summary[too_big[0]]}, more than a "
-                "64-bit count holds" + NO_GRADE,
-            )
     raw = decode(data, path)  # the items again, as plain values, for names and durations
     items = raw["results"].get("tests", []) if isinstance(raw, dict) else []
     return CtrfReport(

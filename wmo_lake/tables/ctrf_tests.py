@@ -48,6 +48,8 @@ def read_report(trial_dir: Path | str, problems: ProblemLog) -> Report:
         if ctrf.problem is not None:
             problems.add(ctrf.problem_kind or ctrf.status, path, ctrf.problem)
         return Report(status=ctrf.status)
+    if ctrf.problem is not None:  # (an `ok` report's summary left out: `ctrf._storable`)
+        problems.add(ctrf.problem_kind or "out_of_range", path, ctrf.problem)
     report = Report(status="ok", tests=ctrf.items, statuses=ctrf.statuses)
     report.summary_present = ctrf.summary is not None and all(
         ctrf.summary[name] is not None for name in ("passed", "failed")

@@ -87,6 +87,26 @@ def rewards(doc: Fields) -> list[tuple[str, str]] | None:
     return read
 
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _episodes(doc: Fields) -> int | None:
+    """`agent_result.metadata.n_episodes` when an integer. One past 64 bits is stored as the
+    nearest 64-bit value, which compares with any max_turns as it does (terminus-2's stop reason
+    only asks `n_episodes >= max_turns`, on Python ints), and is reported."""
+    value = doc.get("agent_result", "metadata", "n_episodes")
+    if type(value) is not int or INT64_MIN <= value <= INT64_MAX:
+        return doc.int("agent_result", "metadata", "n_episodes")
+    stored = INT64_MAX if value > 0 else INT64_MIN
+    doc.problems.add(
+        "out_of_range",
+        doc.path,
+        f"{doc.path.name}: agent_result.metadata.n_episodes is {value}, more than a 64-bit integer "
+        f"holds; stored as {stored}, which compares with max_turns as it does",
+    )
+    return stored
+
+
 def _package(doc: Fields) -> str | None:
     """A package task id's `org/name` (harbor's PackageTaskId.get_name())."""
     org, name = doc.str("task_id", "org"), doc.str("task_id", "name")
@@ -158,7 +178,7 @@ def row(doc: Fields) -> dict[str, Any]:
         "rewards": rewards(doc),
         "exception_type": doc.str("exception_info", "exception_type"),
         "exception_message": doc.str("exception_info", "exception_message"),
-        "n_episodes": doc.int("agent_result", "metadata", "n_episodes"),
+        "n_episodes": _episodes(doc),
         "started_at": started,
         "finished_at": finished,
         **phase_seconds,
