@@ -7,7 +7,9 @@
 -- tokens and cost sum every file's step metrics (harbor's final_metrics of trajectory.json sum
 -- the same: its own steps plus its subagents'); declared_complete = the main trace's LAST agent
 -- step (across continuations) calls mark_task_complete (WMO's test, over the whole trace);
--- the time span runs from the first to the last step timestamp.
+-- the time span runs from the first to the last step timestamp. Counts and token sums are summed
+-- exactly (DECIMAL(38, 0)) and are BIGINT, null for a total no 64-bit integer holds: the same
+-- in DuckDB (whose BIGINT sum is a HUGEINT) and Spark (whose BIGINT sum overflows, an error).
 CREATE OR REPLACE VIEW episodes AS
 WITH original_steps AS (
     SELECT *
@@ -21,10 +23,10 @@ step_totals AS (
         count(*) AS n_steps,
         count(*) FILTER (WHERE source = 'agent' AND trace_source = 'main') AS agent_turns,
         count(*) FILTER (WHERE source = 'agent' AND trace_source <> 'main') AS subagent_turns,
-        coalesce(sum(n_tool_calls), 0) AS tool_calls,
-        coalesce(sum(prompt_tokens), 0) AS prompt_tokens,
-        coalesce(sum(completion_tokens), 0) AS completion_tokens,
-        coalesce(sum(cached_tokens), 0) AS cached_tokens,
+        coalesce(sum(CAST(n_tool_calls AS DECIMAL(38, 0))), 0) AS tool_calls,
+        coalesce(sum(CAST(prompt_tokens AS DECIMAL(38, 0))), 0) AS prompt_tokens,
+        coalesce(sum(CAST(completion_tokens AS DECIMAL(38, 0))), 0) AS completion_tokens,
+        coalesce(sum(CAST(cached_tokens AS DECIMAL(38, 0))), 0) AS cached_tokens,
         sum(cost_usd) AS cost_usd
     FROM original_steps
     GROUP BY trial_key
@@ -91,12 +93,12 @@ SELECT
     coalesce(st.n_steps, 0) AS n_steps,
     coalesce(st.agent_turns, 0) AS agent_turns,
     coalesce(st.subagent_turns, 0) AS subagent_turns,
-    coalesce(st.tool_calls, 0) AS tool_calls,
+    TRY_CAST(coalesce(st.tool_calls, 0) AS BIGINT) AS tool_calls,
     coalesce(cf.tool_calls_by_function, CAST(map() AS MAP(VARCHAR, BIGINT)))
         AS tool_calls_by_function,
-    coalesce(st.prompt_tokens, 0) AS prompt_tokens,
-    coalesce(st.completion_tokens, 0) AS completion_tokens,
-    coalesce(st.cached_tokens, 0) AS cached_tokens,
+    TRY_CAST(coalesce(st.prompt_tokens, 0) AS BIGINT) AS prompt_tokens,
+    TRY_CAST(coalesce(st.completion_tokens, 0) AS BIGINT) AS completion_tokens,
+    TRY_CAST(coalesce(st.cached_tokens, 0) AS BIGINT) AS cached_tokens,
     st.cost_usd,
     coalesce(co.declared_complete, false) AS declared_complete,
     ts.started_at,

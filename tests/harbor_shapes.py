@@ -208,3 +208,15 @@ def _raw(path: Path, content: str | bytes) -> None:
     if isinstance(content, str):
         content = content.encode("utf-8")
     path.write_bytes(content)
+
+
+def write_token_overflow_trial(job_dir: Path, trial_name: str) -> Path:
+    """A trial whose three agent steps each record 2**62 prompt tokens: their total is past 64
+    bits (the real trajectory's completions, 40 + 45 + 50, stay small)."""
+    trial_dir = write_trial(job_dir, trial_name)
+    trajectory = real_trajectory()
+    for step in trajectory["steps"]:
+        if step.get("source") == "agent":
+            step["metrics"]["prompt_tokens"] = 2**62
+    dump(trial_dir / "agent" / "trajectory.json", trajectory)
+    return trial_dir

@@ -325,3 +325,21 @@ def test_spark_reads_each_partitioned_table_as_the_lake_does(spark: Any, tmp_pat
             got = _by_name([plain(r) for r in frame.toArrow().to_pylist()])
             found = differences(got, want)
             assert not found, f"{table} ({how}): Spark differs from the lake: {found[:5]}"
+
+
+def test_a_token_total_past_64_bits_reads_as_in_duckdb(spark: Any, tmp_path: Path) -> None:
+    """Spark's BIGINT sum raises on overflow (ANSI mode): `episodes` sums exactly and casts, so
+    the view runs and gives DuckDB's answer (null for the total past 64 bits)."""
+    from harbor_shapes import write_job, write_token_overflow_trial
+
+    from wmo_lake import spark as lake_spark
+
+    job = write_job(tmp_path / "runs" / "job")
+    write_token_overflow_trial(job, "huge__1")
+    lake = tmp_path / "lake"
+    ingest([tmp_path / "runs"], lake, workers=1)
+    lake_spark.register(spark, lake)
+    want = duckdb_rows(lake, "episodes", {})
+    assert [row["prompt_tokens"] for row in want] == [None]
+    found = differences(spark_rows(spark, "episodes"), want)
+    assert not found, f"episodes: Spark differs from DuckDB: {found[:5]}"

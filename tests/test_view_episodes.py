@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harbor_shapes import dump, write_job, write_trial
+from harbor_shapes import dump, write_job, write_token_overflow_trial, write_trial
 
 from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect
@@ -209,3 +209,21 @@ def test_view_is_in_the_duckdb_file_too(tmp_path: Path) -> None:
         assert con.execute("SELECT agent_turns, tool_calls FROM episodes").fetchall() == [(3, 4)]
     finally:
         con.close()
+
+
+def test_a_total_past_64_bits_is_null_and_the_type_is_bigint(tmp_path: Path) -> None:
+    """Sums are exact (no overflow error, which Spark's BIGINT sum raises) and BIGINT in both
+    engines: a total no 64-bit integer holds is null, the other totals are untouched."""
+    job = write_job(tmp_path / "runs" / "job")
+    write_token_overflow_trial(job, "huge__1")
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    row = (
+        connect(tmp_path / "lake")
+        .sql(
+            "SELECT prompt_tokens, completion_tokens, tool_calls, typeof(prompt_tokens), "
+            "typeof(completion_tokens), typeof(tool_calls), typeof(cached_tokens) FROM episodes"
+        )
+        .fetchall()
+    )
+    assert row == [(None, 135, row[0][2], "BIGINT", "BIGINT", "BIGINT", "BIGINT")]
+    assert row[0][2] > 0
