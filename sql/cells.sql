@@ -111,9 +111,10 @@ SELECT
     step,
     job_key,
     coalesce(task_id_name, task_name) AS task_id,
-    row_number() OVER (
+    -- (BIGINT in both engines: Spark's row_number() is an int)
+    CAST(row_number() OVER (
         PARTITION BY batch, coalesce(task_id_name, task_name) ORDER BY trial_name
-    ) AS attempt,
+    ) AS BIGINT) AS attempt,
     trial_name,
     coalesce(measured_reward, 0.0) AS reward,
     CASE reward_mode

@@ -119,7 +119,8 @@ main_ends AS (
         trace_source,
         file_index,
         step_index AS end_index,
-        row_number() OVER (PARTITION BY trial_key ORDER BY file_index, step_index) - 1 AS episode,
+        CAST(row_number() OVER (PARTITION BY trial_key ORDER BY file_index, step_index) AS BIGINT)
+        - 1 AS episode,
         false AS keeps_last_observation
     FROM steps
     WHERE trace_source = 'main' AND source = 'agent' AND NOT coalesce(is_copied_context, false)

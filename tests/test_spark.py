@@ -343,3 +343,12 @@ def test_a_token_total_past_64_bits_reads_as_in_duckdb(spark: Any, tmp_path: Pat
     assert [row["prompt_tokens"] for row in want] == [None]
     found = differences(spark_rows(spark, "episodes"), want)
     assert not found, f"episodes: Spark differs from DuckDB: {found[:5]}"
+
+
+def test_ranks_are_bigint_on_spark_as_in_duckdb(spark: Any, on_spark: OnSpark) -> None:
+    """row_number() is an int in Spark and a BIGINT in DuckDB: the views cast, so a rank column
+    has one type whichever engine answers."""
+    on_spark("real")
+    for view, column in [("cells", "attempt"), ("trial_records", "attempt")]:
+        assert spark.table(view).schema[column].dataType.simpleString() == "bigint", view
+    assert spark.table("conversations").schema["episode"].dataType.simpleString() == "bigint"
