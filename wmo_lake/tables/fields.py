@@ -141,8 +141,11 @@ class Fields:
         return value
 
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
 def _fits_int64(value: int) -> bool:
-    return -(2**63) <= value < 2**63
+    return INT64_MIN <= value <= INT64_MAX
 
 
 def is_real_number(value: Any) -> bool:

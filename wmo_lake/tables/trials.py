@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from wmo_lake.columns import PHASES
 from wmo_lake.jsonfile import to_json_text
-from wmo_lake.tables.fields import Fields, is_real_number, json_type_name
+from wmo_lake.tables.fields import INT64_MAX, INT64_MIN, Fields, is_real_number, json_type_name
 
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
@@ -85,9 +85,6 @@ def rewards(doc: Fields) -> list[tuple[str, str]] | None:
             )
         read.append((str(key), written if number is None else to_json_text(number)))
     return read
-
-
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 def _episodes(doc: Fields) -> int | None:
