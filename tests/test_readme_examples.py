@@ -8,9 +8,12 @@ import json
 import os
 import re
 import shutil
+import warnings
 from pathlib import Path
 
 import pytest
+
+from wmo_lake.checks import RewardKeyWarning
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -51,8 +54,12 @@ def test_the_readme_has_python_examples() -> None:
 def test_every_python_block_runs(workdir: Path) -> None:
     namespace: dict[str, object] = {}
     for index, block in enumerate(BLOCKS):
-        try:
-            exec(compile(block, f"README.md python block {index}", "exec"), namespace)
-        except Exception as error:  # the failing block, whole, in the report
-            raise AssertionError(f"README python block {index} failed:\n{block}") from error
+        # A reader copying an example onto the bundled runs should not meet a warning that their
+        # reward key matches nothing: the examples name a key those runs have.
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RewardKeyWarning)
+            try:
+                exec(compile(block, f"README.md python block {index}", "exec"), namespace)
+            except Exception as error:  # the failing block, whole, in the report
+                raise AssertionError(f"README python block {index} failed:\n{block}") from error
     assert (workdir / "step7.parquet").is_file() and (workdir / "sft.jsonl").is_file()

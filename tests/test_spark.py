@@ -10,6 +10,7 @@ import json
 import math
 import re
 import shutil
+import warnings
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -283,6 +284,29 @@ def test_sql_command_on_spark(spark: Any, lakes: dict[str, Path], on_spark: OnSp
     assert on_duckdb.exit_code == 0, on_duckdb.output
     assert json.loads(on_spark.stdout) == json.loads(on_duckdb.stdout)
     assert len(json.loads(on_spark.stdout)) >= 3
+
+
+def test_register_warns_of_a_reward_key_no_trial_has(
+    spark: Any, lakes: dict[str, Path], on_spark: OnSpark
+) -> None:
+    """As `connect()` does: a mistyped reward key reads as a batch of infra failures, so
+    register() warns (pointing at its caller) and names the keys that occur; the sql command
+    prints it; a key the trials have registers quietly."""
+    from wmo_lake import spark as lake_spark
+    from wmo_lake.checks import RewardKeyWarning
+
+    on_spark.forget()  # register() replaces the shuffled tables in this session
+    lake = lakes["real"]
+    with pytest.warns(RewardKeyWarning, match=r"'rewrad' occurs in no trial.*'reward' \(") as got:
+        lake_spark.register(spark, lake, {"wmo_reward_key": "rewrad"})
+    assert [w.filename for w in got] == [__file__]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RewardKeyWarning)
+        lake_spark.register(spark, lake, {"wmo_reward_key": "reward"})
+    args = ["sql", "--lake", str(lake), "--engine", "spark", "--reward-key", "rewrad"]
+    result = CliRunner().invoke(cli, [*args, "SELECT count(*) AS n FROM cells"])
+    assert result.exit_code == 0, result.output
+    assert "warning: reward key 'rewrad' occurs in no trial" in result.stderr
 
 
 def test_sql_command_on_spark_refuses_writes(lakes: dict[str, Path]) -> None:

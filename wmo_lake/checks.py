@@ -2,14 +2,15 @@
 
 A reward key that no trial has makes every trial an "infra failure" with a 0.0 stand-in: the
 numbers look like a broken batch, not like a typo. `reward_key_warning` says so and names the keys
-that do occur. `connect()` warns (`RewardKeyWarning`) over the whole lake; `stats` and the exports
-check their own scope and exit 1 on it under `--strict`.
+that do occur. `connect()` and Spark's `register()` warn (`RewardKeyWarning`) over the whole lake;
+`stats` and the exports check their own scope and exit 1 on it under `--strict`.
 
     message = reward_key_warning(con, batch_glob="exp1/*")   # None when the key occurs
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -61,4 +62,12 @@ def reward_key_warning(
     )
 
 
-__all__ = ["RewardKeyWarning", "reward_key_warning"]
+def warn_on_unused_reward_key(con: duckdb.DuckDBPyConnection, stacklevel: int) -> None:
+    """A `RewardKeyWarning` when the reward key in force on `con` occurs in no trial of it;
+    `stacklevel` counts from the caller of this function."""
+    message = reward_key_warning(con)
+    if message is not None:
+        warnings.warn(message, RewardKeyWarning, stacklevel=stacklevel + 1)
+
+
+__all__ = ["RewardKeyWarning", "reward_key_warning", "warn_on_unused_reward_key"]

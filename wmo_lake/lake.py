@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import re
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -258,11 +257,9 @@ def connect(
         con.execute("SET enable_external_access = false")  # DuckDB refuses to turn it back on
     set_settings(con, settings or {})
     if check:
-        from wmo_lake.checks import RewardKeyWarning, reward_key_warning
+        from wmo_lake.checks import warn_on_unused_reward_key
 
-        message = reward_key_warning(con)
-        if message is not None:
-            warnings.warn(message, RewardKeyWarning, stacklevel=2)
+        warn_on_unused_reward_key(con, stacklevel=2)
     return con
 
 
