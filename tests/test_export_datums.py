@@ -231,7 +231,8 @@ def test_filters(
 @pytest.mark.parametrize(
     ("options", "expected"),
     [
-        (["--run", "nope"], "no batch matches --batch None / --run 'nope'"),
+        (["--run", "nope"], "no batch matches --run 'nope'; see"),
+        (["--batch", "x*", "--run", "y"], "no batch matches --batch 'x*' --run 'y'; see"),
         (["--where", "no_such_column > 1"], "cannot select the datums (check --where"),
         (["--where", "true); DROP TABLE x; SELECT (1"], "must be one condition"),
         (["--where", "reward < 0) OR (true"], "must be one condition"),
@@ -249,6 +250,16 @@ def test_bad_or_empty_selections_write_nothing(
     assert expected in result.output
     assert "Traceback" not in result.output
     assert not out.exists() and not companion(out).exists()
+
+
+def test_an_empty_lake_says_what_to_do(tmp_path: Path) -> None:
+    (tmp_path / "runs").mkdir()
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    out = tmp_path / "d.parquet"
+    result = run("--lake", tmp_path / "lake", "--out", out, "--no-split-guard")
+    assert result.exit_code == 1
+    assert "the lake has no batches yet: `wmo-lake ingest RUNS`" in result.output
+    assert not out.exists()
 
 
 def test_context_budget_and_max_datum_tokens_options(

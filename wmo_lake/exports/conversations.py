@@ -40,6 +40,7 @@ from wmo_lake.exports.discipline import (
     ExportError,
     Request,
     excluded_text,
+    nothing_in_scope,
     require_guard_choice,
     scope_condition,
     summary_lines,
@@ -201,7 +202,7 @@ def export_conversations(
             def write(path: Path) -> int:
                 rows = _write(_unique_batches(_chunk_batches(con, chunks), excluded), path, fmt)
                 if not rows:
-                    raise ExportError(_nothing_to_export(trials, excluded))
+                    raise ExportError(_nothing_to_export(trials, excluded, scope))
                 return rows
 
             used = export.settings
@@ -334,12 +335,11 @@ def _trial_totals(trials: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _nothing_to_export(trials: list[dict[str, Any]], excluded: Counter[str]) -> str:
+def _nothing_to_export(
+    trials: list[dict[str, Any]], excluded: Counter[str], scope: Mapping[str, Any]
+) -> str:
     if not trials:
-        return (
-            "no trials in scope: check --batch / --run against `wmo-lake sql "
-            '"SELECT DISTINCT batch, run FROM trials"`'
-        )
+        return nothing_in_scope(scope)
     totals = _trial_totals(trials)
     reasons = ", ".join(f"{k} {v}" for k, v in sorted(excluded.items())) or "none"
     return (

@@ -28,6 +28,7 @@ from wmo_lake.exports.discipline import (
     Request,
     TaskRegistry,
     excluded_text,
+    nothing_in_scope,
     scope_condition,
     summary_lines,
 )
@@ -413,10 +414,7 @@ def _nothing_to_export(
     where: str | None,
 ) -> str:
     if not batches:
-        return (
-            f"no batch matches --batch {scope['batch_glob']!r} / --run {scope['run']!r}; "
-            'see `wmo-lake sql "SELECT DISTINCT batch, run FROM trials"`'
-        )
+        return nothing_in_scope(scope)
     if rows_by_task:
         return f"no datum of a train-split task to export (excluded: {dict(excluded)})"
     why = f" match --where {where!r}" if where else " exist in the selected batches"

@@ -503,6 +503,19 @@ def scope_condition(batch: str = "batch", run: str = "run") -> str:
     return f"(($batch_glob IS NULL OR {batch} GLOB $batch_glob) AND ($run IS NULL OR {run} = $run))"
 
 
+def nothing_in_scope(scope: Mapping[str, Any]) -> str:
+    """Why an export found no trial to read (`scope`: Request.scope): the lake is empty, or the
+    --batch / --run given match no batch."""
+    given = " ".join(
+        f"{flag} {value!r}"
+        for flag, value in (("--batch", scope["batch_glob"]), ("--run", scope["run"]))
+        if value is not None
+    )
+    if not given:
+        return "the lake has no batches yet: `wmo-lake ingest RUNS` reads some"
+    return f'no batch matches {given}; see `wmo-lake sql "SELECT DISTINCT batch, run FROM trials"`'
+
+
 class Export:
     """One export in progress. Opening it does what every kind does before its query: the guard
     choice, the registry, the refusal to overwrite, the connection with the settings in force
