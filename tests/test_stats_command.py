@@ -154,8 +154,11 @@ def test_batch_glob_and_run_filters(tree: tuple[Path, Path]) -> None:
 def test_errors_are_messages_not_tracebacks(tmp_path: Path) -> None:
     missing = stats(tmp_path / "no-lake")
     assert missing.exit_code == 1
-    assert "no lake at" in missing.output and "wmo-lake ingest" in missing.output
-    assert "Traceback" not in missing.output
+    lake = tmp_path / "no-lake"
+    assert missing.output.strip() == (
+        f"Error: no lake at {lake} (no manifest.json): "
+        f"run `wmo-lake ingest RUNS_DIR --lake {lake}` first"
+    )
     bad_mode = stats(tmp_path / "no-lake", "--reward-mode", "binary")
     assert bad_mode.exit_code == 2 and "positive-binary" in bad_mode.output
 

@@ -108,10 +108,12 @@ def view_dependencies(sql: str, con: duckdb.DuckDBPyConnection) -> set[str]:
 class NoLakeError(LakeError):
     """The directory holds no lake (no manifest.json): nothing was ingested into it."""
 
+    advice = ": ingest into it first"  # (a command says how instead: commands.options)
+
 
 def _require(store: Store) -> Manifest:
     if not store.exists():
-        raise NoLakeError(f"no lake at {store.root} (no manifest.json): ingest into it first")
+        raise NoLakeError(f"no lake at {store.root} (no manifest.json){NoLakeError.advice}")
     return store.read_manifest()
 
 

@@ -60,6 +60,7 @@ def lake_failure(ctx: click.Context | None, lake: Path, error: Exception) -> NoR
     if isinstance(error, NoLakeError):
         ctx = ctx or click.get_current_context()
         where = lake_hint(ctx, lake)
+        message = message.removesuffix(NoLakeError.advice)
         message += f": run `wmo-lake ingest RUNS_DIR{where}` first" + (
             "" if where else " (or choose the lake you ingested into with --lake DIR or WMO_LAKE)"
         )
