@@ -82,6 +82,20 @@ def test_query_from_stdin_and_several_statements(lake: Path) -> None:
     assert json.loads(result.stdout) == [{"y": 42}]
 
 
+@pytest.mark.parametrize("fmt", ["table", "json", "csv"])
+def test_an_earlier_select_runs_and_the_last_result_prints(lake: Path, fmt: str) -> None:
+    """DuckDB 2 refuses a query while an earlier execute()'s rows are unread: each earlier
+    statement runs to its end first, its rows unread."""
+    result = _sql(lake, "--format", fmt, "SELECT count(*) AS n FROM trials; SELECT 7 AS x")
+    assert result.exit_code == 0, result.output
+    if fmt == "table":
+        assert result.stdout.split() == ["x", "─", "7"]
+    elif fmt == "json":
+        assert json.loads(result.stdout) == [{"x": 7}]
+    else:
+        assert list(csv.reader(io.StringIO(result.stdout))) == [["x"], ["7"]]
+
+
 def test_writes_are_refused(lake: Path, tmp_path: Path) -> None:
     for statement in (
         f"COPY (SELECT 1) TO '{tmp_path / 'x.csv'}'",
@@ -105,6 +119,14 @@ def test_errors_are_clear(lake: Path, tmp_path: Path) -> None:
     for empty in ("  ", ";", "/* only a comment */"):
         result = _sql(lake, empty)
         assert result.exit_code == 2 and "the query is empty" in result.output, empty
+
+
+@pytest.mark.parametrize("fmt", ["json", "jsonl", "csv", "table"])
+def test_a_query_failing_as_it_runs_prints_no_partial_result(lake: Path, fmt: str) -> None:
+    result = _sql(lake, "--format", fmt, "SELECT CAST(trial_name AS INT) AS n FROM trials")
+    assert result.exit_code == 1
+    assert "query failed: Conversion Error" in result.stderr
+    assert result.stdout == ""
 
 
 def test_a_file_writer_is_refused_before_any_statement_runs(lake: Path, tmp_path: Path) -> None:

@@ -377,21 +377,21 @@ def _execute_interruptibly(
 
 
 def _write_json(lines: duckdb.DuckDBPyRelation, sink: IO[bytes], *, as_array: bool) -> None:
+    """The rows as JSON lines or one array; the array's "[" only with its first rows, so a query
+    that fails when it starts leaves no stray "[" on stdout."""
     first = True
-    if as_array:
-        sink.write(b"[")
     for batch in _batches(lines):
         texts = batch.column(0).to_pylist()
         if not texts:
             continue
         if as_array:
             joined = ",\n  ".join(texts)
-            sink.write((("\n  " if first else ",\n  ") + joined).encode("utf-8"))
+            sink.write((("[\n  " if first else ",\n  ") + joined).encode("utf-8"))
         else:
             sink.write(("\n".join(texts) + "\n").encode("utf-8"))
         first = False
     if as_array:
-        sink.write(b"]\n" if first else b"\n]\n")
+        sink.write(b"[]\n" if first else b"\n]\n")
 
 
 def terminal_width(stream: TextIO) -> int | None:

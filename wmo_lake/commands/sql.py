@@ -144,6 +144,8 @@ def sql(
     try:
         for statement in statements[:-1]:
             con.execute(statement)
+            if hasattr(con, "complete"):  # DuckDB 2 runs no query while a result is unread
+                con.complete()  # (to its end, its rows unread)
         statement = statements[-1]
         if statement.type == duckdb.StatementType.SELECT and copy_query(
             con, statement.query, fmt, output, sys.stdout, limit=limit
