@@ -50,8 +50,11 @@ def _pythonic(error: Exception) -> Exception:
     """The same error, its message naming Python arguments instead of command-line options."""
     import re
 
+    from wmo_lake.settings import SETTINGS
+
     message = str(error)
-    for option, argument in _OPTION_AS_ARGUMENT:
+    settings = [(s.flag, f"{s.name}=") for s in SETTINGS.values()]
+    for option, argument in [*_OPTION_AS_ARGUMENT, *settings]:
         space = "\\s?" if argument.endswith("=") else ""
         message = re.sub(rf"(?<![\w-]){re.escape(option)}(?![\w-]){space}", argument, message)
     message = re.sub(
