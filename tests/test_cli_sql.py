@@ -6,6 +6,7 @@ import csv
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -94,6 +95,48 @@ def test_an_earlier_select_runs_and_the_last_result_prints(lake: Path, fmt: str)
         assert json.loads(result.stdout) == [{"x": 7}]
     else:
         assert list(csv.reader(io.StringIO(result.stdout))) == [["x"], ["7"]]
+
+
+@pytest.mark.parametrize(
+    ("name", "read"),
+    [
+        ("r.csv", lambda p: list(csv.reader(p.open()))),
+        ("r.json", lambda p: json.loads(p.read_text())),
+        ("r.jsonl", lambda p: [json.loads(line) for line in p.read_text().splitlines()]),
+        ("r.parquet", lambda p: pq.read_table(p).to_pylist()),
+        ("r.txt", lambda p: p.read_text().split()),
+        ("r", lambda p: p.read_text().split()),
+    ],
+)
+def test_the_output_extension_names_the_format(
+    lake: Path, tmp_path: Path, name: str, read: Any
+) -> None:
+    out = tmp_path / name
+    result = _sql(lake, "SELECT 7 AS x", "--output", str(out))
+    assert result.exit_code == 0, result.output
+    expected = {
+        "r.csv": [["x"], ["7"]],
+        "r.json": [{"x": 7}],
+        "r.jsonl": [{"x": 7}],
+        "r.parquet": [{"x": 7}],
+    }.get(name, ["x", "─", "7"])
+    assert read(out) == expected
+
+
+def test_an_output_name_that_lies_about_its_format_is_refused(lake: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    for args, message in [
+        (
+            ["-o", str(out / "r.csv"), "--format", "json"],
+            "has the extension .csv but --format",
+        ),
+        (["-o", str(out / "r.parquet"), "--format", "table"], "name it r.txt, or leave"),
+        (["-o", str(out / "r.xlsx")], "names a .xlsx file, but `wmo-lake sql` writes"),
+    ]:
+        result = _sql(lake, "SELECT 7 AS x", *args)
+        assert result.exit_code == 2 and message in result.output, args
+    assert list(out.iterdir()) == []
 
 
 def test_writes_are_refused(lake: Path, tmp_path: Path) -> None:

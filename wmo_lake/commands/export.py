@@ -19,6 +19,7 @@ from wmo_lake.commands.options import (
     datum_options,
     exit_quickly_when_done,
     fail,
+    format_for,
     guard_options,
     lake_failure,
     lake_option,
@@ -109,36 +110,6 @@ strict_option = click.option(
 )
 
 
-# What a file name's extension says its format is.
-EXTENSION_FORMATS = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl"}
-CONTRADICTING_EXTENSIONS = {".json", ".csv", ".tsv", ".txt", ".arrow", ".feather"}
-
-
-def _format_for(out: Path, fmt: str | None, allowed: tuple[str, ...]) -> str:
-    """The format to write `out` in: --format if given, else the one its extension names. An
-    extension that names another format than --format (or one this export cannot write) is a
-    usage error, so a file's name never lies about its content."""
-    suffix = out.suffix.lower()
-    named = EXTENSION_FORMATS.get(suffix)
-    if fmt is None:
-        if named in allowed:
-            return named
-        if suffix in CONTRADICTING_EXTENSIONS or (named is not None and named not in allowed):
-            fail(
-                f"--out {out.name} names a {suffix} file, but this export writes "
-                f"{' or '.join(allowed)}: name it {out.stem}.{allowed[0]}",
-                2,
-            )
-        return allowed[0]
-    if (named is not None and named != fmt) or suffix in CONTRADICTING_EXTENSIONS:
-        fail(
-            f"--out {out.name} has the extension {suffix} but --format is {fmt}: name it "
-            f"{out.stem}.{fmt}, or leave --format out to write what the extension says",
-            2,
-        )
-    return fmt
-
-
 @click.group()
 def export() -> None:
     """Export training data from the lake: a dataset file plus FILE.manifest.json.
@@ -194,7 +165,7 @@ def datums(
     """
     from wmo_lake.exports.datums import export_datums, summary
 
-    _format_for(out, None, ("parquet",))
+    format_for(out, None, ("parquet",), option="--out", writer="this export")
     _run_export(
         "datums",
         export_datums,
@@ -298,7 +269,7 @@ def conversations(
         strict=strict,
         as_json=as_json,
         options=options,
-        fmt=_format_for(out, fmt, ("jsonl", "parquet")),
+        fmt=format_for(out, fmt, ("jsonl", "parquet"), option="--out", writer="this export"),
         episodes=episodes,
         outcome=outcome,
         subagents=subagents,

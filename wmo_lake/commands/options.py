@@ -80,21 +80,68 @@ def lake_option(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def output_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """--format and --output, for commands that print a query result."""
+    """--format and --output, for commands that print a query result (`fmt` is None when not
+    given: `format_for` decides it from --output)."""
     command = click.option(
         "--output",
         "-o",
         type=click.Path(dir_okay=False, path_type=Path),
-        help="Write to this file instead of stdout.",
+        help="Write to this file instead of stdout (its extension names the format: .csv, "
+        ".json, .jsonl, .parquet; .txt or none is the table).",
     )(command)
     return click.option(
         "--format",
         "fmt",
         type=click.Choice(FORMATS),
-        default="table",
-        show_default=True,
+        default=None,
+        show_default="table, or what --output's extension names",
         help="Output format (parquet needs --output).",
     )(command)
+
+
+# What a file name's extension says its format is, and extensions of formats nothing here writes.
+EXTENSION_FORMATS = {
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "json",
+    ".csv": "csv",
+    ".txt": "table",
+}
+OTHER_FORMATS = {".tsv", ".arrow", ".feather", ".xlsx", ".xls"}
+
+
+def format_for(
+    path: Path, fmt: str | None, allowed: tuple[str, ...], *, option: str, writer: str
+) -> str:
+    """The format to write `path` in: `fmt` (--format) if given, else the one its extension
+    names, else allowed[0]. An extension naming another format than `fmt` (or one `writer`
+    cannot write) is a usage error, so a file's name never lies about its content."""
+    suffix = path.suffix.lower()
+    named = EXTENSION_FORMATS.get(suffix)
+    if fmt is None:
+        if named in allowed:
+            return named
+        if named is not None or suffix in OTHER_FORMATS:
+            fail(
+                f"{option} {path.name} names a {suffix} file, but {writer} writes "
+                f"{' or '.join(allowed)}: name it {path.stem}.{_extension(allowed[0])}",
+                2,
+            )
+        return allowed[0]
+    if (named is not None and named != fmt) or suffix in OTHER_FORMATS:
+        fail(
+            f"{option} {path.name} has the extension {suffix} but --format is {fmt}: name it "
+            f"{path.stem}.{_extension(fmt)}, or leave --format out to write what the extension "
+            "says",
+            2,
+        )
+    return fmt
+
+
+def _extension(fmt: str) -> str:
+    return "txt" if fmt == "table" else fmt
 
 
 def selection_options(command: Callable[..., Any]) -> Callable[..., Any]:

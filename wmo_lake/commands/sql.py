@@ -13,6 +13,7 @@ import duckdb
 from wmo_lake.commands.options import (
     datum_options,
     fail,
+    format_for,
     lake_failure,
     lake_hint,
     lake_option,
@@ -21,7 +22,7 @@ from wmo_lake.commands.options import (
     settings_from,
 )
 from wmo_lake.lake import connect
-from wmo_lake.output import copy_query, copy_target, terminal_width, write_result
+from wmo_lake.output import FORMATS, copy_query, copy_target, terminal_width, write_result
 from wmo_lake.store import LakeError
 
 # Statements that write files outside the database. The connection cannot write anywhere but
@@ -78,7 +79,7 @@ def sql(
     ctx: click.Context,
     query: str,
     lake: Path,
-    fmt: str,
+    fmt: str | None,
     output: Path | None,
     limit: int | None,
     engine: str,
@@ -113,12 +114,16 @@ def sql(
       wmo-lake sql "PIVOT cells ON passed USING count(*) GROUP BY batch"
       wmo-lake sql "SUMMARIZE trials"
       wmo-lake sql --format json "SELECT * FROM rollout_stats"
-      echo "SELECT * FROM problems" | wmo-lake sql - --format csv -o problems.csv
+      echo "SELECT * FROM problems" | wmo-lake sql - -o problems.csv   # csv, from the name
       wmo-lake sql --reward-key score "SELECT batch, avg(reward) FROM cells GROUP BY ALL"
       wmo-lake sql --engine spark "SET VAR wmo_max_tokens = 4096; SELECT * FROM rollout_stats"
     """
     if query == "-":
         query = sys.stdin.read()
+    if output is None:
+        fmt = fmt or "table"
+    else:
+        fmt = format_for(output, fmt, FORMATS, option="--output", writer="`wmo-lake sql`")
     if engine == "spark":
         run_on_spark(query, lake, fmt, output, settings_from(options))
         return
