@@ -40,7 +40,7 @@ from wmo_lake.store import LakeError
     "out",
     required=True,
     type=click.Path(dir_okay=False, path_type=Path),
-    help="The HTML file to write (replaced if it exists).",
+    help="The HTML file to write (FILE.html; replaced if it exists).",
 )
 @setting_options
 @datum_options
@@ -71,6 +71,8 @@ def report(
 
     if out.exists() and out.is_dir():
         fail(f"--out {out} is a directory; give the HTML file to write", 2)
+    if out.suffix.lower() not in (".html", ".htm"):  # a file's name never lies about its content
+        fail(f"--out {out.name}: the report is one HTML page; name it {out.stem}.html", 2)
     if not out.parent.is_dir():
         fail(f"--out {out}: directory {out.parent} does not exist", 2)
     try:
