@@ -91,6 +91,12 @@ def test_two_runs_pooled_and_step_by_step(two_runs_lake: Path) -> None:
     metrics = {m["metric"]: m for m in result["metrics"]}
     assert metrics["solve_rate"]["a"] == pooled["solve"]
     assert result["a"]["kind"] == "run" and result["a"]["trials"] == pooled["trials"]
+    step_trials = len(rows(two_runs_lake, f"FROM trials WHERE batch = '{STEP.format(2)}'"))
+    header = compare(two_runs_lake, "exp-a", STEP.format(2)).output.splitlines()[:2]
+    assert header == [
+        f"A: exp-a (run, {result['a']['batches']} batches, {pooled['trials']} trials)",
+        f"B: {STEP.format(2)} (batch glob, 1 batch, {step_trials} trials)",
+    ]
     steps = {s["step"]: s for s in result["steps"]}
     assert sorted(steps) == [0, 1, 2, 3, 4, 5]
     assert steps[4]["solve_rate_a"] is None and steps[4]["solve_rate_delta"] is None

@@ -47,17 +47,23 @@ def _table(
     return text.getvalue().splitlines()
 
 
+def _side_line(label: str, side: dict[str, Any]) -> str:
+    """`A: exp1 (run, 12 batches, 1,536 trials)`, or a batch glob's."""
+    kind = "run" if side["kind"] == "run" else "batch glob"
+    batches, trials = side["batches"], side["trials"]
+    return (
+        f"{label}: {side['selection']} ({kind}, {batches:,} batch{'es' if batches != 1 else ''}, "
+        f"{trials:,} trial{'s' if trials != 1 else ''})"
+    )
+
+
 def render_text(result: dict[str, Any], width: int | None = None) -> list[str]:
     """The comparison as lines: the metrics and the per-step solve rates as tables fitted to
     `width` (None: every cell whole), the flipped tasks as lists."""
     from wmo_lake.report.data import METRIC_BY_KEY
 
     a, b = result["a"], result["b"]
-    lines = [
-        f"A: {a['selection']} ({a['kind']}, {a['batches']} batches, {a['trials']} trials)",
-        f"B: {b['selection']} ({b['kind']}, {b['batches']} batches, {b['trials']} trials)",
-        "",
-    ]
+    lines = [_side_line("A", a), _side_line("B", b), ""]
     rows = []
     for m in result["metrics"]:
         percent = METRIC_BY_KEY[m["metric"]].percent
