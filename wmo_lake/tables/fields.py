@@ -99,7 +99,7 @@ class Fields:
         value = self.get(*keys)
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, int) or not _fits_int64(value):
+        if isinstance(value, bool) or not isinstance(value, int) or not fits_int64(value):
             self._wrong(keys, value, "an integer")
             return None
         return value
@@ -144,7 +144,8 @@ class Fields:
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
-def _fits_int64(value: int) -> bool:
+def fits_int64(value: int) -> bool:
+    """Whether a 64-bit integer column holds `value`."""
     return INT64_MIN <= value <= INT64_MAX
 
 

@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from wmo_lake.columns import SPECS, arrow_schema
 from wmo_lake.pending import PendingRows
-from wmo_lake.tables.fields import ProblemLog
+from wmo_lake.tables.fields import ProblemLog, fits_int64
 from wmo_lake.tables.prompt_text import PromptTurn
 from wmo_lake.tables.trial_result import CutDetail, RawDetail
 
@@ -423,7 +423,6 @@ def compress(turns: list[Turn]) -> list[StoredTurn]:
 # pa.table costs more than reading a small trial's files. Bigger trials build Arrow at once, so
 # the rows a writer holds as Python objects stay small (FLUSH_PENDING_ROWS x this many tokens).
 PENDING_MAX_TOKENS = 1024
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def rows(spans: Spans, trial_key: str, batch: str, trial_name: str) -> pa.Table | PendingRows:
@@ -435,7 +434,7 @@ def rows(spans: Spans, trial_key: str, batch: str, trial_name: str) -> pa.Table 
         return table(spans, trial_key, batch, trial_name)
     for turn in turns:
         for ids in (turn.new_ids, turn.sampled):
-            if ids and (min(ids) < _INT64_MIN or max(ids) > _INT64_MAX):
+            if ids and not (fits_int64(min(ids)) and fits_int64(max(ids))):
                 raise OverflowError(f"token id {max(ids, key=abs)} does not fit in int64")
     columns: dict[str, list[Any]] = {
         "trial_key": [trial_key] * n,

@@ -24,7 +24,7 @@ from msgspec import UNSET
 
 from wmo_lake.columns import SPECS, arrow_schema
 from wmo_lake.tables.atif import Call, Metrics, Observation, Result, Step
-from wmo_lake.tables.fields import ProblemLog, is_real_number, json_type_name
+from wmo_lake.tables.fields import ProblemLog, fits_int64, is_real_number, json_type_name
 from wmo_lake.tables.tool_calls import SCHEMA as CALL_SCHEMA
 from wmo_lake.tables.trials import parse_time
 
@@ -123,7 +123,7 @@ def observation_text(observation: Any) -> tuple[str | None, list[str]]:
 
 
 def _int(value: Any, key: str, index: int, wrong: WrongTypes) -> Any:
-    if value is None or (type(value) is int and -(2**63) <= value < 2**63):
+    if value is None or (type(value) is int and fits_int64(value)):
         return value
     wrong.add(index, key, value, "an integer")
     return None

@@ -30,7 +30,7 @@ from wmo_lake.columns import SPECS, arrow_schema
 from wmo_lake.jsonfile import ReadFailure
 from wmo_lake.pending import PendingRows
 from wmo_lake.tables import atif, steps, tool_calls
-from wmo_lake.tables.fields import PROBLEMS_SCHEMA, ProblemLog, is_real_number
+from wmo_lake.tables.fields import PROBLEMS_SCHEMA, ProblemLog, fits_int64, is_real_number
 from wmo_lake.tables.steps import CALL_COLUMNS, MAIN, STEP_COLUMNS, FileLabel, WrongTypes
 
 SCHEMA = arrow_schema(SPECS["trajectories"])
@@ -88,7 +88,7 @@ def _number(value: Any) -> float | None:
 
 
 def _count(value: Any) -> int | None:
-    return value if type(value) is int and -(2**63) <= value < 2**63 else None
+    return value if type(value) is int and fits_int64(value) else None
 
 
 def _text(value: Any) -> str | None:

@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 from wmo_lake.columns import PHASES
 from wmo_lake.jsonfile import to_json_text
-from wmo_lake.tables.fields import INT64_MAX, INT64_MIN, Fields, is_real_number, json_type_name
+from wmo_lake.tables.fields import (
+    INT64_MAX,
+    INT64_MIN,
+    Fields,
+    fits_int64,
+    is_real_number,
+    json_type_name,
+)
 
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
@@ -92,7 +99,7 @@ def _episodes(doc: Fields) -> int | None:
     nearest 64-bit value, which compares with any max_turns as it does (terminus-2's stop reason
     only asks `n_episodes >= max_turns`, on Python ints), and is reported."""
     value = doc.get("agent_result", "metadata", "n_episodes")
-    if type(value) is not int or INT64_MIN <= value <= INT64_MAX:
+    if type(value) is not int or fits_int64(value):
         return doc.int("agent_result", "metadata", "n_episodes")
     stored = INT64_MAX if value > 0 else INT64_MIN
     doc.problems.add(
