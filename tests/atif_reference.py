@@ -9,9 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from wmo_lake.tables.fields import ProblemLog, is_real_number
+from wmo_lake.tables.fields import ProblemLog, is_real_number, parse_time
 from wmo_lake.tables.steps import SOURCES, FileLabel, WrongTypes
-from wmo_lake.tables.trials import parse_time
 
 _ARGUMENTS = json.JSONEncoder(ensure_ascii=False)
 

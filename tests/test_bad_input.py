@@ -68,6 +68,14 @@ def _rewrite(trial_dir: Path, change) -> None:
         (lambda d: d.update(exception_info=["boom"]), "exception_info"),
         (lambda d: d["verifier_result"].update(rewards=[1.0]), "verifier_result.rewards"),
         (lambda d: d.update(started_at=12), "started_at"),
+        (
+            lambda d: d.update(finished_at="yesterday"),
+            "finished_at is 'yesterday', expected an ISO",
+        ),
+        (
+            lambda d: d["agent_execution"].update(started_at="2026-13-45T99:00:00Z"),
+            "agent_execution.started_at is '2026-13-45T99:00:00Z', expected an ISO",
+        ),
     ],
     ids=[
         "str-count",
@@ -77,6 +85,8 @@ def _rewrite(trial_dir: Path, change) -> None:
         "list-object",
         "list-rewards",
         "number-time",
+        "text-time",
+        "impossible-phase-time",
     ],
 )
 def test_wrong_types_are_problems_and_the_trial_is_kept(tmp_path: Path, change, field: str) -> None:
@@ -169,6 +179,42 @@ def test_untrustworthy_spans_give_no_rows_and_a_problem(
     kind = {"malformed": "malformed_spans"}.get(status, status)
     assert [p[0] for p in problems] == [kind]
     assert "result.json" in problems[0][2] and "no training data" in problems[0][2]
+
+
+@pytest.mark.parametrize(
+    ("details", "where"),
+    [
+        ({"prompt_token_ids": [[1]], "completion_token_ids": [[2]]}, "logprobs is missing"),
+        (
+            {"prompt_token_ids": [[1]], "completion_token_ids": None, "logprobs": [[0.0]]},
+            "completion_token_ids is null",
+        ),
+        (
+            {"prompt_token_ids": "1 2 3", "completion_token_ids": [[1]], "logprobs": [[0.0]]},
+            "prompt_token_ids is a string, expected an array of arrays",
+        ),
+        (
+            {"prompt_token_ids": [[1], 2], "completion_token_ids": [[1]], "logprobs": [[0.0]]},
+            "prompt_token_ids[1] is a number, expected an array",
+        ),
+        (
+            {"prompt_token_ids": [[1, 5, True]], "completion_token_ids": [[1]], "logprobs": [[0]]},
+            "prompt_token_ids[0][2] is a boolean, expected an integer",
+        ),
+        (
+            {"prompt_token_ids": [[1]], "completion_token_ids": [[1]], "logprobs": [[-0.5, "x"]]},
+            "logprobs[0][1] is a string, expected a number",
+        ),
+    ],
+    ids=["no-logprobs", "null-completions", "string-prompts", "number-turn", "bool-id", "str-lp"],
+)
+def test_malformed_spans_name_the_first_bad_field(tmp_path: Path, details, where: str) -> None:
+    _, problems = _ingest_beside_a_good_trial(
+        tmp_path,
+        lambda d: _rewrite(d, lambda doc: doc["agent_result"].update(rollout_details=[details])),
+    )
+    assert [p[0] for p in problems] == ["malformed_spans"]
+    assert f"({where}; " in problems[0][2]
 
 
 def test_broken_side_files_are_problems(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from harbor_shapes import dump, write_job, write_trial
 
 from wmo_lake.discover import discover, job_labels
@@ -185,3 +186,111 @@ def test_a_candidate_keeps_its_path_as_the_walk_spelled_it(tmp_path: Path, monke
         for candidate in candidates:
             assert candidate.text == str(candidate.path)
             assert TrialTask.of(candidate).path == str(candidate.path)
+
+
+@pytest.mark.parametrize(
+    ("config", "kind"),
+    [
+        (b"", "empty_file"),
+        (b'{"trial_name": "broken__1", "ag', "invalid_json"),
+        (b"[]", "not_an_object"),
+    ],
+    ids=["empty", "truncated", "array"],
+)
+def test_a_trial_whose_config_and_result_are_both_unreadable_is_counted(
+    tmp_path: Path, config: bytes, kind: str
+) -> None:
+    """In a job dir, a dir with a config.json that is no JobConfig is a trial dir, even when that
+    config cannot be read: without its result.json it is an unreadable trial of the batch, not a
+    dir skipped without a word (and so not 'gone' to --prune either)."""
+    job = write_job(tmp_path / "runs" / "job")
+    write_trial(job, "good__1")
+    broken = write_trial(job, "broken__1")
+    (broken / "result.json").unlink()
+    (broken / "config.json").write_bytes(config)
+    summary = ingest([tmp_path / "runs"], tmp_path / "lake")
+    assert (summary.trials_new, summary.unreadable_trials) == (1, 1)
+    con = connect(tmp_path / "lake")
+    problems = con.execute(
+        "SELECT kind, batch, trial_name, path FROM problems ORDER BY kind"
+    ).fetchall()
+    assert problems == sorted(
+        [
+            (kind, "job", "broken__1", str(broken / "config.json")),
+            ("missing_result", "job", "broken__1", str(broken / "result.json")),
+            ("unreadable_trial", "job", "broken__1", str(broken)),
+        ]
+    )
+    stats = con.execute("SELECT trials, unreadable_trials FROM rollout_stats").fetchall()
+    assert stats == [(1, 1)]
+    again = ingest([tmp_path / "runs"], tmp_path / "lake", prune=True, dry_run=True)
+    assert again.pruned_trials == 0
+
+
+def test_a_trial_with_a_broken_config_beside_a_good_result_is_read_and_the_config_reported(
+    tmp_path: Path,
+) -> None:
+    job = write_job(tmp_path / "job")
+    trial = write_trial(job, "t__1")
+    (trial / "config.json").write_bytes(b"{")
+    summary = ingest([tmp_path], tmp_path / "lake")
+    assert (summary.trials_new, summary.unreadable_trials) == (1, 0)
+    problems = connect(tmp_path / "lake").execute("SELECT kind, path FROM problems").fetchall()
+    assert problems == [("invalid_json", str(trial / "config.json"))]
+
+
+@pytest.mark.parametrize("config", [None, b"\xff"], ids=["no-config", "non-utf8-config"])
+def test_a_dir_holding_trials_is_their_job_even_with_a_broken_result(
+    tmp_path: Path, config: bytes | None
+) -> None:
+    """A job dir whose result.json is broken and whose config.json is missing or unreadable is
+    still the job of the trials inside it: its result.json is reported once, with the job, not
+    read a second time as a candidate trial of a batch named after its parent."""
+    job = write_job(tmp_path / "runs" / "job")
+    write_trial(job, "t__1")
+    (job / "result.json").write_bytes(b'{"id": "j", "n_total_tri')
+    if config is None:
+        (job / "config.json").unlink()
+    else:
+        (job / "config.json").write_bytes(config)
+    summary = ingest([tmp_path / "runs"], tmp_path / "lake")
+    assert (summary.trials_new, summary.unreadable_trials) == (1, 0)
+    con = connect(tmp_path / "lake")
+    problems = con.execute("SELECT batch, path, kind FROM problems ORDER BY path").fetchall()
+    expected = [("job", str(job / "result.json"), "invalid_json")]
+    if config is not None:
+        expected.insert(0, ("job", str(job / "config.json"), "not_utf8"))
+    assert problems == expected
+    assert con.execute("SELECT DISTINCT batch FROM trials").fetchall() == [("job",)]
+
+
+def test_a_trial_dir_that_cannot_be_listed_is_an_unreadable_trial_of_its_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dir in a job dir that cannot be listed (here: scandir refuses it, as it does a chmod 000
+    dir for anyone but root, and its result.json is gone as a read would fail) counts in its
+    batch's unreadable_trials, instead of a walk problem with no batch."""
+    job = write_job(tmp_path / "job")
+    write_trial(job, "good__1")
+    locked = write_trial(job, "locked__1")
+    (locked / "result.json").unlink()
+    real_scandir = os.scandir
+
+    def scandir(path):  # type: ignore[no-untyped-def]
+        if path == str(locked):
+            raise PermissionError(13, "Permission denied", str(locked))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    summary = ingest([tmp_path], tmp_path / "lake", workers=1)
+    assert (summary.trials_new, summary.unreadable_trials) == (1, 1)
+    con = connect(tmp_path / "lake")
+    problems = con.execute("SELECT kind, batch, path, message FROM problems ORDER BY kind")
+    rows = problems.fetchall()
+    assert [row[:3] for row in rows] == [
+        ("missing_result", "job", str(locked / "result.json")),
+        ("unreadable_dir", "job", str(locked)),
+        ("unreadable_trial", "job", str(locked)),
+    ]
+    assert "Permission denied" in rows[1][3] and "cannot be listed" in rows[2][3]
+    assert con.execute("SELECT unreadable_trials FROM rollout_stats").fetchall() == [(1,)]

@@ -358,3 +358,19 @@ def test_trial_records_does_not_rebuild_prompts(cases_lake: Path) -> None:
         assert "RECURSIVE" in heavy.upper() or "prompt_new_ids" in heavy
     finally:
         con.close()
+
+
+def test_every_trace_that_gives_no_stop_reason_says_why(cases_lake: Path) -> None:
+    """A pi-bridge trace read as no stop reason is a `problems` row naming the file, whatever
+    its shape (upstream reads each as None; the lake also says so)."""
+    rows = query(
+        cases_lake,
+        "SELECT trial_name, kind, path FROM problems WHERE trial_name LIKE 'pi-trace-%'",
+    )
+    assert {row["trial_name"]: row["kind"] for row in rows} == {
+        "pi-trace-unreadable": "invalid_json",
+        "pi-trace-non-string": "wrong_type",
+        "pi-trace-not-object": "not_an_object",
+        "pi-trace-bom": "invalid_json",
+    }
+    assert all(row["path"].endswith("agent/wmo-run.json") for row in rows)

@@ -2,11 +2,14 @@
 
 A *trial dir* is a directory whose `result.json` is a TrialResult (it has `trial_name`); a
 directory whose `config.json` is trial-shaped is one even when its result is missing (an
-*unreadable trial*). Its *job dir* is its parent. A directory with harbor's JobConfig
-`config.json` (or only a JobResult `result.json`) is a job dir even with no trials (an empty
-batch). Discovery reads only the small `config.json`s; whether a `result.json` really is a trial
-is decided when it is parsed. Each job's collection path and sink dir come from its config
-(`wmo_lake/collection.py`).
+*unreadable trial*), and so is a directory with a `config.json` that is not a JobConfig inside a
+job dir (harbor's layout puts only trials there): when that config.json cannot be read either,
+the trial is still counted, not skipped. Its *job dir* is its parent. A directory with harbor's
+JobConfig `config.json` (or only a JobResult `result.json`) is a job dir even with no trials (an
+empty batch), and so is a directory that holds trial dirs: its own result.json is then its
+JobResult, read with the job, not a candidate trial. Discovery reads only the small
+`config.json`s; whether a `result.json` really is a trial is decided when it is parsed. Each
+job's collection path and sink dir come from its config (`wmo_lake/collection.py`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from wmo_lake.collection import (
     collection_path,
     resolve_sink_dir,
 )
-from wmo_lake.jsonfile import decode, read_bytes, read_json
+from wmo_lake.jsonfile import ReadFailure, decode, read_bytes, read_json
 
 _STEP = re.compile(r"^step-(\d+)$")
 JOB_RESULT_PEEK_BYTES = 2**20  # a JobResult is small; a bigger result.json is a trial's
@@ -60,6 +63,7 @@ class Candidate:
     # `path` as the walk spelled it (the same text): str(path) would parse it again, ~5 us a
     # trial of the serial work before the readers start
     text: str = ""
+    dir_problem: DirProblem | None = None  # why it is a trial dir though nothing said so
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,7 @@ class TrialTask:
     job_key: str
     trial_shaped_config: bool
     owner: Job | None = None  # its job, with the collection path and sink dir
+    dir_problem: DirProblem | None = None
 
     @classmethod
     def of(cls, candidate: Candidate) -> TrialTask:
@@ -87,6 +92,7 @@ class TrialTask:
             job.key,
             candidate.trial_shaped_config,
             job,
+            candidate.dir_problem,
         )
 
     @property
@@ -108,6 +114,27 @@ class TrialTask:
         if job.collection_path != PI_BRIDGE or job.sink is None:
             return None
         return Path(job.sink.path) / f"{Path(self.path).name}.jsonl"
+
+
+@dataclass(frozen=True)
+class DirProblem:
+    """Why a trial dir was taken as one without its config.json telling so: the config.json
+    could not be read (invalid_json, not_an_object, ...) or the dir could not be listed
+    (unreadable_dir). A problem `kind` and its message."""
+
+    kind: str
+    message: str
+
+
+def _config_problem(config: Any, path: str) -> DirProblem | None:
+    if isinstance(config, ReadFailure):
+        return DirProblem(config.kind, config.message)
+    if not isinstance(config, dict):
+        shown = "array" if isinstance(config, list) else "value"
+        return DirProblem(
+            "not_an_object", f"{path} holds a JSON {shown}, expected harbor's TrialConfig object"
+        )
+    return None
 
 
 @dataclass(frozen=True)
@@ -242,6 +269,7 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
         )
         return found
     visited: set[str] = set()
+    job_dirs: set[str] = set()  # the dirs walked that are job dirs by their own files
     # (path, the real paths of its ancestors, its real path when known, its parent's path or
     # None for the root): a link back into an ancestor is a loop. A dir that is not a symlink is
     # its parent's real path + its name, so only links (and the root) pay for
@@ -285,34 +313,52 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
                     except OSError:
                         continue
         except OSError as error:
-            found.problems.append(
-                WalkProblem(
-                    directory,
-                    "unreadable_dir",
-                    f"cannot list {directory}: {error.strerror or error}; its trials were skipped",
+            why = f"cannot list {directory}: {error.strerror or error}"
+            if parent in job_dirs:  # in a job dir: a trial of its batch, counted as unreadable
+                unlisted = DirProblem("unreadable_dir", why)
+                found.candidates.append(
+                    Candidate(Path(directory), real, job_at(parent), True, directory, unlisted)
                 )
-            )
+            else:
+                found.problems.append(
+                    WalkProblem(directory, "unreadable_dir", f"{why}; its trials were skipped")
+                )
             continue
         path = Path(directory)
         config = read_json(f"{directory}/config.json") if "config.json" in names else None
+        job_config = _is_job_config(config)
         trial_config = isinstance(config, dict) and "trial_name" in config
-        if _is_job_config(config):
+        # In a job dir, a config.json that is no JobConfig is a trial's, even when it cannot be
+        # read: the dir is counted as a trial (an unreadable one without its result), not skipped.
+        trial_dir = trial_config or (
+            "config.json" in names and not job_config and parent in job_dirs
+        )
+        if job_config:
             configs[directory] = config  # its trials, walked next, read it from here
-        if _is_job_config(config) or (
+        if job_config or (
             "config.json" not in names
             and "result.json" in names
             and _is_job_result(path / "result.json")
         ):
             found.jobs.append(job_at(directory, path))
-        elif trial_config or "result.json" in names:
+            job_dirs.add(directory)
+        elif trial_dir or "result.json" in names:
             # (the root's job dir was not walked: it is the root's parent)
             job = job_at(parent) if parent is not None else job_at(str(path.parent), path.parent)
-            found.candidates.append(Candidate(path, real, job, trial_config, directory))
-            if trial_config:
+            config_path = f"{directory}/config.json"
+            problem = _config_problem(config, config_path) if "config.json" in names else None
+            found.candidates.append(Candidate(path, real, job, trial_dir, directory, problem))
+            if trial_dir:
                 continue  # a trial dir holds no trials
         inner = ancestors | {real}
         # Real dirs before links (a tree reached both ways is labelled by its real place), each
         # in name order; the stack pops the last pushed first.
         for _, _, subdir, known in sorted(subdirs, reverse=True):
             stack.append((subdir, inner, known, directory))
+    # A candidate that holds trial dirs is their job dir (its result.json, unreadable as a
+    # JobResult or with no config.json beside it, is read and reported with the job).
+    holding = {candidate.job.real for candidate in found.candidates}
+    found.candidates = [
+        c for c in found.candidates if c.trial_shaped_config or c.real not in holding
+    ]
     return found

@@ -63,17 +63,37 @@ def _not_a_trial(
     """A dir whose result.json could not be read as a trial's."""
     if task.trial_shaped_config:
         problems.add(kind, path, message)
+        _add_dir_problem(task, problems)
+        dir_kind = task.dir_problem.kind if task.dir_problem is not None else None
+        if dir_kind == "unreadable_dir":
+            why = "no readable result.json: the dir itself cannot be listed"
+            advice = "Make it readable and ingest again"
+        else:
+            why = (
+                "a trial config.json but no readable result.json"
+                if dir_kind is None
+                else "no readable result.json, and its config.json cannot be read either"
+            )
+            advice = (
+                "If the trial is still running, re-ingest after it finishes; otherwise re-run it"
+            )
         problems.add(
             "unreadable_trial",
             task.path,
-            f"trial dir {task.path} has a trial config.json but no readable result.json; it has "
-            "no trials row and is counted in unreadable_trials. If the trial is still running, "
-            "re-ingest after it finishes; otherwise re-run it",
+            f"trial dir {task.path} has {why}; it has no trials row and is counted in "
+            f"unreadable_trials. {advice}",
         )
         return Extracted(UNREADABLE, problems.unit_key, tables=_problem_table(problems))
     if message:
         problems.add(kind, path, message)
     return Extracted(OTHER, problems.unit_key, tables=_problem_table(problems))
+
+
+def _add_dir_problem(task: TrialTask, problems: ProblemLog) -> None:
+    problem = task.dir_problem
+    if problem is not None:
+        where = task.path if problem.kind == "unreadable_dir" else f"{task.path}/config.json"
+        problems.add(problem.kind, where, problem.message)
 
 
 def _problem_table(problems: ProblemLog) -> dict[str, pa.Table]:
@@ -171,6 +191,7 @@ def extract_trial(task: TrialTask, agent_names: list[str] | None = None) -> Extr
     trial_id = doc.get("id")
     key = trial_id if isinstance(trial_id, str) and trial_id else f"dir:{task.real}"
     problems = ProblemLog(unit_key=key, batch=task.batch, trial_name=trial_name)
+    _add_dir_problem(task, problems)  # (when broken; nothing is read from it otherwise)
     fields = Fields(doc, result_path, problems)
     row = trials.row(fields)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,17 @@ class ProblemLog:
         return pa.Table.from_pylist(self.rows, schema=PROBLEMS_SCHEMA)
 
 
+def parse_time(value: str | None) -> datetime | None:
+    """An ISO-8601 timestamp as UTC; harbor's trial times carry `Z`, a naive one is taken as UTC."""
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
 def json_type_name(value: Any) -> str:
     """The JSON name of a decoded value's type, for messages."""
     if value is None:
@@ -72,14 +84,17 @@ class Fields:
         self.problems = problems
         self._reported: set[tuple[str, ...]] = set()
 
-    def _wrong(self, keys: Sequence[str], value: Any, expected: str) -> None:
+    def _wrong(
+        self, keys: Sequence[str], value: Any, expected: str, shown: str | None = None
+    ) -> None:
         if tuple(keys) in self._reported:  # one row per bad field, however often it is read
             return
         self._reported.add(tuple(keys))
         self.problems.add(
             "wrong_type",
             self.path,
-            f"{self.path.name}: {'.'.join(keys)} is {json_type_name(value)}, expected {expected}; "
+            f"{self.path.name}: {'.'.join(keys)} is {shown or json_type_name(value)}, expected "
+            f"{expected}; "
             "the column is left null",
         )
 
@@ -112,6 +127,15 @@ class Fields:
             self._wrong(keys, value, "a number")
             return None
         return float(value)
+
+    def time(self, *keys: Text) -> datetime | None:
+        """An ISO-8601 timestamp string as UTC (`parse_time`); a string that is none is reported
+        like a wrong type."""
+        text = self.str(*keys)
+        parsed = parse_time(text)
+        if text is not None and parsed is None:
+            self._wrong(keys, text, "an ISO-8601 time", shown=repr(text))
+        return parsed
 
     def str(self, *keys: str) -> str | None:
         value = self.get(*keys)

@@ -22,8 +22,9 @@ import msgspec
 import pyarrow as pa
 
 from wmo_lake.columns import SPECS, arrow_schema
+from wmo_lake.jsonfile import read_json
 from wmo_lake.pending import PendingRows
-from wmo_lake.tables.fields import ProblemLog, fits_int64
+from wmo_lake.tables.fields import ProblemLog, fits_int64, json_type_name
 from wmo_lake.tables.prompt_text import PromptTurn
 from wmo_lake.tables.trial_result import CutDetail, RawDetail
 
@@ -136,6 +137,36 @@ def from_rollout_details(
     return _checked_turns(prompts, completions, logprobs, path, problems)
 
 
+def _first_defect(path: Path) -> str | None:
+    """Where rollout_details[0]'s per-turn lists first go wrong ("logprobs is missing",
+    "prompt_token_ids[2][700] is a string, expected an integer"), read again from the file: only
+    for a malformed trial, so the fast paths need not track it."""
+    doc: Any = read_json(path)
+    try:
+        detail = doc["agent_result"]["rollout_details"][0]
+        keys = list(detail)
+    except (TypeError, KeyError, IndexError):  # (a ReadFailure too: not subscriptable)
+        return None
+    checks = (
+        ("prompt_token_ids", "an integer", (int,)),
+        ("completion_token_ids", "an integer", (int,)),
+        ("logprobs", "a number", (int, float)),
+    )
+    for key, expected, kinds in checks:
+        if detail.get(key) is None:
+            return f"{key} is {'null' if key in keys else 'missing'}"
+        turns = detail[key]
+        if not isinstance(turns, list):
+            return f"{key} is {json_type_name(turns)}, expected an array of arrays"
+        for index, turn in enumerate(turns):
+            if not isinstance(turn, list):
+                return f"{key}[{index}] is {json_type_name(turn)}, expected an array"
+            for at, item in enumerate(turn):
+                if type(item) not in kinds:
+                    return f"{key}[{index}][{at}] is {json_type_name(item)}, expected {expected}"
+    return None
+
+
 def _checked_turns(
     prompts: list[list[int]] | None,
     completions: list[list[int]] | None,
@@ -147,12 +178,14 @@ def _checked_turns(
     """WMO's `distill.tokens` checks on type-checked per-turn lists: all three present, aligned
     turns, as many logprobs as sampled tokens in every turn."""
     if prompts is None or completions is None or logprobs is None:
+        defect = _first_defect(path)
         problems.add(
             "malformed_spans",
             path,
-            f"{path.name}: rollout_details[0] lacks well-formed per-turn lists (prompt_token_ids "
-            "and completion_token_ids must be arrays of integer arrays, logprobs an array of "
-            "number arrays); the trial contributes no training data",
+            f"{path.name}: rollout_details[0] lacks well-formed per-turn lists "
+            f"({defect + '; ' if defect else ''}prompt_token_ids and completion_token_ids must "
+            "be arrays of integer arrays, logprobs an array of number arrays); the trial "
+            "contributes no training data",
         )
         return Spans(MALFORMED, [])
     if not len(prompts) == len(completions) == len(logprobs):

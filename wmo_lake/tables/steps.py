@@ -24,9 +24,14 @@ from msgspec import UNSET
 
 from wmo_lake.columns import SPECS, arrow_schema
 from wmo_lake.tables.atif import Call, Metrics, Observation, Result, Step
-from wmo_lake.tables.fields import ProblemLog, fits_int64, is_real_number, json_type_name
+from wmo_lake.tables.fields import (
+    ProblemLog,
+    fits_int64,
+    is_real_number,
+    json_type_name,
+    parse_time,
+)
 from wmo_lake.tables.tool_calls import SCHEMA as CALL_SCHEMA
-from wmo_lake.tables.trials import parse_time
 
 SCHEMA = arrow_schema(SPECS["steps"])
 

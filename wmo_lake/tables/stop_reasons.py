@@ -14,7 +14,7 @@ from typing import Any
 
 from wmo_lake.jsonfile import ReadFailure, read_json
 from wmo_lake.tables import atif
-from wmo_lake.tables.fields import ProblemLog
+from wmo_lake.tables.fields import ProblemLog, json_type_name
 
 TERMINUS_COMPLETE_TOOL = "mark_task_complete"
 TRACE_FILENAME = "wmo-run.json"
@@ -54,7 +54,16 @@ def read_trace(trial_dir: Path, problems: ProblemLog) -> Trace:
         if isinstance(doc, ReadFailure):
             problems.add(doc.kind, candidate, doc.message + "; the trial's stop reason is unknown")
             return Trace(candidate)
-        reason = doc.get("stop_reason") if isinstance(doc, dict) else None
+        if not isinstance(doc, dict):
+            shown = "an array" if isinstance(doc, list) else json_type_name(doc)
+            problems.add(
+                "not_an_object",
+                candidate,
+                f"{candidate} holds {shown}, expected the run trace object with a string "
+                "stop_reason; the trial's stop reason is unknown",
+            )
+            return Trace(candidate)
+        reason = doc.get("stop_reason")
         if reason is not None and not isinstance(reason, str):
             problems.add(
                 "wrong_type",

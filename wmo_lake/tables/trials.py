@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import cache
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -20,17 +20,6 @@ from wmo_lake.tables.fields import (
 
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
-
-
-def parse_time(value: str | None) -> datetime | None:
-    """An ISO-8601 timestamp as UTC; harbor's trial times carry `Z`, a naive one is taken as UTC."""
-    if value is None:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
 
 def _seconds(start: datetime | None, end: datetime | None) -> float | None:
@@ -150,12 +139,10 @@ def forget_resolved_names() -> None:
 
 def row(doc: Fields) -> dict[str, Any]:
     """The `trials` columns read from result.json; the caller adds identity and lake columns."""
-    started = parse_time(doc.str("started_at"))
-    finished = parse_time(doc.str("finished_at"))
+    started = doc.time("started_at")
+    finished = doc.time("finished_at")
     phase_seconds = {
-        f"{phase}_sec": _seconds(
-            parse_time(doc.str(phase, "started_at")), parse_time(doc.str(phase, "finished_at"))
-        )
+        f"{phase}_sec": _seconds(doc.time(phase, "started_at"), doc.time(phase, "finished_at"))
         for phase in PHASES
     }
     details = doc.get("agent_result", "rollout_details")
