@@ -7,14 +7,34 @@
 --     `trial_stop_reasons` (the columns trial_records shows; read there to skip its span lists);
 --   advantage = reward - mean(reward) over the batch's trials of the same task, every trial
 --     counted (with or without spans), infra-failed stand-in rewards included (tinker-cookbook
---     compute_advantages: centred on the group mean, no std scaling);
+--     compute_advantages: centred on the group mean, no std scaling); the mean is Python's
+--     sum(rewards) / len(rewards) to the last bit, summed exactly as rollout_stats sums scores
+--     (rewards are in [0, 1]: whole units of 2^-40 as integers, the remainders below as
+--     doubles, rounded once), where avg() folds left and misses 0.1 + 0.2 + 0.3 = 0.6;
 --   drop_reason 'overflow' when stop_reason = 'context_overflow' or any span's prompt + sampled
 --     length exceeds the context budget (wmo_context_budget, else the batch's recorded
---     llm_kwargs.context_limit, else the setting's default); else 'overlong' when any merged
---     sequence with sampled tokens is longer than max_datum_tokens (see the settings view); else
---     NULL.
+--     jobs.context_limit: llm_kwargs.context_limit, else the pi bridge's context_window; else the
+--     setting's default); else 'overlong' when any merged sequence with sampled tokens is longer
+--     than max_datum_tokens (see the settings view); else NULL.
 CREATE OR REPLACE VIEW datum_episodes AS
-WITH records AS (
+WITH reward_parts AS (
+    -- 1099511627776 = 2^40: scaling by a power of two is exact
+    SELECT
+        *,
+        CAST(floor(reward * 1099511627776.0) AS BIGINT) AS reward_units,
+        reward * 1099511627776.0 - floor(reward * 1099511627776.0) AS reward_remainder
+    FROM cells
+),
+group_sums AS (
+    SELECT
+        *,
+        count(*) OVER task_group AS group_trials,
+        sum(reward_units) OVER task_group AS group_units,
+        sum(reward_remainder) OVER task_group AS group_remainder
+    FROM reward_parts
+    WINDOW task_group AS (PARTITION BY batch, task_id)
+),
+records AS (
     SELECT
         c.batch,
         c.run,
@@ -27,10 +47,18 @@ WITH records AS (
         c.passed,
         c.infra_failed,
         r.stop_reason,
-        c.reward - avg(c.reward) OVER (PARTITION BY c.batch, c.task_id) AS advantage,
+        -- the units total rounded once, with what that rounding dropped and the remainders
+        -- added back before the divisions (both exact but the last)
+        c.reward - (
+            CAST(c.group_units AS DOUBLE)
+            + (
+                CAST(c.group_units - CAST(CAST(c.group_units AS DOUBLE) AS BIGINT) AS DOUBLE)
+                + c.group_remainder
+            )
+        ) / 1099511627776.0 / c.group_trials AS advantage,
         coalesce(s.context_budget, j.context_limit, s.context_budget_default) AS context_budget,
         s.max_datum_tokens
-    FROM cells AS c
+    FROM group_sums AS c
     JOIN trial_stop_reasons AS r ON r.trial_key = c.trial_key
     CROSS JOIN settings AS s
     LEFT JOIN jobs AS j ON j.job_key = c.job_key
@@ -38,13 +66,13 @@ WITH records AS (
 per_episode AS (
     SELECT
         trial_key,
-        sum(n_spans)::BIGINT AS n_spans,
+        CAST(sum(n_spans) AS BIGINT) AS n_spans,
         count(*) AS n_sequences,
         count(*) FILTER (WHERE loss_tokens > 0) AS n_datums,
         max(longest_span_tokens) AS longest_span_tokens,
         max(n_tokens) FILTER (WHERE loss_tokens > 0) AS longest_datum_tokens,
-        coalesce(sum(n_tokens) FILTER (WHERE loss_tokens > 0), 0)::BIGINT AS datum_tokens,
-        sum(loss_tokens)::BIGINT AS loss_tokens
+        CAST(coalesce(sum(n_tokens) FILTER (WHERE loss_tokens > 0), 0) AS BIGINT) AS datum_tokens,
+        CAST(sum(loss_tokens) AS BIGINT) AS loss_tokens
     FROM datum_sequences
     GROUP BY trial_key
 )
@@ -63,13 +91,13 @@ SELECT
     r.advantage,
     r.context_budget,
     r.max_datum_tokens,
-    coalesce(e.n_spans, 0)::BIGINT AS n_spans,
+    CAST(coalesce(e.n_spans, 0) AS BIGINT) AS n_spans,
     coalesce(e.n_sequences, 0) AS n_sequences,
     coalesce(e.n_datums, 0) AS n_datums,
     e.longest_span_tokens,
     e.longest_datum_tokens,
-    coalesce(e.datum_tokens, 0)::BIGINT AS datum_tokens,
-    coalesce(e.loss_tokens, 0)::BIGINT AS loss_tokens,
+    CAST(coalesce(e.datum_tokens, 0) AS BIGINT) AS datum_tokens,
+    CAST(coalesce(e.loss_tokens, 0) AS BIGINT) AS loss_tokens,
     CASE
         WHEN r.stop_reason = 'context_overflow' OR e.longest_span_tokens > r.context_budget
             THEN 'overflow'

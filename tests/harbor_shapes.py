@@ -71,6 +71,7 @@ def write_job(
     max_turns: int | None = None,
     max_tokens: int | None = None,
     context_limit: int | None = None,
+    context_window: int | None = None,
     model_path: str | None = None,
     token_sink_dir: str | None = None,
 ) -> Path:
@@ -95,6 +96,8 @@ def write_job(
         kwargs["llm_kwargs"] = llm_kwargs
     if max_turns is not None:
         kwargs["max_turns"] = max_turns
+    if context_window is not None:  # the scorer's own kwarg (the pi bridge's context budget)
+        kwargs["context_window"] = context_window
     config["job_name"] = job_dir.name
     dump(job_dir / "config.json", config)
     dump(job_dir / "result.json", _real(REAL_JOB / "result.json"))

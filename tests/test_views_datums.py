@@ -156,6 +156,28 @@ def test_group_advantage_centres_on_the_batch_task_mean_with_infra_failures(
     assert [got["step-0001", n]["attempt"] for n in ("a1", "a2", "a3")] == [1, 2, 3]
 
 
+def test_advantage_is_reward_minus_pythons_mean_to_the_last_bit(tmp_path: Path) -> None:
+    """sum(rewards) / len(rewards) as Python >= 3.12 computes it (a compensated sum): 0.1 + 0.2
+    + 0.3 is 0.6 there, 0.6000000000000001 to a left fold such as SQL's avg()."""
+    one: list[Turn] = [([1], [2], [-0.5])]
+    groups = {"f": [0.1, 0.2, 0.3], "g": [0.7, 0.1, 0.1, 0.1, 0.3]}
+
+    def build(runs: Path) -> None:
+        job = write_job(runs / "r/harbor/step-0001/job-1")
+        for task, rewards in groups.items():
+            for index, reward in enumerate(rewards):
+                write_trial(job, f"{task}{index}", task_name=task, reward=reward, turns=one)
+
+    got = {r["trial_name"]: r["advantage"] for r in datum_rows(make_lake(tmp_path, build))}
+    expected = {
+        f"{task}{index}": reward - sum(rewards) / len(rewards)
+        for task, rewards in groups.items()
+        for index, reward in enumerate(rewards)
+    }
+    assert got == expected
+    assert got["f1"] == 0.2 - 0.6 / 3  # (+2.8e-17: a left fold's mean gives -2.8e-17)
+
+
 def test_overflow_drops_whole_episodes_at_the_exact_budget(tmp_path: Path) -> None:
     def turns(total: int) -> list[Turn]:
         # two merged turns; the second span's prompt + sampled length is `total`
@@ -193,6 +215,34 @@ def test_overflow_drops_whole_episodes_at_the_exact_budget(tmp_path: Path) -> No
     stats = {r["batch"]: r for r in stats_rows(lake, settings)}
     assert stats["limited"]["overflow_drops"] == 1  # only the context_overflow stop reason
     assert stats["default"]["overflow_drops"] == 2
+
+
+def test_a_pi_bridge_job_budgets_its_context_by_its_recorded_context_window(
+    tmp_path: Path,
+) -> None:
+    """The pi bridge records the run's context budget only as the scorer's `context_window`
+    kwarg (no llm_kwargs): that is the budget an episode overflows, as terminus-2's
+    llm_kwargs.context_limit is; the one with both reads context_limit."""
+    spans: dict[str, list[Turn]] = {
+        "short": [([1] * 26, [2], [-0.1])],  # 27 tokens
+        "long": [([1] * 46, [2], [-0.1])],  # 47 tokens
+    }
+
+    def build(runs: Path) -> None:
+        sinks = runs.parent / "tokens"
+        pi = write_job(runs / "pi", context_window=30, token_sink_dir=str(sinks))
+        for name, turns in spans.items():
+            write_sink(sinks, name, turns)
+            write_trial(pi, name, task_name="a", reward=1.0)
+        both = write_job(runs / "both", context_limit=50, context_window=30)
+        for name, turns in spans.items():
+            write_trial(both, name, task_name="a", reward=1.0, turns=turns)
+
+    lake = make_lake(tmp_path, build)
+    kept = {(r["batch"], r["trial_name"]) for r in datum_rows(lake)}
+    assert kept == {("pi", "short"), ("both", "short"), ("both", "long")}
+    stats = {row["batch"]: row["overflow_drops"] for row in stats_rows(lake)}
+    assert stats == {"pi": 1, "both": 0}
 
 
 def test_overlong_drops_whole_episodes_at_max_datum_tokens(tmp_path: Path) -> None:
@@ -353,7 +403,8 @@ def random_specs(seed: int) -> list[TrialSpec]:
                     batch=batch,
                     name=f"trial-{index:02d}",
                     task=rng.choice(["t/a", "t/b", "t/c"]),
-                    reward=rng.choice([0.0, 0.25, 1.0, 1.0, None]),
+                    # (0.1, 0.2, 0.3: a left-to-right sum misses Python's in the last bit)
+                    reward=rng.choice([0.0, 0.1, 0.2, 0.25, 0.3, 0.7, 1.0, 1.0, None]),
                     turns=None if rng.random() < 0.1 else random_turns(rng),
                     # a stop reason is a pi-bridge trace's: job-1 is the pi-bridge batch
                     stop_reason=rng.choice([None, None, None, "submitted", "context_overflow"])
@@ -456,10 +507,7 @@ def test_random_trees_match_the_oracle(tmp_path: Path, seed: int) -> None:
     settings = {"wmo_max_datum_tokens": max_datum_tokens}
     got = datum_rows(lake, settings)
     keys = list(expected_rows[0]) if expected_rows else []
-    assert [{k: r[k] for k in keys if k != "advantage"} for r in got] == [
-        {k: r[k] for k in keys if k != "advantage"} for r in expected_rows
-    ]
-    assert [r["advantage"] for r in got] == pytest.approx([r["advantage"] for r in expected_rows])
+    assert [{k: r[k] for k in keys} for r in got] == expected_rows  # advantages to the last bit
     # the tree exercises every rule at least once
     assert any(r["fragment_index"] > 0 for r in expected_rows)
     assert sum(s["overflow_drops"] for s in expected_stats.values()) > 0

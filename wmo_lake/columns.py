@@ -159,8 +159,12 @@ JOBS = TableSpec(
         Column(
             "context_limit",
             INT64,
-            (JOB_CONFIG, "agents[0].kwargs.llm_kwargs.context_limit"),
-            "the context budget",
+            (
+                JOB_CONFIG,
+                "agents[0].kwargs.llm_kwargs.context_limit, else agents[0].kwargs.context_window",
+            ),
+            "the context budget (terminus-2 records both with the collector's "
+            "context_budget_tokens; the pi bridge records only context_window)",
         ),
         Column(
             "model_path",

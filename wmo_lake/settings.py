@@ -126,7 +126,7 @@ SETTINGS: dict[str, Setting] = {
             "BIGINT",
             65536,
             "Drop episodes with a span (prompt + sampled) longer than this.",
-            recorded=("context_limit", "llm_kwargs.context_limit"),
+            recorded=("context_limit", "llm_kwargs.context_limit (or context_window)"),
         ),
         Setting(
             "max_datum_tokens",

@@ -53,7 +53,7 @@ def row(job: Job, problems: ProblemLog) -> dict[str, Any]:
         "n_attempts": config.int("n_attempts"),
         "max_turns": first.int("kwargs", "max_turns"),
         "max_tokens": first.int("kwargs", "llm_kwargs", "max_tokens"),
-        "context_limit": first.int("kwargs", "llm_kwargs", "context_limit"),
+        "context_limit": _context_budget(first),
         "model_path": first.str("kwargs", "llm_kwargs", "model_path"),
         "temperature": first.number("kwargs", "temperature"),
         "agent_kwargs": None if kwargs is None else to_json_text(kwargs),
@@ -80,3 +80,11 @@ def check_sink_dir(job: Job, problems: ProblemLog) -> None:
             "moved or copied, point at the sinks with --sink-root OLD=NEW (OLD: the recorded "
             "prefix, NEW: where it is now)",
         )
+
+
+def _context_budget(agent: Fields) -> int | None:
+    """The collector's context budget as the job recorded it: terminus-2's
+    `llm_kwargs.context_limit`, else the `context_window` the pi bridge (and terminus-2's scorer
+    too) is given; both are the run's `rollout.context_budget_tokens`."""
+    limit = agent.int("kwargs", "llm_kwargs", "context_limit")
+    return limit if limit is not None else agent.int("kwargs", "context_window")
