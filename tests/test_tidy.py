@@ -165,6 +165,45 @@ def test_without_prune_gone_dirs_stay(lake: Path, tmp_path: Path) -> None:
     assert len(_rows(lake, "SELECT * FROM trials")) == 4
 
 
+def _catalog_sources(lake: Path) -> set[str]:
+    store = Store(lake)
+    return set(store.read_catalog(store.read_manifest()))
+
+
+def test_a_trial_moved_to_another_step_leaves_no_entry_to_prune(lake: Path, tmp_path: Path) -> None:
+    """The moved trial is replaced from its new dir (another partition); the old dir's entry
+    goes with that ingest, so --prune finds nothing gone (it said "1 pruned" on every run)."""
+    runs = tmp_path / "runs"
+    old = runs / STEP1 / "a__1"
+    shutil.move(old, runs / STEP2 / "a__moved")
+    moved = ingest([runs], lake, workers=1)
+    assert (moved.trials_new, moved.trials_replaced) == (0, 1)
+    assert os.path.realpath(old) not in _catalog_sources(lake)
+    # (trial_name is result.json's, so the moved trial keeps its name)
+    assert _rows(lake, "SELECT batch FROM trials WHERE trial_name = 'a__1'") == [(STEP2,)]
+    pruned = _invoke("ingest", runs, "--lake", lake, "--prune", "--json")
+    assert pruned.exit_code == 0, pruned.output
+    summary = json.loads(pruned.stdout)
+    assert (summary["pruned_trials"], summary["committed"]) == (0, False)
+
+
+def test_prune_drops_the_entry_of_a_gone_dir_whose_trial_another_dir_holds(
+    lake: Path, tmp_path: Path
+) -> None:
+    """A copy took the trial over (the original's entry keeps no rows); once the original is
+    deleted, one --prune drops its entry for good: the next one finds nothing."""
+    runs = tmp_path / "runs"
+    shutil.copytree(runs / STEP1 / "a__1", runs / STEP2 / "a__copy")
+    ingest([runs], lake, workers=1)
+    shutil.rmtree(runs / STEP1 / "a__1")
+    first = ingest([runs], lake, workers=1, prune=True)
+    assert first.pruned == [os.path.realpath(runs / STEP1 / "a__1")] and first.committed
+    assert os.path.realpath(runs / STEP1 / "a__1") not in _catalog_sources(lake)
+    second = ingest([runs], lake, workers=1, prune=True)
+    assert (second.pruned_trials, second.committed) == (0, False)
+    assert _rows(lake, "SELECT batch FROM trials WHERE trial_name = 'a__1'") == [(STEP2,)]
+
+
 def test_lake_duckdb_follows(lake: Path) -> None:
     _invoke("forget", "--batch", OTHER, "--lake", lake)
     con = duckdb.connect(str(lake / "lake.duckdb"), read_only=True)

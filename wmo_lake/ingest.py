@@ -270,6 +270,7 @@ class LakeUpdate:
         self.tasks: dict[str, TrialTask] = {}  # real path -> task, of the dirs read
         self.touched: set[str] = set()  # partitions whose catalog entries change
         self.commit: Commit | None = None
+        self.catalog_only = False  # a catalog entry was dropped that no rows belong to
         self.token = os.urandom(4).hex()  # names this ingest's files before its Commit exists
 
     def load(self, partitions: Iterable[str] | None = None) -> None:
@@ -324,6 +325,8 @@ class LakeUpdate:
                 self._commit().remove_units([entry.unit_key], entry.partition)
                 if self.owner.get(entry.unit_key) == entry.source:
                     del self.owner[entry.unit_key]
+            else:  # (its trial is held by another dir) no rows go, but the catalog changes
+                self.catalog_only = True
             del self.catalog[entry.source]
             self.touched.add(entry.partition)
 
@@ -379,8 +382,11 @@ class LakeUpdate:
                 self._load_entry(previous_source)
                 previous = self.catalog[previous_source]  # its rows may be in another step
                 commit.remove_units([key], previous.partition)
-                previous.unit_key = None
                 self.touched.add(previous.partition)
+                if os.path.lexists(previous_source):
+                    previous.unit_key = None  # a copy: kept, so it is not read again as new
+                else:  # moved here: an entry left for it would be "pruned" by every --prune
+                    del self.catalog[previous_source]
             replaced = previous_source is not None or (old is not None and old.kind == TRIAL)
             self.summary.trials_replaced += replaced
             self.summary.trials_new += not replaced
@@ -521,7 +527,8 @@ class LakeUpdate:
         """Commit when anything changed (a first ingest always does, so even an empty tree
         leaves a queryable lake); otherwise only tidy what an interrupted ingest left."""
         self.summary.jobs = len(self.jobs)
-        if (self.commit is not None and self.commit.changed) or not self.store.exists():
+        changed = self.catalog_only or (self.commit is not None and self.commit.changed)
+        if changed or not self.store.exists():
             # the sweep of files no generation names is left to `sweep()`: while lake.duckdb
             # is built (a walk of every touched partition: ~0.1 s for a 128-step first ingest)
             self.manifest = self._commit().finish(self.catalog.values(), self.touched, sweep=False)
