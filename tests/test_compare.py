@@ -7,9 +7,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner, Result
+from harbor_shapes import write_job, write_trial
 
 from wmo_lake.cli import cli
+from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect
 
 STEP = "exp-a/harbor/step-{:04d}/job"
@@ -102,6 +105,64 @@ def test_two_runs_pooled_and_step_by_step(two_runs_lake: Path) -> None:
     assert steps[4]["solve_rate_a"] is None and steps[4]["solve_rate_delta"] is None
     stats = {r["batch"]: r for r in rows(two_runs_lake, "FROM rollout_stats")}
     assert steps[5]["solve_rate_b"] == stats["exp-b/harbor/step-0005/job"]["solve_rate"]
+
+
+@pytest.fixture(scope="module")
+def two_batches_a_step(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """exp-a's step 0 is two job dirs, one passing both its trials, one failing both (pooled:
+    50%); its step 1 is one passing trial. exp-b has one failing trial at step 0."""
+    root = tmp_path_factory.mktemp("two-batches-a-step")
+    for batch, rewards in (
+        ("exp-a/harbor/step-0000/job", [1, 1]),
+        ("exp-a/harbor/step-0000/job-b", [0, 0]),
+        ("exp-a/harbor/step-0001/job", [1]),
+        ("exp-b/harbor/step-0000/job", [0]),
+    ):
+        job = write_job(root / "runs" / batch)
+        for attempt, reward in enumerate(rewards):
+            write_trial(job, f"hello__{attempt}", reward=reward)
+    ingest([root / "runs"], root / "lake", workers=1)
+    return root / "lake"
+
+
+def test_a_step_of_two_batches_is_pooled_as_the_run_is(two_batches_a_step: Path) -> None:
+    """Every batch of a step counts, pooled by the rules the run-level metrics use (the step
+    table kept only the last batch of a step: 0% here instead of 50%)."""
+    lake = two_batches_a_step
+    result = as_json(lake, "exp-a", "exp-b")
+    [expected] = rows(
+        lake,
+        "SELECT count(*) FILTER (WHERE passed AND NOT infra_failed) / "
+        "count(*) FILTER (WHERE NOT infra_failed) AS solve "
+        "FROM trial_records WHERE run = 'exp-a' AND step = 0",
+    )
+    assert expected["solve"] == 0.5  # the tree is as designed
+    assert result["steps"] == [
+        {
+            "step": 0,
+            "a": ["exp-a/harbor/step-0000/job", "exp-a/harbor/step-0000/job-b"],
+            "b": ["exp-b/harbor/step-0000/job"],
+            "solve_rate_a": expected["solve"],
+            "solve_rate_b": 0.0,
+            "solve_rate_delta": -0.5,
+        },
+        {
+            "step": 1,
+            "a": ["exp-a/harbor/step-0001/job"],
+            "b": [],
+            "solve_rate_a": 1.0,
+            "solve_rate_b": None,
+            "solve_rate_delta": None,
+        },
+    ]
+    # a step's batches selected by a glob are that step's pooled figure, too
+    step_0 = as_json(lake, "exp-a/harbor/step-0000/*", "exp-b")
+    solve = {m["metric"]: m for m in step_0["metrics"]}["solve_rate"]
+    assert solve["a"] == result["steps"][0]["solve_rate_a"]
+    text = compare(lake, "exp-a", "exp-b").output.splitlines()
+    table = text[text.index("solve rate by step:") + 1 :]
+    assert table[2].split() == ["0", "50.0%", "0.0%", "-50.0", "pt"]
+    assert table[3].split() == ["1", "100.0%", "-", "-"]
 
 
 def test_a_side_that_selects_nothing_is_a_usage_error(two_runs_lake: Path) -> None:

@@ -3,7 +3,9 @@
 A side is a run (when its text names one) or a batch glob. Its metrics are the rollout_stats
 rules applied to the side's trials pooled (`trial_records`, plus the additive rollout_stats
 counts: truncated spans, unreadable trials); a side of one batch gives exactly that batch's
-rollout_stats row. A rate whose denominator is empty is None (no measurement), never 0.
+rollout_stats row. Two runs are also compared step by step, each side's batches at a step (a
+step may hold several job dirs) pooled the same way. A rate whose denominator is empty is None
+(no measurement), never 0.
 
 A task is *solved* on a side when one of its executed trials there passed, *failed* when it was
 executed there and none passed (the same reading as the report's regressions); it *flipped* when
@@ -35,21 +37,33 @@ WHERE ($run IS NOT NULL AND run = $run) OR ($run IS NULL AND batch GLOB $batch_g
 ORDER BY run NULLS LAST, step NULLS LAST, batch
 """
 
-# The rollout_stats rules over a side's trials pooled (see sql/rollout_stats.sql for each rule).
-POOLED = """
+# Per batch, the counts the rollout_stats rules take (see sql/rollout_stats.sql for each rule);
+# `_pooled` adds them up over any set of batches (a side, or a side's batches at one step).
+BATCH_COUNTS = """
 SELECT
+    batch,
     count(*) AS trials,
     count(*) FILTER (WHERE n_spans > 0) AS trials_with_spans,
     count(*) FILTER (WHERE NOT infra_failed) AS executed_trials,
     count(*) FILTER (WHERE NOT infra_failed AND passed) AS executed_passed,
     count(*) FILTER (WHERE passed) AS passed_trials,
-    list(graded_score ORDER BY batch, task_id, attempt)
+    list(graded_score ORDER BY task_id, attempt)
         FILTER (WHERE NOT infra_failed AND graded_score IS NOT NULL) AS graded_scores,
     count(*) FILTER (WHERE coalesce(stop_reason, '') <> '') AS with_stop_reason,
     count(*) FILTER (WHERE stop_reason = 'submitted') AS submitted
 FROM trial_records
 WHERE list_contains($batches, batch)
+GROUP BY batch
 """
+COUNTS = (
+    "trials",
+    "trials_with_spans",
+    "executed_trials",
+    "executed_passed",
+    "passed_trials",
+    "with_stop_reason",
+    "submitted",
+)
 
 TASKS = """
 SELECT
@@ -71,6 +85,7 @@ class Side:
     text: str
     kind: str  # "run" or "batches"
     batches: list[dict[str, Any]]
+    counts: dict[str, dict[str, Any]]  # batch -> its BATCH_COUNTS row (none: no trials)
     metrics: dict[str, Any]
     tasks: dict[str, dict[str, int]]
 
@@ -83,18 +98,22 @@ class Side:
         }
 
 
-def _pooled(con: duckdb.DuckDBPyConnection, batches: list[dict[str, Any]]) -> dict[str, Any]:
-    names = [b["batch"] for b in batches]
-    [row] = rows_as_dicts(con.sql(POOLED, params={"batches": names}))
-    scores = row.pop("graded_scores") or []
+def _pooled(counts: dict[str, dict[str, Any]], batches: list[dict[str, Any]]) -> dict[str, Any]:
+    """The rollout_stats rules over these batches' trials pooled (`counts`: their BATCH_COUNTS
+    rows by batch, a batch without trials has none)."""
+    rows = [counts[b["batch"]] for b in sorted(batches, key=lambda b: b["batch"])]
+    row: dict[str, Any] = {key: sum(r[key] for r in rows) for key in COUNTS}
     total = 0.0
-    for score in scores:  # left to right, as rollout_stats and Python's sum() add them
-        total += score
+    graded = 0
+    for r in rows:  # by batch, task and attempt, left to right, as when pooled in one query
+        for score in r["graded_scores"] or []:
+            total += score
+            graded += 1
     executed, trials, reasons = row["executed_trials"], row["trials"], row["with_stop_reason"]
     row.update(
         solve_rate=row["executed_passed"] / executed if executed else 0.0,
-        graded_trials=len(scores),
-        graded_solve_rate=total / len(scores) if scores else 0.0,
+        graded_trials=graded,
+        graded_solve_rate=total / graded if graded else 0.0,
         raw_solve_rate=row["passed_trials"] / trials if trials else 0.0,
         scaffold_loss_rate=(reasons - row["submitted"]) / reasons if reasons else 0.0,
         infra_failed_trials=trials - executed,
@@ -120,12 +139,16 @@ def resolve(con: duckdb.DuckDBPyConnection, text: str) -> Side:
             f"{text!r} is neither a run nor a glob matching a batch "
             f"(runs: {', '.join(runs) or 'none'}; globs like 'exp1/harbor/step-0007/*')"
         )
-    metrics = _pooled(con, batches)
+    params = {"batches": [b["batch"] for b in batches]}
+    empty = dict.fromkeys(COUNTS, 0) | {"graded_scores": None}
+    counts = {b["batch"]: empty for b in batches}
+    counts.update((r["batch"], r) for r in rows_as_dicts(con.sql(BATCH_COUNTS, params=params)))
     tasks = {
         t["task_id"]: {"executed": t["executed"], "passed": t["passed"]}
-        for t in rows_as_dicts(con.sql(TASKS, params={"batches": [b["batch"] for b in batches]}))
+        for t in rows_as_dicts(con.sql(TASKS, params=params))
     }
-    return Side(text, "run" if is_run else "batches", batches, metrics, tasks)
+    kind = "run" if is_run else "batches"
+    return Side(text, kind, batches, counts, _pooled(counts, batches), tasks)
 
 
 def _rate(task: dict[str, int]) -> float:
@@ -153,14 +176,24 @@ def flips(a: Side, b: Side) -> dict[str, Any]:
 
 
 def _steps(a: Side, b: Side) -> list[dict[str, Any]]:
-    """Two runs: their solve rates step by step (None where a step is missing or unmeasured)."""
-    con_rows = {"a": a.batches, "b": b.batches}
-    by_step: dict[int, dict[str, Any]] = {}
-    for side, rows in con_rows.items():
-        for row in rows:
-            if row["step"] is not None:
-                by_step.setdefault(row["step"], {"step": row["step"]})[side] = row["batch"]
-    return [by_step[s] for s in sorted(by_step)]
+    """Two runs: their solve rates step by step, each side's batches of a step pooled as a
+    side's are (None where a side has no batch at the step, or none executed)."""
+    by_step: dict[int, dict[str, list[dict[str, Any]]]] = {}
+    for name, side in (("a", a), ("b", b)):
+        for batch in side.batches:
+            if batch["step"] is not None:
+                by_step.setdefault(batch["step"], {"a": [], "b": []})[name].append(batch)
+    steps = []
+    for step in sorted(by_step):
+        row: dict[str, Any] = {"step": step}
+        row.update((name, [batch["batch"] for batch in by_step[step][name]]) for name in "ab")
+        for name, side in (("a", a), ("b", b)):
+            batches = by_step[step][name]
+            pooled = _pooled(side.counts, batches) if batches else None
+            row[f"solve_rate_{name}"] = measured(pooled, "solve_rate") if pooled else None
+        row["solve_rate_delta"] = _delta(row["solve_rate_a"], row["solve_rate_b"])
+        steps.append(row)
+    return steps
 
 
 def compare(
@@ -170,32 +203,6 @@ def compare(
     con = connect(lake, settings)
     try:
         a, b = resolve(con, a_text), resolve(con, b_text)
-        steps: list[dict[str, Any]] = []
-        if a.kind == b.kind == "run":
-            stats = {
-                r["batch"]: r
-                for r in rows_as_dicts(
-                    con.sql(
-                        "SELECT * FROM rollout_stats WHERE run = $a OR run = $b",
-                        params={"a": a_text, "b": b_text},
-                    )
-                )
-            }
-            denominators = dict(
-                con.sql(
-                    "SELECT batch, count(*) FILTER (WHERE coalesce(stop_reason, '') <> '') "
-                    "FROM trial_stop_reasons GROUP BY batch"
-                ).fetchall()
-            )
-            for row in _steps(a, b):
-                for side in ("a", "b"):
-                    batch = row.get(side)
-                    stat = stats.get(batch) if batch else None
-                    if stat is not None:
-                        stat["with_stop_reason"] = denominators.get(batch, 0)
-                    row[f"solve_rate_{side}"] = measured(stat, "solve_rate") if stat else None
-                row["solve_rate_delta"] = _delta(row["solve_rate_a"], row["solve_rate_b"])
-                steps.append(row)
     finally:
         con.close()
     metrics = []
@@ -209,7 +216,7 @@ def compare(
         "b": b.summary(),
         "metrics": metrics,
         "flipped": flips(a, b),
-        "steps": steps,
+        "steps": _steps(a, b) if a.kind == b.kind == "run" else [],
     }
 
 

@@ -120,7 +120,7 @@ def compare(lake: Path, a: str, b: str, as_json: bool, **options: Any) -> None:
     its rollout_stats row); '-' is a null measurement (an empty denominator). A task is solved
     on a side when one of its executed trials passed there; it flipped when it is solved on one
     side and failed (executed, never passed) on the other. Two runs also get their solve rates
-    step by step. Rates in --json are fractions, deltas B - A.
+    step by step, a side's batches at a step pooled. Rates in --json are fractions, deltas B - A.
 
     \b
     Examples:
