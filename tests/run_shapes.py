@@ -150,3 +150,22 @@ def write_two_runs(root: Path, steps: int = 6, attempts: int = 3) -> Path:
         root, "exp-b", steps=steps, tasks=TASKS, attempts=attempts, solve=flat, seed=2
     )
     return root
+
+
+SPLIT_STEP = {  # batch -> task -> rewards of its trials
+    "exp-s/harbor/step-0000/job": {"task-r": [1, 1], "task-n": [0]},
+    "exp-s/harbor/step-0000/job-b": {"task-r": [0, 0], "task-n": [0]},
+    "exp-s/harbor/step-0001/job": {"task-r": [0], "task-n": [1, 0]},
+}
+
+
+def write_split_step_run(root: Path) -> Path:
+    """A run whose step 0 is two job dirs (harbor run twice at one step): task-r passes 2 of 4
+    there and fails at step 1 (one regression); task-n fails at step 0 and passes 1 of 2 at step
+    1 (newly solved)."""
+    for batch, tasks in SPLIT_STEP.items():
+        job = write_job(root / batch)
+        for task, rewards in tasks.items():
+            for attempt, reward in enumerate(rewards):
+                write_trial(job, f"{task}__{attempt}", task_name=f"demo/{task}", reward=reward)
+    return root

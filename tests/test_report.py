@@ -12,9 +12,13 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from run_shapes import write_split_step_run
 
 from wmo_lake.cli import cli
+from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect
+from wmo_lake.report.data import collect_report
+from wmo_lake.report.page import heatmap_figures
 
 EMPTY_STEP = "exp-a/harbor/step-0004/job"  # only unreadable trials: every rate is unmeasured
 RATE_DENOMINATORS = {
@@ -227,6 +231,24 @@ def test_regressions_and_newly_solved_tables(page: str) -> None:
     assert "task-5" not in regressions
     # exp-b never solves task-5: neither table
     assert "<td>exp-b</td><td>task-5</td>" not in page
+
+
+def test_a_step_of_two_batches_is_one_step_of_the_heatmap_and_flips(tmp_path: Path) -> None:
+    """Two job dirs at one step are that step's pass rate pooled (passed / executed of both),
+    not two steps: the batch after the first at step 0 was read as a later step."""
+    write_split_step_run(tmp_path / "runs")
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    data = collect_report(tmp_path / "lake", runs=["exp-s"])
+    [heatmap] = [f["figure"]["data"][0] for f in heatmap_figures(data)]
+    assert heatmap["x"] == [0, 1]
+    rates = dict(zip(heatmap["y"], heatmap["z"], strict=True))
+    assert rates == {"task-r": [0.5, 0.0], "task-n": [0.0, 0.5]}
+    step_0 = ["exp-s/harbor/step-0000/job", "exp-s/harbor/step-0000/job-b"]
+    [regression] = data.regressions
+    assert (regression.task_id, regression.at, regression.batches) == ("task-r", 0, step_0)
+    assert (regression.steps_failed, regression.pass_rate) == (1, 0.5)
+    [newly] = data.newly_solved
+    assert (newly.task_id, newly.at, newly.steps_failed, newly.pass_rate) == ("task-n", 1, 1, 0.5)
 
 
 def test_problems_per_step_by_kind(page: str, two_runs_lake: Path) -> None:

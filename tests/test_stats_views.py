@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from run_shapes import write_split_step_run
 
 from wmo_lake.cli import cli
+from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect
 from wmo_lake.stats_views import collapse_notes, parse_steps, sparkline
 
@@ -179,9 +181,33 @@ def test_by_task_json(two_runs_lake: Path, pass_rates: dict[tuple[str, str], flo
     assert {r["step"] for r in got} == {2, 3}
     assert len(got) == 2 * 6 * 2
     for r in got:
-        expected = pass_rates.get((r["batch"], r["task_id"]))
+        [batch] = r["batches"]  # one job dir a step
+        expected = pass_rates.get((batch, r["task_id"]))
         assert (
             r["pass_rate"] == pytest.approx(expected)
             if expected is not None
             else (r["pass_rate"] is None)
         )
+
+
+SPLIT = "exp-s/harbor/step-0000"  # two job dirs (tests/run_shapes.py: SPLIT_STEP)
+
+
+def test_by_task_pools_the_batches_of_a_step(tmp_path: Path) -> None:
+    """Two job dirs at one step are one column, their trials pooled (they were two columns
+    both headed with the step)."""
+    write_split_step_run(tmp_path / "runs")
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    text = stats(tmp_path / "lake", "--by", "task").output.splitlines()
+    assert text[1].split() == ["task", "trend", "0", "1"]
+    assert {line.split()[0]: line.split()[-2:] for line in text[3:]} == {
+        "task-r": ["50%", "0%"],
+        "task-n": ["0%", "50%"],
+    }
+    got = json.loads(stats(tmp_path / "lake", "--by", "task", "--json").output)
+    assert [(r["task_id"], r["step"], r["batches"], r["pass_rate"]) for r in got] == [
+        ("task-n", 0, [f"{SPLIT}/job", f"{SPLIT}/job-b"], 0.0),
+        ("task-n", 1, ["exp-s/harbor/step-0001/job"], 0.5),
+        ("task-r", 0, [f"{SPLIT}/job", f"{SPLIT}/job-b"], 0.5),
+        ("task-r", 1, ["exp-s/harbor/step-0001/job"], 0.0),
+    ]

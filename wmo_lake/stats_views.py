@@ -20,9 +20,11 @@ from wmo_lake.report.data import (
     METRICS,
     NO_RUN,
     TaskTrend,
+    columns_of,
     measured,
     series_label,
     series_of,
+    x_mode_of,
 )
 
 BLOCKS = "▁▂▃▄▅▆▇█"
@@ -207,19 +209,21 @@ def sparkline_lines(rows: list[dict[str, Any]], with_stop_reason: dict[str, int]
 def task_matrix_rows(
     rows: list[dict[str, Any]], trends: dict[str, list[TaskTrend]]
 ) -> list[dict[str, Any]]:
-    """--by task --json: one object per (run, task, batch), tasks in trend order."""
-    series = series_of(rows)
+    """--by task --json: one object per (run, task, step), the step's batches pooled (per
+    batch when some batch has no step), tasks in trend order."""
+    x_mode = x_mode_of(rows)
+    columns = {label: columns_of(rows, x_mode) for label, rows in series_of(rows).items()}
     return [
         {
             "run": task.series,
             "task_id": task.task_id,
-            "batch": row["batch"],
-            "step": row["step"],
+            "batches": [row["batch"] for row in column],
+            "step": column[0]["step"],
             "pass_rate": rate,
         }
         for tasks in trends.values()
         for task in tasks
-        for row, rate in zip(series[task.series], task.pass_rates, strict=True)
+        for column, rate in zip(columns[task.series], task.pass_rates, strict=True)
     ]
 
 
@@ -245,7 +249,8 @@ def task_matrix_lines(
     for run, run_rows in by_run.items():
         tasks = trends.get(run, [])
         steps = [
-            str(r["step"]) if x_mode == "step" else r["batch"].rsplit("/", 1)[-1] for r in run_rows
+            str(c[0]["step"]) if x_mode == "step" else c[0]["batch"].rsplit("/", 1)[-1]
+            for c in columns_of(run_rows, x_mode)
         ]
         names = ["task", *(t.task_id for t in tasks)]
         lines_of = [sparkline(t.pass_rates, 0.0, 1.0) for t in tasks]

@@ -103,7 +103,7 @@ def stats(
       wmo-lake stats --run exp1 --max-tokens 4096   # would exp1's turns truncate at 4096?
       wmo-lake stats --batch 'exp1/harbor/step-001*/*' --json
       wmo-lake stats --reward-key score --strict     # exit 1 if no trial has 'score'
-      wmo-lake stats --run exp1 --last 10            # the latest 10 steps
+      wmo-lake stats --run exp1 --last 10            # the latest 10 batches
       wmo-lake stats --steps 10:20 --notes full
       wmo-lake stats --run exp1 --by task            # which tasks climb, which regress
     """

@@ -145,7 +145,8 @@ def measured(row: dict[str, Any], key: str) -> float | int | None:
 
 @dataclass
 class TaskTrend:
-    """One task in one series: its pass rate per batch (None: not executed there)."""
+    """One task in one series: its pass rate per column of `columns_of` (a step's batches
+    pooled, or one batch; None: not executed there)."""
 
     series: str
     task_id: str
@@ -161,7 +162,7 @@ class Flip:
     series: str
     task_id: str
     at: Any  # the step (or batch) of the last solve (regression) / the first solve (new)
-    batch: str
+    batches: list[str]  # the batches at `at`
     steps_failed: int  # later (regression) / earlier (new) executed steps with no pass
     pass_rate: float  # at `at`
     still_solved: bool | None = None  # newly solved: solved at the series' last executed step
@@ -199,6 +200,18 @@ def x_value(row: dict[str, Any], x_mode: str) -> Any:
     return row["step"] if x_mode == "step" else row["batch"]
 
 
+def columns_of(rows: list[dict[str, Any]], x_mode: str) -> list[list[dict[str, Any]]]:
+    """A series' batches (in step order) grouped by x: the batches of a step together, as a
+    step may hold several job dirs; each batch alone when x is the batch."""
+    columns: list[list[dict[str, Any]]] = []
+    for row in rows:
+        if x_mode == "step" and columns and columns[-1][0]["step"] == row["step"]:
+            columns[-1].append(row)
+        else:
+            columns.append([row])
+    return columns
+
+
 def _by_batch(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {row["batch"]: row for row in rows}
 
@@ -220,8 +233,9 @@ def task_trends(
     task_cells: list[dict[str, Any]],
     x_mode: str,
 ) -> tuple[dict[str, list[TaskTrend]], list[Flip], list[Flip]]:
-    """Per series: every task's pass rate per batch ordered by trend (most improved first), and
-    the regressions and newly solved tasks. A task is solved at a batch when one of its executed
+    """Per series: every task's pass rate per step (its batches pooled: passed / executed
+    trials of them all) or per batch, ordered by trend (most improved first), and the
+    regressions and newly solved tasks. A task is solved at a step when one of its executed
     trials passed, failed when it was executed and none passed."""
     cells: dict[tuple[str, str], dict[str, Any]] = {
         (c["batch"], c["task_id"]): c for c in task_cells
@@ -234,15 +248,18 @@ def task_trends(
     newly_solved: list[Flip] = []
     for label, rows in series.items():
         tasks = sorted(set().union(*(tasks_by_batch[r["batch"]] for r in rows)))
-        positions = [float(r["step"]) if x_mode == "step" else float(i) for i, r in enumerate(rows)]
+        columns = columns_of(rows, x_mode)
+        positions = [
+            float(c[0]["step"]) if x_mode == "step" else float(i) for i, c in enumerate(columns)
+        ]
         found: list[TaskTrend] = []
         for task in tasks:
             rates: list[float | None] = []
-            for row in rows:
-                cell = cells.get((row["batch"], task))
-                rates.append(
-                    cell["passed"] / cell["executed"] if cell and cell["executed"] else None
-                )
+            for column in columns:
+                held = [cells[r["batch"], task] for r in column if (r["batch"], task) in cells]
+                n_executed = sum(cell["executed"] for cell in held)
+                n_passed = sum(cell["passed"] for cell in held)
+                rates.append(n_passed / n_executed if n_executed else None)
             points = [(p, r) for p, r in zip(positions, rates, strict=True) if r is not None]
             mean = sum(r for _, r in points) / len(points) if points else None
             found.append(TaskTrend(label, task, rates, _slope(points), mean))
@@ -257,8 +274,8 @@ def task_trends(
                     Flip(
                         label,
                         task,
-                        x_value(rows[last], x_mode),
-                        rows[last]["batch"],
+                        x_value(columns[last][0], x_mode),
+                        [r["batch"] for r in columns[last]],
                         len(later),
                         rates[last] or 0.0,
                     )
@@ -269,8 +286,8 @@ def task_trends(
                     Flip(
                         label,
                         task,
-                        x_value(rows[first], x_mode),
-                        rows[first]["batch"],
+                        x_value(columns[first][0], x_mode),
+                        [r["batch"] for r in columns[first]],
                         len(earlier),
                         rates[first] or 0.0,
                         still_solved=executed[-1][1] > 0,

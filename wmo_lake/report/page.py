@@ -23,6 +23,7 @@ from wmo_lake.report.data import (
     METRICS,
     Flip,
     ReportData,
+    columns_of,
     measured,
     x_value,
 )
@@ -309,7 +310,7 @@ def heatmap_figures(data: ReportData) -> list[dict[str, Any]]:
         trends = data.trends.get(label, [])
         if not trends:
             continue
-        x = [x_value(r, data.x_mode) for r in rows]
+        x = [x_value(column[0], data.x_mode) for column in columns_of(rows, data.x_mode)]
         z = [t.pass_rates for t in trends]
         height = max(260, min(40 + 18 * len(trends), 4000) + 90)
         figures.append(
