@@ -195,3 +195,23 @@ def test_tables_fit_the_terminal_width(two_runs_lake: Path) -> None:
         cli, ["compare", "--lake", str(two_runs_lake), "exp-a", "exp-b"], env={"COLUMNS": ""}
     )
     assert "graded solve rate (mean test score)" in piped.output
+
+
+def test_graded_solve_rate_is_pythons_mean_to_the_last_bit(tmp_path: Path) -> None:
+    """Graded scores 0.1, 0.2 and 0.3: WMO's sum(scores) / len(scores) (a compensated sum) is
+    0.6 / 3; a left fold gives 0.6000000000000001 / 3. compare says what rollout_stats says."""
+
+    def report(passed: int, resolved: int) -> dict[str, Any]:
+        statuses = ["passed"] * passed + ["failed"] * (resolved - passed)
+        return {"results": {"tests": [{"status": s} for s in statuses]}}
+
+    for side, rate in (("a", 1), ("b", 2)):
+        job = write_job(tmp_path / "runs" / side / "harbor" / "step-0001" / "job")
+        for name, (passed, resolved) in {"t1": (1, 10), "t2": (rate, 10), "t3": (3, 10)}.items():
+            write_trial(job, name, task_name=name, ctrf=report(passed, resolved))
+    lake = tmp_path / "lake"
+    ingest([tmp_path / "runs"], lake, workers=1)
+    metrics = {m["metric"]: m for m in as_json(lake, "a", "b")["metrics"]}
+    stats = {r["run"]: r["graded_solve_rate"] for r in rows(lake, "FROM rollout_stats")}
+    assert metrics["graded_solve_rate"]["b"] == stats["b"] == sum([0.1, 0.2, 0.3]) / 3
+    assert metrics["graded_solve_rate"]["a"] == stats["a"] == sum([0.1, 0.1, 0.3]) / 3
