@@ -4,7 +4,8 @@ Results are streamed: DuckDB hands over Arrow record batches, and each batch is 
 next is fetched, so memory is bounded by a batch, not the result. The text is made by DuckDB or
 Arrow, never row by row in Python: csv by Arrow's CSV writer (nested values as DuckDB's JSON),
 json/jsonl by DuckDB's `to_json`, parquet by Arrow's Parquet writer. A file is written under a
-temporary name and renamed when complete, so an error or Ctrl-C leaves nothing half-written.
+temporary name and renamed when complete, so an error or Ctrl-C leaves nothing half-written
+(`written_atomically`: through a symlink to the file it names; a FIFO or device straight through).
 
 `render_table` is the one terminal table renderer (rich): `wmo-lake sql`, `stats` (also `--by task`)
 and `compare` draw with it, fitted to the terminal's width.
@@ -146,9 +147,57 @@ def _batches(relation: duckdb.DuckDBPyRelation) -> Iterator[pa.RecordBatch]:
     yield from reader
 
 
-def partial_path(output: Path) -> Path:
-    """Where `output` is written until it is complete (then renamed into place)."""
-    return output.with_name(f".{output.name}.{os.getpid()}.tmp")
+class OutputFile:
+    """Where a result meant for the path `output` is written: under a temporary name beside the
+    file it names, renamed over that file only when complete. `final` is that file with every
+    symlink resolved, so a link is written through, not replaced by a file. A path that is not a
+    regular file (a FIFO, a character device such as /dev/stdout) has no content to keep and
+    cannot be renamed over: it is written straight through (`partial` is `final`)."""
+
+    def __init__(self, output: Path) -> None:
+        import stat
+
+        try:
+            through = not stat.S_ISREG(os.stat(output).st_mode)
+        except OSError:  # nothing there yet (or unreadable: then opening it says why)
+            through = False
+        self.final = self.partial = output  # as named: /dev/stdout resolves to no path
+        if through:
+            return
+        try:
+            self.final = output.resolve()  # also a dangling link's target: the file it creates
+        except (OSError, RuntimeError):  # a symlink loop: opening it says so, nothing replaces it
+            return
+        self.partial = self.final.with_name(f".{self.final.name}.{os.getpid()}.tmp")
+
+    @property
+    def renamed(self) -> bool:
+        return self.partial != self.final
+
+    def commit(self) -> None:
+        """`partial` is complete: put it in place."""
+        if self.renamed:
+            os.replace(self.partial, self.final)
+
+    def discard(self) -> None:
+        """The write failed or was stopped: remove the partial file (never a FIFO or device)."""
+        if self.renamed:
+            self.partial.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def written_atomically(output: Path) -> Iterator[OutputFile]:
+    """Write `output` through an `OutputFile`: the caller writes its `partial` path, which is put
+    in place when the block ends and removed on any error, Ctrl-C or SIGTERM. The one way every
+    command (`sql --output`, `report --out`) writes a file it may replace."""
+    target = OutputFile(output)
+    with _exit_on_sigterm():
+        try:
+            yield target
+            target.commit()
+        except BaseException:
+            target.discard()
+            raise
 
 
 STDOUT_DEVICE = "/dev/stdout"
@@ -159,7 +208,7 @@ def copy_target(output: Path | None, stdout: TextIO) -> str | None:
     process's real stdout; None when stdout is a Python stream (tests capture it), which gets
     the Arrow path instead."""
     if output is not None:
-        return str(partial_path(output).resolve())
+        return str(OutputFile(output).partial)
     if stdout is sys.__stdout__ and os.path.exists(STDOUT_DEVICE):
         import stat
 
@@ -187,15 +236,8 @@ def _sink(output: Path | None, stdout: TextIO) -> Iterator[IO[bytes]]:
         yield buffer
         buffer.flush()
         return
-    tmp = partial_path(output)
-    with _exit_on_sigterm():
-        try:
-            with open(tmp, "wb") as stream:
-                yield stream
-            os.replace(tmp, output)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+    with written_atomically(output) as target, open(target.partial, "wb") as stream:
+        yield stream
 
 
 @contextlib.contextmanager
@@ -328,26 +370,22 @@ def _copy(
     stdout: TextIO,
 ) -> None:
     """DuckDB's COPY of `query` (already in fmt's cells) to `target`; a file target is the
-    partial file, renamed into place once complete and removed on any error, Ctrl-C or
-    SIGTERM."""
-    if output is None:
-        stdout.flush()
+    partial file of `written_atomically(output)`, renamed into place once complete and removed
+    on any error, Ctrl-C or SIGTERM."""
     literal = "'" + target.replace("'", "''") + "'"
     options = {
         "csv": "FORMAT csv, HEADER",
         "parquet": "FORMAT parquet, COMPRESSION zstd",
         "json": "FORMAT json, ARRAY true",
     }.get(fmt, "FORMAT json")
-    with _exit_on_sigterm():
-        try:
-            on_abort = (lambda: Path(target).unlink(missing_ok=True)) if output else None
-            _execute_interruptibly(con, f"COPY ({query}) TO {literal} ({options})", on_abort)
-            if output is not None:
-                os.replace(target, output)
-        except BaseException:
-            if output is not None:
-                Path(target).unlink(missing_ok=True)
-            raise
+    copy = f"COPY ({query}) TO {literal} ({options})"
+    if output is None:
+        stdout.flush()
+        with _exit_on_sigterm():
+            _execute_interruptibly(con, copy, None)
+        return
+    with written_atomically(output) as file:  # whose partial is `target` (copy_target)
+        _execute_interruptibly(con, copy, file.discard)
 
 
 INTERRUPTED = "interrupted: nothing was written or changed"

@@ -22,7 +22,14 @@ from wmo_lake.commands.options import (
     settings_from,
 )
 from wmo_lake.lake import connect
-from wmo_lake.output import FORMATS, copy_query, copy_target, terminal_width, write_result
+from wmo_lake.output import (
+    FORMATS,
+    OutputFile,
+    copy_query,
+    copy_target,
+    terminal_width,
+    write_result,
+)
 from wmo_lake.store import LakeError
 
 # Statements that write files outside the database. The connection cannot write anywhere but
@@ -131,8 +138,10 @@ def sql(
         fail("the query is empty", 2)
     if fmt == "parquet" and output is None:
         fail("--format parquet needs --output FILE.parquet", 2)
-    if output is not None and not output.parent.is_dir():
-        fail(f"cannot write {output}: its directory {output.parent} does not exist")
+    if output is not None:
+        directory = OutputFile(output).final.parent  # (a symlink's: its target is written)
+        if not directory.is_dir():
+            fail(f"cannot write {output}: its directory {directory} does not exist")
     try:
         target = copy_target(output, sys.stdout) if fmt != "table" else None
         with warnings.catch_warnings(record=True) as caught:  # said as `warning: ...` lines
@@ -169,7 +178,7 @@ def sql(
             con=con,
         )
     except duckdb.IOException as error:
-        if output is not None and output.name in str(error):
+        if target is not None and output is not None and Path(target).name in str(error):
             fail(f"cannot write {output}: {error}")
         fail(f"query failed: {error}")
     except duckdb.PermissionException as error:

@@ -566,9 +566,11 @@ def read_figures(page: str) -> list[dict[str, Any]]:
 
 
 def write_report(data: ReportData, out: Path) -> Path:
-    """Write the page to `out` (through a temporary file and a rename, so never half-written)."""
+    """Write the page to `out` (through a temporary file and a rename, so never half-written;
+    a symlink is written through, see wmo_lake.output.written_atomically)."""
+    from wmo_lake.output import written_atomically
+
     text = render_html(data)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(out)
+    with written_atomically(out) as target:
+        target.partial.write_text(text, encoding="utf-8")
     return out
