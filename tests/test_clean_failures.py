@@ -174,7 +174,7 @@ def test_ingest_problem_hint_is_quoted(tmp_path: Path) -> None:
         (["--out", "x.jsonl", "--format", "parquet"], "has the extension .jsonl but --format is"),
         (["--out", "x.parquet", "--format", "jsonl"], "has the extension .parquet"),
         (["--out", "x.json"], "names a .json file"),
-        (["--out", "x.csv", "--format", "jsonl"], "has the extension .csv"),
+        (["--out", "x.csv", "--format", "jsonl"], "names a .csv file, which this export does"),
     ],
 )
 def test_export_out_extension_must_match_the_format(

@@ -132,11 +132,29 @@ def test_an_output_name_that_lies_about_its_format_is_refused(lake: Path, tmp_pa
             "has the extension .csv but --format",
         ),
         (["-o", str(out / "r.parquet"), "--format", "table"], "name it r.txt, or leave"),
-        (["-o", str(out / "r.xlsx")], "names a .xlsx file, but `wmo-lake sql` writes"),
+        (["-o", str(out / "r.xlsx")], "names a .xlsx file, which `wmo-lake sql` does not"),
     ]:
         result = _sql(lake, "SELECT 7 AS x", *args)
         assert result.exit_code == 2 and message in result.output, args
     assert list(out.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "name", ["r.csv.gz", "r.json.gz", "r.parquet.zst", "r.zip", "r.gz", "r.html", "r.parq"]
+)
+@pytest.mark.parametrize("fmt", [None, "table", "csv"])
+def test_an_output_extension_that_names_no_format_written_is_refused(
+    lake: Path, tmp_path: Path, name: str, fmt: str | None
+) -> None:
+    """(It used to get the text table under that name.)"""
+    args = ["-o", str(tmp_path / name), *(["--format", fmt] if fmt else [])]
+    result = _sql(lake, "SELECT 7 AS x", *args)
+    assert result.exit_code == 2, result.output
+    assert f"names a {Path(name).suffix} file" in result.output
+    assert "the extensions it takes: .parquet, .pq, .jsonl, .ndjson, .json, .csv, .txt" in (
+        result.output
+    )
+    assert not (tmp_path / name).exists()
 
 
 def test_writes_are_refused(lake: Path, tmp_path: Path) -> None:

@@ -87,7 +87,7 @@ def output_options(command: Callable[..., Any]) -> Callable[..., Any]:
         "-o",
         type=click.Path(dir_okay=False, path_type=Path),
         help="Write to this file instead of stdout (its extension names the format: .csv, "
-        ".json, .jsonl, .parquet; .txt or none is the table).",
+        ".json, .jsonl, .parquet; .txt or none is the table; any other is refused).",
     )(command)
     return click.option(
         "--format",
@@ -99,7 +99,8 @@ def output_options(command: Callable[..., Any]) -> Callable[..., Any]:
     )(command)
 
 
-# What a file name's extension says its format is, and extensions of formats nothing here writes.
+# What a file name's extension says its format is: any other extension names a format nothing
+# here writes (.xlsx, .tsv, .gz, .html, ...), so a file under that name would lie about its content.
 EXTENSION_FORMATS = {
     ".parquet": "parquet",
     ".pq": "parquet",
@@ -109,28 +110,27 @@ EXTENSION_FORMATS = {
     ".csv": "csv",
     ".txt": "table",
 }
-OTHER_FORMATS = {".tsv", ".arrow", ".feather", ".xlsx", ".xls"}
 
 
 def format_for(
     path: Path, fmt: str | None, allowed: tuple[str, ...], *, option: str, writer: str
 ) -> str:
     """The format to write `path` in: `fmt` (--format) if given, else the one its extension
-    names, else allowed[0]. An extension naming another format than `fmt` (or one `writer`
-    cannot write) is a usage error, so a file's name never lies about its content."""
+    names, else (no extension) allowed[0]. An extension naming another format than `fmt`, or
+    none that `writer` writes, is a usage error, so a file's name never lies about its content."""
     suffix = path.suffix.lower()
     named = EXTENSION_FORMATS.get(suffix)
+    if suffix and named not in allowed:
+        taken = ", ".join(ext for ext, name in EXTENSION_FORMATS.items() if name in allowed)
+        fail(
+            f"{option} {path.name} names a {suffix} file, which {writer} does not write: name "
+            f"it {_renamed(path, fmt, allowed)} (the extensions it takes: {taken}, or none for "
+            f"{allowed[0]})",
+            2,
+        )
     if fmt is None:
-        if named in allowed:
-            return named
-        if named is not None or suffix in OTHER_FORMATS:
-            fail(
-                f"{option} {path.name} names a {suffix} file, but {writer} writes "
-                f"{' or '.join(allowed)}: name it {path.stem}.{_extension(allowed[0])}",
-                2,
-            )
-        return allowed[0]
-    if (named is not None and named != fmt) or suffix in OTHER_FORMATS:
+        return named or allowed[0]
+    if named is not None and named != fmt:
         fail(
             f"{option} {path.name} has the extension {suffix} but --format is {fmt}: name it "
             f"{path.stem}.{_extension(fmt)}, or leave --format out to write what the extension "
@@ -138,6 +138,15 @@ def format_for(
             2,
         )
     return fmt
+
+
+def _renamed(path: Path, fmt: str | None, allowed: tuple[str, ...]) -> str:
+    """`path`'s name with an extension for `fmt` (or any allowed format when None):
+    r.csv.gz -> r.csv, r.xlsx -> r.txt."""
+    inner = EXTENSION_FORMATS.get(Path(path.stem).suffix.lower())
+    if inner in allowed and fmt in (None, inner):
+        return path.stem
+    return f"{path.stem}.{_extension(fmt or allowed[0])}"
 
 
 def _extension(fmt: str) -> str:
