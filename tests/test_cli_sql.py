@@ -380,6 +380,24 @@ def test_duckdb_copy_to_a_pipe_matches_the_arrow_path(lake: Path) -> None:
             assert json.loads(piped) == json.loads(captured)
 
 
+def test_csv_on_the_arrow_path_has_duckdbs_text_for_every_type(lake: Path, tmp_path: Path) -> None:
+    """CliRunner's stdout (like a redirected one) takes the Arrow path: it wrote no INTERVAL,
+    BIT or VARINT (a traceback), a blob's raw bytes and a TIMETZ without its offset. Its cells
+    are the text DuckDB's COPY writes to a file."""
+    query = (
+        "SELECT INTERVAL 3 DAY + INTERVAL 6 SECOND AS i, '101'::BIT AS b, "
+        "123456789012345678901234567890::VARINT AS v, TIMETZ '01:02:03+01' AS t, "
+        "'x\\x00'::BLOB AS bl, TIMESTAMP '2024-01-02 03:04:05.5' AS ts, 7 AS n, true AS yes"
+    )
+    streamed = _sql(lake, query, "--format", "csv")
+    assert streamed.exit_code == 0, streamed.output
+    out = tmp_path / "copied.csv"
+    assert _sql(lake, query, "-o", str(out)).exit_code == 0
+    copied = list(csv.reader(out.open(newline="")))
+    assert copied[1][:3] == ["3 days 00:00:06", "101", "123456789012345678901234567890"]
+    assert list(csv.reader(io.StringIO(streamed.stdout))) == copied
+
+
 def _plain_json(value: object) -> object:
     """A fetched DuckDB value as JSON would hold it (maps and structs as objects)."""
     if isinstance(value, dict):

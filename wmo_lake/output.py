@@ -111,9 +111,17 @@ CSV_CELLS = (
 
 
 def _as_csv_ready(relation: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
-    """Nested columns as DuckDB's JSON text, the rest as they are: for the Arrow path, whose CSV
-    writer quotes text but not numbers (CSV_CELLS, all text, is for DuckDB's own COPY)."""
-    return _project(relation, lambda c, t: f"to_json({c})::VARCHAR" if t in NESTED_TYPES else c)
+    """Nested columns as DuckDB's JSON text, numbers and booleans as they are, every other column
+    as DuckDB's own text for it: for the Arrow path, whose CSV writer quotes text but not numbers
+    (CSV_CELLS, all text, is for DuckDB's own COPY). Arrow would write no interval, bit or varint
+    at all, and a blob's raw bytes, a TIMETZ without its offset."""
+
+    def cell(c: str, t: str) -> str:
+        if t in NESTED_TYPES:
+            return f"to_json({c})::VARCHAR"
+        return c if t in NUMERIC_TYPES or t == "boolean" else f"{c}::VARCHAR"
+
+    return _project(relation, cell)
 
 
 def _as_finite(relation: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
