@@ -337,6 +337,19 @@ def test_the_table_fits_the_terminal_width(lake: Path) -> None:
     assert str(lake.parent / "runs" / "job" / "a__1") in wide.stdout
 
 
+def test_piped_cells_with_newlines_or_wide_characters_are_whole(lake: Path) -> None:
+    """Columns were sized before a newline became `\\n` (two columns) and by len(), not the
+    columns a wide character takes, so the cell was cut by one `…` per newline or wide one."""
+    query = (
+        "SELECT 'first_line' || chr(10) || repeat('x', 100) || 'END' || chr(10) AS s, "
+        "'日本語のテキスト' AS wide, 1 AS n"
+    )
+    result = CliRunner().invoke(cli, ["sql", query, "--lake", str(lake)], env={"COLUMNS": ""})
+    assert result.exit_code == 0, result.output
+    row = result.stdout.splitlines()[2]
+    assert row.split() == ["first_line\\n" + "x" * 100 + "END\\n", "日本語のテキスト", "1"]
+
+
 def test_unwritable_output_is_a_message(lake: Path, tmp_path: Path) -> None:
     result = _sql(
         lake, QUERY, "--format", "csv", "--output", str(tmp_path / "no" / "such" / "x.csv")

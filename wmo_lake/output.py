@@ -511,13 +511,17 @@ def render_table(
     still do not fit are left out, named in a line under the table with `narrower` (how to see
     them); without one, every cell is printed whole."""
     from rich import box
+    from rich.cells import cell_len
     from rich.console import Console
     from rich.table import Table
 
     file = file if file is not None else sys.stdout
     right_aligned = right_aligned or [False] * len(headers)
+    # measured as drawn: escaped (a newline takes two columns as `\n`), a wide character two
+    rows = [[_escape(cell) for cell in row] for row in rows]
     widths = [
-        max([len(header), *(len(row[i]) for row in rows)]) for i, header in enumerate(headers)
+        max([cell_len(header), *(cell_len(row[i]) for row in rows)])
+        for i, header in enumerate(headers)
     ]
     kept = len(headers)
     if width is not None:
@@ -539,7 +543,7 @@ def render_table(
             width=widths[i],
         )
     for row in rows:
-        table.add_row(*(_escape(cell) for cell in row[:kept]))
+        table.add_row(*row[:kept])
     console = Console(
         width=sum(widths[:kept]) + 3 * kept + 2,
         file=io.StringIO(),
@@ -567,7 +571,9 @@ def render_table(
 def _fit(headers: Sequence[str], natural: list[int], width: int) -> tuple[list[int], int]:
     """Column widths that fit `width` (the widest cut first, never below its header or
     MIN_CELL), and how many columns fit at all (the rest are left out)."""
-    floors = [max(len(h), min(n, MIN_CELL)) for h, n in zip(headers, natural, strict=True)]
+    from rich.cells import cell_len
+
+    floors = [max(cell_len(h), min(n, MIN_CELL)) for h, n in zip(headers, natural, strict=True)]
     kept, used = 0, 0
     for floor in floors:
         if kept and used + COLUMN_GAP + floor > width:
