@@ -83,6 +83,29 @@ def test_query_from_stdin_and_several_statements(lake: Path) -> None:
     assert json.loads(result.stdout) == [{"y": 42}]
 
 
+@pytest.mark.parametrize("fmt", ["table", "json", "csv", "csv file"])
+@pytest.mark.parametrize(
+    "query",
+    ["SELECT 7 AS x; -- done", "SELECT 7 AS x;\n-- end\n", "SELECT 7 AS x; /* a */ ;\n-- b"],
+)
+def test_comments_after_the_last_statement_are_no_statement(
+    lake: Path, tmp_path: Path, fmt: str, query: str
+) -> None:
+    """(They were a parser error: the statement's text, `;` and comment included, was wrapped
+    in a subquery.)"""
+    out = tmp_path / "r.csv"
+    args = ["-o", str(out)] if fmt == "csv file" else ["--format", fmt]
+    result = _sql(lake, "-", *args, input=query)
+    assert result.exit_code == 0, result.output
+    printed = out.read_text() if fmt == "csv file" else result.stdout
+    if fmt == "table":
+        assert printed.split() == ["x", "─", "7"]
+    elif fmt == "json":
+        assert json.loads(printed) == [{"x": 7}]
+    else:
+        assert list(csv.reader(io.StringIO(printed))) == [["x"], ["7"]]
+
+
 @pytest.mark.parametrize("fmt", ["table", "json", "csv"])
 def test_an_earlier_select_runs_and_the_last_result_prints(lake: Path, fmt: str) -> None:
     """DuckDB 2 refuses a query while an earlier execute()'s rows are unread: each earlier

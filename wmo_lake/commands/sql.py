@@ -161,11 +161,12 @@ def sql(
             if hasattr(con, "complete"):  # DuckDB 2 runs no query while a result is unread
                 con.complete()  # (to its end, its rows unread)
         statement = statements[-1]
+        text = _without_its_end(statement.query)
         if statement.type == duckdb.StatementType.SELECT and copy_query(
-            con, statement.query, fmt, output, sys.stdout, limit=limit
+            con, text, fmt, output, sys.stdout, limit=limit
         ):
             return
-        relation = con.sql(statement.query)
+        relation = con.sql(text)
         if relation is None:
             return
         write_result(
@@ -210,6 +211,20 @@ def _parse(con: duckdb.DuckDBPyConnection, query: str, ctx: click.Context, lake:
             con.close()
             fail(_read_only_message(f"{statement.type.name} would write a file", ctx, lake), 2)
     return statements
+
+
+def _without_its_end(statement: str) -> str:
+    """One statement's text (as DuckDB's statement splitting gives it) without its `;` and the
+    comments after it, which would end the subquery it is wrapped in: `SELECT * FROM (SELECT 1;
+    -- done)` is a syntax error. DuckDB's tokenizer finds them (its positions count bytes)."""
+    text = statement.encode()
+    end = len(text)
+    for position, kind in reversed(duckdb.tokenize(statement)):
+        is_semicolon = kind == duckdb.token_type.operator and text[position:end].strip() == b";"
+        if kind != duckdb.token_type.comment and not is_semicolon:
+            break
+        end = position
+    return text[:end].decode().rstrip()
 
 
 def run_on_spark(
