@@ -513,3 +513,31 @@ def test_copied_select_keeps_its_order_limit_and_trailing_comment(
             assert list(csv.reader(out.open(newline=""))) == [["trial_name"], ["b__1"]]
         else:
             assert pq.read_table(out).column("trial_name").to_pylist() == ["b__1"]
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("select 'a;b' as s", [("select 'a;b' as s", "select")]),
+        ('select "a;b", `c;d` from t /* ; */', [('select "a;b", `c;d` from t /* ; */', "select")]),
+        ("-- n\nSELECT count(*) FROM trials\n", [("-- n\nSELECT count(*) FROM trials", "SELECT")]),
+        (
+            "SET VAR x = 1; SELECT '日本;' AS j; -- end\n",
+            [("SET VAR x = 1", "SET"), ("SELECT '日本;' AS j", "SELECT")],
+        ),
+        (" ;; -- only a comment", []),
+    ],
+)
+def test_spark_statements_are_split_by_duckdbs_tokenizer(
+    query: str, expected: list[tuple[str, str]]
+) -> None:
+    """`--engine spark` split at every `;` (one in a string too) and took a leading comment's
+    `--` for the statement's first word. (Without Spark: the split comes before it starts.)"""
+    from wmo_lake.commands.sql import spark_statements
+
+    assert spark_statements(query) == expected
+
+
+def test_spark_refuses_a_write_after_a_comment_by_its_name(lake: Path) -> None:
+    result = _sql(lake, "--engine", "spark", "-", input="-- tidy up\nDROP VIEW cells;")
+    assert result.exit_code == 2 and "got 'DROP'" in result.output, result.output

@@ -213,18 +213,50 @@ def _parse(con: duckdb.DuckDBPyConnection, query: str, ctx: click.Context, lake:
     return statements
 
 
+def _tokens(query: str) -> list[tuple[int, Any, bytes]]:
+    """DuckDB's tokens of `query`: (byte offset, token_type, the token's text). A token's text
+    runs to the next one's start (the tokenizer gives starts only), whitespace stripped."""
+    text = query.encode()  # the tokenizer's positions count bytes
+    found = duckdb.tokenize(query)
+    ends = [position for position, _ in found[1:]] + [len(text)]
+    return [
+        (position, kind, text[position:end].strip())
+        for (position, kind), end in zip(found, ends, strict=True)
+    ]
+
+
+def _is_semicolon(kind: Any, token: bytes) -> bool:
+    return bool(kind == duckdb.token_type.operator and token == b";")
+
+
 def _without_its_end(statement: str) -> str:
     """One statement's text (as DuckDB's statement splitting gives it) without its `;` and the
     comments after it, which would end the subquery it is wrapped in: `SELECT * FROM (SELECT 1;
-    -- done)` is a syntax error. DuckDB's tokenizer finds them (its positions count bytes)."""
-    text = statement.encode()
-    end = len(text)
-    for position, kind in reversed(duckdb.tokenize(statement)):
-        is_semicolon = kind == duckdb.token_type.operator and text[position:end].strip() == b";"
-        if kind != duckdb.token_type.comment and not is_semicolon:
+    -- done)` is a syntax error."""
+    end = None
+    for position, kind, token in reversed(_tokens(statement)):
+        if kind != duckdb.token_type.comment and not _is_semicolon(kind, token):
             break
         end = position
-    return text[:end].decode().rstrip()
+    return statement.encode()[:end].decode().rstrip()
+
+
+def spark_statements(query: str) -> list[tuple[str, str]]:
+    """QUERY's statements for Spark, each with its first word (which says whether it writes):
+    split at the `;`s DuckDB's tokenizer finds, so one in a string, a quoted name or a comment
+    splits nothing, and a statement of only comments is none. (Spark's backslash escape in a
+    string, 'it\\'s', is not DuckDB's: a `;` after one in the same string would split it.)"""
+    text = query.encode()
+    statements: list[tuple[str, str]] = []
+    start, first_word = 0, ""
+    for position, kind, token in [*_tokens(query), (len(text), None, b";")]:
+        if kind is None or _is_semicolon(kind, token):
+            if first_word:
+                statements.append((text[start:position].decode().strip(), first_word))
+            start, first_word = position + 1, ""
+        elif kind != duckdb.token_type.comment and not first_word:
+            first_word = token.decode().split(None, 1)[0]
+    return statements
 
 
 def run_on_spark(
@@ -232,16 +264,17 @@ def run_on_spark(
 ) -> None:
     """`wmo-lake sql --engine spark`: the same tables and views in a SparkSession (Spark SQL;
     settings are session variables: SET VAR wmo_reward_key = 'score')."""
-    statements = [s.strip() for s in query.split(";") if s.strip()]
-    if not statements:
+    split = spark_statements(query)
+    if not split:
         fail("the query is empty", 2)
-    for statement in statements:
-        if statement.split(None, 1)[0].upper() not in SPARK_READ_ONLY:
+    for _, first_word in split:
+        if first_word.upper() not in SPARK_READ_ONLY:
             fail(
                 f"only read-only statements run here ({', '.join(SPARK_READ_ONLY)}); got "
-                f"{statement.split(None, 1)[0]!r}. To change the lake, use `wmo-lake ingest`",
+                f"{first_word!r}. To change the lake, use `wmo-lake ingest`",
                 2,
             )
+    statements = [statement for statement, _ in split]
     from wmo_lake import spark as lake_spark
 
     try:
