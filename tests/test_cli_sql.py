@@ -373,6 +373,16 @@ def test_piped_cells_with_newlines_or_wide_characters_are_whole(lake: Path) -> N
     assert row.split() == ["first_line\\n" + "x" * 100 + "END\\n", "日本語のテキスト", "1"]
 
 
+@pytest.mark.parametrize("fmt", ["csv", "json", "jsonl"])
+def test_a_query_failing_partway_through_streaming_is_a_query_failure(lake: Path, fmt: str) -> None:
+    """On the Arrow path (CliRunner's stdout, like a redirected one) DuckDB's error reaches
+    pyarrow's reader as an OSError: it was said as `cannot write stdout: ...`."""
+    query = "SELECT CASE WHEN i = 50000 THEN error('boom') ELSE i END AS v FROM range(100000) t(i)"
+    result = _sql(lake, query, "--format", fmt)
+    assert result.exit_code == 1
+    assert "Error: query failed: Invalid Input Error: boom" in result.output, result.output[-300:]
+
+
 def test_unwritable_output_is_a_message(lake: Path, tmp_path: Path) -> None:
     result = _sql(
         lake, QUERY, "--format", "csv", "--output", str(tmp_path / "no" / "such" / "x.csv")

@@ -150,9 +150,21 @@ def _as_text(relation: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
     return _project(relation, text)
 
 
-def _batches(relation: duckdb.DuckDBPyRelation) -> Iterator[pa.RecordBatch]:
-    reader = relation.to_arrow_reader(BATCH_ROWS)
-    yield from reader
+def _read(reader: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
+    """The reader's batches. A query that fails partway (DuckDB raises while making a batch)
+    reaches pyarrow's reader as a bare OSError: it is raised as the duckdb.Error it is, so it is
+    not taken for a failed write."""
+    import duckdb
+
+    batches = iter(reader)
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except OSError as error:
+            raise duckdb.Error(str(error)) from error
+        yield batch
 
 
 class OutputFile:
@@ -325,7 +337,7 @@ def write_result(
 
             reader = relation.to_arrow_reader(BATCH_ROWS)
             with pq.ParquetWriter(sink, reader.schema, compression="zstd") as writer:
-                for batch in reader:
+                for batch in _read(reader):
                     writer.write_batch(batch)
         elif fmt == "csv":
             import pyarrow.csv as pacsv
@@ -333,7 +345,7 @@ def write_result(
             reader = _as_csv_ready(relation).to_arrow_reader(BATCH_ROWS)
             options = pacsv.WriteOptions(quoting_style="needed")
             with pacsv.CSVWriter(sink, reader.schema, write_options=options) as writer:
-                for batch in reader:
+                for batch in _read(reader):
                     writer.write_batch(batch)
         else:
             _write_json(_as_json_lines(relation), sink, as_array=fmt == "json")
@@ -426,7 +438,7 @@ def _write_json(lines: duckdb.DuckDBPyRelation, sink: IO[bytes], *, as_array: bo
     """The rows as JSON lines or one array; the array's "[" only with its first rows, so a query
     that fails when it starts leaves no stray "[" on stdout."""
     first = True
-    for batch in _batches(lines):
+    for batch in _read(lines.to_arrow_reader(BATCH_ROWS)):
         texts = batch.column(0).to_pylist()
         if not texts:
             continue
