@@ -87,3 +87,11 @@ def test_the_reference_covers_every_table_column() -> None:
 
 def test_split_columns_keeps_parenthesised_commas() -> None:
     assert split_columns("a, b (x, y), `c`") == [("a", ""), ("b", "x, y"), ("c", "")]
+
+
+def test_columns_left_out_at_a_narrow_width_point_to_json(lake: Path) -> None:
+    """The hint under a narrowed table names an option `tables` has (it said `--format csv`)."""
+    result = CliRunner().invoke(cli, ["tables", "--lake", str(lake)], env={"COLUMNS": "30"})
+    assert result.exit_code == 0, result.output
+    (hint,) = [line for line in result.stdout.splitlines() if "not shown at width 30" in line]
+    assert hint.endswith("; use --json)")

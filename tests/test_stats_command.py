@@ -183,3 +183,12 @@ def test_sql_command_takes_the_same_settings(tree: tuple[Path, Path]) -> None:
     want = {batch: row["truncated_spans"] for batch, row in expected.items()}
     assert truncated("--max-tokens", "1", query) == want
     assert truncated(f"SET VARIABLE wmo_max_tokens = 1; {query}") == want
+
+
+def test_columns_left_out_at_a_narrow_width_point_to_json(tree: tuple[Path, Path]) -> None:
+    """The hint under a narrowed table names an option `stats` has (it said `--format csv`)."""
+    _, lake = tree
+    result = CliRunner().invoke(cli, ["stats", "--lake", str(lake)], env={"COLUMNS": "60"})
+    assert result.exit_code == 0, result.output
+    (hint,) = [line for line in result.stdout.splitlines() if "not shown at width 60" in line]
+    assert hint.endswith("; use --json)")

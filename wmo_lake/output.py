@@ -466,6 +466,9 @@ def terminal_width(stream: TextIO) -> int | None:
     return None
 
 
+SQL_NARROWER = "select fewer columns or use --format csv"  # `sql`'s ways to see every column
+
+
 def _write_table(
     relation: duckdb.DuckDBPyRelation,
     output: Path | None,
@@ -487,11 +490,21 @@ def _write_table(
         rows = rows[:shown]
         footer = f"(first {shown} rows shown; --limit N for another count, --format csv for all)"
     if output is None:
-        render_table(columns, rows, right_aligned=right, file=stdout, width=width, footer=footer)
+        render_table(
+            columns,
+            rows,
+            right_aligned=right,
+            file=stdout,
+            width=width,
+            footer=footer,
+            narrower=SQL_NARROWER,
+        )
         return
     with _sink(output, stdout) as sink:
         rendered = io.StringIO()
-        render_table(columns, rows, right_aligned=right, file=rendered, width=None, footer=footer)
+        render_table(
+            columns, rows, right_aligned=right, file=rendered, footer=footer, narrower=SQL_NARROWER
+        )
         sink.write(rendered.getvalue().encode("utf-8"))
 
 
@@ -515,13 +528,13 @@ def render_table(
     file: TextIO | None = None,
     width: int | None = None,
     footer: str | None = None,
-    narrower: str = "select fewer columns or use --format csv",
+    narrower: str,
 ) -> None:
     """Draw rows of text cells as one table (rich), headers never wrapped or cut.
 
     With a `width` (see `terminal_width`), long cells are cut with an ellipsis and columns that
     still do not fit are left out, named in a line under the table with `narrower` (how to see
-    them); without one, every cell is printed whole."""
+    them: what the calling command offers); without one, every cell is printed whole."""
     from rich import box
     from rich.cells import cell_len
     from rich.console import Console

@@ -256,7 +256,7 @@ def print_table(rows: list[dict[str, Any]], file: TextIO, width: int | None) -> 
     """The stats table, drawn by the renderer `wmo-lake sql` uses (wmo_lake.output)."""
     headers, body = table_cells(rows)
     right = [header not in TEXT_COLUMNS for header in headers]
-    render_table(headers, body, right_aligned=right, file=file, width=width)
+    render_table(headers, body, right_aligned=right, file=file, width=width, narrower="use --json")
 
 
 def table_lines(rows: list[dict[str, Any]], width: int | None = None) -> list[str]:

@@ -84,7 +84,12 @@ def tables(ctx: click.Context, lake: Path, counts: bool, as_json: bool) -> None:
     ]
     right = [False, False, True, False] if counts else [False, False, False]
     render_table(
-        headers, body, right_aligned=right, file=sys.stdout, width=terminal_width(sys.stdout)
+        headers,
+        body,
+        right_aligned=right,
+        file=sys.stdout,
+        width=terminal_width(sys.stdout),
+        narrower="use --json",
     )
 
 
@@ -135,4 +140,5 @@ def schema(ctx: click.Context, name: str, lake: Path, as_json: bool) -> None:
         [[row["column"], row["type"], row["meaning"]] for row in rows],
         file=sys.stdout,
         width=terminal_width(sys.stdout),
+        narrower="use --json",
     )
