@@ -79,8 +79,9 @@ def test_stats_shows_an_empty_batch_with_a_note(tmp_path: Path) -> None:
     table = result.output.splitlines()
     assert table[2].split()[:4] == ["exp/harbor/step-0003/job", "3", "0", "-"]
     assert (
-        "note: exp/harbor/step-0003/job: empty batch: the job dir holds no trial dirs, so its 0.0 "
-        "rates are null measurements over zero executed trials"
+        "note: exp/harbor/step-0003/job: empty batch: the lake holds no trial of it (its job dir "
+        "holds no trial dirs, or dirs ingested later hold the same trials), so its 0.0 rates are "
+        "null measurements over zero executed trials"
     ) in result.output
     as_json = CliRunner().invoke(cli, ["stats", "--lake", str(tmp_path / "lake"), "--json"])
     (row,) = json.loads(as_json.output)

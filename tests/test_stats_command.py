@@ -88,6 +88,26 @@ def test_notes_are_the_seed_warnings(tree: tuple[Path, Path]) -> None:
             assert phrase in note, (phrase, note)
 
 
+def test_a_label_two_job_dirs_share_is_a_note(tmp_path: Path) -> None:
+    """Two run trees with the same run name give the same batch labels: their trials pool into
+    one batch. stats says so, naming both job dirs."""
+    jobs = []
+    for tree in ("a", "b"):
+        job = write_job(tmp_path / tree / "exp" / "harbor" / "step-0000" / "job")
+        write_trial(job, f"t__{tree}", trial_id=f"id-{tree}", reward=1.0)
+        ingest([tmp_path / tree], tmp_path / "lake")
+        jobs.append(job)
+    result = stats(tmp_path / "lake")
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.stdout.splitlines() if line.startswith("note: ")]
+    assert notes == [
+        f"note: exp/harbor/step-0000/job: 2 job dirs carry this batch label and their trials are "
+        f"pooled as one batch ({jobs[0]}, {jobs[1]}): two run trees with the same run name, or a "
+        "job dir that moved (`wmo-lake ingest --prune` drops one that is gone)"
+    ]
+    assert json.loads(stats(tmp_path / "lake", "--json").stdout)[0]["trials"] == 2
+
+
 def settings_of(args: list[str]) -> oracle.Settings:
     values = dict(zip(args[::2], args[1::2], strict=True))
     return oracle.Settings(

@@ -45,6 +45,15 @@ FROM trial_caps
 GROUP BY batch
 """
 
+# Batches labelled from more than one job dir (two run trees with the same run name, or a
+# job dir that moved): their trials are pooled under one label, attempts ranked together.
+SHARED_LABELS_QUERY = """
+SELECT batch, list_sort(list(job_dir)) AS job_dirs
+FROM jobs
+GROUP BY batch
+HAVING count(*) > 1
+"""
+
 NO_MEASUREMENT = "-"
 
 
@@ -81,15 +90,15 @@ def collect_stats(
     con = connect(lake, settings, check=False)
     try:
         beside = session_beside(con, settings)
+        queries = (INVALID_REWARDS_QUERY, CAPS_QUERY, SHARED_LABELS_QUERY)
         notes = Background(
-            lambda: [beside.sql(q).fetchall() for q in (INVALID_REWARDS_QUERY, CAPS_QUERY)],
-            "wmo-lake-stats-notes",
+            lambda: [beside.sql(q).fetchall() for q in queries], "wmo-lake-stats-notes"
         )
         try:
             rows = query_stats(con, batch_glob=batch_glob, run=run)
         finally:
             try:
-                invalid_rows, caps_rows = notes.wait()
+                invalid_rows, caps_rows, shared_rows = notes.wait()
             finally:
                 beside.close()
         caps: dict[str, tuple[int, int]] = {}
@@ -99,7 +108,8 @@ def collect_stats(
         if any(row["infra_failed_trials"] for row in rows):
             invalid = {b: (n, ex) for b, n, ex in invalid_rows}
         warning = reward_key_warning(con, batch_glob=batch_glob, run=run)
-        report = StatsReport(rows, notes_for(rows, caps, invalid))
+        shared = {batch: dirs for batch, dirs in shared_rows}
+        report = StatsReport(rows, notes_for(rows, caps, invalid, shared))
         report.warnings = [] if warning is None else [warning]
         return report
     finally:
@@ -117,17 +127,27 @@ def notes_for(
     rows: list[dict[str, Any]],
     caps: dict[str, tuple[int, int]],
     invalid_rewards: dict[str, tuple[int, str]] | None = None,
+    shared_labels: dict[str, list[str]] | None = None,
 ) -> list[str]:
     """WMO's `collect_rollouts` warnings, one short line per batch and condition, plus the
-    lake's own: empty batches and rewards that are no measurement."""
+    lake's own: empty batches, batches pooled from several job dirs, and rewards that are no
+    measurement."""
     notes: list[str] = []
     for row in rows:
         batch, trials = row["batch"], row["trials"]
         executed = row["executed_trials"]
         if trials == 0 and not row["unreadable_trials"]:
             notes.append(
-                f"{batch}: empty batch: the job dir holds no trial dirs, so its 0.0 rates are "
+                f"{batch}: empty batch: the lake holds no trial of it (its job dir holds no "
+                "trial dirs, or dirs ingested later hold the same trials), so its 0.0 rates are "
                 "null measurements over zero executed trials"
+            )
+        job_dirs = (shared_labels or {}).get(batch)
+        if job_dirs:
+            notes.append(
+                f"{batch}: {len(job_dirs)} job dirs carry this batch label and their trials are "
+                f"pooled as one batch ({', '.join(job_dirs)}): two run trees with the same run "
+                "name, or a job dir that moved (`wmo-lake ingest --prune` drops one that is gone)"
             )
         if batch in (invalid_rewards or {}):
             count, example = (invalid_rewards or {})[batch]
