@@ -551,3 +551,27 @@ def test_spark_statements_are_split_by_duckdbs_tokenizer(
 def test_spark_refuses_a_write_after_a_comment_by_its_name(lake: Path) -> None:
     result = _sql(lake, "--engine", "spark", "-", input="-- tidy up\nDROP VIEW cells;")
     assert result.exit_code == 2 and "got 'DROP'" in result.output, result.output
+
+
+def test_two_columns_of_one_name_keep_their_own_values_in_every_format(
+    lake: Path, tmp_path: Path
+) -> None:
+    """`a.x, b.x` (a self-join): each format projects its columns by name, and a name read twice
+    was the first column twice (the second trial's n read as the first's). Every format now
+    gives DuckDB's own distinct names, as its COPY does: x, x_1."""
+    query = (
+        "SELECT a.trial_name, a.trial_name AS other, b.trial_name AS other FROM trials a, trials b"
+        " WHERE a.trial_name = 'a__1' AND b.trial_name = 'b__1'"
+    )
+    expected = {"trial_name": "a__1", "other": "a__1", "other_1": "b__1"}
+    table = _sql(lake, query).stdout.splitlines()
+    assert table[0].split() == list(expected) and table[2].split() == list(expected.values())
+    assert json.loads(_sql(lake, query, "--format", "json").stdout) == [expected]
+    assert json.loads(_sql(lake, query, "--format", "jsonl").stdout) == expected
+    rows = list(csv.DictReader(io.StringIO(_sql(lake, query, "--format", "csv").stdout)))
+    assert rows == [expected]
+    for name in ("out.parquet", "out.csv"):  # (to a file: DuckDB's COPY, or Arrow's writer)
+        result = _sql(lake, query, "--output", str(tmp_path / name))
+        assert result.exit_code == 0, result.output
+    assert pq.read_table(tmp_path / "out.parquet").to_pylist() == [expected]
+    assert list(csv.DictReader((tmp_path / "out.csv").open())) == [expected]

@@ -316,6 +316,11 @@ def write_result(
         raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if fmt == "parquet" and output is None:
         raise ValueError("--format parquet needs --output FILE.parquet")
+    if len(set(relation.columns)) < len(relation.columns):
+        # Two columns of one name (`a.trials, b.trials`): every projection below names its
+        # columns, and a name read twice is the first column twice. `*` gives them DuckDB's
+        # own distinct names (trials, trials_1), the ones its COPY writes.
+        relation = relation.project("*")
     if limit is not None:
         relation = relation.limit(limit)
     if fmt == "table":
