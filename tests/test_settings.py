@@ -215,7 +215,7 @@ def test_names_and_variables_both_name_a_setting() -> None:
 def test_every_export_manifest_records_the_settings_row(
     lake: Path, tmp_path: Path, kind: str, options: list[str], expected: dict
 ) -> None:
-    out = tmp_path / f"{kind}.out"
+    out = tmp_path / kind  # (no extension: the export's default format)
     result = CliRunner().invoke(
         cli,
         ["export", kind, "--lake", str(lake), "--out", str(out), "--no-split-guard", *options],
