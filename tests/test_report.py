@@ -311,6 +311,10 @@ def test_usage_errors(two_runs_lake: Path, tmp_path: Path) -> None:
     result = report(two_runs_lake, tmp_path / "r.html", "--run", "nope")
     assert result.exit_code == 1
     assert "no batch matches --run 'nope'" in result.output
+    # one run of an overlay that matches nothing is not left out without a word
+    result = report(two_runs_lake, tmp_path / "r.html", "--run", "exp-a", "--run", "exp-z")
+    assert result.exit_code == 1
+    assert "no batch matches --run 'exp-z' (the others do: exp-a)" in result.output
     result = report(two_runs_lake, tmp_path)
     assert result.exit_code == 2 and "is a directory" in result.output
     result = report(two_runs_lake, tmp_path / "missing" / "r.html")

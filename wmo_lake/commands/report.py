@@ -90,6 +90,12 @@ def report(
             if wanted
             else f"the lake at {lake} has no batches yet",
         )
+    missing = [run for run in runs if run not in data.series]
+    if missing:  # an overlay never loses a mistyped run without a word
+        fail(
+            f"no batch matches --run {', '.join(map(repr, missing))} (the others do: "
+            f"{', '.join(data.series)}); `wmo-lake stats` lists the batches; nothing was written"
+        )
     try:
         write_report(data, out)
     except PlotlyMissing as error:
