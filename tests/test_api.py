@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import polars as pl
@@ -95,3 +96,56 @@ def test_submodules_stay_reachable() -> None:
     assert callable(wl.ingest) and callable(wl.stats)
     assert wmo_lake.stats.STATS_QUERY is STATS_QUERY
     assert wmo_lake.ingest.IngestSummary is not None
+
+
+@pytest.fixture(scope="module")
+def two_keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Run a's trials record the reward key 'reward', run b's only 'score'."""
+    root = tmp_path_factory.mktemp("api-keys")
+    for run, rewards in (("a", {"reward": 1.0}), ("b", {"score": 1.0})):
+        job = write_job(root / "runs" / run / "harbor" / "step-0001" / "job")
+        write_trial(job, f"{run}__1", trial_id=run, rewards=rewards, turns=[([1], [2], [-0.1])])
+    wl.ingest(root / "runs", lake=root / "lake", workers=1)
+    return root / "lake"
+
+
+def test_the_reward_key_warning_looks_at_the_selected_batches(
+    two_keys: Path, tmp_path: Path
+) -> None:
+    """A key other batches have does not hide that the selected ones lack it; the warning names
+    the keys in scope, as a Python argument, at the caller's line."""
+    with pytest.warns(RewardKeyWarning) as caught:
+        wl.stats(two_keys, run="b")
+    message = str(caught[0].message)
+    assert "'reward' occurs in no trial in scope" in message and "'score' (1 trials)" in message
+    assert "'reward' (" not in message and "reward_key=KEY" in message and "--" not in message
+    assert caught[0].filename == __file__
+    for read in (wl.trials, wl.records):
+        with pytest.warns(RewardKeyWarning, match="'score' \\(1 trials\\)"):
+            read(two_keys, batch="b/*")
+    with pytest.warns(RewardKeyWarning, match="'score' \\(1 trials\\)"):
+        wl.export_datums(two_keys, tmp_path / "d.parquet", no_split_guard=True, run="b")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # in scope: no warning
+        assert wl.stats(two_keys, run="a")["solve_rate"].to_list() == [1.0]
+
+
+def test_export_file_names_follow_the_clis_rule(lake: Path, tmp_path: Path) -> None:
+    """An extension that names another format than the export writes is refused, as the CLI
+    refuses it (never Parquet in a .csv); conversations take their format from it."""
+    with pytest.raises(ExportError, match=r"out=d.csv names a .csv file, which this export"):
+        wl.export_datums(lake, tmp_path / "d.csv", no_split_guard=True)
+    assert not (tmp_path / "d.csv").exists()
+    wl.export_conversations(lake, tmp_path / "c.parquet", no_split_guard=True)
+    assert (tmp_path / "c.parquet").read_bytes()[:4] == b"PAR1"
+    assert wl.load_conversations(tmp_path / "c.parquet").height > 0
+    with pytest.raises(ExportError, match=r"has the extension \.parquet but fmt=jsonl was given"):
+        wl.export_conversations(lake, tmp_path / "e.parquet", fmt="jsonl", no_split_guard=True)
+    with pytest.raises(ExportError, match=r"^episodes='first' is not one of all, last$"):
+        wl.export_conversations(lake, tmp_path / "f.jsonl", episodes="first", no_split_guard=True)
+
+
+@pytest.mark.parametrize("sql", ["", "  \n", "-- only a comment"])
+def test_a_query_with_no_statement_is_a_clear_error(lake: Path, sql: str) -> None:
+    with pytest.raises(ValueError, match=r"^query\(\): "):
+        wl.query(lake, sql)

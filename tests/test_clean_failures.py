@@ -171,7 +171,10 @@ def test_ingest_problem_hint_is_quoted(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--out", "x.jsonl", "--format", "parquet"], "has the extension .jsonl but --format is"),
+        (
+            ["--out", "x.jsonl", "--format", "parquet"],
+            "has the extension .jsonl but --format parquet was given",
+        ),
         (["--out", "x.parquet", "--format", "jsonl"], "has the extension .parquet"),
         (["--out", "x.json"], "names a .json file"),
         (["--out", "x.csv", "--format", "jsonl"], "names a .csv file, which this export does"),

@@ -154,7 +154,7 @@ def test_an_output_name_that_lies_about_its_format_is_refused(lake: Path, tmp_pa
             ["-o", str(out / "r.csv"), "--format", "json"],
             "has the extension .csv but --format",
         ),
-        (["-o", str(out / "r.parquet"), "--format", "table"], "name it r.txt, or leave"),
+        (["-o", str(out / "r.parquet"), "--format", "table"], "name it r.txt (without --format"),
         (["-o", str(out / "r.xlsx")], "names a .xlsx file, which `wmo-lake sql` does not"),
     ]:
         result = _sql(lake, "SELECT 7 AS x", *args)

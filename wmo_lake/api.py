@@ -40,6 +40,7 @@ _OPTION_AS_ARGUMENT = [
     ("--batch", "batch="),
     ("--run", "run="),
     ("--filter", "outcome="),
+    ("--episodes", "episodes="),
     ("--format", "fmt="),
     ("--out", "out="),
     ("--lake", "lake="),
@@ -126,12 +127,66 @@ def ingest(
     return run_ingest(folders, Path(lake), sink_roots=roots, workers=workers)
 
 
+def _warn_on_unused_reward_key(
+    con: duckdb.DuckDBPyConnection, batch: str | None = None, run: str | None = None
+) -> None:
+    """A RewardKeyWarning when no trial in scope (`batch`, `run`) has the reward key in force,
+    naming the keys that occur there, told in Python (`reward_key=`), pointing at the caller's
+    line."""
+    import os
+    import warnings
+
+    from wmo_lake.checks import RewardKeyWarning, reward_key_warning
+
+    message = reward_key_warning(con, batch_glob=batch, run=run)
+    if message is not None:
+        package = os.path.dirname(os.path.abspath(__file__))
+        warnings.warn(
+            str(_pythonic(LakeError(message))), RewardKeyWarning, skip_file_prefixes=(package,)
+        )
+
+
+def _open(
+    lake: str | Path, settings: dict[str, Any], batch: str | None = None, run: str | None = None
+) -> duckdb.DuckDBPyConnection:
+    from wmo_lake.lake import connect as open_lake
+
+    con = open_lake(lake, _settings(settings), check=False)
+    try:
+        _warn_on_unused_reward_key(con, batch, run)
+    except BaseException:  # (warnings turned into errors)
+        con.close()
+        raise
+    return con
+
+
 @_speaking_python
 def connect(lake: str | Path = DEFAULT_LAKE, **settings: Any) -> duckdb.DuckDBPyConnection:
     """A read-only DuckDB connection with every table and view of `lake`, settings applied."""
-    from wmo_lake.lake import connect as open_lake
+    return _open(lake, settings)
 
-    return open_lake(lake, _settings(settings))
+
+def _query(
+    lake: str | Path,
+    sql: str,
+    params: dict[str, Any] | None,
+    settings: dict[str, Any],
+    batch: str | None = None,
+    run: str | None = None,
+) -> pl.DataFrame:
+    if not sql.strip():
+        raise ValueError("query(): the query is empty; give one SQL statement")
+    con = _open(lake, settings, batch, run)
+    try:
+        result = con.sql(sql, params=params)
+        if result is None:  # only comments, or a statement that returns no rows (SET)
+            raise ValueError(
+                f"query(): {sql.strip()[:60]!r} returns no rows: give a SELECT (a query that "
+                "is only comments is empty)"
+            )
+        return result.pl()
+    finally:
+        con.close()
 
 
 @_speaking_python
@@ -140,11 +195,7 @@ def query(
 ) -> pl.DataFrame:
     """The result of one read-only query over `lake` as a polars DataFrame (`$name` parameters
     bound from `params`)."""
-    con = connect(lake, **settings)
-    try:
-        return con.sql(sql, params=params).pl()
-    finally:
-        con.close()
+    return _query(lake, sql, params, settings)
 
 
 _SCOPE = """
@@ -164,7 +215,7 @@ def stats(
     columns are exactly the `rollout_stats` view's). `batch` is a glob ('*' crosses '/')."""
     from wmo_lake.stats import STATS_QUERY
 
-    return query(lake, STATS_QUERY, {"batch_glob": batch, "run": run}, **settings)
+    return _query(lake, STATS_QUERY, {"batch_glob": batch, "run": run}, settings, batch, run)
 
 
 @_speaking_python
@@ -186,7 +237,7 @@ def trials(
         WHERE ($batch_glob IS NULL OR t.batch GLOB $batch_glob) AND ($run IS NULL OR t.run = $run)
         ORDER BY t.run NULLS LAST, t.step NULLS LAST, t.batch, t.trial_name
     """
-    return query(lake, sql, {"batch_glob": batch, "run": run}, **settings)
+    return _query(lake, sql, {"batch_glob": batch, "run": run}, settings, batch, run)
 
 
 @_speaking_python
@@ -204,7 +255,7 @@ def records(
     sql = (
         f"SELECT * FROM {view} {_SCOPE} ORDER BY run NULLS LAST, step NULLS LAST, batch, trial_name"
     )
-    return query(lake, sql, {"batch_glob": batch, "run": run}, **settings)
+    return _query(lake, sql, {"batch_glob": batch, "run": run}, settings, batch, run)
 
 
 @_speaking_python
@@ -224,6 +275,7 @@ def export_datums(
     from wmo_lake.datums import export_datums as run_export
 
     _require_guard(tasks, no_split_guard)
+    _format_of(out, None, ("parquet",))
     return run_export(
         Path(lake),
         Path(out),
@@ -233,6 +285,7 @@ def export_datums(
         run=run,
         where=where,
         settings=_settings(settings),
+        check=lambda con: _warn_on_unused_reward_key(con, batch, run),
     )
 
 
@@ -243,7 +296,7 @@ def export_conversations(
     *,
     tasks: str | Path | None = None,
     no_split_guard: bool = False,
-    fmt: str = "jsonl",
+    fmt: str | None = None,
     episodes: str = "all",
     outcome: str = "all",
     subagents: bool = True,
@@ -251,15 +304,16 @@ def export_conversations(
     run: str | None = None,
     **settings: Any,
 ) -> dict[str, Any]:
-    """Write agent conversations (SFT data) to `out` (jsonl or parquet) with its manifest;
-    returns the manifest. Pass `tasks=REGISTRY` or `no_split_guard=True`, not both."""
+    """Write agent conversations (SFT data) to `out` (jsonl or parquet: `fmt`, else what `out`'s
+    extension says, else jsonl) with its manifest; returns the manifest. Pass `tasks=REGISTRY`
+    or `no_split_guard=True`, not both."""
     from wmo_lake.conversations import export_conversations as run_export
 
     _require_guard(tasks, no_split_guard)
     return run_export(
         Path(lake),
         Path(out),
-        fmt=fmt,
+        fmt=_format_of(out, fmt, ("jsonl", "parquet")),
         episodes=episodes,
         outcome=outcome,
         tasks=Path(tasks) if tasks is not None else None,
@@ -268,7 +322,20 @@ def export_conversations(
         run=run,
         subagents=subagents,
         settings=_settings(settings),
+        check=lambda con: _warn_on_unused_reward_key(con, batch, run),
     )
+
+
+def _format_of(out: str | Path, fmt: str | None, allowed: tuple[str, ...]) -> str:
+    """The export's format for `out`, by the CLI's rule (`file_formats.format_for`): an
+    extension that names another format than the export writes is refused, not written over."""
+    from wmo_lake.export import ExportError
+    from wmo_lake.file_formats import FormatError, format_for
+
+    try:
+        return format_for(Path(out), fmt, allowed, option="--out", writer="this export")
+    except FormatError as error:
+        raise ExportError(str(error)) from None
 
 
 def _require_guard(tasks: str | Path | None, no_split_guard: bool) -> None:

@@ -9,6 +9,7 @@ from typing import Any, NoReturn
 import click
 from click.core import ParameterSource
 
+from wmo_lake import file_formats
 from wmo_lake.output import FORMATS
 from wmo_lake.settings import from_options, options_decorator
 
@@ -99,58 +100,14 @@ def output_options(command: Callable[..., Any]) -> Callable[..., Any]:
     )(command)
 
 
-# What a file name's extension says its format is: any other extension names a format nothing
-# here writes (.xlsx, .tsv, .gz, .html, ...), so a file under that name would lie about its content.
-EXTENSION_FORMATS = {
-    ".parquet": "parquet",
-    ".pq": "parquet",
-    ".jsonl": "jsonl",
-    ".ndjson": "jsonl",
-    ".json": "json",
-    ".csv": "csv",
-    ".txt": "table",
-}
-
-
 def format_for(
     path: Path, fmt: str | None, allowed: tuple[str, ...], *, option: str, writer: str
 ) -> str:
-    """The format to write `path` in: `fmt` (--format) if given, else the one its extension
-    names, else (no extension) allowed[0]. An extension naming another format than `fmt`, or
-    none that `writer` writes, is a usage error, so a file's name never lies about its content."""
-    suffix = path.suffix.lower()
-    named = EXTENSION_FORMATS.get(suffix)
-    if suffix and named not in allowed:
-        taken = ", ".join(ext for ext, name in EXTENSION_FORMATS.items() if name in allowed)
-        fail(
-            f"{option} {path.name} names a {suffix} file, which {writer} does not write: name "
-            f"it {_renamed(path, fmt, allowed)} (the extensions it takes: {taken}, or none for "
-            f"{allowed[0]})",
-            2,
-        )
-    if fmt is None:
-        return named or allowed[0]
-    if named is not None and named != fmt:
-        fail(
-            f"{option} {path.name} has the extension {suffix} but --format is {fmt}: name it "
-            f"{path.stem}.{_extension(fmt)}, or leave --format out to write what the extension "
-            "says",
-            2,
-        )
-    return fmt
-
-
-def _renamed(path: Path, fmt: str | None, allowed: tuple[str, ...]) -> str:
-    """`path`'s name with an extension for `fmt` (or any allowed format when None):
-    r.csv.gz -> r.csv, r.xlsx -> r.txt."""
-    inner = EXTENSION_FORMATS.get(Path(path.stem).suffix.lower())
-    if inner in allowed and fmt in (None, inner):
-        return path.stem
-    return f"{path.stem}.{_extension(fmt or allowed[0])}"
-
-
-def _extension(fmt: str) -> str:
-    return "txt" if fmt == "table" else fmt
+    """`file_formats.format_for`, a refusal as a usage error (exit 2)."""
+    try:
+        return file_formats.format_for(path, fmt, allowed, option=option, writer=writer)
+    except file_formats.FormatError as error:
+        fail(str(error), 2)
 
 
 def selection_options(command: Callable[..., Any]) -> Callable[..., Any]:

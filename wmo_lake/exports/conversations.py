@@ -133,7 +133,7 @@ ROW_SCHEMA = pa.schema(
 
 def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
-        raise ExportError(f"--{name} must be one of {', '.join(allowed)}, got {value!r}")
+        raise ExportError(f"--{name} {value!r} is not one of {', '.join(allowed)}")
 
 
 def messages_identity(messages: list[dict[str, Any]]) -> bytes:
