@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from harbor_kit import TASKS, TEMPLATE
 
 from wmo_lake.cli import cli
 from wmo_lake.collector import (
+    STEP_LOCK,
     CollectError,
     apply_sets,
     plan_step,
@@ -93,6 +95,19 @@ def test_a_missing_template_is_a_usage_error(tmp_path: Path) -> None:
 def test_a_template_without_tasks_says_how_to_give_them(tmp_path: Path) -> None:
     code, output = _collect(tmp_path)
     assert code == 2 and "names no tasks" in output and "--task" in output
+
+
+@pytest.mark.parametrize("kind", ["missing", "a-file"])
+def test_a_dataset_path_that_is_no_dir_is_a_usage_error_naming_it(
+    tmp_path: Path, kind: str
+) -> None:
+    dataset = tmp_path / "no-such-dir"
+    if kind == "a-file":
+        dataset.write_text("")
+    code, output = _collect(tmp_path, "--set", f"datasets=[{{path: '{dataset}'}}]")
+    assert code == 2, output
+    assert str(dataset) in output and "datasets[].path" in output and "Traceback" not in output
+    assert not (tmp_path / "runs" / "exp1" / "harbor" / "step-0000" / "rollouts").exists()
 
 
 # ----------------------------------------------------------------------------- the tasks
@@ -221,6 +236,51 @@ def test_a_step_dir_of_another_config_is_refused_naming_what_differs(tmp_path: P
     code, output = _collect(tmp_path, "--set", KIT_TASKS, "--set", "agents.0.kwargs.max_turns=8")
     assert code == 2
     assert "agents.0.kwargs.max_turns: 5 -> 8" in output and "--step" in output
+
+
+def test_a_step_another_collect_holds_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    """Two collects of one step at once would both run its unfinished trials (a group of 10
+    for a planned 6): the second is refused, naming the process that holds the step."""
+    import fcntl
+
+    plan = plan_step(TEMPLATE, tmp_path / "runs" / "exp1", 0, sets=[KIT_TASKS])
+    Path(plan.config.jobs_dir).mkdir(parents=True)
+    with open(Path(plan.config.jobs_dir) / STEP_LOCK, "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        held.write("wmo-lake collect pid 4242\n")
+        held.flush()
+        code, output = _collect(tmp_path, "--set", KIT_TASKS)
+    assert code == 2
+    assert "is being collected by wmo-lake collect pid 4242; nothing was run" in output
+    assert not plan.job_dir.exists()
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupted_step_says_what_was_kept_and_how_to_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signum: int, code: int
+) -> None:
+    """Ctrl-C, or SIGTERM (stopped the way Ctrl-C stops harbor's job), once the step has
+    started: its finished trials are kept, and the same command resumes it."""
+    import os
+
+    from wmo_lake import collector
+
+    plan = plan_step(TEMPLATE, tmp_path / "runs" / "exp1", 0, sets=[KIT_TASKS])
+
+    def interrupted_collect(*args: object, on_plan, **kwargs: object) -> None:  # type: ignore[no-untyped-def]
+        on_plan(plan, collector.JobDirState())
+        os.kill(os.getpid(), signum)
+
+    monkeypatch.setattr(collector, "collect", interrupted_collect)
+    result = CliRunner().invoke(
+        cli, ["collect", "--template", str(TEMPLATE), "--run-dir", "x", "--step", "0"]
+    )
+    assert result.exit_code == code
+    assert (
+        f"interrupted: step 0 stopped; the trials it finished are kept in {plan.job_dir} "
+        "(unfinished ones run again): run the same command again to resume it"
+    ) in result.output
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # put back
 
 
 def test_interrupted_trial_dirs_are_removed_and_finished_ones_counted(tmp_path: Path) -> None:

@@ -54,6 +54,14 @@ def test_labels_without_harbor_or_step() -> None:
     )
     # a `harbor` dir not followed by step-NNNN is no anchor
     assert job_labels(Path("/r/x/harbor/j"), Path("/r")) == ("x/harbor/j", "x", None)
+    # under an anchor, a job dir named like a step or `harbor` (a template's job_name) labels
+    # nothing: run and step are the anchor's
+    for job in ("step-0009", "harbor", "harbor/step-0009"):
+        assert job_labels(Path(f"/r/x/harbor/step-0003/{job}"), Path("/r")) == (
+            f"x/harbor/step-0003/{job}",
+            "x",
+            3,
+        )
 
 
 def test_any_depth_and_trial_dirs_are_not_searched_further(tmp_path: Path) -> None:

@@ -22,10 +22,11 @@ harbor is the optional extra `wmo-lake[harbor]`, imported only here and only whe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -270,6 +271,12 @@ def _resolve_tasks(config: JobConfig, template: Path | str) -> list[TaskConfig]:
         raise CollectError(
             f"cannot list the tasks of the job template {template}: {error}"
         ) from error
+    except OSError as error:  # a datasets[].path / tasks[].path that is no readable dir
+        where = error.filename if error.filename is not None else error
+        raise CollectError(
+            f"cannot list the tasks of the job template {template}: {where}: "
+            f"{error.strerror or error} (check its datasets[].path and tasks[].path)"
+        ) from error
 
 
 def _task_dir(text: str) -> Path | None:
@@ -373,6 +380,37 @@ def plan_step(
 
 
 # ----------------------------------------------------------------------------- the job dir
+
+STEP_LOCK = ".wmo-lake-collect.lock"  # in the step's jobs dir, beside its job dir
+
+
+@contextlib.contextmanager
+def step_lock(plan: StepPlan) -> Iterator[None]:
+    """One collect of a step at a time: a second one, while the first runs, would run the
+    unfinished trials again beside it (a group of 10 for a planned 6). Refused before anything
+    runs, naming the process that holds the step (the lock goes with it, however it ends)."""
+    import fcntl
+
+    jobs_dir = Path(plan.config.jobs_dir)
+    jobs_dir.mkdir(parents=True, exist_ok=True)
+    with open(jobs_dir / STEP_LOCK, "a+", encoding="utf-8") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "another process"
+            raise CollectError(
+                f"step {plan.step} ({plan.job_dir}) is being collected by {holder}; nothing was "
+                "run. Wait for it to end (or stop it), then run this command again: it resumes "
+                "the step or reports it"
+            ) from None
+        lock.truncate(0)
+        lock.write(f"wmo-lake collect pid {os.getpid()}\n")
+        lock.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @dataclass
@@ -652,14 +690,15 @@ def collect(
         attempts=attempts,
         sets=sets,
     )
-    check_recorded_config(plan)
-    state = prepare_job_dir(plan)
-    if on_plan is not None:
-        on_plan(plan, state)
-    complete = state.finished and state.done_trials >= plan.trials_planned
-    if not complete:
-        run_job(plan, state.done_trials, on_trial_done)
-    summary = ingest([plan.job_dir], Path(lake))
+    with step_lock(plan):
+        check_recorded_config(plan)
+        state = prepare_job_dir(plan)
+        if on_plan is not None:
+            on_plan(plan, state)
+        complete = state.finished and state.done_trials >= plan.trials_planned
+        if not complete:
+            run_job(plan, state.done_trials, on_trial_done)
+        summary = ingest([plan.job_dir], Path(lake))
     report = step_report(lake, plan.job_dir, settings, with_spans=with_spans)
     return StepResult(
         step=step,

@@ -167,6 +167,9 @@ def job_labels(job_dir: Path, root: Path) -> tuple[str, str | None, int | None]:
         batch = absolute.relative_to(root_abs).as_posix()
     else:
         batch = absolute.name or Path(os.path.realpath(absolute)).name
+    if anchor is not None:  # run and step from the anchor: a job named step-0009 or harbor
+        step_match = _STEP.match(parts[anchor + 2])  # under it labels nothing
+        return batch, parts[anchor], int(step_match.group(1)) if step_match else None
     run = None
     for index in range(len(parts) - 1, 0, -1):
         if parts[index] == "harbor":

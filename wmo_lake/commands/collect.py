@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -110,7 +111,10 @@ def collect(
         if not quiet:
             click.echo(message, err=True)
 
+    planned: list[Any] = []  # the plan, once made (for the message of an interruption)
+
     def on_plan(plan: Any, state: Any) -> None:
+        planned.append(plan)
         tasks = len(plan.task_names)
         line = (
             f"step {plan.step}: {tasks} task(s) x {plan.config.n_attempts} attempt(s) = "
@@ -128,6 +132,15 @@ def collect(
         if not sys.stderr.isatty():  # on a terminal harbor's own display shows this
             say(f"  {done}/{total} {name}")
 
+    terminated: list[int] = []
+
+    def stop_as_ctrl_c(signum: int, frame: Any) -> None:
+        # SIGTERM (what a scheduler sends) stops harbor's job the way Ctrl-C does: its trials
+        # are cancelled and their environments torn down, not left running
+        terminated.append(signum)
+        signal.raise_signal(signal.SIGINT)
+
+    previous = signal.signal(signal.SIGTERM, stop_as_ctrl_c)
     try:
         # harbor's progress display writes to stdout; keep stdout for the report (and --json).
         with contextlib.redirect_stdout(sys.stderr):
@@ -148,6 +161,19 @@ def collect(
         fail(str(error), 2)
     except (MissingHarborError, HarborRunError, LakeError) as error:
         fail(str(error))
+    except KeyboardInterrupt:
+        where = f" {planned[0].job_dir}" if planned else ""
+        click.echo("", err=True)  # (harbor's last progress frame ends without a newline)
+        click.echo(
+            f"interrupted: step {step} stopped; the trials it finished are kept in{where} "
+            "(unfinished ones run again): run the same command again to resume it"
+            if planned
+            else f"interrupted: step {step} was not started; nothing was run",
+            err=True,
+        )
+        sys.exit(128 + (terminated[0] if terminated else signal.SIGINT))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if as_json:
         click.echo(json.dumps(result.as_dict(), ensure_ascii=False, indent=2))
         return
