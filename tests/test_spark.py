@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from edge_case_trees import generate_tree
 
 from wmo_lake.cli import cli
+from wmo_lake.commands.sql import spark_write_word
 from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect, view_sources
 from wmo_lake.output import to_arrow
@@ -284,6 +285,9 @@ def test_sql_command_on_spark(spark: Any, lakes: dict[str, Path], on_spark: OnSp
     assert on_duckdb.exit_code == 0, on_duckdb.output
     assert json.loads(on_spark.stdout) == json.loads(on_duckdb.stdout)
     assert len(json.loads(on_spark.stdout)) >= 3
+    limited = runner.invoke(cli, [*args, "--engine", "spark", "--limit", "2"])  # (was ignored)
+    assert limited.exit_code == 0, limited.output
+    assert len(json.loads(limited.stdout)) == 2
 
 
 def test_register_warns_of_a_reward_key_no_trial_has(
@@ -309,12 +313,39 @@ def test_register_warns_of_a_reward_key_no_trial_has(
     assert "warning: reward key 'rewrad' occurs in no trial" in result.stderr
 
 
-def test_sql_command_on_spark_refuses_writes(lakes: dict[str, Path]) -> None:
+@pytest.mark.parametrize(
+    ("query", "word"),
+    [
+        ("DROP VIEW cells", "DROP"),
+        # read-like openings that write: these replaced a table's files with Spark's
+        (
+            "WITH t AS (SELECT 1 AS x) INSERT OVERWRITE DIRECTORY '/tmp/x' USING parquet "
+            "SELECT * FROM t",
+            "INSERT",
+        ),
+        ("FROM trials INSERT INTO t SELECT *", "INSERT"),
+        ("SELECT 1; CACHE TABLE trials", "CACHE"),
+    ],
+)
+def test_sql_command_on_spark_refuses_writes(lakes: dict[str, Path], query: str, word: str) -> None:
+    """Refused before Spark starts, wherever the writing word stands (not in a string)."""
     result = CliRunner().invoke(
-        cli, ["sql", "--lake", str(lakes["generated"]), "--engine", "spark", "DROP VIEW cells"]
+        cli, ["sql", "--lake", str(lakes["generated"]), "--engine", "spark", query]
     )
     assert result.exit_code == 2
-    assert "only read-only statements" in result.output
+    assert "only read-only statements" in result.output and f"got {word!r}" in result.output
+    # the word in a string, a quoted name or a comment writes nothing
+    assert spark_write_word("SELECT 'drop', \"insert\" FROM t -- delete") is None
+
+
+def test_sql_command_on_spark_to_a_missing_dir_is_an_error_line(
+    lakes: dict[str, Path], tmp_path: Path
+) -> None:
+    out = tmp_path / "nodir" / "x.csv"
+    args = ["sql", "--lake", str(lakes["generated"]), "--engine", "spark", "-o", str(out)]
+    result = CliRunner().invoke(cli, [*args, "SELECT 1"])
+    assert result.exit_code == 1 and "its directory" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
 
 
 def _by_name(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -49,6 +49,13 @@ WRITERS = FILE_WRITERS | {
 
 
 SPARK_READ_ONLY = ("SELECT", "WITH", "SET", "EXPLAIN", "DESCRIBE", "DESC", "SHOW", "FROM")
+# Words of Spark SQL that write, anywhere in a statement: `WITH t AS (...) INSERT OVERWRITE
+# DIRECTORY 'lake/tables/trials' ...` starts like a read and replaces a table's files.
+SPARK_WRITE_WORDS = frozenset(
+    {"INSERT", "OVERWRITE", "DIRECTORY", "CREATE", "DROP", "ALTER", "DELETE", "UPDATE", "MERGE"}
+    | {"TRUNCATE", "LOAD", "ADD", "REFRESH", "MSCK", "REPAIR", "CACHE", "UNCACHE", "COPY"}
+    | {"ATTACH"}
+)
 
 
 def _read_only_message(what: str, ctx: click.Context, lake: Path) -> str:
@@ -131,9 +138,6 @@ def sql(
         fmt = fmt or "table"
     else:
         fmt = format_for(output, fmt, FORMATS, option="--output", writer="`wmo-lake sql`")
-    if engine == "spark":
-        run_on_spark(query, lake, fmt, output, settings_from(options))
-        return
     if not query.strip():
         fail("the query is empty", 2)
     if fmt == "parquet" and output is None:
@@ -142,6 +146,9 @@ def sql(
         directory = OutputFile(output).final.parent  # (a symlink's: its target is written)
         if not directory.is_dir():
             fail(f"cannot write {output}: its directory {directory} does not exist")
+    if engine == "spark":
+        run_on_spark(query, lake, fmt, output, settings_from(options), limit)
+        return
     try:
         target = copy_target(output, sys.stdout) if fmt != "table" else None
         with warnings.catch_warnings(record=True) as caught:  # said as `warning: ...` lines
@@ -259,19 +266,37 @@ def spark_statements(query: str) -> list[tuple[str, str]]:
     return statements
 
 
+def spark_write_word(statement: str) -> str | None:
+    """The first word of `statement` (outside strings, quoted names and comments) that makes
+    Spark write, or None."""
+    for _, kind, token in _tokens(statement):
+        if kind in (duckdb.token_type.keyword, duckdb.token_type.identifier):
+            word = token.decode().upper()
+            if word in SPARK_WRITE_WORDS:
+                return word
+    return None
+
+
 def run_on_spark(
-    query: str, lake: Path, fmt: str, output: Path | None, settings: dict[str, Any]
+    query: str,
+    lake: Path,
+    fmt: str,
+    output: Path | None,
+    settings: dict[str, Any],
+    limit: int | None = None,
 ) -> None:
     """`wmo-lake sql --engine spark`: the same tables and views in a SparkSession (Spark SQL;
     settings are session variables: SET VAR wmo_reward_key = 'score')."""
     split = spark_statements(query)
     if not split:
         fail("the query is empty", 2)
-    for _, first_word in split:
-        if first_word.upper() not in SPARK_READ_ONLY:
+    for statement, first_word in split:
+        writes = spark_write_word(statement)
+        if first_word.upper() not in SPARK_READ_ONLY or writes is not None:
             fail(
-                f"only read-only statements run here ({', '.join(SPARK_READ_ONLY)}); got "
-                f"{first_word!r}. To change the lake, use `wmo-lake ingest`",
+                f"only read-only statements run here ({', '.join(SPARK_READ_ONLY)}, and none "
+                f"that writes); got {writes or first_word!r}. To change the lake, use "
+                "`wmo-lake ingest`",
                 2,
             )
     statements = [statement for statement, _ in split]
@@ -283,7 +308,7 @@ def run_on_spark(
         for statement in statements[:-1]:
             session.sql(statement).collect()
         table = session.sql(statements[-1]).toArrow()
-        write_result(duckdb.connect().from_arrow(table), fmt, output, sys.stdout)
+        write_result(duckdb.connect().from_arrow(table), fmt, output, sys.stdout, limit=limit)
     except LakeError as error:
         fail(str(error))
     except ValueError as error:
