@@ -72,6 +72,26 @@ def test_a_copy_never_reads_the_originals_files(lakes: tuple[Path, Path, dict]) 
         _answers(original)
 
 
+def test_a_lake_path_with_a_comma_is_refused_never_read_elsewhere(
+    lakes: tuple[Path, Path, dict], tmp_path: Path
+) -> None:
+    """DuckDB's file_search_path is a comma-separated list: a copy named `lake,copy` read the
+    original `lake`'s files, and an ingest into `new,lake` failed half-way with a traceback."""
+    original, _, before = lakes
+    copy = original.parent / "lake,copy"
+    shutil.copytree(original, copy)
+    _spoil(copy)  # (were the copy read at all, this would fail differently)
+    runner = CliRunner()
+    result = runner.invoke(cli, ["sql", "--lake", str(copy), "SELECT count(*) FROM spans"])
+    assert result.exit_code == 1 and "holds a comma" in result.output
+    assert _answers(original) == before
+    fresh = tmp_path / "new,lake"
+    result = runner.invoke(cli, ["ingest", str(tmp_path / "runs"), "--lake", str(fresh)])
+    assert result.exit_code == 1 and "holds a comma" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert not fresh.exists()
+
+
 def test_every_command_works_on_a_moved_lake(lakes: tuple[Path, Path, dict], tmp_path) -> None:
     original, copy, before = lakes
     moved = tmp_path / "moved-lake"

@@ -171,6 +171,14 @@ class Store:
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root)
         self.interrupted = False  # set by `lock`: the last writer did not finish cleanly
+        if "," in os.path.abspath(self.root):
+            # DuckDB's file_search_path, which the views' relative file names resolve against,
+            # is a comma-separated list: `/x/new,lake` would be `/x/new` and `lake`, and a copy
+            # named `lake,copy` would read the original's files
+            raise LakeError(
+                f"the lake path {os.path.abspath(self.root)} holds a comma, which DuckDB cannot "
+                "take as the lake's search path; name the lake dir (and its parents) without one"
+            )
 
     @property
     def manifest_path(self) -> Path:
