@@ -137,12 +137,15 @@ def test_ingest_prune_drops_trials_whose_dirs_are_gone(lake: Path, tmp_path: Pat
     dry = _invoke("ingest", runs, "--lake", lake, "--prune", "--dry-run")
     assert dry.exit_code == 0, dry.output
     assert "would prune" in dry.stdout and "nothing changed" in dry.stdout
+    # the job dir too (it was dropped without a word, and left out of the dry run's count)
+    assert "prune 3 trials and 1 job dir(s) whose dirs are gone" in dry.stdout
     assert len(_rows(lake, "SELECT * FROM trials")) == 4
     result = _invoke("ingest", runs, "--lake", lake, "--prune")
     assert result.exit_code == 0, result.output
     pruned = [line for line in result.stdout.splitlines() if line.startswith("pruned ")]
-    assert len(pruned) == 3 and any(line.endswith("a__1") for line in pruned)
-    assert "3 pruned" in result.stdout.splitlines()[-1]
+    assert len(pruned) == 4 and any(line.endswith("a__1") for line in pruned)
+    assert f"pruned {os.path.realpath(runs / STEP2)}" in pruned
+    assert "3 pruned and 1 job dir(s)" in result.stdout.splitlines()[-1]
     assert _rows(lake, "SELECT trial_name FROM trials") == [("b__1",), ("d__1",)]
     assert _rows(lake, "SELECT batch FROM jobs") == [(STEP1,), (OTHER,)]
     assert _rows(

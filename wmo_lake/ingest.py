@@ -64,7 +64,8 @@ class IngestSummary:
     jobs: int = 0
     seconds: float = 0.0
     pruned_trials: int = 0  # --prune: trials (and unreadable trials) whose dirs are gone
-    pruned: list[str] = field(default_factory=list)  # their dirs
+    pruned_jobs: int = 0  # --prune: job dirs that are gone
+    pruned: list[str] = field(default_factory=list)  # their dirs (trials' and jobs')
     dry_run: bool = False
     would_read: int = 0  # --dry-run: the dirs an ingest would read
     paths_without_trials: list[str] = field(default_factory=list)  # PATHs that held no trial dir
@@ -74,10 +75,15 @@ class IngestSummary:
         if self.dry_run:
             return (
                 f"dry run: would read {self.would_read} changed or new dirs and prune "
-                f"{self.pruned_trials} trials whose dirs are gone from {self.lake} "
+                f"{self.pruned_trials} trials{self._and_jobs()} whose dirs are gone from "
+                f"{self.lake} "
                 f"(generation {self.generation}); nothing changed"
             )
-        pruned = f", {self.pruned_trials} pruned" if self.pruned_trials else ""
+        pruned = (
+            f", {self.pruned_trials} pruned{self._and_jobs()}"
+            if self.pruned_trials or self.pruned_jobs
+            else ""
+        )
         return (
             f"{trials} trials ({self.trials_new} new, {self.trials_replaced} replaced, "
             f"{self.trials_unchanged} unchanged{pruned}) in {self.jobs} jobs, "
@@ -85,6 +91,9 @@ class IngestSummary:
             f" -> {self.lake} generation {self.generation}"
             f"{'' if self.committed else ' (nothing changed)'} in {self.seconds:.1f}s"
         )
+
+    def _and_jobs(self) -> str:
+        return f" and {self.pruned_jobs} job dir(s)" if self.pruned_jobs else ""
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -319,6 +328,9 @@ class LakeUpdate:
             if entry.kind in (TRIAL, UNREADABLE):
                 self.summary.pruned_trials += 1
                 self.summary.pruned.append(entry.source)
+            elif entry.kind == JOB:  # (an empty batch left in stats, else)
+                self.summary.pruned_jobs += 1
+                self.summary.pruned.append(entry.source.removeprefix("job:"))
             if dry_run:
                 continue
             if entry.unit_key:
