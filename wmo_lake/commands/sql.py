@@ -307,8 +307,10 @@ def run_on_spark(
         lake_spark.register(session, lake, settings)
         for statement in statements[:-1]:
             session.sql(statement).collect()
-        table = session.sql(statements[-1]).toArrow()
-        write_result(duckdb.connect().from_arrow(table), fmt, output, sys.stdout, limit=limit)
+        result = session.sql(statements[-1])
+        # (limited on Spark: only those rows come back to the driver)
+        table = (result if limit is None else result.limit(limit)).toArrow()
+        write_result(duckdb.connect().from_arrow(table), fmt, output, sys.stdout)
     except LakeError as error:
         fail(str(error))
     except ValueError as error:
