@@ -255,12 +255,17 @@ def test_a_step_another_collect_holds_is_refused_before_anything_runs(tmp_path: 
     assert not plan.job_dir.exists()
 
 
-@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(
+    ("signum", "code", "sigint_ignored"),
+    [(signal.SIGINT, 130, False), (signal.SIGTERM, 143, False), (signal.SIGTERM, 143, True)],
+    ids=["ctrl-c", "sigterm", "sigterm-with-sigint-ignored"],
+)
 def test_an_interrupted_step_says_what_was_kept_and_how_to_resume(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signum: int, code: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signum: int, code: int, sigint_ignored: bool
 ) -> None:
-    """Ctrl-C, or SIGTERM (stopped the way Ctrl-C stops harbor's job), once the step has
-    started: its finished trials are kept, and the same command resumes it."""
+    """Ctrl-C, or SIGTERM (stopped the way Ctrl-C stops harbor's job; also in a script's
+    background job, where SIGINT is ignored), once the step has started: its finished trials
+    are kept, and the same command resumes it."""
     import os
 
     from wmo_lake import collector
@@ -272,9 +277,15 @@ def test_an_interrupted_step_says_what_was_kept_and_how_to_resume(
         os.kill(os.getpid(), signum)
 
     monkeypatch.setattr(collector, "collect", interrupted_collect)
-    result = CliRunner().invoke(
-        cli, ["collect", "--template", str(TEMPLATE), "--run-dir", "x", "--step", "0"]
-    )
+    sigint = signal.getsignal(signal.SIGINT)
+    if sigint_ignored:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        result = CliRunner().invoke(
+            cli, ["collect", "--template", str(TEMPLATE), "--run-dir", "x", "--step", "0"]
+        )
+    finally:
+        signal.signal(signal.SIGINT, sigint)
     assert result.exit_code == code
     assert (
         f"interrupted: step 0 stopped; the trials it finished are kept in {plan.job_dir} "

@@ -138,6 +138,8 @@ def collect(
         # SIGTERM (what a scheduler sends) stops harbor's job the way Ctrl-C does: its trials
         # are cancelled and their environments torn down, not left running
         terminated.append(signum)
+        if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL, None):
+            raise KeyboardInterrupt  # (SIGINT ignored, as in a script's background job)
         signal.raise_signal(signal.SIGINT)
 
     previous = signal.signal(signal.SIGTERM, stop_as_ctrl_c)
