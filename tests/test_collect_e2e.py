@@ -280,3 +280,16 @@ def test_sigkill_mid_step_then_the_same_command_completes_it_without_duplicates(
     )
     names = [row["trial_name"] for row in json.loads(lake_trials.stdout)]
     assert sorted(names) == sorted(after)  # each trial once
+
+
+def test_a_template_naming_a_class_that_does_not_exist_says_to_fix_the_template(
+    kit_process_env: None, tmp_path: Path
+) -> None:
+    """harbor fails before any trial when the environment class does not exist; running the
+    same command again cannot help, so the error says to look at the template first."""
+    args = collect_args(tmp_path / "runs" / "exp1", tmp_path / "lake", 0, "http://127.0.0.1:9")
+    args += ["--set", "environment.import_path=local_env:NoSuchEnvironment", "--attempts", "1"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1, result.output
+    assert "NoSuchEnvironment" in result.output and "Traceback" not in result.output
+    assert "if that names something of the job template" in result.output

@@ -548,9 +548,13 @@ def run_job(plan: StepPlan, already_done: int, on_trial_done: TrialDone | None =
     except CollectError:
         raise
     except Exception as error:
+        # (an import path or a class of the template that does not exist fails the same way
+        # however often the step is run again)
         raise HarborRunError(
             f"harbor could not run step {plan.step} ({plan.job_dir}): "
-            f"{type(error).__name__}: {error}; run the same command again to resume it"
+            f"{type(error).__name__}: {error}; if that names something of the job template (an "
+            "import path, a class, a path), fix it there; otherwise run the same command again "
+            "to resume the step"
         ) from error
 
 
