@@ -130,20 +130,12 @@ def ingest(
 def _warn_on_unused_reward_key(
     con: duckdb.DuckDBPyConnection, batch: str | None = None, run: str | None = None
 ) -> None:
-    """A RewardKeyWarning when no trial in scope (`batch`, `run`) has the reward key in force,
-    naming the keys that occur there, told in Python (`reward_key=`), pointing at the caller's
-    line."""
-    import os
-    import warnings
+    """The shared reward-key check over the selection (`batch`, `run`), told in Python."""
+    from wmo_lake.checks import warn_on_unused_reward_key
 
-    from wmo_lake.checks import RewardKeyWarning, reward_key_warning
-
-    message = reward_key_warning(con, batch_glob=batch, run=run)
-    if message is not None:
-        package = os.path.dirname(os.path.abspath(__file__))
-        warnings.warn(
-            str(_pythonic(LakeError(message))), RewardKeyWarning, skip_file_prefixes=(package,)
-        )
+    warn_on_unused_reward_key(
+        con, batch_glob=batch, run=run, rewrite=lambda text: str(_pythonic(LakeError(text)))
+    )
 
 
 def _open(

@@ -10,7 +10,9 @@ that do occur. `connect()` and Spark's `register()` warn (`RewardKeyWarning`) ov
 
 from __future__ import annotations
 
+import os
 import warnings
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -62,12 +64,21 @@ def reward_key_warning(
     )
 
 
-def warn_on_unused_reward_key(con: duckdb.DuckDBPyConnection, stacklevel: int) -> None:
-    """A `RewardKeyWarning` when the reward key in force on `con` occurs in no trial of it;
-    `stacklevel` counts from the caller of this function."""
-    message = reward_key_warning(con)
+def warn_on_unused_reward_key(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    batch_glob: str | None = None,
+    run: str | None = None,
+    rewrite: Callable[[str], str] | None = None,
+) -> None:
+    """A `RewardKeyWarning` when the reward key in force on `con` occurs in no trial in scope
+    (`reward_key_warning`), pointing at the first caller outside this package; `rewrite` turns
+    the message into its caller's terms (the Python API's `reward_key=`)."""
+    message = reward_key_warning(con, batch_glob=batch_glob, run=run)
     if message is not None:
-        warnings.warn(message, RewardKeyWarning, stacklevel=stacklevel + 1)
+        package = os.path.dirname(os.path.abspath(__file__))
+        text = message if rewrite is None else rewrite(message)
+        warnings.warn(text, RewardKeyWarning, skip_file_prefixes=(package,))
 
 
 __all__ = ["RewardKeyWarning", "reward_key_warning", "warn_on_unused_reward_key"]

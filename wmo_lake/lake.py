@@ -261,7 +261,7 @@ def connect(
     if check:
         from wmo_lake.checks import warn_on_unused_reward_key
 
-        warn_on_unused_reward_key(con, stacklevel=2)
+        warn_on_unused_reward_key(con)
     return con
 
 

@@ -154,7 +154,7 @@ def warn_on_unused_reward_key(lake: Path | str, settings: dict[str, Any] | None)
     from wmo_lake.lake import connect
 
     with connect(lake, settings, check=False) as con:
-        checks.warn_on_unused_reward_key(con, stacklevel=3)
+        checks.warn_on_unused_reward_key(con)
 
 
 DEFAULT_DRIVER_MEMORY = "4g"
