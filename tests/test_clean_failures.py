@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -36,11 +37,10 @@ def _invoke(*args: str):
     return CliRunner().invoke(cli, [str(a) for a in args])
 
 
-def test_ctrl_c_while_writing_exits_130_and_leaves_nothing(lake: Path, tmp_path: Path) -> None:
-    out = tmp_path / "big.csv"
-    query = "SELECT range AS i, repeat('x', 40) AS s FROM range(3000000000)"
+def _ctrl_c_when(args: list[str], ready: Callable[[int], bool]) -> tuple[int, str, str]:
+    """Run the CLI with `args`, press Ctrl-C once `ready(pid)`; its exit code, stdout, stderr."""
     proc = subprocess.Popen(
-        [*CLI, "sql", query, "--lake", str(lake), "--format", "csv", "--output", str(out)],
+        [*CLI, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -49,18 +49,50 @@ def test_ctrl_c_while_writing_exits_130_and_leaves_nothing(lake: Path, tmp_path:
     )
     try:
         deadline = time.monotonic() + 60
-        while not list(tmp_path.glob(".big.csv.*.tmp")):
+        while not ready(proc.pid):
             assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
             time.sleep(0.05)
-        time.sleep(0.3)  # well into the writing
         proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=60)
+        stdout, stderr = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, stderr
+    return proc.returncode, stdout, stderr
+
+
+def test_ctrl_c_while_writing_exits_130_and_leaves_nothing(lake: Path, tmp_path: Path) -> None:
+    out = tmp_path / "big.csv"
+    query = "SELECT range AS i, repeat('x', 40) AS s FROM range(3000000000)"
+
+    def writing(pid: int) -> bool:
+        if not list(tmp_path.glob(".big.csv.*.tmp")):
+            return False
+        time.sleep(0.3)  # well into the writing
+        return True
+
+    args = ["sql", query, "--lake", str(lake), "--format", "csv", "--output", str(out)]
+    code, _, stderr = _ctrl_c_when(args, writing)
+    assert code == 130, stderr
     assert stderr.strip().splitlines() == ["interrupted: nothing was written or changed"]
     assert os.listdir(tmp_path) == []
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def test_ctrl_c_inside_a_query_to_stdout_exits_130_without_a_traceback(lake: Path) -> None:
+    """DuckDB takes a SIGINT that lands mid-query and raises RuntimeError('Query interrupted')
+    instead of KeyboardInterrupt; that too is Ctrl-C: one line, exit 130."""
+    query = "SELECT sum(hash(range)) FROM range(100000000000)"  # minutes of work
+    # past process start and imports (~0.4 s of CPU): well into the query
+    code, stdout, stderr = _ctrl_c_when(
+        ["sql", query, "--lake", str(lake)], lambda pid: _cpu_seconds(pid) >= 2.0
+    )
+    assert code == 130, stderr
+    assert stderr.strip().splitlines() == ["interrupted: nothing was written or changed"]
+    assert stdout == ""
 
 
 def test_sigterm_while_writing_leaves_nothing(lake: Path, tmp_path: Path) -> None:

@@ -257,15 +257,25 @@ def test_a_step_another_collect_holds_is_refused_before_anything_runs(tmp_path: 
 
 @pytest.mark.parametrize(
     ("signum", "code", "sigint_ignored"),
-    [(signal.SIGINT, 130, False), (signal.SIGTERM, 143, False), (signal.SIGTERM, 143, True)],
-    ids=["ctrl-c", "sigterm", "sigterm-with-sigint-ignored"],
+    [
+        (signal.SIGINT, 130, False),
+        (signal.SIGTERM, 143, False),
+        (signal.SIGTERM, 143, True),
+        (None, 130, False),
+    ],
+    ids=["ctrl-c", "sigterm", "sigterm-with-sigint-ignored", "ctrl-c-taken-by-duckdb"],
 )
 def test_an_interrupted_step_says_what_was_kept_and_how_to_resume(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signum: int, code: int, sigint_ignored: bool
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    signum: int | None,
+    code: int,
+    sigint_ignored: bool,
 ) -> None:
     """Ctrl-C, or SIGTERM (stopped the way Ctrl-C stops harbor's job; also in a script's
     background job, where SIGINT is ignored), once the step has started: its finished trials
-    are kept, and the same command resumes it."""
+    are kept, and the same command resumes it. A Ctrl-C that lands in a DuckDB query (the
+    ingest's commit) reaches Python as DuckDB's RuntimeError (see test_clean_failures.py)."""
     import os
 
     from wmo_lake import collector
@@ -274,6 +284,8 @@ def test_an_interrupted_step_says_what_was_kept_and_how_to_resume(
 
     def interrupted_collect(*args: object, on_plan, **kwargs: object) -> None:  # type: ignore[no-untyped-def]
         on_plan(plan, collector.JobDirState())
+        if signum is None:
+            raise RuntimeError("Query interrupted")
         os.kill(os.getpid(), signum)
 
     monkeypatch.setattr(collector, "collect", interrupted_collect)

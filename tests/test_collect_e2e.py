@@ -52,6 +52,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Task.checksum:DeprecationWarning"),
 ]
 
+CLI = [sys.executable, "-m", "wmo_lake.cli"]
 VERIFIER_CRASHES = ATTEMPTS  # every no-reward attempt
 
 
@@ -230,7 +231,7 @@ def test_sigkill_mid_step_then_the_same_command_completes_it_without_duplicates(
     with mock_server(log) as api_base:
         args = collect_args(run_dir, lake, 0, api_base)
         process = subprocess.Popen(
-            [sys.executable, "-m", "wmo_lake.cli", *args],
+            [*CLI, *args],
             env={**os.environ, **kit_env(scratch)},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -293,3 +294,28 @@ def test_a_template_naming_a_class_that_does_not_exist_says_to_fix_the_template(
     assert result.exit_code == 1, result.output
     assert "NoSuchEnvironment" in result.output and "Traceback" not in result.output
     assert "if that names something of the job template" in result.output
+
+
+def test_quiet_hides_harbor_display_too(kit_process_env: None, tmp_path: Path) -> None:
+    """Without -q, harbor's progress display (its bar, drawn by rich on the process's stdout,
+    which collect sends to stderr) and collect's lines are on stderr; with -q, neither is.
+    stdout keeps the stats table either way. A real process: rich draws on the real streams."""
+    run_dir, lake, log = tmp_path / "runs" / "exp1", tmp_path / "lake", tmp_path / "mock.jsonl"
+    one_trial = ["--task", "e2e/hello-file", "--attempts", "1"]
+    with mock_server(log) as api_base:
+        loud, quiet = (
+            subprocess.run(
+                [*CLI, *collect_args(run_dir, lake, step, api_base), *one_trial, *more],
+                env={**os.environ, **kit_env(tmp_path / "scratch")},
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            for step, more in ((0, []), (1, ["-q"]))
+        )
+    assert loud.returncode == 0 and quiet.returncode == 0, loud.stderr + quiet.stderr
+    assert "━" in loud.stderr and "Mean: 1.000" in loud.stderr  # harbor's bar
+    assert "step 0: 1 task(s)" in loud.stderr
+    assert quiet.stderr == ""
+    for result in (loud, quiet):
+        assert "solve" in result.stdout and "Mean" not in result.stdout

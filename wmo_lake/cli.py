@@ -10,6 +10,7 @@ import importlib
 import os
 import sys
 import warnings
+from typing import NoReturn
 
 import click
 
@@ -46,10 +47,20 @@ class LazyGroup(click.Group):
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:
-            from wmo_lake.output import INTERRUPTED
+            self._interrupted()
+        except Exception as error:
+            from wmo_lake.output import query_interrupted
 
-            click.echo(INTERRUPTED, err=True)
-            sys.exit(130)
+            if not query_interrupted(error):  # (a Ctrl-C that DuckDB took mid-query)
+                raise
+            self._interrupted()
+
+    @staticmethod
+    def _interrupted() -> NoReturn:
+        from wmo_lake.output import INTERRUPTED
+
+        click.echo(INTERRUPTED, err=True)
+        sys.exit(130)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         module = COMMANDS.get(cmd_name)

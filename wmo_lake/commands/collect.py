@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
 from wmo_lake.commands.options import fail, lake_option, setting_options, settings_from
+from wmo_lake.output import query_interrupted
 from wmo_lake.store import LakeError
 
 
@@ -64,7 +67,9 @@ from wmo_lake.store import LakeError
     is_flag=True,
     help="Print what ran and the step's stats (rollout_stats columns) and notes as JSON.",
 )
-@click.option("--quiet", "-q", is_flag=True, help="No progress lines on stderr.")
+@click.option(
+    "--quiet", "-q", is_flag=True, help="No progress on stderr: neither these lines nor harbor's."
+)
 def collect(
     template: Path,
     run_dir: Path,
@@ -83,7 +88,8 @@ def collect(
     The template is validated as harbor's JobConfig (a bad one: exit 2, naming the field) and
     pinned to this step: jobs dir RUN_DIR/harbor/step-NNNN, job name 'rollouts' unless the
     template names one, only the given tasks (an unknown id: exit 2, before anything runs),
-    n_attempts from --attempts. harbor runs the job with its progress display (on stderr).
+    n_attempts from --attempts. harbor runs the job with its progress display (on stderr;
+    none with --quiet).
 
     Run the same command again after an interruption (Ctrl-C, a crash, SIGKILL) and the step
     resumes: finished trials are kept, unfinished ones run again, none twice. A step whose
@@ -145,7 +151,8 @@ def collect(
     previous = signal.signal(signal.SIGTERM, stop_as_ctrl_c)
     try:
         # harbor's progress display writes to stdout; keep stdout for the report (and --json).
-        with contextlib.redirect_stdout(sys.stderr):
+        # Not harbor's `quiet` for -q: the template's config is recorded, and a resume compares it
+        with _harbor_display(quiet):
             result = run_collect(
                 template,
                 run_dir,
@@ -164,16 +171,11 @@ def collect(
     except (MissingHarborError, HarborRunError, LakeError) as error:
         fail(str(error))
     except KeyboardInterrupt:
-        where = f" {planned[0].job_dir}" if planned else ""
-        click.echo("", err=True)  # (harbor's last progress frame ends without a newline)
-        click.echo(
-            f"interrupted: step {step} stopped; the trials it finished are kept in{where} "
-            "(unfinished ones run again): run the same command again to resume it"
-            if planned
-            else f"interrupted: step {step} was not started; nothing was run",
-            err=True,
-        )
-        sys.exit(128 + (terminated[0] if terminated else signal.SIGINT))
+        _interrupted(step, planned, terminated)
+    except Exception as error:
+        if not query_interrupted(error):  # (a Ctrl-C that DuckDB took, in the ingest's commit)
+            raise
+        _interrupted(step, planned, terminated)
     finally:
         signal.signal(signal.SIGTERM, previous)
     if as_json:
@@ -191,3 +193,26 @@ def collect(
         click.echo("")
         for note in result.notes:
             click.echo(f"note: {note}")
+
+
+@contextlib.contextmanager
+def _harbor_display(quiet: bool) -> Iterator[None]:
+    """harbor's display (rich, on whatever sys.stdout is) on stderr, or nowhere with --quiet."""
+    with contextlib.ExitStack() as stack:
+        sink = stack.enter_context(open(os.devnull, "w")) if quiet else sys.stderr
+        stack.enter_context(contextlib.redirect_stdout(sink))
+        yield
+
+
+def _interrupted(step: int, planned: list[Any], terminated: list[int]) -> NoReturn:
+    """Say what an interrupted step left behind, and exit as the signal does (130 or 143)."""
+    where = f" {planned[0].job_dir}" if planned else ""
+    click.echo("", err=True)  # (harbor's last progress frame ends without a newline)
+    click.echo(
+        f"interrupted: step {step} stopped; the trials it finished are kept in{where} "
+        "(unfinished ones run again): run the same command again to resume it"
+        if planned
+        else f"interrupted: step {step} was not started; nothing was run",
+        err=True,
+    )
+    sys.exit(128 + (terminated[0] if terminated else signal.SIGINT))

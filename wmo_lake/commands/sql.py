@@ -27,6 +27,7 @@ from wmo_lake.output import (
     OutputFile,
     copy_query,
     copy_target,
+    ctrl_c_stops,
     terminal_width,
     write_result,
 )
@@ -163,28 +164,31 @@ def sql(
     statements = _parse(con, query, ctx, lake)
     statement = statements[0]
     try:
-        for statement in statements[:-1]:
-            con.execute(statement)
-            if hasattr(con, "complete"):  # DuckDB 2 runs no query while a result is unread
-                con.complete()  # (to its end, its rows unread)
-        statement = statements[-1]
-        text = _without_its_end(statement.query)
-        if statement.type == duckdb.StatementType.SELECT and copy_query(
-            con, text, fmt, output, sys.stdout, limit=limit
-        ):
-            return
-        relation = con.sql(text)
-        if relation is None:
-            return
-        write_result(
-            relation,
-            fmt,
-            output,
-            sys.stdout,
-            limit=limit,
-            width=terminal_width(sys.stdout),
-            con=con,
-        )
+        with ctrl_c_stops(con):
+            for statement in statements[:-1]:
+                con.execute(statement)
+                if hasattr(con, "complete"):  # DuckDB 2 runs no query while a result is unread
+                    con.complete()  # (to its end, its rows unread)
+            statement = statements[-1]
+            text = _without_its_end(statement.query)
+            if statement.type == duckdb.StatementType.SELECT and copy_query(
+                con, text, fmt, output, sys.stdout, limit=limit
+            ):
+                return
+            relation = con.sql(text)
+            if relation is None:
+                return
+            write_result(
+                relation,
+                fmt,
+                output,
+                sys.stdout,
+                limit=limit,
+                width=terminal_width(sys.stdout),
+                con=con,
+            )
+    except duckdb.InterruptException:
+        raise  # Ctrl-C: one line, exit 130 (wmo_lake.cli)
     except duckdb.IOException as error:
         if target is not None and output is not None and Path(target).name in str(error):
             fail(f"cannot write {output}: {error}")
