@@ -324,6 +324,49 @@ def test_json_non_finite_floats_are_null(lake: Path) -> None:
     assert json.loads(empty.stdout) == []
 
 
+NESTED_NON_FINITE = """
+SELECT
+    [1.5, '-inf'::DOUBLE, NULL] AS lst,
+    {'x': 'nan'::DOUBLE, 'y': ['inf'::FLOAT, 2.0::FLOAT], 'odd''name': 3} AS st,
+    NULL::STRUCT(z DOUBLE) AS no_struct,
+    MAP(['k'], ['-inf'::DOUBLE]) AS mp,
+    ['inf'::DOUBLE, 0.25]::DOUBLE[2] AS arr,
+    [{'v': ['nan'::DOUBLE]}] AS deep,
+    [[1, 2]] AS ints
+"""
+NESTED_FINITE = {
+    "lst": [1.5, None, None],
+    "st": {"x": None, "y": [None, 2.0], "odd'name": 3},
+    "no_struct": None,
+    "mp": {"k": None},
+    "arr": [None, 0.25],
+    "deep": [{"v": [None]}],
+    "ints": [[1, 2]],
+}
+
+
+def test_json_non_finite_floats_inside_nested_values_are_null(lake: Path, tmp_path: Path) -> None:
+    """A -inf logprob inside a list (or a NaN in a struct, a map) is null too: DuckDB would write
+    a bare -Infinity, which is no JSON. Through stdout and through DuckDB's COPY to a file."""
+    for fmt in ("json", "jsonl"):
+        out = tmp_path / f"nested.{fmt}"
+        to_stdout = _sql(lake, NESTED_NON_FINITE, "--format", fmt)
+        to_file = _sql(lake, NESTED_NON_FINITE, "--format", fmt, "--output", str(out))
+        assert to_stdout.exit_code == 0 and to_file.exit_code == 0, to_stdout.output
+        for text in (to_stdout.stdout, out.read_text()):
+            rows = _strict_json(text) if fmt == "json" else [_strict_json(text)]
+            assert rows == [NESTED_FINITE], fmt
+
+
+def _strict_json(text: str) -> Any:
+    """JSON as a strict parser (JavaScript's JSON.parse) reads it: no NaN, no Infinity."""
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
 def test_output_is_streamed_in_batches(lake: Path, tmp_path: Path) -> None:
     """More rows than one Arrow batch (8192): every format writes them all, in order."""
     query = "SELECT range AS i, [range] AS l FROM range(20000)"

@@ -88,6 +88,10 @@ def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def _string_literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
 def _type_id(duckdb_type: Any) -> str:
     return str(getattr(duckdb_type, "id", duckdb_type)).lower()
 
@@ -125,12 +129,47 @@ def _as_csv_ready(relation: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
 
 
 def _as_finite(relation: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
-    """Non-finite floats as null (JSON has no NaN or Infinity)."""
+    """Non-finite floats as null (JSON has no NaN or Infinity), also inside lists, arrays,
+    structs and maps (a span's sampled_logprobs may hold -inf): DuckDB's to_json and its JSON
+    COPY would write them as bare NaN / -Infinity, which no JSON parser reads."""
+    columns = [
+        f"{_finite(_quote(name), kind)} AS {_quote(name)}"
+        for name, kind in zip(relation.columns, relation.types, strict=True)
+    ]
+    return relation.project(", ".join(columns))
 
-    def finite(c: str, t: str) -> str:
-        return f"CASE WHEN isfinite({c}) THEN {c} END" if t in ("float", "double") else c
 
-    return _project(relation, finite)
+def _holds_float(kind: Any) -> bool:
+    if _type_id(kind) in ("float", "double"):
+        return True
+    children = getattr(kind, "children", None) if _type_id(kind) in NESTED_TYPES else None
+    return any(_holds_float(child) for _, child in children or () if not isinstance(child, int))
+
+
+def _finite(value: str, kind: Any, depth: int = 0) -> str:
+    """The SQL of `value` (of DuckDB type `kind`) with every non-finite float in it as NULL."""
+    t = _type_id(kind)
+    if t in ("float", "double"):
+        return f"CASE WHEN isfinite({value}) THEN {value} END"
+    if not _holds_float(kind):
+        return value
+    children = dict(kind.children)
+    item = f"_v{depth}"  # (a lambda variable per depth: nested lambdas must not shadow)
+    inner = depth + 1
+    if t in ("list", "array"):
+        return f"list_transform({value}, lambda {item}: {_finite(item, children['child'], inner)})"
+    if t == "struct":
+        fields = []
+        for name, sub in kind.children:
+            field = f"struct_extract({value}, {_string_literal(name)})"
+            fields.append(f"{_quote(name)} := {_finite(field, sub, depth)}")
+        return f"CASE WHEN {value} IS NOT NULL THEN struct_pack({', '.join(fields)}) END"
+    if t == "map":
+        key = _finite(f"{item}.key", children["key"], inner)
+        mapped = _finite(f"{item}.value", children["value"], inner)
+        entry = f"struct_pack(key := {key}, value := {mapped})"
+        return f"map_from_entries(list_transform(map_entries({value}), lambda {item}: {entry}))"
+    return value  # (a union: left as DuckDB writes it)
 
 
 def _as_json_lines(relation: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
@@ -397,7 +436,7 @@ def _copy(
     """DuckDB's COPY of `query` (already in fmt's cells) to `target`; a file target is the
     partial file of `written_atomically(output)`, renamed into place once complete and removed
     on any error, Ctrl-C or SIGTERM."""
-    literal = "'" + target.replace("'", "''") + "'"
+    literal = _string_literal(target)
     options = {
         "csv": "FORMAT csv, HEADER",
         "parquet": "FORMAT parquet, COMPRESSION zstd",
