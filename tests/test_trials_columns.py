@@ -251,3 +251,35 @@ def test_local_task_path_resolved_afresh_by_each_reader(tmp_path: Path) -> None:
     link.symlink_to(tmp_path / "task-b", target_is_directory=True)
     begin_reading()
     assert name_now() == "task-b"
+
+
+@pytest.mark.parametrize(
+    "task_id",
+    [
+        {"path": "tasks/hello"},
+        {"git_url": "https://x/r.git", "git_commit_id": None, "path": "a/b/../c"},
+        {"org": "acme", "name": "pkg", "ref": None},
+        # objects harbor never writes but reads, by its union's rules (most fields given)
+        {"org": "acme", "name": "pkg", "path": "/tasks/hello-local"},
+        {"git_url": "https://x/r.git", "path": "p/q", "org": "acme", "name": "pkg"},
+        {
+            "git_url": "https://x/r.git",
+            "path": "p/q",
+            "git_commit_id": None,
+            "org": "a",
+            "name": "b",
+        },
+        {"git_url": "https://x/r.git", "path": "x/../.."},
+        {"git_url": "https://x/r.git", "path": "/abs/q"},
+        {"path": "p", "org": "acme", "name": "pkg", "ref": None},
+    ],
+)
+def test_task_id_name_is_harbors_get_name(task_id: dict[str, Any], tmp_path: Path) -> None:
+    from wmo_lake.extract import begin_reading
+    from wmo_lake.tables.fields import Fields, ProblemLog
+    from wmo_lake.tables.trials import task_id_name
+
+    begin_reading()
+    doc = {"task_id": task_id}
+    ours = task_id_name(Fields(doc, tmp_path / "result.json", ProblemLog("k", "b")))
+    assert ours == harbor_task_id_name(doc)

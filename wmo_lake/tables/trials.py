@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from functools import cache
 from pathlib import Path, PurePosixPath
@@ -109,18 +110,56 @@ def _package(doc: Fields) -> str | None:
 def task_id_name(doc: Fields) -> str | None:
     """harbor's `trial.task_id.get_name()`, the key WMO's scorer groups a batch's trials by: a git
     task's normalized path's last part, a local task's resolved path's last part (resolved here, as
-    the scorer resolves it where it runs), a package task's `org/name`."""
-    path = doc.str("task_id", "path")
-    if path is None:
-        return _package(doc)
-    if doc.str("task_id", "git_url") is not None and not PurePosixPath(path).anchor:
-        parts: list[str] = []
-        for part in PurePosixPath(path).parts:
-            if part != "..":
-                parts.append(part)
-            elif parts:
-                parts.pop()
-        return parts[-1] if parts else ""
+    the scorer resolves it where it runs), a package task's `org/name`.
+
+    Which of the three an object is follows harbor's `TrialResult`, whose `task_id` is pydantic's
+    smart union `LocalTaskId | GitTaskId | PackageTaskId`: of the members the object validates
+    as, the one with the most of its fields given; on a tie the package (its fields are plain
+    strings, an exact match where a path is converted), else the first. So `{org, name, path}` is
+    a package, and a git id whose path climbs out of its repo (`x/../..`), which GitTaskId
+    refuses, is a local task."""
+    task_id = doc.get("task_id")
+    if not isinstance(task_id, dict):
+        return None
+    members: list[tuple[int, int, Callable[[], str]]] = []  # (fields given, exact, get_name)
+    path = task_id.get("path")
+    if isinstance(path, str):
+        members.append((1, 0, lambda: _local_name(path)))
+        git_path = _git_path(path)
+        is_git = isinstance(task_id.get("git_url"), str) and git_path is not None
+        if is_git and _optional_str(task_id, "git_commit_id"):
+            given = sum(key in task_id for key in ("git_url", "git_commit_id", "path"))
+            members.append((given, 0, lambda: git_path[-1] if git_path else ""))
+    package = _package(doc)
+    if package is not None and _optional_str(task_id, "ref"):
+        given = sum(key in task_id for key in ("org", "name", "ref"))
+        members.append((given, 1, lambda: package))
+    if not members:
+        return None
+    return max(members, key=lambda member: member[:2])[2]()
+
+
+def _optional_str(task_id: dict[str, Any], key: str) -> bool:
+    return task_id.get(key) is None or isinstance(task_id[key], str)
+
+
+def _git_path(path: str) -> list[str] | None:
+    """A git task path's parts, normalized as GitTaskId does; None when it refuses the path (one
+    from the root, or one that climbs out of the repository)."""
+    if PurePosixPath(path).anchor:
+        return None
+    parts: list[str] = []
+    for part in PurePosixPath(path).parts:
+        if part != "..":
+            parts.append(part)
+        elif not parts:
+            return None
+        else:
+            parts.pop()
+    return parts
+
+
+def _local_name(path: str) -> str:
     name = _RESOLVED_NAMES.get(path)
     if name is None:  # the trials of a batch share a few task paths: resolve each once
         name = _RESOLVED_NAMES[path] = Path(path).expanduser().resolve().name
