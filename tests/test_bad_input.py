@@ -280,3 +280,45 @@ def test_result_json_is_real_sample_shaped() -> None:
     """Guard for the helpers above: the template really is harbor's TrialResult."""
     doc = real_result()
     assert {"id", "trial_name", "agent_result", "verifier_result", "exception_info"} <= set(doc)
+
+
+def test_lone_surrogate_escapes_are_replaced_and_reported(tmp_path: Path) -> None:
+    """json.dumps writes a str holding surrogateescape'd bytes as a lone `\\udce9` escape: valid
+    JSON that json.loads reads, but no UTF-8 column can hold it. Each becomes U+FFFD, one
+    `lone_surrogate` problem per file names its fields, and nothing else of the trial is lost."""
+
+    def surrogates(trial_dir: Path) -> None:
+        _rewrite(
+            trial_dir,
+            lambda d: d.update(
+                exception_info={"exception_type": "OSError", "exception_message": "caf\udce9"}
+            ),
+        )
+        path = trial_dir / "agent" / "trajectory.json"
+        doc = json.loads(path.read_text())
+        doc["steps"][1]["message"] = "ls caf\udce9.txt"
+        doc["steps"][1]["tool_calls"] = [
+            {"tool_call_id": "c", "function_name": "bash", "arguments": {"f\udce9": "x\udce9"}}
+        ]
+        path.write_text(json.dumps(doc))  # ensure_ascii: the lone surrogates as \udce9
+
+    summary, problems = _ingest_beside_a_good_trial(tmp_path, surrogates)
+    assert summary.trials_new == 2
+    assert sorted((p[0], Path(p[1]).name) for p in problems) == [
+        ("lone_surrogate", "result.json"),
+        ("lone_surrogate", "trajectory.json"),
+    ]
+    messages = " ".join(p[2] for p in problems)
+    for field in ("exception_info.exception_message", "steps[1].message", "'f\\udce9' (a key)"):
+        assert field in messages
+    con = connect(tmp_path / "lake")
+    trial = con.execute("SELECT exception_message FROM trials WHERE trial_key = 'bad'").fetchall()
+    assert trial == [("caf\ufffd",)]
+    step = con.execute(
+        "SELECT message FROM steps WHERE trial_key = 'bad' AND step_index = 1"
+    ).fetchall()
+    assert step == [("ls caf\ufffd.txt",)]
+    call = con.execute(
+        "SELECT arguments FROM tool_calls WHERE trial_key = 'bad' AND step_index = 1"
+    ).fetchall()
+    assert call == [('{"f\ufffd": "x\ufffd"}',)]

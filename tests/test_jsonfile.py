@@ -18,7 +18,6 @@ CASES: dict[str, bytes] = {
     "plain": b'{"stop_reason": "submitted"}',
     "nan-and-infinity": b'{"a": NaN, "b": -Infinity}',
     "beyond-double": b'{"a": 1e400}',
-    "lone-surrogate-escape": b'{"a": "\\ud800"}',
     "duplicate-key": b'{"a": 1, "a": 2}',
     "non-ascii": '{"a": "caf\u00e9 \u2028"}'.encode(),
     "byte-order-mark": BOM + b'{"stop_reason": "submitted"}',
@@ -58,6 +57,31 @@ def test_decode_reads_what_the_seeds_read_and_nothing_more(tmp_path: Path, case:
         assert "artifact.json" in got.message
     else:
         assert _same(got, expected), (got, expected)
+
+
+class _Problems:
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, str]] = []
+
+    def add(self, kind: str, path: Path | str, message: str) -> None:
+        self.rows.append((kind, str(path), message))
+
+
+def test_a_lone_surrogate_reads_as_the_replacement_character(tmp_path: Path) -> None:
+    """The one deliberate difference: json.loads keeps a lone `\\ud800` as a surrogate code point,
+    which no UTF-8 text can hold, so it reads as U+FFFD, and the problems name every field (a key
+    too); a pair (an emoji as json.dumps escapes it) is one character, left as it is."""
+    data = b'{"a": "x\\ud800", "b": ["\\ud83d\\ude00", {"k\\udce9": "\\udce9"}]}'
+    problems = _Problems()
+    got = decode(data, tmp_path / "trajectory.json", problems)
+    assert got == {"a": "x\ufffd", "b": ["\U0001f600", {"k\ufffd": "\ufffd"}]}
+    assert len(problems.rows) == 1
+    kind, path, message = problems.rows[0]
+    assert (kind, path) == ("lone_surrogate", str(tmp_path / "trajectory.json"))
+    assert message.startswith("trajectory.json: a, b[1].'k\\udce9' (a key), b[1].k\ufffd holds")
+    assert "b[0]" not in message
+    assert _same(decode(b'["\\ud83d\\ude00"]', tmp_path / "x.json", problems), ["\U0001f600"])
+    assert len(problems.rows) == 1  # a pair changes nothing
 
 
 def test_a_byte_order_mark_is_named_in_the_message(tmp_path: Path) -> None:

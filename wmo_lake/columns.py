@@ -644,11 +644,11 @@ PROBLEMS = TableSpec(
             STRING,
             None,
             "`unreadable_trial`, `missing_result`, `invalid_json`, `empty_file`, `not_utf8`, "
-            "`not_an_object`, `not_a_trial_result`, `unreadable_file`, `wrong_type`, "
-            "`malformed_spans`, `unaligned_turns`, `logprob_mismatch`, `out_of_range`, "
-            "`sink_corrupt`, `sink_dir_missing`, `not_ctrf`, `invalid_reward`, `coerced_reward`, "
-            "`malformed_trajectory`, `missing_continuation`, `duplicate_trial`, `symlink_loop`, "
-            "`unreadable_dir`, `not_a_directory`, `not_utf8_name`",
+            "`lone_surrogate`, `not_an_object`, `not_a_trial_result`, `unreadable_file`, "
+            "`wrong_type`, `malformed_spans`, `unaligned_turns`, `logprob_mismatch`, "
+            "`out_of_range`, `sink_corrupt`, `sink_dir_missing`, `not_ctrf`, `invalid_reward`, "
+            "`coerced_reward`, `malformed_trajectory`, `missing_continuation`, `duplicate_trial`, "
+            "`symlink_loop`, `unreadable_dir`, `not_a_directory`, `not_utf8_name`",
         ),
         Column(
             "message",

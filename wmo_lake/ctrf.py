@@ -12,22 +12,20 @@ obviously the same), and anything else goes through the model (`_validated`), wh
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from wmo_lake.jsonfile import ReadFailure, check_text, decode, read_bytes
+from wmo_lake.jsonfile import SURROGATE_ESCAPE, ReadFailure, check_text, decode, read_bytes
 
 OPTIONAL_COUNTS = ("passed", "failed")  # may be null: no summary reading without both
 DEFAULTED_COUNTS = ("skipped", "pending", "other")  # absent -> 0; null is rejected
 SUMMARY_COUNTS = OPTIONAL_COUNTS + DEFAULTED_COUNTS
 INT64_MAX = 2**63 - 1
 # Upstream's JSON parser (pydantic's jiter) rejects lone surrogate escapes and nesting deeper
-# than ~200 levels, which msgspec / json accept: such texts take the model's path.
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+# than ~200 levels, which json accepts: such texts (`SURROGATE_ESCAPE`) take the model's path.
 _PLAIN_DEPTH = 32
 _DECODER = msgspec.json.Decoder()
 NO_GRADE = "; the trial has no graded tests (a report is graded whole or not at all)"
@@ -87,7 +85,7 @@ def _storable(report: CtrfReport, path: Path | str) -> CtrfReport:
 
 def _plain(data: bytes) -> CtrfReport | None:
     """The report when it has the plain shape, else None (let the model decide)."""
-    if data[:3] == b"\xef\xbb\xbf" or (b"\\u" in data and _SURROGATE_ESCAPE.search(data)):
+    if data[:3] == b"\xef\xbb\xbf" or (b"\\u" in data and SURROGATE_ESCAPE.search(data)):
         return None
     try:
         doc = _DECODER.decode(data)

@@ -167,7 +167,7 @@ def extract_trial(task: TrialTask, agent_names: list[str] | None = None) -> Extr
         )
     if isinstance(data, ReadFailure):
         return _not_a_trial(task, problems, data.kind, result_path, data.message)
-    doc: Any = decode_trial_result(data, result_path)
+    doc: Any = decode_trial_result(data, result_path, problems)
     if isinstance(doc, ReadFailure):
         return _not_a_trial(task, problems, doc.kind, result_path, doc.message)
     if not isinstance(doc, dict):
@@ -190,7 +190,10 @@ def extract_trial(task: TrialTask, agent_names: list[str] | None = None) -> Extr
 
     trial_id = doc.get("id")
     key = trial_id if isinstance(trial_id, str) and trial_id else f"dir:{task.real}"
+    early = problems.rows  # (what the decode reported, now under the trial's key)
     problems = ProblemLog(unit_key=key, batch=task.batch, trial_name=trial_name)
+    for early_row in early:
+        problems.add(early_row["kind"], early_row["path"], early_row["message"])
     _add_dir_problem(task, problems)  # (when broken; nothing is read from it otherwise)
     fields = Fields(doc, result_path, problems)
     row = trials.row(fields)
@@ -272,7 +275,7 @@ def _sink_spans(task: TrialTask, problems: ProblemLog) -> spans.Spans:
 def _read_trajectory(trial_dir: str, problems: ProblemLog) -> tuple[str, Any, int | None]:
     """agent/trajectory.json: its status, its document when ok, and its size when read."""
     path = f"{trial_dir}/agent/trajectory.json"
-    doc, size = atif.read(path)
+    doc, size = atif.read(path, problems)
     if doc is None:
         return "absent", None, None
     if isinstance(doc, ReadFailure):

@@ -13,13 +13,26 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
 _DECODER = msgspec.json.Decoder()
+# A `\\uD800`-`\\uDFFF` escape: valid JSON that `json.loads` reads (msgspec does not), and what
+# `json.dumps` writes for a str holding surrogateescape'd bytes. Paired ones make one character;
+# a lone one stays a surrogate code point, which no UTF-8 text (Arrow, Parquet) can hold.
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+LONE_SURROGATE = "lone_surrogate"  # the `problems` kind for a string whose surrogates were replaced
+_SHOWN_FIELDS = 5
+
+
+class ProblemSink(Protocol):
+    """Where a decode reports what it had to change (a `tables.fields.ProblemLog`)."""
+
+    def add(self, kind: str, path: Path | str, message: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -77,8 +90,11 @@ def check_text(data: bytes, path: Path | str) -> ReadFailure | None:
     return None
 
 
-def decode(data: bytes, path: Path | str) -> Any | ReadFailure:
-    """The JSON value in `data`, or a ReadFailure naming the file and what to do."""
+def decode(data: bytes, path: Path | str, problems: ProblemSink | None = None) -> Any | ReadFailure:
+    """The JSON value in `data`, or a ReadFailure naming the file and what to do. A string with a
+    lone surrogate escape comes back with U+FFFD in its place, a `lone_surrogate` problem in
+    `problems` naming the fields (without `problems` the change goes unreported: a caller that
+    only looks, and whose file another reader reports)."""
     failure = check_text(data, path)
     if failure is not None:
         return failure
@@ -87,7 +103,7 @@ def decode(data: bytes, path: Path | str) -> Any | ReadFailure:
     except msgspec.DecodeError:
         pass
     try:
-        return json.loads(data.decode("utf-8"))  # (check_text has seen it is UTF-8)
+        value = json.loads(data.decode("utf-8"))  # (check_text has seen it is UTF-8)
     except (ValueError, RecursionError) as error:
         if data.startswith(b"\xef\xbb\xbf"):
             why = (
@@ -97,14 +113,67 @@ def decode(data: bytes, path: Path | str) -> Any | ReadFailure:
         else:
             why = "it was probably truncated while being written: re-run the trial or restore it"
         return ReadFailure("invalid_json", f"{path} is not valid JSON ({error}); {why}")
+    if b"\\u" not in data or not SURROGATE_ESCAPE.search(data):
+        return value
+    value, fields = replace_lone_surrogates(value)
+    if fields and problems is not None:
+        shown = ", ".join(fields[:_SHOWN_FIELDS])
+        more = f" and {len(fields) - _SHOWN_FIELDS} more" if len(fields) > _SHOWN_FIELDS else ""
+        problems.add(
+            LONE_SURROGATE,
+            path,
+            f"{Path(path).name}: {shown}{more} holds a lone surrogate escape (\\udXXX, what "
+            "json.dumps writes for bytes that were not UTF-8), expected Unicode text; each is "
+            "stored as U+FFFD, the character a UTF-8 reader shows for such bytes",
+        )
+    return value
 
 
-def read_json(path: Path | str) -> Any | ReadFailure | None:
+def replace_lone_surrogates(value: Any) -> tuple[Any, list[str]]:
+    """`value` with every surrogate code point in its strings and keys replaced by U+FFFD (after
+    `json.loads` every one left is lone: a pair is one character), and the JSON paths changed.
+    Iterative: a document nests as deep as `json.loads` allowed."""
+    fields: list[str] = []
+    root = [value]
+    stack: list[tuple[list[Any] | dict[str, Any], Any, str]] = [(root, 0, "")]
+    while stack:
+        parent, key, where = stack.pop()
+        item = parent[key]
+        if isinstance(item, str):
+            if not item.isascii() and _has_surrogate(item):
+                parent[key] = _replaced(item)
+                fields.append(where or "(the document)")
+        elif isinstance(item, list):
+            for index in range(len(item)):
+                stack.append((item, index, f"{where}[{index}]"))
+        elif isinstance(item, dict):
+            for name in list(item):
+                if not name.isascii() and _has_surrogate(name):
+                    fields.append(f"{where}.{name!a} (a key)".lstrip("."))
+                    item[_replaced(name)] = item.pop(name)  # (moves it last: order is no data)
+                    name = _replaced(name)
+                stack.append((item, name, f"{where}.{name}".lstrip(".")))
+    return root[0], sorted(set(fields))
+
+
+def _has_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _replaced(text: str) -> str:
+    return "".join("\ufffd" if "\ud800" <= char <= "\udfff" else char for char in text)
+
+
+def read_json(path: Path | str, problems: ProblemSink | None = None) -> Any | ReadFailure | None:
     """Decoded JSON from `path`; None when missing; ReadFailure when unreadable."""
     data = read_bytes(path)
     if data is None or isinstance(data, ReadFailure):
         return data
-    return decode(data, path)
+    return decode(data, path, problems)
 
 
 def to_json_text(value: Any) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 from msgspec import UNSET, Struct
 
-from wmo_lake.jsonfile import ReadFailure, check_text, read_bytes
+from wmo_lake.jsonfile import ProblemSink, ReadFailure, check_text, read_bytes
 from wmo_lake.jsonfile import decode as decode_plain
 
 # Any JSON value but an object or an array; with a Struct (the object) and `list` or `dict`, a
@@ -81,8 +81,11 @@ Document = Trajectory | Scalar | list
 _DECODER = msgspec.json.Decoder(Document)
 
 
-def decode(data: bytes, path: Path | str) -> Document | ReadFailure:
-    """The document in `data`, or why it cannot be read (as `jsonfile.decode` says it)."""
+def decode(
+    data: bytes, path: Path | str, problems: ProblemSink | None = None
+) -> Document | ReadFailure:
+    """The document in `data`, or why it cannot be read (as `jsonfile.decode` says it, and
+    reports to `problems` what it changed)."""
     failure = check_text(data, path)
     if failure is not None:
         return failure
@@ -90,18 +93,20 @@ def decode(data: bytes, path: Path | str) -> Document | ReadFailure:
         return _DECODER.decode(data)
     except msgspec.DecodeError:  # (a ValidationError too: 1e400 is out of msgspec's range)
         pass
-    plain = decode_plain(data, path)
+    plain = decode_plain(data, path, problems)
     if isinstance(plain, ReadFailure):
         return plain
     return msgspec.convert(plain, Document)  # every field takes any value: this cannot fail
 
 
-def read(path: Path | str) -> tuple[Document | ReadFailure | None, int | None]:
+def read(
+    path: Path | str, problems: ProblemSink | None = None
+) -> tuple[Document | ReadFailure | None, int | None]:
     """The document in the file at `path` (None when there is no such file) and its size."""
     data = read_bytes(path)
     if data is None or isinstance(data, ReadFailure):
         return data, None
-    return decode(data, path), len(data)
+    return decode(data, path, problems), len(data)
 
 
 def is_trajectory(doc: Any) -> bool:

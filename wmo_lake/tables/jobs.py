@@ -12,7 +12,7 @@ from wmo_lake.tables.fields import Fields, ProblemLog
 
 
 def _load(path: Path, problems: ProblemLog) -> tuple[str, Any]:
-    doc = read_json(path)
+    doc = read_json(path, problems)
     if doc is None:
         return "absent", None
     if isinstance(doc, ReadFailure):

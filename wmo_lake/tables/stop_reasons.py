@@ -50,7 +50,7 @@ def read_trace(trial_dir: Path, problems: ProblemLog) -> Trace:
     for candidate in (trial_dir / "agent" / TRACE_FILENAME, trial_dir / TRACE_FILENAME):
         if not candidate.is_file():
             continue
-        doc = read_json(candidate)
+        doc = read_json(candidate, problems)
         if isinstance(doc, ReadFailure):
             problems.add(doc.kind, candidate, doc.message + "; the trial's stop reason is unknown")
             return Trace(candidate)

@@ -211,7 +211,7 @@ def read_trajectories(
             break
         seen.add(ref)
         continuations.append(ref)
-        doc, size = atif.read(agent_dir / ref)
+        doc, size = atif.read(agent_dir / ref, problems)
         ref = add_file(found, agent_dir / ref, found.label(ref, MAIN), doc, size, problems)
         del doc
     unreached = sorted(
@@ -220,7 +220,7 @@ def read_trajectories(
         if (m := _CONTINUATION.fullmatch(name)) and name not in seen
     )
     for _, name in unreached:
-        doc, size = atif.read(agent_dir / name)
+        doc, size = atif.read(agent_dir / name, problems)
         add_file(found, agent_dir / name, found.label(name, MAIN), doc, size, problems)
         del doc
 
@@ -229,7 +229,7 @@ def read_trajectories(
         match = _SUBAGENT.fullmatch(name)
         if not match or ".cont-" in name or name == MAIN_FILE:
             continue
-        doc, size = atif.read(agent_dir / name)
+        doc, size = atif.read(agent_dir / name, problems)
         label = found.label(name, match.group(1))
         add_file(found, agent_dir / name, label, doc, size, problems)
         del doc
@@ -244,7 +244,7 @@ def read_trial_trajectories(trial_dir: Path | str) -> dict[str, pa.Table]:
     identity = {"trial_key": f"dir:{trial_dir}", "batch": "", "trial_name": trial_dir.name}
     problems = ProblemLog(unit_key=identity["trial_key"], batch="", trial_name=trial_dir.name)
     path = trial_dir / "agent" / MAIN_FILE
-    doc, size = atif.read(path)
+    doc, size = atif.read(path, problems)
     if doc is None:
         status = "absent"
     elif isinstance(doc, ReadFailure):

@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 
 from wmo_lake.columns import result_fields
-from wmo_lake.jsonfile import ReadFailure, check_text, decode
+from wmo_lake.jsonfile import ProblemSink, ReadFailure, check_text, decode
 from wmo_lake.tables.prompt_text import CutPrompts, PromptTurn, cut_prompts
 
 
@@ -89,8 +89,11 @@ _MARKER = "wmo-lake: prompts read from their text"
 _MARKER_JSON = msgspec.json.encode(_MARKER)
 
 
-def decode_trial_result(data: bytes, path: Path) -> Any | ReadFailure:
-    """result.json as a dict (the fields the tables read), or a ReadFailure."""
+def decode_trial_result(
+    data: bytes, path: Path, problems: ProblemSink | None = None
+) -> Any | ReadFailure:
+    """result.json as a dict (the fields the tables read), or a ReadFailure; what the decode
+    changed (a lone surrogate replaced) goes to `problems`."""
     cut = cut_prompts(data)
     rest = None if cut is None else data[: cut.start] + _MARKER_JSON + data[cut.end :]
     # The cut-out prompts are ASCII by construction (ints, commas, brackets, JSON whitespace):
@@ -103,7 +106,7 @@ def decode_trial_result(data: bytes, path: Path) -> Any | ReadFailure:
         try:
             typed = _TYPED.decode(data)
         except (msgspec.ValidationError, msgspec.DecodeError):
-            return decode(data, path)  # the slow, field-by-field checked path
+            return decode(data, path, problems)  # the slow, field-by-field checked path
     doc = msgspec.structs.asdict(typed)
     if doc.get("agent_result") is not None:
         doc["agent_result"] = msgspec.structs.asdict(doc["agent_result"])
