@@ -24,6 +24,34 @@ def test_collector_layout_labels(tmp_path: Path) -> None:
     assert jobs == rows
 
 
+def test_a_step_past_64_bits_is_null_and_a_problem(tmp_path: Path) -> None:
+    """collect_rollouts names step dirs f"step-{i:04d}" from an unbounded int: a step no int64
+    holds labels nothing (one problem), and the batch beside it is ingested as ever."""
+    huge = "step-" + "9" * 20  # 10^20 - 1 > 2^63 - 1
+    assert job_labels(Path(f"/r/x/harbor/{huge}/j"), Path("/r")) == (
+        f"x/harbor/{huge}/j",
+        "x",
+        None,
+    )
+    assert job_labels(Path(f"/r/{huge}/j"), Path("/r")) == (f"{huge}/j", None, None)
+    write_trial(
+        write_job(tmp_path / "runs" / "x" / "harbor" / "step-0001" / "j"), "a__1", trial_id="a"
+    )
+    write_trial(write_job(tmp_path / "runs" / "x" / "harbor" / huge / "j"), "b__1", trial_id="b")
+    summary = ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    assert summary.trials_new == 2
+    con = connect(tmp_path / "lake")
+    assert con.execute("SELECT trial_key, step FROM trials ORDER BY 1").fetchall() == [
+        ("a", 1),
+        ("b", None),
+    ]
+    problems = con.execute("SELECT kind, path, message FROM problems").fetchall()
+    assert [(kind, path) for kind, path, _ in problems] == [
+        ("out_of_range", str(tmp_path / "runs" / "x" / "harbor" / huge / "j"))
+    ]
+    assert huge in problems[0][2]
+
+
 def test_batch_is_the_job_dir_name_when_path_is_the_job_dir(tmp_path: Path) -> None:
     job = write_job(tmp_path / "somewhere" / "my-job")
     write_trial(job, "t__1")

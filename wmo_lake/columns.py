@@ -102,7 +102,13 @@ BATCH = Column(
     "`<run>/harbor/step-NNNN/` (see Discovery)",
 )
 RUN = Column("run", STRING, None, "the path component before `harbor/`, when there is one")
-STEP = Column("step", INT64, None, "the integer of a `step-NNNN` path component, else null")
+STEP = Column(
+    "step",
+    INT64,
+    None,
+    "the integer of a `step-NNNN` path component, else null (also past 64 bits: an "
+    "`out_of_range` problem)",
+)
 # The lake's Hive partition columns: every table has them, and the segment writer sets them from
 # the partition of the unit's rows (wmo_lake/store.py), so a table's extraction may leave them out.
 PARTITION_COLUMNS = frozenset({RUN.name, STEP.name})

@@ -31,6 +31,7 @@ from wmo_lake.collection import (
 from wmo_lake.jsonfile import ReadFailure, decode, read_bytes, read_json
 
 _STEP = re.compile(r"^step-(\d+)$")
+_STEP_MAX = 2**63 - 1  # the `step` column is 64-bit (tables.fields would import this module back)
 JOB_RESULT_PEEK_BYTES = 2**20  # a JobResult is small; a bigger result.json is a trial's
 
 
@@ -169,7 +170,7 @@ def job_labels(job_dir: Path, root: Path) -> tuple[str, str | None, int | None]:
         batch = absolute.name or Path(os.path.realpath(absolute)).name
     if anchor is not None:  # run and step from the anchor: a job named step-0009 or harbor
         step_match = _STEP.match(parts[anchor + 2])  # under it labels nothing
-        return batch, parts[anchor], int(step_match.group(1)) if step_match else None
+        return batch, parts[anchor], _step_number(step_match) if step_match else None
     run = None
     for index in range(len(parts) - 1, 0, -1):
         if parts[index] == "harbor":
@@ -179,9 +180,24 @@ def job_labels(job_dir: Path, root: Path) -> tuple[str, str | None, int | None]:
     for part in reversed(parts):
         match = _STEP.match(part)
         if match:
-            step = int(match.group(1))
+            step = _step_number(match)
             break
     return batch, run, step
+
+
+def _step_number(match: re.Match[str]) -> int | None:
+    """A step dir's number; None past 64 bits (no `step` column holds it: `oversized_step_dir`)."""
+    number = int(match.group(1))
+    return number if number <= _STEP_MAX else None
+
+
+def oversized_step_dir(job_dir: Path) -> str | None:
+    """The first `step-N` component of `job_dir` whose N no 64-bit `step` holds, or None."""
+    for part in job_dir.parts:
+        match = _STEP.match(part)
+        if match and _step_number(match) is None:
+            return part
+    return None
 
 
 def _run_anchor(parts: tuple[str, ...]) -> int | None:

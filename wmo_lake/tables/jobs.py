@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from wmo_lake.discover import Job
+from wmo_lake.discover import Job, oversized_step_dir
 from wmo_lake.jsonfile import ReadFailure, read_json, to_json_text
 from wmo_lake.tables.fields import Fields, ProblemLog
 
@@ -39,6 +39,7 @@ def row(job: Job, problems: ProblemLog) -> dict[str, Any]:
     first = Fields(agent, config.path, problems)
     kwargs = first.obj("kwargs")
     check_sink_dir(job, problems)
+    check_step_dir(job, problems)
     return {
         "job_key": job.key,
         "batch": job.batch,
@@ -79,6 +80,19 @@ def check_sink_dir(job: Job, problems: ProblemLog) -> None:
             f"exists (looked for {sink.looked_in}); its trials have no spans. If the tree was "
             "moved or copied, point at the sinks with --sink-root OLD=NEW (OLD: the recorded "
             "prefix, NEW: where it is now)",
+        )
+
+
+def check_step_dir(job: Job, problems: ProblemLog) -> None:
+    """A job under a `step-N` dir whose N no 64-bit column holds: its step is null, said once."""
+    name = oversized_step_dir(job.path) if job.step is None else None
+    if name is not None:
+        problems.add(
+            "out_of_range",
+            job.path,
+            f"step dir {name} numbers a step past 64 bits; the job's and its trials' rows have "
+            "step null (partition step=__HIVE_DEFAULT_PARTITION__). Rename the dir to its real "
+            "step number and ingest again",
         )
 
 
