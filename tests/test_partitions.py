@@ -104,6 +104,23 @@ def test_duckdb_hive_partitioning_reads_each_table_dir_as_the_lake_does(tmp_path
     assert runs == {*NASTY_RUNS, None}
 
 
+def test_a_run_label_too_long_for_a_dir_name_leaves_only_its_jobs_out(tmp_path: Path) -> None:
+    """90 '#' are a legal 90-byte run dir, but `run=` + 90 x '%23' is 274 bytes, past the 255-byte
+    file-name limit: its job is one problem, the run beside it is ingested."""
+    runs = tmp_path / "runs"
+    long_run = "#" * 90
+    write_trial(write_job(runs / "ok" / "harbor" / "step-0001" / "job"), "a__0", trial_id="a")
+    write_trial(write_job(runs / long_run / "harbor" / "step-0001" / "job"), "b__0", trial_id="b")
+    summary = ingest([runs], tmp_path / "lake", workers=1)
+    assert summary.trials_new == 1
+    con = connect(tmp_path / "lake")
+    assert con.execute("SELECT trial_key, run FROM trials").fetchall() == [("a", "ok")]
+    problems = con.execute("SELECT kind, path, message FROM problems").fetchall()
+    job_dir = str(runs / long_run / "harbor" / "step-0001" / "job")
+    assert [(kind, path) for kind, path, _ in problems] == [("name_too_long", job_dir)]
+    assert "274 bytes" in problems[0][2] and "1 trial dir(s)" in problems[0][2]
+
+
 def test_rows_without_run_or_step_are_in_the_default_partition(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     job = write_job(runs / "exp" / "harbor" / "job")  # a run, no step-NNNN

@@ -29,6 +29,7 @@ from wmo_lake.collection import (
     resolve_sink_dir,
 )
 from wmo_lake.jsonfile import ReadFailure, decode, read_bytes, read_json
+from wmo_lake.store import NAME_MAX_BYTES, oversized_partition_dir
 
 _STEP = re.compile(r"^step-(\d+)$")
 _STEP_MAX = 2**63 - 1  # the `step` column is 64-bit (tables.fields would import this module back)
@@ -380,4 +381,31 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
     found.candidates = [
         c for c in found.candidates if c.trial_shaped_config or c.real not in holding
     ]
+    _leave_out_oversized_partitions(found)
     return found
+
+
+def _leave_out_oversized_partitions(found: Discovery) -> None:
+    """Jobs whose run label no partition dir name can hold are left out, one problem each: their
+    files could not be written, and the ingest of everything else must not fail with them."""
+    jobs = {job.real: job for job in found.jobs} | {c.job.real: c.job for c in found.candidates}
+    oversized = {real: job for real, job in jobs.items() if oversized_partition_dir(job.run)}
+    if not oversized:
+        return
+    trial_dirs = [c for c in found.candidates if c.job.real in oversized]
+    found.candidates = [c for c in found.candidates if c.job.real not in oversized]
+    found.jobs = [job for job in found.jobs if job.real not in oversized]
+    for real, job in oversized.items():
+        name = oversized_partition_dir(job.run) or ""
+        n_trials = sum(1 for c in trial_dirs if c.job.real == real)
+        found.problems.append(
+            WalkProblem(
+                str(job.path),
+                "name_too_long",
+                f"run dir {job.run!r} escapes to the partition dir name {name[:40]}... of "
+                f"{len(name.encode('utf-8'))} bytes, past the {NAME_MAX_BYTES}-byte file-name "
+                f"limit, so job {job.path} and its {n_trials} trial dir(s) were not ingested. "
+                "Rename the run dir shorter (each of \"#%'*/:=?[\\]^{ escapes to 3 bytes) and "
+                "ingest again",
+            )
+        )

@@ -97,6 +97,17 @@ def partition_values(partition: str) -> tuple[str | None, int | None]:
     return run, None if step is None else int(step)
 
 
+# The longest file name Linux's and macOS's file systems take (NAME_MAX: ext4, XFS, btrfs, APFS).
+NAME_MAX_BYTES = 255
+
+
+def oversized_partition_dir(run: str | None) -> str | None:
+    """The `run=<run>` dir name when its escaped run is longer than a file name can be (each of
+    `#%:=?...` is 3 bytes escaped): no lake can hold that partition. None when it fits."""
+    name = f"run={escape_partition_value(run)}"
+    return name if len(name.encode("utf-8")) > NAME_MAX_BYTES else None
+
+
 NO_PARTITION = partition_of(None, None)  # walk problems; rows of a dir outside step-NNNN paths
 
 
