@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
 from wmo_lake.tables.fields import ProblemLog, is_real_number, parse_time
 from wmo_lake.tables.steps import SOURCES, FileLabel, WrongTypes
 
@@ -55,10 +57,22 @@ def _int(step: dict[str, Any], key: str, index: int, wrong: WrongTypes, prefix: 
     value = step.get(key)
     if value is None:
         return None
-    if type(value) is not int or not -(2**63) <= value < 2**63:
-        wrong.add(index, prefix + key, value, "an integer")
-        return None
-    return value
+    if type(value) is int and -(2**63) <= value < 2**63:
+        return value
+    # harbor's ATIF Step is a pydantic model: lax mode reads 5.0, "5" (and true) as ints
+    try:
+        read = TypeAdapter(int).validate_python(value)
+    except ValidationError:
+        read = None
+    if isinstance(read, int) and -(2**63) <= read < 2**63:
+        shown = json.dumps(value, ensure_ascii=False)
+        expected = (
+            f"an integer ({shown} read as {read}, as harbor's model (pydantic, lax mode) reads it)"
+        )
+        wrong.add(index, prefix + key, value, expected, "stored as read")
+        return read
+    wrong.add(index, prefix + key, value, "an integer")
+    return None
 
 
 def _str(step: dict[str, Any], key: str, index: int, wrong: WrongTypes) -> str | None:

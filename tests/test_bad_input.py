@@ -322,3 +322,37 @@ def test_lone_surrogate_escapes_are_replaced_and_reported(tmp_path: Path) -> Non
         "SELECT arguments FROM tool_calls WHERE trial_key = 'bad' AND step_index = 1"
     ).fetchall()
     assert call == [('{"f\ufffd": "x\ufffd"}',)]
+
+
+def test_counts_read_as_harbors_pydantic_models_read_them(tmp_path: Path) -> None:
+    """AgentContext's n_input_tokens: int, cost_usd: float and ATIF Step.step_id: int are
+    pydantic fields in lax mode: 5.0 -> 5, "7" -> 7, "0.01" -> 0.01; 5.5 is no int (null)."""
+
+    def lax(trial_dir: Path) -> None:
+        _rewrite(
+            trial_dir,
+            lambda d: d["agent_result"].update(
+                n_input_tokens=5.0, n_output_tokens="7", n_cache_tokens=5.5, cost_usd="0.01"
+            ),
+        )
+        path = trial_dir / "agent" / "trajectory.json"
+        doc = json.loads(path.read_text())
+        doc["steps"][1].update(step_id="2", metrics={"prompt_tokens": 100.0})
+        path.write_text(json.dumps(doc))
+
+    summary, problems = _ingest_beside_a_good_trial(tmp_path, lax)
+    assert summary.trials_new == 2
+    con = connect(tmp_path / "lake")
+    row = con.execute(
+        "SELECT n_input_tokens, n_output_tokens, n_cache_tokens, cost_usd FROM trials "
+        "WHERE trial_key = 'bad'"
+    ).fetchall()
+    assert row == [(5, 7, None, 0.01)]
+    step = con.execute(
+        "SELECT step_id, prompt_tokens FROM steps WHERE trial_key = 'bad' AND step_index = 1"
+    ).fetchall()
+    assert step == [(2, 100)]
+    assert [p[0] for p in problems] == ["wrong_type"] * 6  # every non-plain value is named
+    joined = "\n".join(p[2] for p in problems)
+    assert "n_cache_tokens is a number, expected an integer; the column is left null" in joined
+    assert "read as 0.01" in joined and "read as 5" in joined

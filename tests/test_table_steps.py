@@ -132,8 +132,8 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
         agent / "trajectory.json",
         trajectory(
             "not a step",
-            step("x", "robot", 5, metrics={"prompt_tokens": "10"}, tool_calls="nope"),
-            step(3, "agent", "fine", metrics={"prompt_tokens": "11"}, timestamp="yesterday"),
+            step("x", "robot", 5, metrics={"prompt_tokens": "ten"}, tool_calls="nope"),
+            step(3, "agent", "fine", metrics={"prompt_tokens": "eleven"}, timestamp="yesterday"),
         ),
     )
 

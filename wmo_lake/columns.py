@@ -45,11 +45,12 @@ MAP_STRING_STRING = "map<string, string>"
 
 # Bump for a change of extraction the specs do not show (a fixed bug, a new reading of a field):
 # the extract version is this and the specs' digest.
-EXTRACT_LOGIC_VERSION = "6"  # 2: trajectories / steps / tool_calls; 3: collection paths;
+EXTRACT_LOGIC_VERSION = "7"  # 2: trajectories / steps / tool_calls; 3: collection paths;
 # 4: rewards as harbor's TrialResult reads them; a byte-order mark is not JSON; sink lines lax;
 # a CTRF summary count past 64 bits leaves the summary out; n_episodes past 64 bits clamped;
 # 5: a broken trial config.json, a trace that is no object and a time that is none are problems;
-# 6: a task_id object is the member of harbor's union it validates as (most fields given)
+# 6: a task_id object is the member of harbor's union it validates as (most fields given);
+# 7: token counts, cost and ATIF step ints read as harbor's pydantic models read them (5.0, "5")
 
 
 @dataclass(frozen=True)

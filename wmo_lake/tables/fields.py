@@ -11,16 +11,22 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from wmo_lake.columns import SPECS, arrow_schema
+from wmo_lake.jsonfile import to_json_text
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
 
 PROBLEMS_SCHEMA = arrow_schema(SPECS["problems"])
 
 Text = str  # `str` is also a method name of Fields; annotations after it say Text
+Integer = int  # and so is `int`
 
 
 @dataclass
@@ -119,6 +125,40 @@ class Fields:
             return None
         return value
 
+    def model_int(self, *keys: str) -> Integer | None:
+        """An `int` field of a harbor pydantic model, read as that model reads it (`harbor_lax`:
+        5.0 and "5" are 5, reported; 5.5 is wrong)."""
+        value = self.get(*keys)
+        if value is None or (type(value) is int and fits_int64(value)):
+            return value
+        read = harbor_lax(value, int)
+        if not isinstance(read, int) or not fits_int64(read):
+            self._wrong(keys, value, "an integer")
+            return None
+        self._coerced(keys, value, read)
+        return read
+
+    def model_number(self, *keys: str) -> float | None:
+        """A `float` field of a harbor pydantic model, read as that model reads it ("0.01")."""
+        value = self.get(*keys)
+        if value is None or (not isinstance(value, bool) and isinstance(value, int | float)):
+            return None if value is None else float(value)
+        read = harbor_lax(value, float)
+        if not isinstance(read, float):
+            self._wrong(keys, value, "a number")
+            return None
+        self._coerced(keys, value, read)
+        return read
+
+    def _coerced(self, keys: Sequence[str], value: Any, read: Any) -> None:
+        self.problems.add(
+            "wrong_type",
+            self.path,
+            f"{self.path.name}: {'.'.join(keys)} is {json_type_name(value)}, "
+            f"{to_json_text(value)}, expected a number; read as {read!r}, as harbor's model "
+            "(pydantic, lax mode) reads it",
+        )
+
     def number(self, *keys: str) -> float | None:
         value = self.get(*keys)
         if value is None:
@@ -166,6 +206,24 @@ class Fields:
 
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def harbor_lax(value: Any, kind: Any) -> Any | None:
+    """`value` as a harbor model's field of type `kind` reads it: pydantic in lax mode, from the
+    JSON (a numeric string or a bool becomes a number, 5.0 an int); None when it rejects it."""
+    from pydantic import ValidationError  # (only for a value not already of its type)
+
+    try:
+        return _adapter(kind).validate_json(to_json_text(value))
+    except ValidationError:
+        return None
+
+
+@cache
+def _adapter(kind: Any) -> TypeAdapter[Any]:
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(kind)
 
 
 def fits_int64(value: int) -> bool:

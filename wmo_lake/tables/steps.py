@@ -23,10 +23,12 @@ from typing import Any
 from msgspec import UNSET
 
 from wmo_lake.columns import SPECS, arrow_schema
+from wmo_lake.jsonfile import to_json_text
 from wmo_lake.tables.atif import Call, Metrics, Observation, Result, Step
 from wmo_lake.tables.fields import (
     ProblemLog,
     fits_int64,
+    harbor_lax,
     is_real_number,
     json_type_name,
     parse_time,
@@ -128,8 +130,21 @@ def observation_text(observation: Any) -> tuple[str | None, list[str]]:
 
 
 def _int(value: Any, key: str, index: int, wrong: WrongTypes) -> Any:
+    """An `int` field of harbor's ATIF Step, read as that pydantic model reads it (lax: 5.0 and
+    "5" are 5, reported; 5.5 is left null)."""
     if value is None or (type(value) is int and fits_int64(value)):
         return value
+    read = harbor_lax(value, int)
+    if isinstance(read, int) and fits_int64(read):
+        shown = to_json_text(value)
+        wrong.add(
+            index,
+            key,
+            value,
+            f"an integer ({shown} read as {read}, as harbor's model (pydantic, lax mode) reads it)",
+            "stored as read",
+        )
+        return read
     wrong.add(index, key, value, "an integer")
     return None
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from functools import cache
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from wmo_lake.columns import PHASES
 from wmo_lake.jsonfile import to_json_text
@@ -15,12 +14,10 @@ from wmo_lake.tables.fields import (
     INT64_MIN,
     Fields,
     fits_int64,
+    harbor_lax,
     is_real_number,
     json_type_name,
 )
-
-if TYPE_CHECKING:
-    from pydantic import TypeAdapter
 
 
 def _seconds(start: datetime | None, end: datetime | None) -> float | None:
@@ -33,19 +30,8 @@ def harbor_number(value: Any) -> int | float | None:
     a bool or a numeric string becomes a number (`true` -> 1.0, `" 0.5 "` -> 0.5, `"1_0"` ->
     10.0) before the scorer's own checks run. None for a value that model rejects (null, `"abc"`,
     a list: harbor cannot load such a result.json at all, and upstream fails the batch)."""
-    from pydantic import ValidationError  # (only for a reward that is not already a number)
-
-    try:
-        return _harbor_reward_type().validate_json(to_json_text(value))
-    except ValidationError:
-        return None
-
-
-@cache
-def _harbor_reward_type() -> TypeAdapter[float | int]:
-    from pydantic import TypeAdapter
-
-    return TypeAdapter(float | int)
+    number: int | float | None = harbor_lax(value, float | int)
+    return number
 
 
 def rewards(doc: Fields) -> list[tuple[str, str]] | None:
@@ -201,10 +187,10 @@ def row(doc: Fields) -> dict[str, Any]:
         "agent_version": doc.str("agent_info", "version"),
         "model_name": doc.str("agent_info", "model_info", "name"),
         "model_provider": doc.str("agent_info", "model_info", "provider"),
-        "n_input_tokens": doc.int("agent_result", "n_input_tokens"),
-        "n_cache_tokens": doc.int("agent_result", "n_cache_tokens"),
-        "n_output_tokens": doc.int("agent_result", "n_output_tokens"),
-        "cost_usd": doc.number("agent_result", "cost_usd"),
+        "n_input_tokens": doc.model_int("agent_result", "n_input_tokens"),
+        "n_cache_tokens": doc.model_int("agent_result", "n_cache_tokens"),
+        "n_output_tokens": doc.model_int("agent_result", "n_output_tokens"),
+        "cost_usd": doc.model_number("agent_result", "cost_usd"),
         "rewards": rewards(doc),
         "exception_type": doc.str("exception_info", "exception_type"),
         "exception_message": doc.str("exception_info", "exception_message"),
