@@ -67,7 +67,7 @@ def _rewrite(trial_dir: Path, change) -> None:
         (lambda d: d.update(agent_info="terminus-2"), "agent_info"),
         (lambda d: d.update(exception_info=["boom"]), "exception_info"),
         (lambda d: d["verifier_result"].update(rewards=[1.0]), "verifier_result.rewards"),
-        (lambda d: d.update(started_at=12), "started_at"),
+        (lambda d: d.update(started_at=True), "started_at"),  # (12: a unix time to harbor)
         (
             lambda d: d.update(finished_at="yesterday"),
             "finished_at is 'yesterday', expected an ISO",
@@ -84,7 +84,7 @@ def _rewrite(trial_dir: Path, change) -> None:
         "str-object",
         "list-object",
         "list-rewards",
-        "number-time",
+        "bool-time",
         "text-time",
         "impossible-phase-time",
     ],

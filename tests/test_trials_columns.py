@@ -283,3 +283,39 @@ def test_task_id_name_is_harbors_get_name(task_id: dict[str, Any], tmp_path: Pat
     doc = {"task_id": task_id}
     ours = task_id_name(Fields(doc, tmp_path / "result.json", ProblemLog("k", "b")))
     assert ours == harbor_task_id_name(doc)
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        "2026-11-29T19:20:34.716395Z",
+        "2026-11-29T19:20:34+02:00",
+        "2026-11-29 19:20:34",
+        "2026-11-29T19:20:34.1234567Z",
+        "2026-11-29t19:20:34.716395z",
+        1796066434,
+        "1796066434",
+        1796066434123,
+        "20261129T192034Z",
+        "yesterday",
+        True,
+    ],
+)
+def test_trial_times_read_as_harbors_model_reads_them(written: Any, tmp_path: Path) -> None:
+    """started_at as harbor's TrialResult (pydantic datetime) reads it, in UTC; a value the model
+    refuses is null and a wrong_type problem."""
+    from harbor.models.trial.result import TimingInfo
+    from pydantic import ValidationError
+
+    from wmo_lake.tables.fields import Fields, ProblemLog
+
+    try:
+        parsed = TimingInfo.model_validate_json(json.dumps({"started_at": written})).started_at
+    except ValidationError:
+        parsed = None
+    if parsed is not None:
+        parsed = parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    problems = ProblemLog("k", "b")
+    ours = Fields({"started_at": written}, tmp_path / "result.json", problems).time("started_at")
+    assert ours == parsed
+    assert [row["kind"] for row in problems.rows] == ([] if parsed else ["wrong_type"])

@@ -45,12 +45,13 @@ MAP_STRING_STRING = "map<string, string>"
 
 # Bump for a change of extraction the specs do not show (a fixed bug, a new reading of a field):
 # the extract version is this and the specs' digest.
-EXTRACT_LOGIC_VERSION = "7"  # 2: trajectories / steps / tool_calls; 3: collection paths;
+EXTRACT_LOGIC_VERSION = "8"  # 2: trajectories / steps / tool_calls; 3: collection paths;
 # 4: rewards as harbor's TrialResult reads them; a byte-order mark is not JSON; sink lines lax;
 # a CTRF summary count past 64 bits leaves the summary out; n_episodes past 64 bits clamped;
 # 5: a broken trial config.json, a trace that is no object and a time that is none are problems;
 # 6: a task_id object is the member of harbor's union it validates as (most fields given);
-# 7: token counts, cost and ATIF step ints read as harbor's pydantic models read them (5.0, "5")
+# 7: token counts, cost and ATIF step ints read as harbor's pydantic models read them (5.0, "5");
+# 8: trial times read as harbor's TrialResult reads them (lowercase t/z, unix times; no basic form)
 
 
 @dataclass(frozen=True)
@@ -287,7 +288,10 @@ TRIALS = TableSpec(
             "max_turns as it does; a `problems` row says so)",
         ),
         Column(
-            "started_at", TIMESTAMP, (RESULT, "started_at"), "UTC (a naive time is taken as UTC)"
+            "started_at",
+            TIMESTAMP,
+            (RESULT, "started_at"),
+            "UTC, as harbor's TrialResult reads it (a naive time as UTC, a unix time read)",
         ),
         Column("finished_at", TIMESTAMP, (RESULT, "finished_at"), "UTC, like started_at"),
         *[

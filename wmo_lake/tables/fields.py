@@ -7,6 +7,7 @@ is recorded once, with the file, the field and what was expected.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -63,6 +64,25 @@ def parse_time(value: str | None) -> datetime | None:
         parsed = datetime.fromisoformat(value)
     except ValueError:
         return None
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
+def parse_model_time(value: Any) -> datetime | None:
+    """A datetime field of harbor's `TrialResult` as its model (pydantic) reads it, as UTC (a
+    naive one taken as UTC); None when the model refuses it. harbor's own spelling
+    (`2026-11-29T19:20:34.716395Z`, an offset, a space) is read by fromisoformat, fast; any other
+    goes through pydantic: a lowercase t or z, a unix time (a number or a numeric string), and
+    the ISO basic form `20261129T192034Z`, which fromisoformat would take and pydantic refuses."""
+    parsed = None
+    if isinstance(value, str) and value[4:5] == "-" and value[7:8] == "-":
+        with contextlib.suppress(ValueError):
+            parsed = datetime.fromisoformat(value)
+    if parsed is None:
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            return None
+        parsed = harbor_lax(value, datetime)
+        if not isinstance(parsed, datetime):
+            return None
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
 
@@ -169,12 +189,15 @@ class Fields:
         return float(value)
 
     def time(self, *keys: Text) -> datetime | None:
-        """An ISO-8601 timestamp string as UTC (`parse_time`); a string that is none is reported
-        like a wrong type."""
-        text = self.str(*keys)
-        parsed = parse_time(text)
-        if text is not None and parsed is None:
-            self._wrong(keys, text, "an ISO-8601 time", shown=repr(text))
+        """A `TrialResult` time as UTC, read as harbor's model reads it (`parse_model_time`);
+        one it refuses is reported like a wrong type."""
+        value = self.get(*keys)
+        if value is None:
+            return None
+        parsed = parse_model_time(value)
+        if parsed is None:
+            shown = repr(value) if isinstance(value, str) else None
+            self._wrong(keys, value, "an ISO-8601 time", shown=shown)
         return parsed
 
     def str(self, *keys: str) -> str | None:
