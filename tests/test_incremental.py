@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -126,6 +127,28 @@ def test_a_copied_trial_is_stored_once(tmp_path: Path, workers: int) -> None:
     assert con.execute(
         "SELECT count(*) FROM problems WHERE kind = 'duplicate_trial'"
     ).fetchall() == [(2,)]
+
+
+def test_a_copy_holding_another_trial_now_gives_the_original_its_trial_back(
+    tmp_path: Path,
+) -> None:
+    """The backup took the trials over; when a backup dir comes to hold another trial, the
+    original dir (unchanged, so never read again) holds its trial again: the lake lost it."""
+    runs = _tree(tmp_path, n_trials=2)
+    lake = tmp_path / "lake"
+    ingest([runs], lake, workers=1)
+    backup = _tree(tmp_path / "backup", n_trials=2)
+    ingest([backup], lake, workers=1)
+    both = ingest([runs, backup], lake, workers=1)
+    # the lake holds 2 trials; the originals' dirs hold none of its rows (it said 4 unchanged)
+    assert (both.trials_unchanged, both.trials_new, both.committed) == (2, 0, False)
+    job_dir = backup / "exp" / "harbor" / "step-0001" / "job"
+    shutil.rmtree(job_dir / "t__0")
+    write_trial(job_dir, "t__0", trial_id="job-t-other")
+    ingest([runs, backup], lake, workers=1)
+    keys = connect(lake).execute("SELECT trial_key FROM trials ORDER BY 1").fetchall()
+    assert keys == [("job-t-0",), ("job-t-1",), ("job-t-other",)]
+    assert ingest([runs, backup], lake, workers=1).committed is False
 
 
 def test_unreadable_trial_that_completes_later_is_replaced(tmp_path: Path) -> None:

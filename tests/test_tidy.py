@@ -219,3 +219,93 @@ def test_lake_duckdb_follows(lake: Path) -> None:
         ]
     finally:
         con.close()
+
+
+def _trial_dirs(lake: Path) -> list[str]:
+    """The dirs whose rows the lake holds for a trial, by trial name."""
+    store = Store(lake)
+    catalog = store.read_catalog(store.read_manifest())
+    return sorted(
+        Path(entry.source).name + " in " + Path(entry.source).parents[4].name
+        for entry in catalog.values()
+        if entry.kind == "trial" and entry.unit_key
+    )
+
+
+# What `tree/runs` holds (see _tree), whichever way it was ingested: one trial row per trial,
+# read from tree/runs, and no duplicate_trial problem (no other dir holds these trials now).
+ON_DISK = [f"{name} in runs" for name in ("a__1", "b__1", "c__1", "d__1")]
+
+
+def _same_as_a_fresh_ingest(lake: Path, tree: Path) -> None:
+    fresh = tree.parent / "fresh-lake"
+    shutil.rmtree(fresh, ignore_errors=True)
+    ingest([tree], fresh, workers=1)
+    assert _everything(lake) == _everything(fresh)
+    assert _trial_dirs(lake) == _trial_dirs(fresh) == ON_DISK
+    assert _rows(lake, "SELECT count(*) FROM problems WHERE kind = 'duplicate_trial'") == [(0,)]
+
+
+@pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "reader-processes"])
+def test_pruning_the_copy_that_took_trials_over_brings_the_originals_back(
+    tmp_path: Path, workers: int
+) -> None:
+    """A copy of a run tree, ingested after it, takes its trials over (the originals are kept
+    in the catalog, unchanged, holding no rows); once the copy is deleted and pruned, the
+    originals, still on disk, hold the trials again. The lake lost them all, and every later
+    ingest called the originals unchanged."""
+    tree = tmp_path / "tree"
+    runs = _tree(tree)
+    lake = tmp_path / "lake"
+    ingest([runs], lake, workers=workers)
+    shutil.copytree(runs, tree / "copy")
+    copied = ingest([tree / "copy"], lake, workers=workers)
+    assert (copied.trials_new, copied.trials_replaced) == (0, 4)
+    shutil.rmtree(tree / "copy")
+    pruned = ingest([tree], lake, workers=workers, prune=True)
+    assert pruned.pruned_trials == 5  # the copy's 4 trials and its unreadable one
+    _same_as_a_fresh_ingest(lake, tree)
+    assert _rows(lake, "SELECT batch, trials, solve_rate FROM rollout_stats") == [
+        (STEP1, 2, 1.0),
+        (STEP2, 1, 1.0),
+        (OTHER, 1, 1.0),
+    ]
+    again = ingest([tree], lake, workers=workers)
+    assert (again.trials_unchanged, again.committed) == (4, False)
+    _same_as_a_fresh_ingest(lake, tree)
+
+
+def test_pruning_the_first_of_two_dirs_read_together_brings_the_duplicate_back(
+    tmp_path: Path,
+) -> None:
+    """Both dirs in one ingest: the first read holds each trial, the other is a duplicate_trial
+    problem. Once the first is gone and pruned, the other holds the trials, without the
+    problems (which stayed, over a lake with no trial)."""
+    tree = tmp_path / "tree"
+    runs = _tree(tree)
+    shutil.copytree(runs, tree / "copy")  # "copy" is walked before "runs"
+    lake = tmp_path / "lake"
+    ingest([tree], lake, workers=1)
+    assert _rows(lake, "SELECT count(*) FROM problems WHERE kind = 'duplicate_trial'") == [(4,)]
+    shutil.rmtree(tree / "copy")
+    ingest([tree], lake, workers=1, prune=True)
+    _same_as_a_fresh_ingest(lake, tree)
+    assert ingest([tree], lake, workers=1).committed is False
+    _same_as_a_fresh_ingest(lake, tree)
+
+
+def test_an_original_outside_the_pruned_path_is_read_by_its_next_ingest(tmp_path: Path) -> None:
+    """--prune never touches what lies outside its PATHs: an original there is not read by it,
+    but it leaves the catalog, so the next ingest of its tree reads it again."""
+    tree = tmp_path / "tree"
+    runs = _tree(tree)
+    lake = tmp_path / "lake"
+    ingest([runs], lake, workers=1)
+    shutil.copytree(runs, tree / "backup" / "runs")
+    ingest([tree / "backup"], lake, workers=1)
+    shutil.rmtree(tree / "backup" / "runs")
+    ingest([tree / "backup"], lake, workers=1, prune=True)
+    assert _rows(lake, "SELECT count(*) FROM trials") == [(0,)]  # as a fresh ingest of backup/
+    back = ingest([runs], lake, workers=1)
+    assert (back.trials_new + back.trials_replaced, back.trials_unchanged) == (4, 0)
+    _same_as_a_fresh_ingest(lake, tree)

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 
 import msgspec
 
-from wmo_lake.store import NO_PARTITION
+from wmo_lake.store import DUPLICATE, NO_PARTITION, TRIAL
 
 
 class CatalogEntry(msgspec.Struct, array_like=True, gc=False):
@@ -25,6 +25,29 @@ class CatalogEntry(msgspec.Struct, array_like=True, gc=False):
     fingerprint: str
     n_problems: int = 0
     partition: str = NO_PARTITION  # where its rows are (partition_of its run and step)
+    # The trial a TRIAL dir holds (a DUPLICATE's: the trial another dir holds), kept once another
+    # dir took it over (unit_key None): when that dir's rows go, this dir must be read again.
+    # None in catalogs written before it was recorded.
+    trial_key: str | None = None
+
+
+def is_shadow(entry: CatalogEntry) -> bool:
+    """A dir whose trial another dir holds: superseded (a later ingest read the trial from
+    another dir) or a duplicate (another dir was read first in the same ingest). It has no
+    trial rows of its own."""
+    return entry.kind == DUPLICATE or (entry.kind == TRIAL and entry.unit_key is None)
+
+
+def shadows_of(catalog: Iterable[CatalogEntry], lost: set[str]) -> list[CatalogEntry]:
+    """The shadows (`is_shadow`) of the trials in `lost` (whose rows went): the dirs to read
+    again. A shadow of an older catalog, whose trial is not recorded, counts as one of each."""
+    if not lost:
+        return []
+    return [
+        entry
+        for entry in catalog
+        if is_shadow(entry) and (entry.trial_key is None or entry.trial_key in lost)
+    ]
 
 
 class CatalogKeys(msgspec.Struct, array_like=True, gc=False):

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wmo_lake.catalog import CatalogEntry
+from wmo_lake.catalog import CatalogEntry, shadows_of
 from wmo_lake.collection import SinkRoots
 from wmo_lake.discover import Candidate, Job, TrialTask, WalkProblem, discover
 from wmo_lake.fingerprint import job_fingerprint, trial_fingerprint, walk_fingerprint
@@ -163,7 +163,7 @@ def ingest(
             update.prune(gone, dry_run=dry_run)
         if dry_run:
             update.summary.dry_run = True
-            update.summary.would_read = len(tasks)
+            update.summary.would_read = len(tasks) + len(update.shadows_to_read(candidates))
             update.summary.seconds = time.perf_counter() - started
             return update.summary
         try:
@@ -206,6 +206,7 @@ def ingest(
             update.add_reader_files(readers.files)
             for job, fingerprint in changed.values():
                 update.read_job(job, fingerprint)
+            update.restore_lost_trials(candidates)
             for job in update.jobs.values():  # (jobs of trials the walk found no job dir for)
                 if job.real not in checked:
                     update.add_job(job)
@@ -275,6 +276,7 @@ class LakeUpdate:
         self.summary = IngestSummary(str(store.root), base.generation, committed=False)
         self.jobs: dict[str, Job] = {}  # the job dirs of every trial seen, for the jobs table
         self.added: set[str] = set()  # trial keys stored by this ingest
+        self.lost: set[str] = set()  # trial keys whose rows this ingest removed
         self.restored: set[str] = set()  # duplicated keys re-stored through this process
         self.tasks: dict[str, TrialTask] = {}  # real path -> task, of the dirs read
         self.touched: set[str] = set()  # partitions whose catalog entries change
@@ -325,6 +327,8 @@ class LakeUpdate:
     def prune(self, entries: list[CatalogEntry], dry_run: bool = False) -> None:
         """Drop these catalog entries' units (their dirs are gone) in this generation."""
         for entry in sorted(entries, key=lambda e: e.source):
+            if entry.kind == TRIAL and entry.unit_key:
+                self.lost.add(entry.unit_key)  # a dir it was copied to may hold it still
             if entry.kind in (TRIAL, UNREADABLE):
                 self.summary.pruned_trials += 1
                 self.summary.pruned.append(entry.source)
@@ -360,7 +364,8 @@ class LakeUpdate:
             return False
         if entry.kind in (TRIAL, UNREADABLE):
             self.jobs[candidate.job.real] = candidate.job
-        self.summary.trials_unchanged += entry.kind == TRIAL
+        # (a dir whose trial another dir holds is no trial of the lake's)
+        self.summary.trials_unchanged += entry.kind == TRIAL and entry.unit_key is not None
         self.summary.unreadable_trials += entry.kind == UNREADABLE
         self.summary.problems += entry.n_problems
         return True
@@ -380,6 +385,9 @@ class LakeUpdate:
         if old is not None and old.unit_key:
             commit.remove_units([old.unit_key], old.partition)
             owner.pop(old.unit_key, None)
+            if old.kind == TRIAL:  # lost, unless the dir still holds it (see restore_lost_trials)
+                self.lost.add(old.unit_key)
+        trial_key = extracted.unit_key if extracted.kind == TRIAL else None
         if extracted.kind == TRIAL and extracted.unit_key in self.added:
             from wmo_lake.extract import duplicate
 
@@ -419,8 +427,54 @@ class LakeUpdate:
             fingerprint,
             extracted.n_problems,
             partition,
+            trial_key,
         )
         self.touched.add(partition)
+
+    def shadows_to_read(
+        self, candidates: dict[str, tuple[Candidate, str | None]]
+    ) -> list[CatalogEntry]:
+        """The dirs found by this ingest (and not read by it) whose trial another dir held
+        until this ingest removed that dir's rows (`restore_lost_trials` reads them)."""
+        lost = self.lost - self.added
+        if not lost:
+            return []
+        self.load()  # (the shadows may be in any partition)
+        return [
+            entry
+            for entry in shadows_of(self.catalog.values(), lost)
+            if entry.source in candidates and entry.source not in self.tasks
+        ]
+
+    def restore_lost_trials(self, candidates: dict[str, tuple[Candidate, str | None]]) -> None:
+        """The trials whose rows this ingest removed (their dir is pruned, or holds another
+        trial now) that a dir it once took them over from still holds: such a dir is unchanged,
+        so it would never be read again, and the lake would lose a trial that is on disk. Those
+        under this ingest's PATHs are read now, in the walk's order (so the lake is what a
+        fresh ingest gives); the others leave the catalog, so the next ingest of them reads
+        them as new."""
+        shadows = {entry.source: entry for entry in self.shadows_to_read(candidates)}
+        if shadows:
+            from wmo_lake.extract import read_task
+
+            for real, (candidate, _) in candidates.items():
+                entry = shadows.get(real)
+                if entry is None:
+                    continue
+                self.summary.problems -= entry.n_problems  # (`unchanged` counted them)
+                task = TrialTask.of(candidate)
+                extracted = read_task(task)
+                self.add_trial(task, extracted, extracted.fingerprint or trial_fingerprint(task))
+        lost = self.lost - self.added
+        for entry in shadows_of(list(self.catalog.values()), lost):
+            if entry.source in self.tasks:
+                continue
+            if entry.unit_key:  # a duplicate's problem, about a trial no dir holds now
+                self._commit().remove_units([entry.unit_key], entry.partition)
+            else:
+                self.catalog_only = True
+            del self.catalog[entry.source]
+            self.touched.add(entry.partition)
 
     def holds_trial(self, real: str) -> bool:
         """Whether the dir at `real` is a trial dir (readable or not), after this ingest."""
