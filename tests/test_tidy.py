@@ -309,3 +309,50 @@ def test_an_original_outside_the_pruned_path_is_read_by_its_next_ingest(tmp_path
     back = ingest([runs], lake, workers=1)
     assert (back.trials_new + back.trials_replaced, back.trials_unchanged) == (4, 0)
     _same_as_a_fresh_ingest(lake, tree)
+
+
+def test_forget_counts_the_trials_the_lake_holds_after_a_copy_took_them_over(
+    tmp_path: Path,
+) -> None:
+    """The copy has the same batches (they are anchored at the run dir): the lake holds each
+    trial once, and forget removes (and says) that much, not the originals' superseded dirs."""
+    tree = tmp_path / "tree"
+    runs = _tree(tree)
+    lake = tmp_path / "lake"
+    ingest([runs], lake, workers=1)
+    shutil.copytree(runs, tree / "copy")
+    ingest([tree / "copy"], lake, workers=1)
+    dry = _invoke("forget", "--batch", "exp/*", "--lake", lake, "--dry-run", "--json")
+    assert dry.exit_code == 0, dry.output
+    removal = json.loads(dry.stdout)
+    # exp/ holds a__1, b__1 and c__1 once each (read from the copy), and broken__1 of each tree
+    # (an unreadable trial has no id: each dir is one of its own); a jobs row per job dir of
+    # both trees (2 batches x 2 dirs)
+    assert (removal["trials"], removal["unreadable_trials"], removal["jobs"]) == (3, 2, 4)
+    trees = sorted(Path(d).parents[4].name + "/" + Path(d).name for d in removal["dirs"])
+    assert trees == ["copy/a__1", "copy/b__1", "copy/broken__1", "copy/c__1", "runs/broken__1"]
+    assert _invoke("forget", "--batch", "exp/*", "--lake", lake).exit_code == 0
+    # the runs tree ingested again brings the batches back, read from it
+    back = ingest([runs], lake, workers=1)
+    assert back.trials_new + back.trials_replaced == 3
+    names = _rows(lake, "SELECT trial_name FROM trials")
+    assert names == [("a__1",), ("b__1",), ("c__1",), ("d__1",)]
+
+
+def test_forgetting_the_batch_a_trial_moved_to_lets_its_original_come_back(
+    tmp_path: Path,
+) -> None:
+    """A copy of a trial in another step took it over; forgetting that step's batch leaves
+    the original (in a batch not forgotten) to be read by the next ingest."""
+    tree = tmp_path / "tree"
+    runs = _tree(tree)
+    lake = tmp_path / "lake"
+    ingest([runs], lake, workers=1)
+    shutil.copytree(runs / STEP1 / "a__1", runs / STEP2 / "a__copy")
+    ingest([runs], lake, workers=1)
+    assert _rows(lake, "SELECT batch FROM trials WHERE trial_name = 'a__1'") == [(STEP2,)]
+    _invoke("forget", "--batch", STEP2, "--lake", lake)
+    assert _rows(lake, "SELECT count(*) FROM trials WHERE trial_name = 'a__1'") == [(0,)]
+    shutil.rmtree(runs / STEP2 / "a__copy")
+    ingest([runs], lake, workers=1)
+    assert _rows(lake, "SELECT batch FROM trials WHERE trial_name = 'a__1'") == [(STEP1,)]

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from wmo_lake.catalog import CatalogEntry
+from wmo_lake.catalog import CatalogEntry, shadows_of
 from wmo_lake.store import (
     JOB,
     TRIAL,
@@ -42,6 +42,8 @@ class Removal:
     seconds: float = 0.0
 
     def add(self, entry: CatalogEntry) -> None:
+        if entry.kind == TRIAL and entry.unit_key is None:  # superseded: its trial is another
+            return  # dir's, so nothing of the lake's goes with it
         self.trials += entry.kind == TRIAL
         self.unreadable_trials += entry.kind == UNREADABLE
         self.jobs += entry.kind == JOB
@@ -113,6 +115,11 @@ def _remove(
     removal.batches.sort()
     if dry_run or not entries:
         return removal
+    # The dirs outside these batches that a removed trial was taken over from leave the catalog
+    # too: unchanged, they would never be read again, so ingesting them could not bring it back.
+    gone = {e.source for e in entries}
+    lost = {e.unit_key for e in entries if e.kind == TRIAL and e.unit_key}
+    entries += [e for e in shadows_of(catalog.values(), lost) if e.source not in gone]
     from wmo_lake.commit import Commit
 
     commit = Commit(store, base)
