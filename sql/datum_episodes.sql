@@ -5,17 +5,18 @@
 -- token (the rows `datums` gives it when it is kept), their tokens and their sampled tokens. Rules:
 --   reward, passed, infra_failed, task_id, attempt come from `cells`, stop_reason from
 --     `trial_stop_reasons` (the columns trial_records shows; read there to skip its span lists);
---   advantage = reward - mean(reward) over the batch's trials of the same task, every trial
+--   advantage = reward - mean(reward) over the batch's trials of the same task and agent (the
+--     group `cells` ranks attempts in: one agent per job in WMO), every trial
 --     counted (with or without spans), infra-failed stand-in rewards included (tinker-cookbook
 --     compute_advantages: centred on the group mean, no std scaling); the mean is Python's
 --     sum(rewards) / len(rewards) to the last bit, summed exactly as rollout_stats sums scores
 --     (rewards are in [0, 1]: whole units of 2^-40 as integers, the remainders below as
 --     doubles, rounded once), where avg() folds left and misses 0.1 + 0.2 + 0.3 = 0.6;
 --   drop_reason 'overflow' when stop_reason = 'context_overflow' or any span's prompt + sampled
---     length exceeds the context budget (wmo_context_budget, else the batch's recorded
---     jobs.context_limit: llm_kwargs.context_limit, else the pi bridge's context_window; else the
---     setting's default); else 'overlong' when any merged sequence with sampled tokens is longer
---     than max_datum_tokens (see the settings view); else NULL.
+--     length exceeds the context budget (`trial_caps`: wmo_context_budget, else the one the
+--     trial's agent recorded: llm_kwargs.context_limit, else the pi bridge's context_window;
+--     else the setting's default); else 'overlong' when any merged sequence with sampled
+--     tokens is longer than max_datum_tokens (see the settings view); else NULL.
 CREATE OR REPLACE VIEW datum_episodes AS
 WITH reward_parts AS (
     -- 1099511627776 = 2^40: scaling by a power of two is exact
@@ -32,7 +33,7 @@ group_sums AS (
         sum(reward_units) OVER task_group AS group_units,
         sum(reward_remainder) OVER task_group AS group_remainder
     FROM reward_parts
-    WINDOW task_group AS (PARTITION BY batch, task_id)
+    WINDOW task_group AS (PARTITION BY batch, agent_config, task_id)
 ),
 records AS (
     SELECT
@@ -56,12 +57,12 @@ records AS (
                 + c.group_remainder
             )
         ) / 1099511627776.0 / c.group_trials AS advantage,
-        coalesce(s.context_budget, j.context_limit, s.context_budget_default) AS context_budget,
+        k.context_budget,
         s.max_datum_tokens
     FROM group_sums AS c
     JOIN trial_stop_reasons AS r ON r.trial_key = c.trial_key
+    JOIN trial_caps AS k ON k.trial_key = c.trial_key
     CROSS JOIN settings AS s
-    LEFT JOIN jobs AS j ON j.job_key = c.job_key
 ),
 per_episode AS (
     SELECT

@@ -1,9 +1,9 @@
 -- trial_stop_reasons: one row per trial, why its episode ended (WMO's `tokens`), from the evidence in
--- `stop_reasons`, the caps in `trial_caps` and its job's collection path (`jobs`).
---   pi-bridge path (the job's agent kwargs carry token_sink_dir): the wmo-run.json trace's
+-- `stop_reasons`, the caps and the collection path in `trial_caps` (the trial's agent's).
+--   pi-bridge path (the agent's kwargs carry token_sink_dir): the wmo-run.json trace's
 --   stop_reason (agent/ first, then the trial root) when it is a string, else null; no trace is
 --   null too (`read_trial_stop_reason`): never reconstructed from the exception.
---   terminus-2 path (every other job; a wmo-run.json is ignored): the reconstruction
+--   terminus-2 path (every other trial; a wmo-run.json is ignored): the reconstruction
 --   (`read_terminus_stop_reason`), in this order: the
 --   recorded exception (AgentTimeoutError -> budget, ContextLengthExceededError ->
 --   provider_error, any other -> error); a missing or non-integer n_episodes -> null;
@@ -20,7 +20,7 @@ SELECT
     s.trial_key,
     s.batch,
     CASE
-        WHEN j.collection_path = 'pi-bridge' THEN s.trace_stop_reason
+        WHEN c.collection_path = 'pi-bridge' THEN s.trace_stop_reason
         WHEN s.exception_type = 'AgentTimeoutError' THEN 'budget'
         WHEN s.exception_type = 'ContextLengthExceededError' THEN 'provider_error'
         WHEN s.exception_type IS NOT NULL THEN 'error'
@@ -29,7 +29,7 @@ SELECT
         WHEN coalesce(s.declared_complete, false) THEN 'submitted'
         ELSE 'error'
     END AS stop_reason,
-    CASE WHEN j.collection_path = 'pi-bridge' THEN 'trace' ELSE 'reconstructed' END
+    CASE WHEN c.collection_path = 'pi-bridge' THEN 'trace' ELSE 'reconstructed' END
         AS stop_source,
     c.max_turns,
     CASE
@@ -44,5 +44,4 @@ SELECT
         WHEN s.exception_type IS NOT NULL THEN 'agent'
     END AS exception_side
 FROM stop_reasons AS s
-JOIN trial_caps AS c ON c.trial_key = s.trial_key
-LEFT JOIN jobs AS j ON j.job_key = c.job_key;
+JOIN trial_caps AS c ON c.trial_key = s.trial_key;

@@ -104,6 +104,18 @@ def write_job(
     return job_dir
 
 
+def _job_agent(job_dir: Path) -> Any:
+    """The job's `agents[0]` from its config.json, UNSET when it has none."""
+    try:
+        config = json.loads((job_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return UNSET
+    agents = config.get("agents") if isinstance(config, dict) else None
+    if isinstance(agents, list) and agents and isinstance(agents[0], dict):
+        return copy.deepcopy(agents[0])
+    return UNSET
+
+
 def write_trial(
     job_dir: Path,
     trial_name: str,
@@ -124,15 +136,26 @@ def write_trial(
     step_results: Any = UNSET,
     result_overrides: dict[str, Any] | None = None,
     never_ran: bool = False,
+    agent: Any = UNSET,
 ) -> Path:
     """One trial dir. Unset arguments keep the real sample's values (reward 1.0, 3 turns, a
     completed trajectory, a 2-test CTRF report, no trace). `turns` replaces rollout_details with
     one segment of (prompt, completion, logprobs) turns; `reward` sets rewards = {"reward": r};
     `ctrf=None` removes the report; `trace` writes a wmo-run.json (a dict, or raw text).
     `never_ran`: the environment never started (harbor's shape for EnvironmentStartTimeoutError:
-    no agent result, no verifier result, no agent/ or verifier/ files)."""
+    no agent result, no verifier result, no agent/ or verifier/ files).
+    `agent`: the AgentConfig the trial records in its config.json and result.json (`config.agent`);
+    by default its job's `agents[0]`, as harbor records it (the real sample's when the job dir
+    has no config.json yet); None records none."""
     trial_dir = job_dir / trial_name
     result = real_result()
+    trial_config = {**_real(REAL_TRIAL / "config.json"), "trial_name": trial_name}
+    if agent is UNSET:
+        agent = _job_agent(job_dir)
+    if agent is None:
+        del result["config"]["agent"], trial_config["agent"]
+    elif agent is not UNSET:
+        result["config"]["agent"] = trial_config["agent"] = agent
     result["trial_name"] = trial_name
     result["task_name"] = task_name
     # harbor's task id is the task dir; its last part (not task_name) is the scorer's task id
@@ -181,7 +204,7 @@ def write_trial(
     for key, value in (result_overrides or {}).items():
         result[key] = value
     dump(trial_dir / "result.json", result)
-    dump(trial_dir / "config.json", {**_real(REAL_TRIAL / "config.json"), "trial_name": trial_name})
+    dump(trial_dir / "config.json", trial_config)
 
     if never_ran:
         return trial_dir

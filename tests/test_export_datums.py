@@ -141,7 +141,7 @@ def test_exports_train_datums_with_a_full_manifest(
         "no_split_guard": False,
         "context_budget": None,
         "context_budget_default": (
-            "each batch's llm_kwargs.context_limit (or context_window), else 65536"
+            "each trial's llm_kwargs.context_limit (or context_window), else 65536"
         ),
         "max_datum_tokens": 65536,
         "reward_key": "reward",

@@ -65,3 +65,17 @@ def test_bench_trees_are_harbor_shaped(tmp_path: Path) -> None:
         for trial_dir in trials:
             _check_trial(trial_dir)
             _check_job(trial_dir.parent)
+
+
+def test_agent_identity_leaves_out_exactly_harbors_agent_defaults() -> None:
+    """`trials.agent_config` drops the AgentConfig fields whose value is null, false, [] or {}
+    (config.json leaves defaults out, result.json writes them): that is harbor's own
+    exclude-defaults dump only while every AgentConfig default is one of those."""
+    from wmo_lake.tables.trials import agent_identity
+
+    agent_config = pytest.importorskip("harbor.models.trial.config").AgentConfig
+    full = agent_config(name="terminus-2", kwargs={"max_turns": 5}).model_dump(mode="json")
+    compact = agent_config.model_validate(full).model_dump(mode="json", exclude_defaults=True)
+    assert compact == {"name": "terminus-2", "kwargs": {"max_turns": 5}}
+    assert agent_identity(full) == agent_identity(compact)
+    assert json.loads(agent_identity(full)) == compact

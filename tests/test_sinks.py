@@ -10,6 +10,7 @@ import json
 import shutil
 from pathlib import Path
 
+import duckdb
 import pytest
 from click.testing import CliRunner
 from harbor_shapes import write_job, write_sink, write_trial
@@ -69,6 +70,60 @@ def test_pi_bridge_spans_come_only_from_the_jobs_own_sink(tmp_path: Path) -> Non
     assert con.sql("SELECT collection_path, token_sink_dir, sink_dir FROM jobs").fetchall() == [
         ("pi-bridge", str(sinks), str(sinks))
     ]
+
+
+def _ingested(tmp_path: Path) -> duckdb.DuckDBPyConnection:
+    """`tmp_path/runs` ingested into `tmp_path/lake`, connected."""
+    ingest([tmp_path / "runs"], tmp_path / "lake")
+    return connect(tmp_path / "lake")
+
+
+def test_each_trial_is_read_by_the_collection_path_of_the_agent_it_ran(tmp_path: Path) -> None:
+    """A job of two agents, terminus-2 (agents[0]) and the pi bridge (agents[1], its own sink
+    dir, which does not exist for a third agent): each trial records its agent, and is read by
+    that agent's path: rollout_details and the reconstruction, or its sink and its trace."""
+    sinks = tmp_path / "runs" / "exp" / "tokens" / "step-0001"
+    job = write_job(tmp_path / "runs" / "exp" / "harbor" / "step-0001" / "job", max_turns=5)
+    bridge = json.loads((_pi_job(tmp_path / "other", 1, sinks) / "config.json").read_text())[
+        "agents"
+    ][0]
+    lost = {**bridge, "kwargs": {**bridge["kwargs"], "token_sink_dir": str(tmp_path / "gone")}}
+    config = json.loads((job / "config.json").read_text())
+    config["agents"] += [bridge, lost]
+    (job / "config.json").write_text(json.dumps(config, indent=4))
+    trace = {"stop_reason": "budget"}
+    write_trial(job, "t2__1", turns=[([9], [9], [-0.9])], n_episodes=5, trace=trace)
+    write_trial(job, "pi__1", turns=[([9], [9], [-0.9])], trace=trace, agent=bridge)
+    write_trial(job, "lost__1", turns=[([9], [9], [-0.9])], trace=trace, agent=lost)
+    write_sink(sinks, "pi__1", RECORDED)
+    write_sink(sinks, "t2__1", RECORDED)  # not its agent's sink dir: never read
+    con = _ingested(tmp_path)
+    assert con.sql(
+        "SELECT t.trial_name, t.collection_path, t.spans_status, t.n_spans, r.stop_reason"
+        " FROM trials AS t JOIN trial_stop_reasons AS r USING (trial_key) ORDER BY 1"
+    ).fetchall() == [
+        ("lost__1", "pi-bridge", "sink_dir_missing", 0, "budget"),
+        ("pi__1", "pi-bridge", "sink", 2, "budget"),
+        ("t2__1", "terminus-2", "ok", 1, "max_turns"),  # 5 episodes >= 5, the trace ignored
+    ]
+    assert con.sql("SELECT collection_path FROM jobs").fetchall() == [("terminus-2",)]
+    assert con.sql("SELECT kind, trial_name, path FROM problems").fetchall() == [
+        ("sink_dir_missing", "lost__1", str(tmp_path / "gone"))
+    ]
+
+
+def test_a_pi_bridge_job_without_its_config_reads_its_trials_sinks(tmp_path: Path) -> None:
+    """A pi-bridge job dir copied without its config.json: every trial still records its agent
+    and token_sink_dir, so spans come from its sink and the stop reason from its trace."""
+    sinks = tmp_path / "runs" / "exp" / "tokens" / "step-0001"
+    job = _pi_job(tmp_path / "runs", 1, sinks)
+    write_trial(job, "sink__1", turns=[([9], [9], [-0.9])], trace={"stop_reason": "budget"})
+    write_sink(sinks, "sink__1", RECORDED)
+    (job / "config.json").unlink()
+    assert _ingested(tmp_path).sql(
+        "SELECT t.spans_status, t.n_spans, t.collection_path, r.stop_reason"
+        " FROM trials AS t JOIN trial_stop_reasons AS r USING (trial_key)"
+    ).fetchall() == [("sink", 2, "pi-bridge", "budget")]
 
 
 def test_terminus_2_reads_rollout_details_and_never_a_sink(tmp_path: Path) -> None:

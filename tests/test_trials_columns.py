@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from edge_case_trees import generate_tree
+from harbor.models.trial.config import AgentConfig
 from harbor.models.trial.result import TrialResult
 from harbor_shapes import write_job, write_trial
 from pydantic import TypeAdapter
@@ -153,6 +154,53 @@ def expected_trial(path: Path) -> dict[str, Any]:
         "multi_step": bool(doc.get("step_results")),
         "n_rollout_segments": len(details) if isinstance(details, list) else 0,
         "result_bytes": len(data),
+        **expected_agent(path, doc),
+    }
+
+
+def _json_file(path: Path) -> Any:
+    try:
+        return json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+def harbor_turn_cap(kwargs: Any) -> Any:
+    """terminus-2's `final_max_episodes` (harbor agents/terminus_2/terminus_2.py __init__):
+    max_turns when not None, elif max_episodes is not None, elif episodes."""
+    kwargs = kwargs if isinstance(kwargs, dict) else {}
+    if kwargs.get("max_turns") is not None:
+        return kwargs["max_turns"]
+    if kwargs.get("max_episodes") is not None:
+        return kwargs["max_episodes"]
+    return kwargs.get("episodes")
+
+
+def expected_agent(path: Path, doc: dict[str, Any]) -> dict[str, Any]:
+    """The agent columns: the AgentConfig result.json's config records, else the trial's
+    config.json's; its identity as harbor's own model dumps it without defaults; the collection
+    path from it, else from the job's agents[0]."""
+    agent, source = _get(doc, "config", "agent"), "result.json"
+    if not isinstance(agent, dict):
+        agent, source = _get(_json_file(path.parent / "config.json"), "agent"), "config.json"
+    if not isinstance(agent, dict):
+        agent, source = None, None
+    job_agents = _get(_json_file(path.parent.parent / "config.json"), "agents")
+    job_agent = job_agents[0] if isinstance(job_agents, list) and job_agents else None
+    sink = _get(agent if agent is not None else job_agent, "kwargs", "token_sink_dir")
+    cap = harbor_turn_cap(_get(agent, "kwargs"))
+    limit = _int(agent, "kwargs", "llm_kwargs", "context_limit")
+    identity = None
+    if agent is not None:
+        dumped = AgentConfig.model_validate(agent).model_dump(mode="json", exclude_defaults=True)
+        identity = json.dumps(dumped, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    return {
+        "agent_source": source,
+        "agent_config": identity,
+        "max_turns": cap if isinstance(cap, int) and not isinstance(cap, bool) else None,
+        "max_tokens": _int(agent, "kwargs", "llm_kwargs", "max_tokens"),
+        "context_limit": limit if limit is not None else _int(agent, "kwargs", "context_window"),
+        "collection_path": "pi-bridge" if isinstance(sink, str) and sink else "terminus-2",
     }
 
 

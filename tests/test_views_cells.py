@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,8 @@ CTRF_CASES: list[tuple[str, tuple[int, int, int] | None]] = [
     ("resolved-sum-overflow", (1, 2, 0)),  # the items win
     ("unresolved-sum-overflow", (1, 2, None)),
 ]
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "harbor"
 
 
 def query(lake: Path, sql: str, settings: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -321,6 +324,27 @@ def test_attempt_is_the_code_point_rank_of_trial_name_per_batch_and_task(
     assert {row["task_id"] for row in rows} == {"rank", "other"}
 
 
+def test_a_job_of_several_agents_ranks_each_agents_attempts(tmp_path: Path) -> None:
+    """The bundled real harbor job of two agents (oracle and nop, n_attempts 1: harbor ran each
+    task once per agent). WMO's scorer runs one agent per job and ranks a task's trials: as two
+    such jobs, every trial is its agent's attempt 1 at its task, never the pooled 1 and 2."""
+    shutil.copytree(FIXTURES / "offline-demo", tmp_path / "runs" / "offline-demo")
+    ingest([tmp_path / "runs"], tmp_path / "lake")
+    rows = query(
+        tmp_path / "lake",
+        "SELECT trial_name, task_id, attempt, json_extract_string(agent_config, '$.name') AS agent"
+        " FROM cells ORDER BY trial_name",
+    )
+    assert [(r["trial_name"], r["task_id"], r["agent"], r["attempt"]) for r in rows] == [
+        ("hello-offline__QwEz8RQ", "hello-offline", "oracle", 1),
+        ("hello-offline__smNZG96", "hello-offline", "nop", 1),
+        ("multi-reward__QomZjoN", "multi-reward", "oracle", 1),
+        ("multi-reward__UzQpiVz", "multi-reward", "nop", 1),
+        ("no-reward__yajtC3i", "no-reward", "oracle", 1),
+        ("no-reward__z2F85cb", "no-reward", "nop", 1),
+    ]
+
+
 CELL_COLUMNS = (
     "task_id",
     "attempt",
@@ -398,7 +422,8 @@ def test_reward_rule_matches_the_oracle_for_any_json_value(values: list[Any]) ->
     try:
         con.execute(
             "CREATE TABLE trials AS SELECT 'k' || i AS trial_key, 'b' AS batch, NULL AS run, "
-            "NULL::BIGINT AS step, NULL AS job_key, 't' || i AS trial_name, 'task' AS task_name, "
+            "NULL::BIGINT AS step, NULL AS job_key, NULL AS agent_config, 't' || i AS trial_name, "
+            "'task' AS task_name, "
             "'task' AS task_id_name, "
             "'' AS artifact_dir, MAP {'reward': texts[i + 1]} AS rewards, "
             "NULL AS exception_type, 'absent' AS ctrf_status, NULL::BOOLEAN AS "

@@ -52,6 +52,34 @@ def stats_rows(lake: Path, settings: dict[str, Any] | None = None) -> list[dict[
 # --- hand-worked examples ------------------------------------------------------------------------
 
 
+def test_advantages_are_centred_among_each_agents_trials_of_a_task(tmp_path: Path) -> None:
+    """A job of two agents, two attempts each at one task: harbor runs every task x attempt under
+    each agent, and WMO's scorer (one agent per job) centres a task's rewards over its own
+    trials. Agent A (rewards 1, 0, mean 0.5): +0.5, -0.5; agent B (1, 1, mean 1): 0, 0; never
+    the pooled mean 0.75. Attempts are ranked within each agent's trials."""
+
+    def build(runs: Path) -> None:
+        job = write_job(runs / "r/harbor/step-0000/job", max_turns=5)
+        config = json.loads((job / "config.json").read_text())
+        second = json.loads(json.dumps(config["agents"][0]))
+        second["model_name"] = "openai/gpt-4o-mini"
+        config["agents"].append(second)
+        (job / "config.json").write_text(json.dumps(config, indent=4))
+        turns = ISSUE_TURNS[:1]
+        write_trial(job, "hello__a1", task_name="hello", reward=1.0, turns=turns)
+        write_trial(job, "hello__a2", task_name="hello", reward=0.0, turns=turns)
+        write_trial(job, "hello__b1", task_name="hello", reward=1.0, turns=turns, agent=second)
+        write_trial(job, "hello__b2", task_name="hello", reward=1.0, turns=turns, agent=second)
+
+    rows = datum_rows(make_lake(tmp_path, build))
+    assert [(r["trial_name"], r["attempt"], r["advantage"]) for r in rows] == [
+        ("hello__a1", 1, 0.5),
+        ("hello__a2", 2, -0.5),
+        ("hello__b1", 1, 0.0),
+        ("hello__b2", 2, 0.0),
+    ]
+
+
 def test_issue_example_merges_then_breaks(tmp_path: Path) -> None:
     def build(runs: Path) -> None:
         job = write_job(runs / "r/harbor/step-0002/job")

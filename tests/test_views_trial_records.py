@@ -5,6 +5,7 @@ the cell's columns), held against hand-worked stop-reason and span cases and aga
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from wmo_lake.ingest import ingest
 from wmo_lake.lake import DUCKDB_FILE, connect
 from wmo_lake.output import rows_as_dicts
 
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "harbor"
 MAX_TURNS = 5
 CHAINED = [
     ([1, 2, 3], [10, 11], [-0.1, -0.2]),
@@ -374,3 +376,101 @@ def test_every_trace_that_gives_no_stop_reason_says_why(cases_lake: Path) -> Non
         "pi-trace-bom": "invalid_json",
     }
     assert all(row["path"].endswith("agent/wmo-run.json") for row in rows)
+
+
+def _job_with_kwargs(job_dir: Path, kwargs: dict[str, Any]) -> Path:
+    """A job whose agents[0] kwargs are exactly `kwargs` (the trials written after it record the
+    same agent, as harbor writes it into each trial's config.json and result.json)."""
+    job = write_job(job_dir)
+    config = json.loads((job / "config.json").read_text())
+    config["agents"][0]["kwargs"] = kwargs
+    (job / "config.json").write_text(json.dumps(config, indent=4))
+    return job
+
+
+# terminus-2 kwargs -> the turn cap its __init__ runs under (harbor terminus_2.py: max_turns when
+# not None, elif max_episodes is not None, elif episodes), worked out by hand
+TURN_CAP_CASES: dict[str, tuple[dict[str, Any], int]] = {
+    "max_episodes": ({"max_episodes": 5}, 5),
+    "episodes": ({"episodes": 5}, 5),
+    "max_turns-first": ({"max_turns": 8, "max_episodes": 5, "episodes": 4}, 8),
+    "max_episodes-before-episodes": ({"max_episodes": 5, "episodes": 8}, 5),
+    "null-max_turns": ({"max_turns": None, "max_episodes": 5}, 5),
+}
+
+
+@pytest.mark.parametrize("case", list(TURN_CAP_CASES))
+def test_terminus_2_older_turn_cap_names_are_the_cap(tmp_path: Path, case: str) -> None:
+    """A trial that ran 5 episodes and declared completion on the last: seed 000 reads
+    `max_turns` when 5 >= the cap it ran under, `submitted` when the cap is 8."""
+    kwargs, cap = TURN_CAP_CASES[case]
+    job = _job_with_kwargs(tmp_path / "runs/exp/harbor/step-0000/job", kwargs)
+    write_trial(job, "hello__1", n_episodes=5, declared_complete=True)
+    ingest([tmp_path / "runs"], tmp_path / "lake")
+    (row,) = query(
+        tmp_path / "lake",
+        "SELECT j.max_turns AS job_cap, t.max_turns AS trial_cap, r.max_turns, r.stop_reason"
+        " FROM trial_stop_reasons AS r JOIN trials AS t USING (trial_key)"
+        " JOIN jobs AS j USING (job_key)",
+    )
+    want = "max_turns" if cap <= 5 else "submitted"
+    assert row == {"job_cap": cap, "trial_cap": cap, "max_turns": cap, "stop_reason": want}
+
+
+def test_each_agent_of_a_job_is_judged_by_its_own_caps(tmp_path: Path) -> None:
+    """harbor runs every task x attempt under each of a job's agents, and each trial records its
+    own agent: a trial of agents[1] (cap 3) that ran 3 episodes hit its cap although agents[0]'s
+    is 5; one of agents[0] that ran 3 and declared completion is `submitted`."""
+    job = write_job(tmp_path / "runs/exp/harbor/step-0000/job", max_turns=5, max_tokens=64)
+    config = json.loads((job / "config.json").read_text())
+    second = json.loads(json.dumps(config["agents"][0]))
+    second["model_name"] = "openai/gpt-4o-mini"
+    second["kwargs"]["max_turns"] = 3
+    second["kwargs"]["llm_kwargs"] = {"max_tokens": 2}
+    config["agents"].append(second)
+    (job / "config.json").write_text(json.dumps(config, indent=4))
+    sampled = [([1, 2], [3, 4], [-0.1, -0.2])]  # one turn of 2 sampled tokens
+    write_trial(job, "hello__first", n_episodes=3, declared_complete=True, turns=sampled)
+    write_trial(
+        job, "hello__second", n_episodes=3, declared_complete=True, turns=sampled, agent=second
+    )
+    ingest([tmp_path / "runs"], tmp_path / "lake")
+    rows = query(
+        tmp_path / "lake",
+        "SELECT t.trial_name, r.stop_reason, r.max_turns FROM trial_stop_reasons AS r"
+        " JOIN trials AS t USING (trial_key) ORDER BY 1",
+    )
+    assert [(r["trial_name"], r["stop_reason"], r["max_turns"]) for r in rows] == [
+        ("hello__first", "submitted", 5),
+        ("hello__second", "max_turns", 3),
+    ]
+    # a span that sampled >= its agent's max_tokens (2) is truncated; under agents[0]'s 64 not
+    (stats,) = query(tmp_path / "lake", "SELECT truncated_spans FROM rollout_stats")
+    assert stats["truncated_spans"] == 1
+
+
+def test_a_job_dir_without_its_config_keeps_each_trials_caps(tmp_path: Path) -> None:
+    """The real kit-e2e job (terminus-2, max_turns 5, recorded in every trial's result.json and
+    config.json) copied without its config.json: a trial that ran 5 episodes reads `max_turns`
+    (seed 000: 5 >= 5), the rest as they would with the config."""
+    job = tmp_path / "runs/exp/harbor/step-0000/job"
+    shutil.copytree(FIXTURES / "kit-e2e", job)
+    (job / "config.json").unlink()
+    result_path = job / "hello-file__36A2F8u" / "result.json"
+    result = json.loads(result_path.read_text())
+    result["agent_result"]["metadata"]["n_episodes"] = 5
+    result_path.write_text(json.dumps(result, indent=4))
+    ingest([tmp_path / "runs"], tmp_path / "lake")
+    rows = query(
+        tmp_path / "lake",
+        "SELECT t.trial_name, r.stop_reason, r.max_turns FROM trial_stop_reasons AS r"
+        " JOIN trials AS t USING (trial_key) ORDER BY 1",
+    )
+    assert {r["trial_name"]: (r["stop_reason"], r["max_turns"]) for r in rows} == {
+        "hello-file__36A2F8u": ("max_turns", 5),  # 5 episodes >= 5
+        "hello-file__JocikwR": ("submitted", 5),  # 4 < 5, declared
+        "hello-file__NGUPexS": ("submitted", 5),
+        "no-reward__KaKH5Qe": ("error", 5),  # RewardFileNotFoundError
+        "no-reward__LRR9k9g": ("error", 5),
+        "no-reward__tQufDTt": ("error", 5),
+    }

@@ -1,6 +1,7 @@
-"""The two collection paths of WMO's `distill.tokens`, chosen per job from its `config.json`.
+"""The two collection paths of WMO's `distill.tokens`, chosen per trial from the agent it ran
+(the trial's own recorded agent; its job's `agents[0]` when it records none).
 
-- **pi-bridge**: the job's agent kwargs carry `token_sink_dir` (upstream `agents.py`: the distill
+- **pi-bridge**: the agent's kwargs carry `token_sink_dir` (upstream `agents.py`: the distill
   agent writes `{token_sink_dir}/{trial_name}.jsonl`, one dir per training step). Spans come only
   from that trial's sink file, the stop reason only from its `wmo-run.json` trace.
 - **terminus-2** (every other job): spans only from `agent_result.rollout_details` (its first
@@ -28,9 +29,14 @@ SinkRoots = tuple[tuple[str, str], ...]  # (OLD prefix, NEW prefix), first match
 
 
 def collection_path(config: Any) -> tuple[str, str | None]:
-    """(the job's collection path, its recorded token_sink_dir) from its JobConfig document."""
+    """(the job's collection path, its recorded token_sink_dir) from its JobConfig document: its
+    first agent's (a trial of another agent has its own: `agent_collection_path`)."""
     agents = config.get("agents") if isinstance(config, dict) else None
-    agent = agents[0] if isinstance(agents, list) and agents else None
+    return agent_collection_path(agents[0] if isinstance(agents, list) and agents else None)
+
+
+def agent_collection_path(agent: Any) -> tuple[str, str | None]:
+    """(the collection path, the recorded token_sink_dir) of one harbor AgentConfig document."""
     kwargs = agent.get("kwargs") if isinstance(agent, dict) else None
     recorded = kwargs.get("token_sink_dir") if isinstance(kwargs, dict) else None
     if isinstance(recorded, str) and recorded:  # agents.py refuses anything else
@@ -54,6 +60,16 @@ class SinkDir:
     path: str  # absolute; where the sinks are (or, when missing, where they were looked for)
     exists: bool
     looked_in: str  # how it was found, for the problem message
+
+
+@dataclass(frozen=True)
+class Collection:
+    """How a trial's spans and stop reason are read: its agent's collection path, the
+    token_sink_dir that agent records, and where that dir is (resolved)."""
+
+    path: str = TERMINUS_2
+    token_sink_dir: str | None = None
+    sink: SinkDir | None = None
 
 
 def _remapped(recorded: str, roots: SinkRoots) -> str:

@@ -45,13 +45,14 @@ MAP_STRING_STRING = "map<string, string>"
 
 # Bump for a change of extraction the specs do not show (a fixed bug, a new reading of a field):
 # the extract version is this and the specs' digest.
-EXTRACT_LOGIC_VERSION = "8"  # 2: trajectories / steps / tool_calls; 3: collection paths;
+EXTRACT_LOGIC_VERSION = "9"  # 2: trajectories / steps / tool_calls; 3: collection paths;
 # 4: rewards as harbor's TrialResult reads them; a byte-order mark is not JSON; sink lines lax;
 # a CTRF summary count past 64 bits leaves the summary out; n_episodes past 64 bits clamped;
 # 5: a broken trial config.json, a trace that is no object and a time that is none are problems;
 # 6: a task_id object is the member of harbor's union it validates as (most fields given);
 # 7: token counts, cost and ATIF step ints read as harbor's pydantic models read them (5.0, "5");
-# 8: trial times read as harbor's TrialResult reads them (lowercase t/z, unix times; no basic form)
+# 8: trial times read as harbor's TrialResult reads them (lowercase t/z, unix times; no basic form);
+# 9: terminus-2's max_episodes / episodes are the turn cap; a trial's collection path its agent's
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,12 @@ JOBS = TableSpec(
             (JOB_CONFIG, "n_attempts"),
             "null when harbor's default was omitted",
         ),
-        Column("max_turns", INT64, (JOB_CONFIG, "agents[0].kwargs.max_turns"), "the turn cap"),
+        Column(
+            "max_turns",
+            INT64,
+            (JOB_CONFIG, "agents[0].kwargs.max_turns, else .max_episodes, else .episodes"),
+            "the turn cap (terminus-2 still honours its older names, in that order)",
+        ),
         Column(
             "max_tokens",
             INT64,
@@ -263,6 +269,50 @@ TRIALS = TableSpec(
         Column("agent_version", STRING, (RESULT, "agent_info.version"), "as recorded"),
         Column("model_name", STRING, (RESULT, "agent_info.model_info.name"), "as recorded"),
         Column("model_provider", STRING, (RESULT, "agent_info.model_info.provider"), "as recorded"),
+        Column(
+            "agent_source",
+            STRING,
+            None,
+            "where the trial's own agent was read: `result.json` (its `config.agent`, every "
+            "field written), else `config.json` (its `agent`, which harbor writes without its "
+            "defaults); null when neither records one (its job's `agents[0]` then stands in)",
+        ),
+        Column(
+            "agent_config",
+            STRING,
+            (RESULT, "config.agent"),
+            "the agent the trial ran (harbor's `AgentConfig`: name, import_path, model_name, "
+            "kwargs, ...), from `agent_source`, as JSON text with sorted keys and without the "
+            "fields at their defaults (null, false, [], {}), so either file gives the same text: "
+            "the agent `cells` ranks attempts among (a job of several agents runs every task "
+            "under each)",
+        ),
+        Column(
+            "max_turns",
+            INT64,
+            (RESULT, "config.agent.kwargs.max_turns, else .max_episodes, else .episodes"),
+            "the turn cap the trial's agent ran under (terminus-2 still honours its older names, "
+            "in that order), from `agent_source`",
+        ),
+        Column(
+            "max_tokens",
+            INT64,
+            (RESULT, "config.agent.kwargs.llm_kwargs.max_tokens"),
+            "the output cap per turn it ran under, from `agent_source`",
+        ),
+        Column(
+            "context_limit",
+            INT64,
+            (RESULT, "config.agent.kwargs.llm_kwargs.context_limit, else .context_window"),
+            "the context budget it ran under, from `agent_source` (as `jobs.context_limit`)",
+        ),
+        Column(
+            "collection_path",
+            STRING,
+            (RESULT, "config.agent.kwargs.token_sink_dir"),
+            "how its spans and stop reason were read: `pi-bridge` when its agent (else its job's "
+            "`agents[0]`) records a non-empty token_sink_dir, else `terminus-2` (see the rules)",
+        ),
         *[
             Column(name, INT64, (RESULT, f"agent_result.{name}"), "the agent's total")
             for name in ("n_input_tokens", "n_cache_tokens", "n_output_tokens")

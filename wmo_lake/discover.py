@@ -9,7 +9,9 @@ JobConfig `config.json` (or only a JobResult `result.json`) is a job dir even wi
 empty batch), and so is a directory that holds trial dirs: its own result.json is then its
 JobResult, read with the job, not a candidate trial. Discovery reads only the small
 `config.json`s; whether a `result.json` really is a trial is decided when it is parsed. Each
-job's collection path and sink dir come from its config (`wmo_lake/collection.py`).
+job's collection path and sink dir come from its config's first agent, and each trial's from the
+agent its own config.json records, when that is another (a job of several agents); a trial whose
+config.json records no agent is decided when its result.json is read (`wmo_lake/collection.py`).
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from wmo_lake.collection import (
-    PI_BRIDGE,
     TERMINUS_2,
+    Collection,
     SinkDir,
     SinkRoots,
+    agent_collection_path,
     collection_path,
     resolve_sink_dir,
 )
@@ -48,10 +51,25 @@ class Job:
     collection_path: str = TERMINUS_2
     token_sink_dir: str | None = None  # as recorded in config.json (pi-bridge jobs)
     sink: SinkDir | None = None  # where its sinks are, resolved
+    sink_roots: SinkRoots = ()  # the --sink-root remaps, for a trial whose agent records another
 
     @property
     def key(self) -> str:
         return f"job:{self.real}"
+
+    @property
+    def collection(self) -> Collection:
+        """How the trials of its first agent (and those that record no agent) are read."""
+        return Collection(self.collection_path, self.token_sink_dir, self.sink)
+
+    def collection_of(self, agent: Any) -> Collection:
+        """How a trial that records `agent` (harbor's AgentConfig) is read: the job's own
+        collection when that agent records the same token_sink_dir (or, like the job, none)."""
+        path, recorded = agent_collection_path(agent)
+        if recorded == self.token_sink_dir:
+            return self.collection
+        sink = None if recorded is None else resolve_sink_dir(recorded, self.path, self.sink_roots)
+        return Collection(path, recorded, sink)
 
 
 @dataclass(frozen=True)
@@ -66,6 +84,12 @@ class Candidate:
     # trial of the serial work before the readers start
     text: str = ""
     dir_problem: DirProblem | None = None  # why it is a trial dir though nothing said so
+    agent: dict[str, Any] | None = None  # the agent its config.json records (harbor's AgentConfig)
+    own: Collection | None = None  # that agent's collection when not the job's
+
+    @property
+    def collection(self) -> Collection:
+        return self.own or self.job.collection
 
 
 @dataclass(frozen=True)
@@ -81,6 +105,8 @@ class TrialTask:
     trial_shaped_config: bool
     owner: Job | None = None  # its job, with the collection path and sink dir
     dir_problem: DirProblem | None = None
+    agent: dict[str, Any] | None = None  # the agent its config.json records
+    own: Collection | None = None  # that agent's collection when not the job's
 
     @classmethod
     def of(cls, candidate: Candidate) -> TrialTask:
@@ -95,6 +121,8 @@ class TrialTask:
             candidate.trial_shaped_config,
             job,
             candidate.dir_problem,
+            candidate.agent,
+            candidate.own,
         )
 
     @property
@@ -105,17 +133,9 @@ class TrialTask:
         return Job(parent, os.path.realpath(parent), self.batch, self.run, self.step)
 
     @property
-    def collection_path(self) -> str:
-        return self.job.collection_path
-
-    @property
-    def sink_file(self) -> Path | None:
-        """`{sink dir}/{trial dir name}.jsonl` for a pi-bridge trial (agents.py names the sink
-        after the trial dir), else None."""
-        job = self.job
-        if job.collection_path != PI_BRIDGE or job.sink is None:
-            return None
-        return Path(job.sink.path) / f"{Path(self.path).name}.jsonl"
+    def collection(self) -> Collection:
+        """How it is read as discovery saw it: its config.json's agent's, else its job's."""
+        return self.own or self.job.collection
 
 
 @dataclass(frozen=True)
@@ -278,8 +298,21 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
             path, recorded = collection_path(config)
             sink = None if recorded is None else resolve_sink_dir(recorded, job_path, sink_roots)
             real = reals.get(job_dir) or os.path.realpath(job_path)
-            jobs[job_dir] = Job(job_path, real, batch, run, step, path, recorded, sink)
+            jobs[job_dir] = Job(job_path, real, batch, run, step, path, recorded, sink, sink_roots)
         return jobs[job_dir]
+
+    # (job dir, token_sink_dir) -> the collection of a trial whose agent records another sink
+    # dir than its job's first agent: the trials of one agent share it, resolved once
+    own_collections: dict[tuple[str, str | None], Collection] = {}
+
+    def own_collection(job: Job, agent: dict[str, Any]) -> Collection | None:
+        recorded = agent_collection_path(agent)[1]
+        if recorded == job.token_sink_dir:
+            return None
+        key = (str(job.path), recorded)
+        if key not in own_collections:
+            own_collections[key] = job.collection_of(agent)
+        return own_collections[key]
 
     if not root.is_dir():
         found.problems.append(
@@ -367,7 +400,12 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
             job = job_at(parent) if parent is not None else job_at(str(path.parent), path.parent)
             config_path = f"{directory}/config.json"
             problem = _config_problem(config, config_path) if "config.json" in names else None
-            found.candidates.append(Candidate(path, real, job, trial_dir, directory, problem))
+            agent = config.get("agent") if trial_config and isinstance(config, dict) else None
+            agent = agent if isinstance(agent, dict) else None
+            own = None if agent is None else own_collection(job, agent)
+            found.candidates.append(
+                Candidate(path, real, job, trial_dir, directory, problem, agent, own)
+            )
             if trial_dir:
                 continue  # a trial dir holds no trials
         inner = ancestors | {real}

@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from wmo_lake.collection import PI_BRIDGE
+from wmo_lake.collection import PI_BRIDGE, Collection, agent_collection_path
 from wmo_lake.discover import Job, TrialTask, WalkProblem
 from wmo_lake.jsonfile import ReadFailure, read_bytes
 from wmo_lake.pending import PendingRows
@@ -197,10 +197,15 @@ def extract_trial(task: TrialTask, agent_names: list[str] | None = None) -> Extr
     _add_dir_problem(task, problems)  # (when broken; nothing is read from it otherwise)
     fields = Fields(doc, result_path, problems)
     row = trials.row(fields)
+    agent_columns, agent = trials.agent_row(fields, task.agent, trial_dir / "config.json")
+    row.update(agent_columns)
+    collection = _collection(task, agent, problems)
+    row["collection_path"] = collection.path
 
-    pi_bridge = task.collection_path == PI_BRIDGE
+    pi_bridge = collection.path == PI_BRIDGE
+    sink_file = _sink_file(collection, trial_dir)
     if pi_bridge:  # spans only from the trial's own sink (WMO's `distill.tokens.load_trial_spans`)
-        found = _sink_spans(task, problems)
+        found = _sink_spans(collection, sink_file, problems)
     else:  # terminus-2: only from the result's rollout_details (`load_trial_rollout_spans`)
         found = spans.from_rollout_details(
             doc.get("agent_result"), doc.get("step_results"), result_path, problems
@@ -208,7 +213,7 @@ def extract_trial(task: TrialTask, agent_names: list[str] | None = None) -> Extr
     try:
         span_table = spans.rows(found, key, task.batch, trial_name)
     except (OverflowError, pa.ArrowInvalid) as error:
-        source = task.sink_file if pi_bridge and task.sink_file is not None else result_path
+        source = sink_file if pi_bridge and sink_file is not None else result_path
         problems.add(
             "out_of_range",
             source,
@@ -258,11 +263,37 @@ def extract_trial(task: TrialTask, agent_names: list[str] | None = None) -> Extr
     return Extracted(TRIAL, key, trial_name, {k: v for k, v in tables.items() if v.num_rows})
 
 
-def _sink_spans(task: TrialTask, problems: ProblemLog) -> spans.Spans:
-    """A pi-bridge trial's spans: `{sink dir}/{trial dir name}.jsonl`; none when its job's sink
-    dir is missing (the job's problem says so) or the trial wrote no sink (it never sampled)."""
-    sink = task.job.sink
-    sink_file = task.sink_file
+def _collection(task: TrialTask, agent: dict[str, Any] | None, problems: ProblemLog) -> Collection:
+    """How the trial is read: as the agent it records says, else as its job's first agent says
+    (discovery decided it from its config.json's agent, which names the same token_sink_dir
+    whenever it names an agent: only then is it taken as decided). A sink dir of its own that
+    does not exist is its own problem (its job's is the job's)."""
+    job = task.job
+    collection = task.collection
+    if agent is not None and agent_collection_path(agent) != (
+        collection.path,
+        collection.token_sink_dir,
+    ):
+        collection = job.collection_of(agent)
+    if collection.token_sink_dir != job.token_sink_dir:
+        jobs.check_sink_dir(collection, f"trial {task.path}", "it has", problems)
+    return collection
+
+
+def _sink_file(collection: Collection, trial_dir: Path) -> Path | None:
+    """`{sink dir}/{trial dir name}.jsonl` for a pi-bridge trial (agents.py names the sink after
+    the trial dir), else None."""
+    if collection.path != PI_BRIDGE or collection.sink is None:
+        return None
+    return Path(collection.sink.path) / f"{trial_dir.name}.jsonl"
+
+
+def _sink_spans(
+    collection: Collection, sink_file: Path | None, problems: ProblemLog
+) -> spans.Spans:
+    """A pi-bridge trial's spans: `{sink dir}/{trial dir name}.jsonl`; none when its sink dir is
+    missing (a problem says so) or the trial wrote no sink (it never sampled)."""
+    sink = collection.sink
     if sink is None or not sink.exists or sink_file is None:
         return spans.Spans(spans.SINK_DIR_MISSING, [])
     if not sink_file.is_file():

@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from wmo_lake.collection import Collection
 from wmo_lake.columns import extract_version
 from wmo_lake.discover import Candidate, Job, TrialTask, WalkProblem
 
@@ -40,10 +41,10 @@ def _digest(parts: Iterable[str]) -> str:
     return hashlib.sha1("\x00".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def _collection(job: Job) -> list[str]:
-    """How a job's trials are read: its collection path and where its sinks are."""
-    sink = job.sink
-    return [job.collection_path, str(job.token_sink_dir), str(sink and (sink.path, sink.exists))]
+def _collection(collection: Collection) -> list[str]:
+    """How a job's (or a trial's) trials are read: its collection path and where its sinks are."""
+    sink = collection.sink
+    return [collection.path, str(collection.token_sink_dir), str(sink and (sink.path, sink.exists))]
 
 
 def agent_listing(trial_dir: str) -> list[str]:
@@ -58,22 +59,23 @@ def trial_fingerprint(
     candidate: Candidate | TrialTask, agent_names: list[str] | None = None
 ) -> str:
     """What decides whether a trial dir must be re-read: its files' sizes and mtimes, the
-    trajectories beside them, its sink file, its job's collection path, and the labels it would
-    be stored under. A reader process takes it (of a TrialTask) just before it reads the dir,
-    with the `agent_listing` the read then uses (one listing, not two: ~15 us of a small
-    trial's ~400)."""
+    trajectories beside them, its sink file, its collection path (its agent's, else its job's),
+    and the labels it would be stored under. A reader process takes it (of a TrialTask) just
+    before it reads the dir, with the `agent_listing` the read then uses (one listing, not two:
+    ~15 us of a small trial's ~400)."""
     job = candidate.job
+    collection = candidate.collection
     directory = str(candidate.path)  # plain strings: pathlib's joins cost more than the stats
-    parts = [EXTRACT_VERSION, job.batch, str(job.run), str(job.step), *_collection(job)]
+    parts = [EXTRACT_VERSION, job.batch, str(job.run), str(job.step), *_collection(collection)]
     parts += [f"{name}={_stat_token(f'{directory}/{name}')}" for name in TRIAL_FILES]
     if agent_names is None:
         agent_names = agent_listing(directory)
     agent = f"{directory}/agent"
     agent_files = sorted(n for n in agent_names if n.startswith("trajectory"))
     parts += [f"agent/{name}={_stat_token(f'{agent}/{name}')}" for name in agent_files]
-    if job.sink is not None:
+    if collection.sink is not None:
         name = os.path.basename(directory)
-        parts.append(f"sink={_stat_token(os.path.join(job.sink.path, f'{name}.jsonl'))}")
+        parts.append(f"sink={_stat_token(os.path.join(collection.sink.path, f'{name}.jsonl'))}")
     return _digest(parts)
 
 
@@ -85,7 +87,7 @@ def job_fingerprint(job: Job) -> str:
             job.batch,
             str(job.run),
             str(job.step),
-            *_collection(job),
+            *_collection(job.collection),
             _stat_token(job.path / "config.json"),
             _stat_token(job.path / "result.json"),
         ]

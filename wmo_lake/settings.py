@@ -10,13 +10,14 @@ A setting is a DuckDB variable (`wmo_<name>`) the views read through the one-row
 - the check of a value set from Python (`check`), and the README's settings table
   (`markdown_table`, held to the README by tests/test_settings.py).
 
-A setting with `recorded` set is per batch: the batch's recorded value (a `jobs` column) wins
-over the default, and only an explicitly set value wins over the batch's. The `settings` view
-then shows the set value (NULL: each batch's own) as `<name>` and the fallback as
-`<name>_default`; a view takes `coalesce(s.<name>, j.<recorded>, s.<name>_default)`.
+A setting with `recorded` set is per trial: the value the trial's agent recorded (a `trials`
+column, else its job's `jobs` column when the trial records no agent) wins over the default, and
+only an explicitly set value wins over the trial's. The `settings` view then shows the set value
+(NULL: each trial's own) as `<name>` and the fallback as `<name>_default`; `trial_caps` takes
+`coalesce(s.<name>, <recorded>, s.<name>_default)`.
 
     from wmo_lake.settings import SETTINGS
-    SETTINGS["max_tokens"].default        # the fallback when a batch recorded none
+    SETTINGS["max_tokens"].default        # the fallback when a trial recorded none
     SETTINGS["max_tokens"].variable       # 'wmo_max_tokens'
 """
 
@@ -67,7 +68,7 @@ class Setting:
         fallback = "" if self.default is None else str(self.default)
         if self.recorded is None:
             return fallback
-        recorded = f"each batch's {self.recorded[1]}"
+        recorded = f"each trial's {self.recorded[1]}"
         return f"{recorded}, else {fallback}" if fallback else recorded
 
     def check(self, value: Any) -> Any:
@@ -112,7 +113,7 @@ SETTINGS: dict[str, Setting] = {
             None,
             "Turn cap for stop reasons (pass THIS run's cap when re-reading another run's "
             "records).",
-            recorded=("max_turns", "kwargs.max_turns"),
+            recorded=("max_turns", "kwargs.max_turns (or max_episodes, episodes)"),
         ),
         Setting(
             "max_tokens",
@@ -205,7 +206,7 @@ def markdown_table() -> str:
     for s in SETTINGS.values():
         default = "none" if s.default is None else f"`{s.default}`"
         if s.recorded is not None:
-            recorded = f"each batch's recorded `{s.recorded[1]}`"
+            recorded = f"each trial's recorded `{s.recorded[1]}`"
             default = recorded if s.default is None else f"{recorded}, else {default}"
         if s.choices:
             default += " (or " + ", ".join(f"`{c}`" for c in s.choices if c != s.default) + ")"

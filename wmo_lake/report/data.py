@@ -92,17 +92,17 @@ GROUP BY ALL
 ORDER BY max_turns NULLS FIRST, max_tokens
 """
 
-# The datum budgets per batch, by the rule datum_episodes applies to each trial (settings, else
-# the job's recorded context_limit): without a second pass over datum_episodes.
+# The datum budgets per batch, as datum_episodes applies them to each trial (`trial_caps`:
+# settings, else the context_limit the trial's agent recorded): without a pass over
+# datum_episodes.
 DATUM_CAPS = """
 SELECT
-    coalesce(s.context_budget, j.context_limit, s.context_budget_default) AS context_budget,
+    k.context_budget,
     s.max_datum_tokens,
-    count(DISTINCT t.batch) AS batches
-FROM trials AS t
+    count(DISTINCT k.batch) AS batches
+FROM trial_caps AS k
 CROSS JOIN settings AS s
-LEFT JOIN jobs AS j ON j.job_key = t.job_key
-WHERE list_contains($batches, t.batch)
+WHERE list_contains($batches, k.batch)
 GROUP BY ALL
 ORDER BY context_budget, max_datum_tokens
 """

@@ -539,7 +539,7 @@ Tasks ordered by trend (least-squares slope over steps), most improved at the to
 {unbatched}
 <h2>Settings the numbers were computed under</h2>
 {settings_table}
-<h3>The settings view (SELECT * FROM settings; NULL: each batch's recorded value applies)</h3>
+<h3>The settings view (SELECT * FROM settings; NULL: each trial's recorded value applies)</h3>
 {settings_view_table}
 <h3>Caps applied per trial (trial_caps)</h3>
 {caps_table}

@@ -6,8 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from wmo_lake.collection import Collection
 from wmo_lake.discover import Job, oversized_step_dir
 from wmo_lake.jsonfile import ReadFailure, read_json, to_json_text
+from wmo_lake.tables.agent_caps import caps
 from wmo_lake.tables.fields import Fields, ProblemLog
 
 
@@ -25,7 +27,8 @@ def _load(path: Path, problems: ProblemLog) -> tuple[str, Any]:
 
 
 def row(job: Job, problems: ProblemLog) -> dict[str, Any]:
-    """The `jobs` row of a job dir: its labels, then what its config.json and result.json say."""
+    """The `jobs` row of a job dir: its labels, then what its config.json and result.json say
+    (of its agents, the first: a trial records its own, `trials`)."""
     job_dir = job.path
     config_status, config_doc = _load(job_dir / "config.json", problems)
     result_status, result_doc = _load(job_dir / "result.json", problems)
@@ -38,7 +41,7 @@ def row(job: Job, problems: ProblemLog) -> dict[str, Any]:
         agent = None
     first = Fields(agent, config.path, problems)
     kwargs = first.obj("kwargs")
-    check_sink_dir(job, problems)
+    check_sink_dir(job.collection, f"job {job.path}", "its trials have", problems)
     check_step_dir(job, problems)
     return {
         "job_key": job.key,
@@ -52,9 +55,7 @@ def row(job: Job, problems: ProblemLog) -> dict[str, Any]:
         "agent_name": first.str("name"),
         "model_name": first.str("model_name"),
         "n_attempts": config.int("n_attempts"),
-        "max_turns": first.int("kwargs", "max_turns"),
-        "max_tokens": first.int("kwargs", "llm_kwargs", "max_tokens"),
-        "context_limit": _context_budget(first),
+        **caps(first),
         "model_path": first.str("kwargs", "llm_kwargs", "model_path"),
         "temperature": first.number("kwargs", "temperature"),
         "agent_kwargs": None if kwargs is None else to_json_text(kwargs),
@@ -69,15 +70,16 @@ def row(job: Job, problems: ProblemLog) -> dict[str, Any]:
     }
 
 
-def check_sink_dir(job: Job, problems: ProblemLog) -> None:
-    """A pi-bridge job whose sink dir does not exist: one problem, naming it and the option."""
-    sink = job.sink
+def check_sink_dir(collection: Collection, owner: str, lacking: str, problems: ProblemLog) -> None:
+    """A pi-bridge job (or a trial of another agent: `owner` names it, `lacking` says what has no
+    spans) whose sink dir does not exist: one problem, naming it and the option."""
+    sink = collection.sink
     if sink is not None and not sink.exists:
         problems.add(
             "sink_dir_missing",
             sink.path,
-            f"job {job.path} records token_sink_dir {job.token_sink_dir!r}, but no such dir "
-            f"exists (looked for {sink.looked_in}); its trials have no spans. If the tree was "
+            f"{owner} records token_sink_dir {collection.token_sink_dir!r}, but no such dir "
+            f"exists (looked for {sink.looked_in}); {lacking} no spans. If the tree was "
             "moved or copied, point at the sinks with --sink-root OLD=NEW (OLD: the recorded "
             "prefix, NEW: where it is now)",
         )
@@ -95,10 +97,3 @@ def check_step_dir(job: Job, problems: ProblemLog) -> None:
             "step number and ingest again",
         )
 
-
-def _context_budget(agent: Fields) -> int | None:
-    """The collector's context budget as the job recorded it: terminus-2's
-    `llm_kwargs.context_limit`, else the `context_window` the pi bridge (and terminus-2's scorer
-    too) is given; both are the run's `rollout.context_budget_tokens`."""
-    limit = agent.int("kwargs", "llm_kwargs", "context_limit")
-    return limit if limit is not None else agent.int("kwargs", "context_window")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path, PurePosixPath
@@ -9,6 +10,7 @@ from typing import Any
 
 from wmo_lake.columns import PHASES
 from wmo_lake.jsonfile import to_json_text
+from wmo_lake.tables.agent_caps import caps
 from wmo_lake.tables.fields import (
     INT64_MAX,
     INT64_MIN,
@@ -160,6 +162,44 @@ _RESOLVED_NAMES: dict[str, str] = {}
 
 def forget_resolved_names() -> None:
     _RESOLVED_NAMES.clear()
+
+
+def agent_row(
+    doc: Fields, config_agent: dict[str, Any] | None, config_path: Path
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The agent the trial ran (harbor's AgentConfig, which every trial records) and its caps,
+    as the `trials` columns, with that agent's document (None when the trial records none: its
+    job's first agent then stands in, in the views). From result.json's `config.agent` (the
+    validated TrialResult's, every field written), else its config.json's `agent`
+    (`config_agent`, read by discovery): harbor writes that one without its defaults, and with
+    no `agent` at all for its default agent, so it comes second."""
+    at: tuple[str, ...] = ("config", "agent")
+    source, agent, fields = "result.json", doc.obj(*at), doc
+    if agent is None and config_agent is not None:
+        source, agent, at = "config.json", config_agent, ("agent",)
+        fields = Fields({"agent": config_agent}, config_path, doc.problems)
+    if agent is None:
+        return {"agent_source": None, "agent_config": None} | dict.fromkeys(
+            ("max_turns", "max_tokens", "context_limit")
+        ), None
+    return {
+        "agent_source": source,
+        "agent_config": agent_identity(agent),
+        **caps(fields, *at),
+    }, agent
+
+
+def agent_identity(agent: dict[str, Any]) -> str:
+    """An AgentConfig as JSON text that is the same for the same agent whichever file it was read
+    from (cells ranks a task's attempts among one agent's trials by it): sorted keys, without the
+    fields at their defaults (every AgentConfig default is null, false, [] or {}), which
+    config.json leaves out and result.json writes."""
+    kept = {
+        key: value
+        for key, value in agent.items()
+        if not (value is None or value is False or value == [] or value == {})
+    }
+    return json.dumps(kept, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
 
 
 def row(doc: Fields) -> dict[str, Any]:

@@ -1,0 +1,37 @@
+"""The caps an agent ran under, read from harbor's `AgentConfig` as recorded: a job's first agent
+(`jobs`) and each trial's own agent (`trials`), one reading for both."""
+
+from __future__ import annotations
+
+from wmo_lake.tables.fields import Fields
+
+# terminus-2's turn cap and its older names, in the order its __init__ honours them (harbor
+# agents/terminus_2/terminus_2.py: max_turns when not None, else max_episodes, else episodes).
+TURN_CAP_KEYS = ("max_turns", "max_episodes", "episodes")
+
+
+def turn_cap(agent: Fields, *at: str) -> int | None:
+    """The turn cap of the agent at `at` in `agent`'s document: the first of TURN_CAP_KEYS its
+    kwargs record (not null). A later name never stands in for an earlier one of the wrong type:
+    harbor would not run under it either (that one is reported, the cap left null)."""
+    for key in TURN_CAP_KEYS:
+        if agent.get(*at, "kwargs", key) is not None:
+            return agent.int(*at, "kwargs", key)
+    return None
+
+
+def context_budget(agent: Fields, *at: str) -> int | None:
+    """The collector's context budget as the agent recorded it: terminus-2's
+    `llm_kwargs.context_limit`, else the `context_window` the pi bridge (and terminus-2's scorer
+    too) is given; both are the run's `rollout.context_budget_tokens`."""
+    limit = agent.int(*at, "kwargs", "llm_kwargs", "context_limit")
+    return limit if limit is not None else agent.int(*at, "kwargs", "context_window")
+
+
+def caps(agent: Fields, *at: str) -> dict[str, int | None]:
+    """`max_turns`, `max_tokens` (the output cap per turn) and `context_limit` of an agent."""
+    return {
+        "max_turns": turn_cap(agent, *at),
+        "max_tokens": agent.int(*at, "kwargs", "llm_kwargs", "max_tokens"),
+        "context_limit": context_budget(agent, *at),
+    }
