@@ -3,10 +3,9 @@
 --   task_id = harbor's task_id.get_name() (trials.task_id_name; task_name only when result.json
 --   records no task_id), as WMO's scorer groups trials (not task_name: "demo/hello-offline" is
 --   task "hello-offline" there); attempt = 1-based rank of trial_name (ascending) among the
---   batch's trials of that task run by the same agent (agent_config: the trial's recorded
---   AgentConfig, null when it records none). WMO's scorer runs one agent per job, so its task
---   groups are these; a harbor job of several agents runs every task x attempt under each, and
---   each agent's attempts are ranked (and, in datum_episodes, centred) among themselves.
+--   batch's trials of that task, whichever agent of the job ran them (upstream's scorer.py
+--   groups by task alone; harbor runs every task x attempt under each agent of a job);
+--   agent_config is beside it (the trial's recorded AgentConfig, null when it records none).
 --   reward: the value under the reward key (settings.reward_key, SET VARIABLE wmo_reward_key) in
 --   verifier_result.rewards when it is a number, finite, and in [0, 1], as upstream's scorer sees
 --   it: through harbor's TrialResult model, which makes a bool or a numeric string a number
@@ -117,7 +116,7 @@ SELECT
     coalesce(task_id_name, task_name) AS task_id,
     -- (BIGINT in both engines: Spark's row_number() is an int)
     CAST(row_number() OVER (
-        PARTITION BY batch, agent_config, coalesce(task_id_name, task_name) ORDER BY trial_name
+        PARTITION BY batch, coalesce(task_id_name, task_name) ORDER BY trial_name
     ) AS BIGINT) AS attempt,
     trial_name,
     coalesce(measured_reward, 0.0) AS reward,

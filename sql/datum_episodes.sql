@@ -5,8 +5,8 @@
 -- token (the rows `datums` gives it when it is kept), their tokens and their sampled tokens. Rules:
 --   reward, passed, infra_failed, task_id, attempt come from `cells`, stop_reason from
 --     `trial_stop_reasons` (the columns trial_records shows; read there to skip its span lists);
---   advantage = reward - mean(reward) over the batch's trials of the same task and agent (the
---     group `cells` ranks attempts in: one agent per job in WMO), every trial
+--   advantage = reward - mean(reward) over the batch's trials of the same task (the group
+--     `cells` ranks attempts in, as upstream's scorer groups them), every trial
 --     counted (with or without spans), infra-failed stand-in rewards included (tinker-cookbook
 --     compute_advantages: centred on the group mean, no std scaling); the mean is Python's
 --     sum(rewards) / len(rewards) to the last bit, summed exactly as rollout_stats sums scores
@@ -33,7 +33,7 @@ group_sums AS (
         sum(reward_units) OVER task_group AS group_units,
         sum(reward_remainder) OVER task_group AS group_remainder
     FROM reward_parts
-    WINDOW task_group AS (PARTITION BY batch, agent_config, task_id)
+    WINDOW task_group AS (PARTITION BY batch, task_id)
 ),
 records AS (
     SELECT

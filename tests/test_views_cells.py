@@ -324,10 +324,10 @@ def test_attempt_is_the_code_point_rank_of_trial_name_per_batch_and_task(
     assert {row["task_id"] for row in rows} == {"rank", "other"}
 
 
-def test_a_job_of_several_agents_ranks_each_agents_attempts(tmp_path: Path) -> None:
+def test_a_job_of_several_agents_ranks_a_tasks_trials_across_its_agents(tmp_path: Path) -> None:
     """The bundled real harbor job of two agents (oracle and nop, n_attempts 1: harbor ran each
-    task once per agent). WMO's scorer runs one agent per job and ranks a task's trials: as two
-    such jobs, every trial is its agent's attempt 1 at its task, never the pooled 1 and 2."""
+    task once per agent). Upstream's scorer ranks a task's trials by trial_name whatever agent
+    ran them (scorer.py groups by task_id alone): attempts 1 and 2 at each task."""
     shutil.copytree(FIXTURES / "offline-demo", tmp_path / "runs" / "offline-demo")
     ingest([tmp_path / "runs"], tmp_path / "lake")
     rows = query(
@@ -337,11 +337,11 @@ def test_a_job_of_several_agents_ranks_each_agents_attempts(tmp_path: Path) -> N
     )
     assert [(r["trial_name"], r["task_id"], r["agent"], r["attempt"]) for r in rows] == [
         ("hello-offline__QwEz8RQ", "hello-offline", "oracle", 1),
-        ("hello-offline__smNZG96", "hello-offline", "nop", 1),
+        ("hello-offline__smNZG96", "hello-offline", "nop", 2),
         ("multi-reward__QomZjoN", "multi-reward", "oracle", 1),
-        ("multi-reward__UzQpiVz", "multi-reward", "nop", 1),
+        ("multi-reward__UzQpiVz", "multi-reward", "nop", 2),
         ("no-reward__yajtC3i", "no-reward", "oracle", 1),
-        ("no-reward__z2F85cb", "no-reward", "nop", 1),
+        ("no-reward__z2F85cb", "no-reward", "nop", 2),
     ]
 
 

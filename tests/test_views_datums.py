@@ -52,11 +52,10 @@ def stats_rows(lake: Path, settings: dict[str, Any] | None = None) -> list[dict[
 # --- hand-worked examples ------------------------------------------------------------------------
 
 
-def test_advantages_are_centred_among_each_agents_trials_of_a_task(tmp_path: Path) -> None:
-    """A job of two agents, two attempts each at one task: harbor runs every task x attempt under
-    each agent, and WMO's scorer (one agent per job) centres a task's rewards over its own
-    trials. Agent A (rewards 1, 0, mean 0.5): +0.5, -0.5; agent B (1, 1, mean 1): 0, 0; never
-    the pooled mean 0.75. Attempts are ranked within each agent's trials."""
+def test_advantages_are_centred_over_a_tasks_trials_across_agents(tmp_path: Path) -> None:
+    """A job of two agents, two attempts each at one task (harbor runs every task x attempt under
+    each agent). Upstream's scorer groups the batch's trials by task alone: the mean of 1, 0, 1, 1
+    is 0.75, so 0.25, -0.75, 0.25, 0.25, and attempts 1..4 by trial_name."""
 
     def build(runs: Path) -> None:
         job = write_job(runs / "r/harbor/step-0000/job", max_turns=5)
@@ -73,10 +72,10 @@ def test_advantages_are_centred_among_each_agents_trials_of_a_task(tmp_path: Pat
 
     rows = datum_rows(make_lake(tmp_path, build))
     assert [(r["trial_name"], r["attempt"], r["advantage"]) for r in rows] == [
-        ("hello__a1", 1, 0.5),
-        ("hello__a2", 2, -0.5),
-        ("hello__b1", 1, 0.0),
-        ("hello__b2", 2, 0.0),
+        ("hello__a1", 1, 0.25),
+        ("hello__a2", 2, -0.75),
+        ("hello__b1", 3, 0.25),
+        ("hello__b2", 4, 0.25),
     ]
 
 

@@ -96,4 +96,3 @@ def check_step_dir(job: Job, problems: ProblemLog) -> None:
             "step null (partition step=__HIVE_DEFAULT_PARTITION__). Rename the dir to its real "
             "step number and ingest again",
         )
-
