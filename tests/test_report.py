@@ -251,6 +251,48 @@ def test_a_step_of_two_batches_is_one_step_of_the_heatmap_and_flips(tmp_path: Pa
     assert (newly.task_id, newly.at, newly.steps_failed, newly.pass_rate) == ("task-n", 1, 1, 0.5)
 
 
+def test_every_per_step_chart_pools_a_step_of_two_batches(tmp_path: Path) -> None:
+    """A step of two job dirs is one point of every chart, its batches pooled: they were two
+    points at one x (stop-reason shares stacked to 200%, tokens two halves of the step's)."""
+    write_split_step_run(tmp_path / "runs")
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    out = tmp_path / "r.html"
+    assert report(tmp_path / "lake", out).exit_code == 0
+    figures = figures_of(out.read_text())
+    step_0 = "exp-s/harbor/step-0000/job + exp-s/harbor/step-0000/job-b"
+    for figure_id, figure in figures.items():
+        for trace in figure["data"]:
+            assert trace["x"] == [0, 1], figure_id
+            if trace["type"] != "heatmap":
+                assert trace["customdata"] == [step_0, "exp-s/harbor/step-0001/job"], figure_id
+    # SPLIT_STEP: step 0 holds 6 trials, 2 passing; step 1 holds 3, 1 passing; none infra-failed
+    [solve] = figures["metric-solve_rate"]["data"]
+    assert solve["y"] == [2 / 6, 1 / 3]
+    [raw] = figures["metric-raw_solve_rate"]["data"]
+    assert raw["y"] == [2 / 6, 1 / 3]
+    shares = [trace["y"] for trace in figures["stop-exp-s"]["data"]]
+    assert [sum(column) for column in zip(*shares, strict=True)] == pytest.approx([1.0, 1.0])
+    per_step = {
+        r["step"]: r
+        for r in lake_rows(
+            tmp_path / "lake",
+            "SELECT step, sum(prompt_len) AS prompt, sum(n_sampled) AS sampled FROM spans "
+            "GROUP BY step",
+        )
+    }
+    [prompt] = figures["tokens-prompt_tokens"]["data"]
+    assert prompt["y"] == [per_step[0]["prompt"], per_step[1]["prompt"]]
+    [sampled] = figures["tokens-sampled_tokens"]["data"]
+    assert sampled["y"] == [per_step[0]["sampled"], per_step[1]["sampled"]]
+    datums = {t["name"]: t["y"] for t in figures["datums-exp-s"]["data"]}
+    [(datums_0,)] = (
+        connect(tmp_path / "lake")
+        .sql("SELECT sum(datums) FROM datum_stats WHERE step = 0")
+        .fetchall()
+    )
+    assert datums["datums"][0] == datums_0
+
+
 def test_problems_per_step_by_kind(page: str, two_runs_lake: Path) -> None:
     expected = {
         (r["batch"], r["kind"]): r["n"]

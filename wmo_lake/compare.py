@@ -26,7 +26,7 @@ import duckdb
 
 from wmo_lake.lake import connect
 from wmo_lake.output import rows_as_dicts
-from wmo_lake.report.data import METRICS, measured
+from wmo_lake.report.data import METRICS, batch_counts, measured, pooled_counts
 
 RUNS = "SELECT DISTINCT run FROM trials WHERE run IS NOT NULL"
 
@@ -36,34 +36,6 @@ FROM rollout_stats
 WHERE ($run IS NOT NULL AND run = $run) OR ($run IS NULL AND batch GLOB $batch_glob)
 ORDER BY run NULLS LAST, step NULLS LAST, batch
 """
-
-# Per batch, the counts the rollout_stats rules take (see sql/rollout_stats.sql for each rule);
-# `_pooled` adds them up over any set of batches (a side, or a side's batches at one step).
-BATCH_COUNTS = """
-SELECT
-    batch,
-    count(*) AS trials,
-    count(*) FILTER (WHERE n_spans > 0) AS trials_with_spans,
-    count(*) FILTER (WHERE NOT infra_failed) AS executed_trials,
-    count(*) FILTER (WHERE NOT infra_failed AND passed) AS executed_passed,
-    count(*) FILTER (WHERE passed) AS passed_trials,
-    list(graded_score ORDER BY task_id, attempt)
-        FILTER (WHERE NOT infra_failed AND graded_score IS NOT NULL) AS graded_scores,
-    count(*) FILTER (WHERE coalesce(stop_reason, '') <> '') AS with_stop_reason,
-    count(*) FILTER (WHERE stop_reason = 'submitted') AS submitted
-FROM trial_records
-WHERE list_contains($batches, batch)
-GROUP BY batch
-"""
-COUNTS = (
-    "trials",
-    "trials_with_spans",
-    "executed_trials",
-    "executed_passed",
-    "passed_trials",
-    "with_stop_reason",
-    "submitted",
-)
 
 TASKS = """
 SELECT
@@ -98,30 +70,6 @@ class Side:
         }
 
 
-def _pooled(counts: dict[str, dict[str, Any]], batches: list[dict[str, Any]]) -> dict[str, Any]:
-    """The rollout_stats rules over these batches' trials pooled (`counts`: their BATCH_COUNTS
-    rows by batch, a batch without trials has none)."""
-    rows = [counts[b["batch"]] for b in sorted(batches, key=lambda b: b["batch"])]
-    row: dict[str, Any] = {key: sum(r[key] for r in rows) for key in COUNTS}
-    # WMO's sum(scores) / len(scores): Python's sum() of floats is compensated, as the exact
-    # sum rollout_stats takes is (a left fold misses 0.1 + 0.2 + 0.3 in the last digit)
-    scores = [score for r in rows for score in r["graded_scores"] or []]
-    total, graded = sum(scores), len(scores)
-    executed, trials, reasons = row["executed_trials"], row["trials"], row["with_stop_reason"]
-    row.update(
-        solve_rate=row["executed_passed"] / executed if executed else 0.0,
-        graded_trials=graded,
-        graded_solve_rate=total / graded if graded else 0.0,
-        raw_solve_rate=row["passed_trials"] / trials if trials else 0.0,
-        scaffold_loss_rate=(reasons - row["submitted"]) / reasons if reasons else 0.0,
-        infra_failed_trials=trials - executed,
-        empty_span_trials=trials - row["trials_with_spans"],
-        truncated_spans=sum(b["truncated_spans"] for b in batches),
-        unreadable_trials=sum(b["unreadable_trials"] for b in batches),
-    )
-    return row
-
-
 def resolve(con: duckdb.DuckDBPyConnection, text: str) -> Side:
     """A run when `text` names one, else a batch glob; CompareError when it selects nothing."""
     runs = sorted(r for (r,) in con.sql(RUNS).fetchall())
@@ -138,15 +86,13 @@ def resolve(con: duckdb.DuckDBPyConnection, text: str) -> Side:
             f"(runs: {', '.join(runs) or 'none'}; globs like 'exp1/harbor/step-0007/*')"
         )
     params = {"batches": [b["batch"] for b in batches]}
-    empty = dict.fromkeys(COUNTS, 0) | {"graded_scores": None}
-    counts = {b["batch"]: empty for b in batches}
-    counts.update((r["batch"], r) for r in rows_as_dicts(con.sql(BATCH_COUNTS, params=params)))
+    counts = batch_counts(con, params["batches"])
     tasks = {
         t["task_id"]: {"executed": t["executed"], "passed": t["passed"]}
         for t in rows_as_dicts(con.sql(TASKS, params=params))
     }
     kind = "run" if is_run else "batches"
-    return Side(text, kind, batches, counts, _pooled(counts, batches), tasks)
+    return Side(text, kind, batches, counts, pooled_counts(counts, batches), tasks)
 
 
 def _rate(task: dict[str, int]) -> float:
@@ -187,7 +133,7 @@ def _steps(a: Side, b: Side) -> list[dict[str, Any]]:
         row.update((name, [batch["batch"] for batch in by_step[step][name]]) for name in "ab")
         for name, side in (("a", a), ("b", b)):
             batches = by_step[step][name]
-            pooled = _pooled(side.counts, batches) if batches else None
+            pooled = pooled_counts(side.counts, batches) if batches else None
             row[f"solve_rate_{name}"] = measured(pooled, "solve_rate") if pooled else None
         row["solve_rate_delta"] = _delta(row["solve_rate_a"], row["solve_rate_b"])
         steps.append(row)

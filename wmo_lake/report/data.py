@@ -108,6 +108,70 @@ ORDER BY context_budget, max_datum_tokens
 """
 
 
+# Per batch, the counts the rollout_stats rules take (see sql/rollout_stats.sql for each rule);
+# `pooled_counts` adds them up over any set of batches (a compare side, a step's batches).
+BATCH_COUNTS = """
+SELECT
+    batch,
+    count(*) AS trials,
+    count(*) FILTER (WHERE n_spans > 0) AS trials_with_spans,
+    count(*) FILTER (WHERE NOT infra_failed) AS executed_trials,
+    count(*) FILTER (WHERE NOT infra_failed AND passed) AS executed_passed,
+    count(*) FILTER (WHERE passed) AS passed_trials,
+    list(graded_score ORDER BY task_id, attempt)
+        FILTER (WHERE NOT infra_failed AND graded_score IS NOT NULL) AS graded_scores,
+    count(*) FILTER (WHERE coalesce(stop_reason, '') <> '') AS with_stop_reason,
+    count(*) FILTER (WHERE stop_reason = 'submitted') AS submitted
+FROM trial_records
+WHERE list_contains($batches, batch)
+GROUP BY batch
+"""
+COUNTS = (
+    "trials",
+    "trials_with_spans",
+    "executed_trials",
+    "executed_passed",
+    "passed_trials",
+    "with_stop_reason",
+    "submitted",
+)
+
+
+def batch_counts(con: duckdb.DuckDBPyConnection, batches: list[str]) -> dict[str, dict[str, Any]]:
+    """Each batch's BATCH_COUNTS row (all zero for a batch without trials)."""
+    empty = dict.fromkeys(COUNTS, 0) | {"graded_scores": None}
+    counts = {batch: empty for batch in batches}
+    rows = rows_as_dicts(con.sql(BATCH_COUNTS, params={"batches": batches}))
+    counts.update((row["batch"], row) for row in rows)
+    return counts
+
+
+def pooled_counts(
+    counts: dict[str, dict[str, Any]], batches: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The rollout_stats rules over these batches' trials pooled (`counts`: their BATCH_COUNTS
+    rows by batch; `batches`: their rollout_stats rows, for the additive columns)."""
+    rows = [counts[b["batch"]] for b in sorted(batches, key=lambda b: b["batch"])]
+    row: dict[str, Any] = {key: sum(r[key] for r in rows) for key in COUNTS}
+    # WMO's sum(scores) / len(scores): Python's sum() of floats is compensated, as the exact
+    # sum rollout_stats takes is (a left fold misses 0.1 + 0.2 + 0.3 in the last digit)
+    scores = [score for r in rows for score in r["graded_scores"] or []]
+    total, graded = sum(scores), len(scores)
+    executed, trials, reasons = row["executed_trials"], row["trials"], row["with_stop_reason"]
+    row.update(
+        solve_rate=row["executed_passed"] / executed if executed else 0.0,
+        graded_trials=graded,
+        graded_solve_rate=total / graded if graded else 0.0,
+        raw_solve_rate=row["passed_trials"] / trials if trials else 0.0,
+        scaffold_loss_rate=(reasons - row["submitted"]) / reasons if reasons else 0.0,
+        infra_failed_trials=trials - executed,
+        empty_span_trials=trials - row["trials_with_spans"],
+        truncated_spans=sum(b["truncated_spans"] for b in batches),
+        unreadable_trials=sum(b["unreadable_trials"] for b in batches),
+    )
+    return row
+
+
 @dataclass(frozen=True)
 class Metric:
     """A per-batch line: its value is `column` (or numerator / denominator) when the
@@ -176,6 +240,7 @@ class ReportData:
     x_mode: str  # "step": every batch has a step; "batch": batches as categories
     batches: list[dict[str, Any]]  # rollout_stats rows + with_stop_reason, tokens, datum_*
     series: dict[str, list[dict[str, Any]]]  # run label -> its batches, in order
+    points: dict[str, list[dict[str, Any]]]  # run label -> one row per x (see `point_of`)
     trends: dict[str, list[TaskTrend]]  # run label -> tasks ordered by trend
     regressions: list[Flip]
     newly_solved: list[Flip]
@@ -210,6 +275,51 @@ def columns_of(rows: list[dict[str, Any]], x_mode: str) -> list[list[dict[str, A
         else:
             columns.append([row])
     return columns
+
+
+# The figures the charts read beside the rollout_stats rates that add up over batches.
+SUMMED = ("turns", "prompt_tokens", "sampled_tokens")
+DATUM_KEYS = (
+    "episodes",
+    "datums",
+    "fragments",
+    "overflow_drops",
+    "overlong_drops",
+    "loss_tokens",
+    "context_tokens",
+)
+
+
+def _summed_maps(maps: list[dict[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = defaultdict(int)
+    for counts in maps:
+        for key, n in counts.items():
+            total[key] += n
+    return dict(sorted(total.items()))
+
+
+def point_of(column: list[dict[str, Any]], counts: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """One x of a series, what every per-step chart plots: a batch's row as it is, or a step's
+    batches pooled as `compare` pools a step (rates from the summed counts, `pooled_counts`;
+    counts, stop reasons, tokens, datum figures and problems summed). `batch` is then the
+    batches joined by ' + ' (the point's hover label) and `batches` lists them."""
+    batches = [row["batch"] for row in column]
+    if len(column) == 1:
+        return {**column[0], "batches": batches}
+    point: dict[str, Any] = {
+        "batch": " + ".join(batches),
+        "batches": batches,
+        "run": column[0]["run"],
+        "step": column[0]["step"],
+    }
+    point.update((key, sum(row[key] for row in column)) for key in SUMMED)
+    point.update(pooled_counts(counts, column))
+    point["stop_reason_counts"] = _summed_maps([row["stop_reason_counts"] for row in column])
+    point["problems"] = _summed_maps([row["problems"] for row in column])
+    for key in DATUM_KEYS:
+        values = [row[f"datum_{key}"] for row in column if row[f"datum_{key}"] is not None]
+        point[f"datum_{key}"] = sum(values) if values else None
+    return point
 
 
 def _by_batch(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -364,15 +474,7 @@ def _collect(
         row["prompt_tokens"] = token_row.get("prompt_tokens", 0)
         row["sampled_tokens"] = token_row.get("sampled_tokens", 0)
         datum = datum_rows.get(batch)
-        for key in (
-            "episodes",
-            "datums",
-            "fragments",
-            "overflow_drops",
-            "overlong_drops",
-            "loss_tokens",
-            "context_tokens",
-        ):
+        for key in DATUM_KEYS:
             row[f"datum_{key}"] = None if datum is None else datum[key]
         row["problems"] = problems.get(batch, {})
     datums_computable = any(row["trials_with_spans"] for row in stats) and bool(datum_rows)
@@ -380,6 +482,11 @@ def _collect(
         datum_note = "no selected batch recorded token spans, so no datums can be built"
     x_mode = x_mode_of(stats)
     series = series_of(stats)
+    columns = {label: columns_of(rows, x_mode) for label, rows in series.items()}
+    # only a step of several batches is pooled (one batch's point is its row as it is)
+    shared = [row["batch"] for cs in columns.values() for c in cs if len(c) > 1 for row in c]
+    counts = batch_counts(con, shared) if shared else {}
+    points = {label: [point_of(c, counts) for c in cs] for label, cs in columns.items()}
     task_cells = rows_as_dicts(con.sql(TASK_CELLS, params=params))
     trends, regressions, newly_solved = task_trends(series, task_cells, x_mode)
     unbatched = (
@@ -392,6 +499,7 @@ def _collect(
         x_mode=x_mode,
         batches=stats,
         series=series,
+        points=points,
         trends=trends,
         regressions=regressions,
         newly_solved=newly_solved,

@@ -7,7 +7,8 @@ Python package is used only for the plotly.js bundle it ships (`plotly.offline.g
 figures are built as dicts, which is fast and keeps the page's data exactly the lake's rows.
 
 Every trace carries `meta` = {"metric", "series"} and `customdata` = the batch of each point, so a
-point can be traced back to its `rollout_stats` row.
+point can be traced back to its `rollout_stats` row (a step of several batches is one point, its
+batches pooled and joined by ' + ': `wmo_lake.report.data.point_of`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from wmo_lake.report.data import (
     METRICS,
     Flip,
     ReportData,
-    columns_of,
     measured,
     x_value,
 )
@@ -117,7 +117,7 @@ def metric_figures(data: ReportData) -> list[dict[str, Any]]:
     for metric in METRICS:
         traces = [
             _line_trace(data, label, i, metric.key, rows, [measured(r, metric.key) for r in rows])
-            for i, (label, rows) in enumerate(data.series.items())
+            for i, (label, rows) in enumerate(data.points.items())
         ]
         yaxis: dict[str, Any] = {"title": {"text": metric.label}, "rangemode": "tozero"}
         if metric.percent:
@@ -152,7 +152,7 @@ def token_figures(data: ReportData) -> list[dict[str, Any]]:
             _line_trace(
                 data, label, i, key, rows, [value(r) if r["trials"] else None for r in rows]
             )
-            for i, (label, rows) in enumerate(data.series.items())
+            for i, (label, rows) in enumerate(data.points.items())
         ]
         figures.append(
             {
@@ -204,7 +204,7 @@ def _stacked(
 def stop_reason_figures(data: ReportData) -> list[dict[str, Any]]:
     """Per run: the share of each stop reason per step, stacked (null counts as 'unknown')."""
     figures = []
-    for label, rows in data.series.items():
+    for label, rows in data.points.items():
         reasons = sorted({k for r in rows for k in r["stop_reason_counts"]})
         parts = [
             (
@@ -238,7 +238,7 @@ def datum_figures(data: ReportData) -> list[dict[str, Any]]:
     if not data.datums_computable:
         return []
     figures = []
-    for label, rows in data.series.items():
+    for label, rows in data.points.items():
 
         def kept(r: dict[str, Any]) -> int | None:
             if r["datum_episodes"] is None:
@@ -279,7 +279,7 @@ def datum_figures(data: ReportData) -> list[dict[str, Any]]:
 def problem_figures(data: ReportData) -> list[dict[str, Any]]:
     """Per run with problems: problems per step by kind (stacked)."""
     figures = []
-    for label, rows in data.series.items():
+    for label, rows in data.points.items():
         kinds = sorted({k for r in rows for k in r["problems"]})
         if not kinds:
             continue
@@ -306,11 +306,11 @@ def heatmap_figures(data: ReportData) -> list[dict[str, Any]]:
     """Per run: task x step pass rate (passed / executed; blank = not executed), tasks ordered
     by trend (least-squares slope over steps), the most improved at the top."""
     figures = []
-    for label, rows in data.series.items():
+    for label, rows in data.points.items():
         trends = data.trends.get(label, [])
         if not trends:
             continue
-        x = [x_value(column[0], data.x_mode) for column in columns_of(rows, data.x_mode)]
+        x = [x_value(point, data.x_mode) for point in rows]
         z = [t.pass_rates for t in trends]
         height = max(260, min(40 + 18 * len(trends), 4000) + 90)
         figures.append(
