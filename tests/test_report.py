@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from harbor_shapes import write_job, write_sink, write_trial
 from run_shapes import write_split_step_run
 
 from wmo_lake.cli import cli
@@ -195,9 +196,30 @@ def test_stop_reasons_tokens_and_datums_are_the_views_numbers(
             assert datums == (row["datums"] if row else None)
             if row:
                 assert by_name["dropped: overflow"][batch] == row["overflow_drops"]
-                assert by_name["episodes kept"][batch] == (
-                    row["episodes"] - row["overflow_drops"] - row["overlong_drops"]
-                )
+                assert by_name["episodes kept"][batch] == row["kept_episodes"]
+
+
+def test_episodes_kept_are_the_episodes_not_dropped(tmp_path: Path) -> None:
+    """A context_overflow trial without spans is an overflow drop but no episode: kept episodes
+    are not episodes - drops (that read 1 here), but the 2 episodes the datums came from."""
+    sinks = tmp_path / "tokens"  # a pi-bridge job: its sinks give the spans, traces the reason
+    job = write_job(
+        tmp_path / "runs" / "exp" / "harbor" / "step-0000" / "job", token_sink_dir=str(sinks)
+    )
+    for name in ("kept-1", "kept-2"):
+        write_sink(sinks, name, [([1, 2, 3], [4, 5], [-0.1, -0.2])])
+        write_trial(job, name, task_name="demo/a", trace={"stop_reason": "submitted"})
+    write_trial(job, "overflowed", task_name="demo/a", trace={"stop_reason": "context_overflow"})
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    out = tmp_path / "r.html"
+    assert report(tmp_path / "lake", out).exit_code == 0
+    plotted = {t["name"]: t["y"] for t in figures_of(out.read_text())["datums-exp"]["data"]}
+    assert plotted == {
+        "episodes kept": [2],
+        "dropped: overflow": [1],
+        "dropped: overlong": [0],
+        "datums": [2],
+    }
 
 
 def test_heatmap_is_cells_pass_rate_ordered_by_trend(page: str, two_runs_lake: Path) -> None:

@@ -322,6 +322,7 @@ def test_trials_without_spans_give_no_datums_but_an_overflow_is_a_drop(tmp_path:
     stats = {row.pop("batch"): row for row in stats_rows(lake)}
     zeros = {
         "episodes": 0,
+        "kept_episodes": 0,
         "datums": 0,
         "fragments": 0,
         "fragmentation_rate": 0.0,
@@ -453,7 +454,14 @@ def oracle_view(
     for spec in specs:
         batch_stats = stats.setdefault(
             spec.batch,
-            {"episodes": 0, "overflow_drops": 0, "overlong_drops": 0, "datums": 0, "fragments": 0},
+            {
+                "episodes": 0,
+                "kept_episodes": 0,
+                "overflow_drops": 0,
+                "overlong_drops": 0,
+                "datums": 0,
+                "fragments": 0,
+            },
         )
         if spec.stop_reason == "context_overflow":  # data.py: before looking at the spans
             batch_stats["episodes"] += bool(spec.turns)
@@ -469,6 +477,7 @@ def oracle_view(
         if any(len(s.tokens) > max_datum_tokens for s in sequences):
             batch_stats["overlong_drops"] += 1
             continue
+        batch_stats["kept_episodes"] += 1
         peers = rewards[spec.batch, spec.task]
         attempt = sorted(s.name for s in specs if (s.batch, s.task) == (spec.batch, spec.task))
         for index, sequence in enumerate(sequences):

@@ -281,6 +281,7 @@ def columns_of(rows: list[dict[str, Any]], x_mode: str) -> list[list[dict[str, A
 SUMMED = ("turns", "prompt_tokens", "sampled_tokens")
 DATUM_KEYS = (
     "episodes",
+    "kept_episodes",
     "datums",
     "fragments",
     "overflow_drops",

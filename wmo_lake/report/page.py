@@ -239,14 +239,8 @@ def datum_figures(data: ReportData) -> list[dict[str, Any]]:
         return []
     figures = []
     for label, rows in data.points.items():
-
-        def kept(r: dict[str, Any]) -> int | None:
-            if r["datum_episodes"] is None:
-                return None
-            return r["datum_episodes"] - r["datum_overflow_drops"] - r["datum_overlong_drops"]
-
         parts = [
-            ("episodes kept", "#009E73", [kept(r) for r in rows]),
+            ("episodes kept", "#009E73", [r["datum_kept_episodes"] for r in rows]),
             ("dropped: overflow", "#D55E00", [r["datum_overflow_drops"] for r in rows]),
             ("dropped: overlong", "#E69F00", [r["datum_overlong_drops"] for r in rows]),
         ]
