@@ -315,6 +315,39 @@ def test_every_per_step_chart_pools_a_step_of_two_batches(tmp_path: Path) -> Non
     assert datums["datums"][0] == datums_0
 
 
+def test_a_batch_without_a_step_changes_only_its_own_runs_charts(tmp_path: Path) -> None:
+    """exp-s keeps its steps (step 0 pooled) beside a run of batches without a step; a chart
+    the runs share shows both on one category axis, steps first."""
+    write_split_step_run(tmp_path / "runs")
+    for parent in ("a", "b"):  # outside any run's steps: batches a/rollouts, b/rollouts
+        write_trial(write_job(tmp_path / "other" / parent / "rollouts"), "task-x__1")
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    ingest([tmp_path / "other"], tmp_path / "lake", workers=1)
+    out = tmp_path / "r.html"
+    assert report(tmp_path / "lake", out).exit_code == 0
+    figures = figures_of(out.read_text())
+    [heatmap] = figures["heatmap-exp-s"]["data"]
+    assert heatmap["x"] == [0, 1]
+    assert dict(zip(heatmap["y"], heatmap["z"], strict=True)) == {
+        "task-r": [0.5, 0.0],
+        "task-n": [0.0, 0.5],
+    }
+    assert figures["heatmap-exp-s"]["layout"]["xaxis"].get("type") != "category"
+    [stepless] = figures["heatmap-no-run"]["data"]
+    assert stepless["x"] == ["a/rollouts", "b/rollouts"]
+    shared = figures["metric-solve_rate"]
+    assert [trace["x"] for trace in shared["data"]] == [
+        ["step 0", "step 1"],
+        ["a/rollouts", "b/rollouts"],
+    ]
+    assert shared["layout"]["xaxis"]["categoryarray"] == [
+        "step 0",
+        "step 1",
+        "a/rollouts",
+        "b/rollouts",
+    ]
+
+
 def test_problems_per_step_by_kind(page: str, two_runs_lake: Path) -> None:
     expected = {
         (r["batch"], r["kind"]): r["n"]

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from harbor_shapes import write_job, write_trial
 from run_shapes import write_split_step_run
 
 from wmo_lake.cli import cli
@@ -210,4 +211,38 @@ def test_by_task_pools_the_batches_of_a_step(tmp_path: Path) -> None:
         ("task-n", 1, ["exp-s/harbor/step-0001/job"], 0.5),
         ("task-r", 0, [f"{SPLIT}/job", f"{SPLIT}/job-b"], 0.5),
         ("task-r", 1, ["exp-s/harbor/step-0001/job"], 0.0),
+    ]
+
+
+def write_stepless_jobs(root: Path) -> None:
+    """Two job dirs of one name outside any run's steps (batches a/rollouts, b/rollouts): task-x
+    passes in a, fails in b."""
+    for parent, reward in (("a", 1.0), ("b", 0.0)):
+        job = write_job(root / parent / "rollouts")
+        write_trial(job, "task-x__1", task_name="demo/task-x", reward=reward)
+
+
+def test_a_batch_without_a_step_changes_only_its_own_runs_matrix(tmp_path: Path) -> None:
+    """exp-s keeps its step columns (step 0 pooled) beside batches without a step elsewhere in
+    the lake (every run went per batch, headed by the job dir's name alone: 'job job-b job');
+    the step-less batches are columns named apart ('rollouts' twice before)."""
+    write_split_step_run(tmp_path / "runs")
+    write_stepless_jobs(tmp_path / "other")
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    ingest([tmp_path / "other"], tmp_path / "lake", workers=1)
+    text = stats(tmp_path / "lake", "--by", "task").output.split("\n\n")
+    exp_s, no_run = (part.splitlines() for part in text)
+    assert exp_s[0] == "exp-s: pass rate by task and step (passed / executed)"
+    assert exp_s[1].split() == ["task", "trend", "0", "1"]
+    assert {line.split()[0]: line.split()[-2:] for line in exp_s[3:]} == {
+        "task-r": ["50%", "0%"],
+        "task-n": ["0%", "50%"],
+    }
+    assert no_run[0] == "(no run): pass rate by task and batch (passed / executed)"
+    assert no_run[1].split() == ["task", "trend", "a/rollouts", "b/rollouts"]
+    assert no_run[3].split()[-2:] == ["100%", "0%"]
+    got = json.loads(stats(tmp_path / "lake", "--by", "task", "--json").output)
+    assert [(r["run"], r["task_id"], r["batches"]) for r in got][:2] == [
+        ("exp-s", "task-n", [f"{SPLIT}/job", f"{SPLIT}/job-b"]),
+        ("exp-s", "task-n", ["exp-s/harbor/step-0001/job"]),
     ]

@@ -20,6 +20,7 @@ from wmo_lake.report.data import (
     METRICS,
     NO_RUN,
     TaskTrend,
+    batch_labels,
     columns_of,
     measured,
     series_label,
@@ -210,9 +211,8 @@ def task_matrix_rows(
     rows: list[dict[str, Any]], trends: dict[str, list[TaskTrend]]
 ) -> list[dict[str, Any]]:
     """--by task --json: one object per (run, task, step), the step's batches pooled (per
-    batch when some batch has no step), tasks in trend order."""
-    x_mode = x_mode_of(rows)
-    columns = {label: columns_of(rows, x_mode) for label, rows in series_of(rows).items()}
+    batch in a run with a batch without a step), tasks in trend order."""
+    columns = {label: columns_of(rows, x_mode_of(rows)) for label, rows in series_of(rows).items()}
     return [
         {
             "run": task.series,
@@ -230,7 +230,6 @@ def task_matrix_rows(
 def task_matrix_lines(
     rows: list[dict[str, Any]],
     trends: dict[str, list[TaskTrend]],
-    x_mode: str,
     width: int | None = None,
 ) -> list[str]:
     """Per run: a task x step table of pass rates (passed / executed trials; '-' = not
@@ -244,14 +243,17 @@ def task_matrix_lines(
     by_run: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         by_run[series_label(row["run"])].append(row)
-    label = "step" if x_mode == "step" else "batch"
     lines: list[str] = []
     for run, run_rows in by_run.items():
         tasks = trends.get(run, [])
-        steps = [
-            str(c[0]["step"]) if x_mode == "step" else c[0]["batch"].rsplit("/", 1)[-1]
-            for c in columns_of(run_rows, x_mode)
-        ]
+        x_mode = x_mode_of(run_rows)  # a batch without a step makes only its own run per batch
+        label = "step" if x_mode == "step" else "batch"
+        columns = columns_of(run_rows, x_mode)
+        steps = (
+            [str(c[0]["step"]) for c in columns]
+            if x_mode == "step"
+            else batch_labels([c[0]["batch"] for c in columns])
+        )
         names = ["task", *(t.task_id for t in tasks)]
         lines_of = [sparkline(t.pass_rates, 0.0, 1.0) for t in tasks]
         cells = [["-" if v is None else f"{100 * v:.0f}%" for v in t.pass_rates] for t in tasks]

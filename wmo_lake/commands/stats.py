@@ -144,13 +144,12 @@ def _print_tasks(
     report: StatsReport, trends: dict[str, Any], as_json: bool, width: int | None
 ) -> None:
     from wmo_lake import stats_views
-    from wmo_lake.report.data import x_mode_of
 
     if as_json:
         matrix = stats_views.task_matrix_rows(report.rows, trends)
         click.echo(json.dumps(matrix, ensure_ascii=False, indent=2))
         return
-    for line in stats_views.task_matrix_lines(report.rows, trends, x_mode_of(report.rows), width):
+    for line in stats_views.task_matrix_lines(report.rows, trends, width):
         click.echo(line)
 
 

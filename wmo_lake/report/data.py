@@ -237,7 +237,8 @@ class ReportData:
     """Everything the page shows, as plain rows (no plotting library involved)."""
 
     lake: str
-    x_mode: str  # "step": every batch has a step; "batch": batches as categories
+    x_mode: str  # the shared charts' x: "step", "batch" or "mixed" (see `overall_x_mode`)
+    x_modes: dict[str, str]  # run label -> its x: "step" or "batch" (see `x_mode_of`)
     batches: list[dict[str, Any]]  # rollout_stats rows + with_stop_reason, tokens, datum_*
     series: dict[str, list[dict[str, Any]]]  # run label -> its batches, in order
     points: dict[str, list[dict[str, Any]]]  # run label -> one row per x (see `point_of`)
@@ -342,12 +343,11 @@ def _slope(points: list[tuple[float, float]]) -> float:
 def task_trends(
     series: dict[str, list[dict[str, Any]]],
     task_cells: list[dict[str, Any]],
-    x_mode: str,
 ) -> tuple[dict[str, list[TaskTrend]], list[Flip], list[Flip]]:
     """Per series: every task's pass rate per step (its batches pooled: passed / executed
-    trials of them all) or per batch, ordered by trend (most improved first), and the
-    regressions and newly solved tasks. A task is solved at a step when one of its executed
-    trials passed, failed when it was executed and none passed."""
+    trials of them all) or per batch (a series with a batch without a step), ordered by trend
+    (most improved first), and the regressions and newly solved tasks. A task is solved at a
+    step when one of its executed trials passed, failed when it was executed and none passed."""
     cells: dict[tuple[str, str], dict[str, Any]] = {
         (c["batch"], c["task_id"]): c for c in task_cells
     }
@@ -359,6 +359,7 @@ def task_trends(
     newly_solved: list[Flip] = []
     for label, rows in series.items():
         tasks = sorted(set().union(*(tasks_by_batch[r["batch"]] for r in rows)))
+        x_mode = x_mode_of(rows)
         columns = columns_of(rows, x_mode)
         positions = [
             float(c[0]["step"]) if x_mode == "step" else float(i) for i, c in enumerate(columns)
@@ -481,15 +482,15 @@ def _collect(
     datums_computable = any(row["trials_with_spans"] for row in stats) and bool(datum_rows)
     if not datum_note and not datums_computable:
         datum_note = "no selected batch recorded token spans, so no datums can be built"
-    x_mode = x_mode_of(stats)
     series = series_of(stats)
-    columns = {label: columns_of(rows, x_mode) for label, rows in series.items()}
+    x_modes = {label: x_mode_of(rows) for label, rows in series.items()}
+    columns = {label: columns_of(rows, x_modes[label]) for label, rows in series.items()}
     # only a step of several batches is pooled (one batch's point is its row as it is)
     shared = [row["batch"] for cs in columns.values() for c in cs if len(c) > 1 for row in c]
     counts = batch_counts(con, shared) if shared else {}
     points = {label: [point_of(c, counts) for c in cs] for label, cs in columns.items()}
     task_cells = rows_as_dicts(con.sql(TASK_CELLS, params=params))
-    trends, regressions, newly_solved = task_trends(series, task_cells, x_mode)
+    trends, regressions, newly_solved = task_trends(series, task_cells)
     unbatched = (
         {r["kind"]: r["n"] for r in rows_as_dicts(con.sql(UNBATCHED_PROBLEMS))}
         if runs is None and batch_glob is None
@@ -497,7 +498,8 @@ def _collect(
     )
     return ReportData(
         lake=lake,
-        x_mode=x_mode,
+        x_mode=overall_x_mode(x_modes),
+        x_modes=x_modes,
         batches=stats,
         series=series,
         points=points,
@@ -517,8 +519,30 @@ def _collect(
 
 
 def x_mode_of(rows: list[dict[str, Any]]) -> str:
-    """'step' when every batch has a step, else 'batch' (batches as categories)."""
+    """A series' x: 'step' when every batch of it has a step, else 'batch' (its batches as
+    categories). Asked per run, so a batch without a step changes only its own run's x."""
     return "step" if rows and all(row["step"] is not None for row in rows) else "batch"
+
+
+def overall_x_mode(x_modes: dict[str, str]) -> str:
+    """The x of a chart the runs share: theirs when they agree, else 'mixed' (categories:
+    'step N' of the stepped runs beside the other runs' batches)."""
+    modes = set(x_modes.values())
+    return modes.pop() if len(modes) == 1 else "mixed"
+
+
+def batch_labels(batches: list[str]) -> list[str]:
+    """Each batch's shortest trailing path part that no other of `batches` ends with: column
+    headings that stay distinct ('job' alone would name every step's job dir alike)."""
+    parts = [batch.split("/") for batch in batches]
+    labels = []
+    for own in parts:
+        for n in range(1, len(own) + 1):
+            label = "/".join(own[-n:])
+            if sum("/".join(other[-n:]) == label for other in parts) == 1:
+                break
+        labels.append(label)
+    return labels
 
 
 def series_of(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -548,7 +572,7 @@ def stats_details(
         trends: dict[str, list[TaskTrend]] = {}
         if with_tasks:
             task_cells = rows_as_dicts(con.sql(TASK_CELLS, params=params))
-            trends = task_trends(series_of(rows), task_cells, x_mode_of(rows))[0]
+            trends = task_trends(series_of(rows), task_cells)[0]
         return denominators, trends
     finally:
         con.close()

@@ -25,7 +25,6 @@ from wmo_lake.report.data import (
     Flip,
     ReportData,
     measured,
-    x_value,
 )
 
 PLOTLY_MISSING = (
@@ -63,15 +62,47 @@ def _color(index: int) -> str:
     return PALETTE[index % len(PALETTE)]
 
 
-def _axis_title(data: ReportData) -> str:
-    return "step" if data.x_mode == "step" else "batch"
+AXIS_TITLES = {"step": "step", "batch": "batch", "mixed": "step or batch"}
 
 
-def _layout(data: ReportData, title: str, y_title: str, **extra: Any) -> dict[str, Any]:
-    xaxis: dict[str, Any] = {"title": {"text": _axis_title(data)}}
-    if data.x_mode == "batch":
+def _x_mode(data: ReportData, label: str | None) -> str:
+    """The x of a run's own chart (label), or of a chart the runs share (None)."""
+    return data.x_mode if label is None else data.x_modes[label]
+
+
+def _xs(data: ReportData, label: str, points: list[dict[str, Any]], shared: bool) -> list[Any]:
+    """A series' x values: its steps, or its batches when a batch of it has no step; on a
+    shared chart of both kinds of run a step is the category 'step N'."""
+    if data.x_modes[label] == "batch":
+        return [point["batch"] for point in points]
+    if shared and data.x_mode == "mixed":
+        return [f"step {point['step']}" for point in points]
+    return [point["step"] for point in points]
+
+
+def _xaxis(data: ReportData, label: str | None) -> dict[str, Any]:
+    x_mode = _x_mode(data, label)
+    xaxis: dict[str, Any] = {"title": {"text": AXIS_TITLES[x_mode]}, "automargin": True}
+    if x_mode != "step":
         xaxis["type"] = "category"
-        xaxis["automargin"] = True
+    if x_mode == "mixed":  # the steps in order, then the batches of the runs without steps
+        steps: set[int] = set()
+        batches: list[str] = []
+        for series, points in data.points.items():
+            if data.x_modes[series] == "step":
+                steps.update(point["step"] for point in points)
+            else:
+                batches += [point["batch"] for point in points]
+        xaxis["categoryorder"] = "array"
+        xaxis["categoryarray"] = [f"step {step}" for step in sorted(steps)] + batches
+    return xaxis
+
+
+def _layout(
+    data: ReportData, title: str, y_title: str, label: str | None = None, **extra: Any
+) -> dict[str, Any]:
+    """A figure's layout; `label`: the run of a run's own chart (None: a chart the runs share)."""
+    xaxis = _xaxis(data, label)
     layout: dict[str, Any] = {
         "title": {"text": title, "font": {"size": 15}},
         "xaxis": xaxis,
@@ -101,7 +132,7 @@ def _line_trace(
         "type": "scatter",
         "mode": "lines+markers",
         "name": label,
-        "x": [x_value(r, data.x_mode) for r in rows],
+        "x": _xs(data, label, rows, shared=True),
         "y": [_clean(y) for y in ys],
         "customdata": [r["batch"] for r in rows],
         "connectgaps": False,
@@ -182,7 +213,7 @@ def _stacked(
         {
             "type": "bar",
             "name": name,
-            "x": [x_value(r, data.x_mode) for r in rows],
+            "x": _xs(data, label, rows, shared=False),
             "y": [_clean(v) for v in values],
             "customdata": [r["batch"] for r in rows],
             "marker": {"color": color},
@@ -196,7 +227,7 @@ def _stacked(
         "section": section,
         "figure": {
             "data": traces,
-            "layout": _layout(data, title, y_title, barmode="stack"),
+            "layout": _layout(data, title, y_title, label, barmode="stack"),
         },
     }
 
@@ -259,7 +290,7 @@ def datum_figures(data: ReportData) -> list[dict[str, Any]]:
                 "type": "scatter",
                 "mode": "lines+markers",
                 "name": "datums",
-                "x": [x_value(r, data.x_mode) for r in rows],
+                "x": _xs(data, label, rows, shared=False),
                 "y": [r["datum_datums"] for r in rows],
                 "customdata": [r["batch"] for r in rows],
                 "line": {"color": "#000000"},
@@ -304,7 +335,8 @@ def heatmap_figures(data: ReportData) -> list[dict[str, Any]]:
         trends = data.trends.get(label, [])
         if not trends:
             continue
-        x = [x_value(point, data.x_mode) for point in rows]
+        x = _xs(data, label, rows, shared=False)
+        axis = AXIS_TITLES[data.x_modes[label]]
         z = [t.pass_rates for t in trends]
         height = max(260, min(40 + 18 * len(trends), 4000) + 90)
         figures.append(
@@ -325,22 +357,16 @@ def heatmap_figures(data: ReportData) -> list[dict[str, Any]]:
                             "colorbar": {"title": {"text": "pass rate"}, "tickformat": ".0%"},
                             "hoverongaps": False,
                             "meta": {"metric": "task_pass_rate", "series": label},
-                            "hovertemplate": "%{y}<br>"
-                            + _axis_title(data)
-                            + " %{x}: %{z:.0%}<extra></extra>",
+                            "hovertemplate": "%{y}<br>" + axis + " %{x}: %{z:.0%}<extra></extra>",
                         }
                     ],
                     "layout": _layout(
                         data,
-                        f"task pass rate by {_axis_title(data)}: {label}",
+                        f"task pass rate by {axis}: {label}",
                         "task",
+                        label,
                         height=height,
                         yaxis={"autorange": "reversed", "automargin": True, "type": "category"},
-                        xaxis={
-                            "title": {"text": _axis_title(data)},
-                            "type": "category" if data.x_mode == "batch" else "linear",
-                            "automargin": True,
-                        },
                     ),
                 },
             }
@@ -480,10 +506,15 @@ def render_html(data: ReportData, js: str | None = None) -> str:
     selection = (
         ", ".join(f"{k} = {v}" for k, v in data.selection.items() if v is not None) or "every batch"
     )
+    by_batch = [label for label, x_mode in data.x_modes.items() if x_mode == "batch"]
     x_note = (
         "x axis: the training step"
-        if data.x_mode == "step"
+        if not by_batch
         else "x axis: batches in run/step order (some batches have no step)"
+        if data.x_mode == "batch"
+        else "x axis: the training step; by batch in run/step order for "
+        + ", ".join(by_batch)
+        + " (a batch without a step)"
     )
     body = f"""
 <h1>wmo-lake report</h1>
