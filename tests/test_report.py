@@ -348,6 +348,25 @@ def test_a_batch_without_a_step_changes_only_its_own_runs_charts(tmp_path: Path)
     ]
 
 
+def test_runs_named_alike_but_for_punctuation_get_their_own_charts(tmp_path: Path) -> None:
+    """'exp.1' and 'exp_1' both slug to 'exp-1': their charts shared one div id, so plotly drew
+    one run's charts into the other's place and the first run's never appeared."""
+    for run, reward in (("exp.1", 1.0), ("exp_1", 0.0)):
+        job = write_job(tmp_path / "runs" / run / "harbor" / "step-0000" / "job")
+        write_trial(job, "t__1", reward=reward)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    out = tmp_path / "r.html"
+    assert report(tmp_path / "lake", out).exit_code == 0
+    page = out.read_text()
+    div_ids = [a.split("'")[0] for a in page.split("<div class='chart' id='")[1:]]
+    assert len(div_ids) == len(set(div_ids))
+    figures = figures_of(page)
+    assert sorted(figures) == sorted(div_ids)
+    for kind in ("stop", "heatmap"):
+        runs = [f["data"][0]["meta"]["series"] for i, f in figures.items() if i.startswith(kind)]
+        assert sorted(runs) == ["exp.1", "exp_1"], kind
+
+
 def test_problems_per_step_by_kind(page: str, two_runs_lake: Path) -> None:
     expected = {
         (r["batch"], r["kind"]): r["n"]

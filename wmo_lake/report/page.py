@@ -199,6 +199,15 @@ def _slug(label: str) -> str:
     return "".join(c if c.isalnum() else "-" for c in label).strip("-") or "run"
 
 
+def _chart_key(data: ReportData, label: str) -> str:
+    """The part of a run's chart ids that names it: its slug, with '_' and its index when
+    another run has the same slug ('exp.1' and 'exp_1' both slug to 'exp-1' and would share a
+    div); a slug never holds '_', so no run's plain slug can take the suffixed form."""
+    slugs = [_slug(series) for series in data.points]
+    index = list(data.points).index(label)
+    return slugs[index] if slugs.count(slugs[index]) == 1 else f"{slugs[index]}_{index}"
+
+
 def _stacked(
     data: ReportData,
     fig_id: str,
@@ -251,7 +260,7 @@ def stop_reason_figures(data: ReportData) -> list[dict[str, Any]]:
         figures.append(
             _stacked(
                 data,
-                f"stop-{_slug(label)}",
+                f"stop-{_chart_key(data, label)}",
                 "stop",
                 f"stop-reason mix: {label}",
                 "share of trials",
@@ -277,7 +286,7 @@ def datum_figures(data: ReportData) -> list[dict[str, Any]]:
         ]
         figure = _stacked(
             data,
-            f"datums-{_slug(label)}",
+            f"datums-{_chart_key(data, label)}",
             "datums",
             f"datum_stats: {label}",
             "episodes / datums",
@@ -315,7 +324,7 @@ def problem_figures(data: ReportData) -> list[dict[str, Any]]:
         figures.append(
             _stacked(
                 data,
-                f"problems-{_slug(label)}",
+                f"problems-{_chart_key(data, label)}",
                 "problems",
                 f"problems by kind: {label}",
                 "problems",
@@ -341,7 +350,7 @@ def heatmap_figures(data: ReportData) -> list[dict[str, Any]]:
         height = max(260, min(40 + 18 * len(trends), 4000) + 90)
         figures.append(
             {
-                "id": f"heatmap-{_slug(label)}",
+                "id": f"heatmap-{_chart_key(data, label)}",
                 "section": "tasks",
                 "figure": {
                     "data": [
