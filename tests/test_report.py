@@ -367,6 +367,25 @@ def test_runs_named_alike_but_for_punctuation_get_their_own_charts(tmp_path: Pat
         assert sorted(runs) == ["exp.1", "exp_1"], kind
 
 
+def test_names_in_the_page_data_cannot_end_or_stall_its_script(tmp_path: Path) -> None:
+    """A task named '<!--<script>' kept the HTML parser inside the data script past its end,
+    swallowing the render script (a blank page): the data holds no '<', '>', '&', U+2028 or
+    U+2029, and reads back as the names themselves."""
+    name = "<!--<script>&\u2028\u2029"
+    job = write_job(tmp_path / "runs" / "exp" / "harbor" / "step-0000" / "job")
+    write_trial(job, "t__1", task_name=f"demo/{name}")
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    out = tmp_path / "r.html"
+    assert report(tmp_path / "lake", out).exit_code == 0
+    page = out.read_text()
+    data = page.split("<script type='application/json' id='wmo-figures'>", 1)[1]
+    data = data.split("</script>", 1)[0]
+    assert not set(data) & {"<", ">", "&", "\u2028", "\u2029"}
+    [heatmap] = figures_of(page)["heatmap-exp"]["data"]
+    assert heatmap["y"] == [name]
+    assert page.count("<script") == 3  # plotly.js, the data, the render script
+
+
 def test_problems_per_step_by_kind(page: str, two_runs_lake: Path) -> None:
     expected = {
         (r["batch"], r["kind"]): r["n"]

@@ -460,9 +460,16 @@ RENDER_SCRIPT = """
 """
 
 
+# Characters escaped in JSON put in a <script>: '<' (a '</script' closes the element, a
+# '<!--<script' keeps the parser in the script through the next one), '>' and '&' (the same
+# for the parsers of other contexts), and U+2028/U+2029 (line ends to older JavaScript). They
+# can only occur inside JSON strings, where the \uXXXX escape reads back as the character.
+SCRIPT_ESCAPES = str.maketrans({c: f"\\u{ord(c):04x}" for c in ("<", ">", "&", "\u2028", "\u2029")})
+
+
 def _json_in_script(value: Any) -> str:
-    """JSON safe inside <script>: '<\\/' is JSON's own escape of '/', so no '</' closes it."""
-    return json.dumps(value, ensure_ascii=False, allow_nan=False).replace("</", "<\\/")
+    """JSON safe inside <script>: no character the HTML parser acts on is left in it."""
+    return json.dumps(value, ensure_ascii=False, allow_nan=False).translate(SCRIPT_ESCAPES)
 
 
 def _js_in_script(code: str) -> str:
