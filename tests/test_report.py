@@ -403,6 +403,20 @@ def test_problems_per_step_by_kind(page: str, two_runs_lake: Path) -> None:
     assert "problems-exp-b" not in figures_of(page)  # exp-b recorded none
 
 
+def test_problems_tied_to_no_batch_are_shown_for_a_selection_too(tmp_path: Path) -> None:
+    """A symlink loop in a run's step dir is a problem of no batch: `--run` said 'none'."""
+    step = tmp_path / "runs" / "exp" / "harbor" / "step-0001"
+    write_trial(write_job(step / "job"), "t__1")
+    (step / "loop").symlink_to("..")
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    for args in ((), ("--run", "exp"), ("--batch", "exp/*")):
+        out = tmp_path / "r.html"
+        assert report(tmp_path / "lake", out, *args).exit_code == 0
+        section = out.read_text().split("<h3>Problems not tied to a batch</h3>", 1)[1]
+        section = section.split("<h2>", 1)[0]
+        assert "<td>symlink_loop</td><td>1</td>" in section, args
+
+
 def test_figures_are_valid_plotly(page: str) -> None:
     graph_objects = pytest.importorskip("plotly.graph_objects")
     for figure in figures_of(page).values():

@@ -246,7 +246,7 @@ class ReportData:
     regressions: list[Flip]
     newly_solved: list[Flip]
     problem_kinds: list[str]
-    unbatched_problems: dict[str, int]
+    unbatched_problems: dict[str, int]  # kind -> problems of the whole lake tied to no batch
     datums_computable: bool
     datum_note: str
     settings: list[dict[str, Any]]
@@ -491,11 +491,8 @@ def _collect(
     points = {label: [point_of(c, counts) for c in cs] for label, cs in columns.items()}
     task_cells = rows_as_dicts(con.sql(TASK_CELLS, params=params))
     trends, regressions, newly_solved = task_trends(series, task_cells)
-    unbatched = (
-        {r["kind"]: r["n"] for r in rows_as_dicts(con.sql(UNBATCHED_PROBLEMS))}
-        if runs is None and batch_glob is None
-        else {}
-    )
+    # the lake's, whatever the selection: tied to no batch, no --run or --batch can narrow them
+    unbatched = {r["kind"]: r["n"] for r in rows_as_dicts(con.sql(UNBATCHED_PROBLEMS))}
     return ReportData(
         lake=lake,
         x_mode=overall_x_mode(x_modes),

@@ -577,6 +577,8 @@ Tasks ordered by trend (least-squares slope over steps), most improved at the to
 <h2>Problems</h2>
 <div class="grid">{problems_section}</div>
 <h3>Problems not tied to a batch</h3>
+<p class="sub">The whole lake's: no batch holds them, so no --run or --batch narrows them.
+<code>wmo-lake sql "SELECT * FROM problems WHERE batch IS NULL"</code> lists each.</p>
 {unbatched}
 <h2>Settings the numbers were computed under</h2>
 {settings_table}
