@@ -19,7 +19,7 @@ from wmo_lake.cli import cli
 from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect
 from wmo_lake.report.data import collect_report
-from wmo_lake.report.page import heatmap_figures
+from wmo_lake.report.page import _step_ticks, heatmap_figures
 
 EMPTY_STEP = "exp-a/harbor/step-0004/job"  # only unreadable trials: every rate is unmeasured
 RATE_DENOMINATORS = {
@@ -384,6 +384,22 @@ def test_names_in_the_page_data_cannot_end_or_stall_its_script(tmp_path: Path) -
     [heatmap] = figures_of(page)["heatmap-exp"]["data"]
     assert heatmap["y"] == [name]
     assert page.count("<script") == 3  # plotly.js, the data, the render script
+
+
+def test_the_step_axis_ticks_whole_steps_only(page: str) -> None:
+    """plotly's own ticks on a short step range fell between steps (0, 0.2, 0.4, ...)."""
+    for figure_id, figure in figures_of(page).items():
+        xaxis = figure["layout"]["xaxis"]
+        assert (xaxis["tickmode"], xaxis["tick0"], xaxis["dtick"]) == ("linear", 0, 1), figure_id
+    # about ten ticks at most, every 1, 2, 5, 10, 20, ... steps
+    assert [_step_ticks([0, last])["dtick"] for last in (1, 10, 11, 21, 120, 1001)] == [
+        1,
+        1,
+        2,
+        5,
+        20,
+        200,
+    ]
 
 
 def test_problems_per_step_by_kind(page: str, two_runs_lake: Path) -> None:

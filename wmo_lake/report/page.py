@@ -80,10 +80,25 @@ def _xs(data: ReportData, label: str, points: list[dict[str, Any]], shared: bool
     return [point["step"] for point in points]
 
 
+def _step_ticks(steps: list[int]) -> dict[str, Any]:
+    """Ticks on whole steps only (plotly's own fall between them on a short range: 0, 0.2, ...):
+    every 1, 2, 5, 10, 20, ... steps, the smallest that keeps to about ten ticks."""
+    span = max(steps) - min(steps) if steps else 0
+    dtick, factors = 1, (2, 2.5, 2)  # 1, 2, 5, 10, 20, 50, ...
+    index = 0
+    while span / dtick > 10:
+        dtick = int(dtick * factors[index % 3])
+        index += 1
+    return {"tickmode": "linear", "tick0": 0, "dtick": dtick}
+
+
 def _xaxis(data: ReportData, label: str | None) -> dict[str, Any]:
     x_mode = _x_mode(data, label)
     xaxis: dict[str, Any] = {"title": {"text": AXIS_TITLES[x_mode]}, "automargin": True}
-    if x_mode != "step":
+    if x_mode == "step":
+        shown = [label] if label is not None else list(data.points)
+        xaxis.update(_step_ticks([p["step"] for s in shown for p in data.points[s]]))
+    else:
         xaxis["type"] = "category"
     if x_mode == "mixed":  # the steps in order, then the batches of the runs without steps
         steps: set[int] = set()
