@@ -19,7 +19,7 @@ from wmo_lake.cli import cli
 from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect
 from wmo_lake.report.data import collect_report
-from wmo_lake.report.page import _step_ticks, heatmap_figures
+from wmo_lake.report.page import STOP_COLORS, _run_style, _step_ticks, heatmap_figures
 
 EMPTY_STEP = "exp-a/harbor/step-0004/job"  # only unreadable trials: every rate is unmeasured
 RATE_DENOMINATORS = {
@@ -400,6 +400,35 @@ def test_the_step_axis_ticks_whole_steps_only(page: str) -> None:
         20,
         200,
     ]
+
+
+def test_runs_and_stop_reasons_are_drawn_apart(tmp_path: Path) -> None:
+    """Past 8 runs the palette repeats (run 9 was drawn as run 1): the dash and marker change
+    with each round, so the first 336 runs all differ. A stop reason with no fixed colour took a
+    palette colour a fixed reason uses (no_tool_call drawn as budget)."""
+    styles = [_run_style(i) for i in range(8 * 6 * 7)]
+    looks = {(s["line"]["color"], s["line"]["dash"], s["marker"]["symbol"]) for s in styles}
+    assert len(looks) == len(styles)
+    assert styles[8]["line"]["color"] == styles[0]["line"]["color"]  # the palette's 8, again
+    assert styles[8]["line"]["dash"] != styles[0]["line"]["dash"]
+    sinks = tmp_path / "tokens"  # a pi-bridge job: its traces give the stop reasons
+    job = write_job(
+        tmp_path / "runs" / "pi" / "harbor" / "step-0000" / "job", token_sink_dir=str(sinks)
+    )
+    reasons = ["budget", "context_overflow", "no_tool_call", "submitted", "zz_other"]
+    for reason in reasons:
+        write_trial(job, f"{reason}__1", trace={"stop_reason": reason})
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    out = tmp_path / "r.html"
+    assert report(tmp_path / "lake", out).exit_code == 0
+    colors = {
+        t["name"]: t["marker"]["color"] for t in figures_of(out.read_text())["stop-pi"]["data"]
+    }
+    assert sorted(colors) == reasons
+    assert len(set(colors.values())) == len(reasons)
+    fixed = {"budget": "#D55E00", "context_overflow": "#CC79A7", "submitted": "#009E73"}
+    assert {reason: colors[reason] for reason in fixed} == fixed
+    assert not {colors["no_tool_call"], colors["zz_other"]} & set(STOP_COLORS.values())
 
 
 def test_problems_per_step_by_kind(page: str, two_runs_lake: Path) -> None:

@@ -58,8 +58,46 @@ def plotly_js() -> str:
     return get_plotlyjs()
 
 
+# A run's line beyond the palette's 8: each further round changes the dash and the marker (6
+# and 7 of them, coprime), so no two of the first 8 * 6 * 7 = 336 runs are drawn alike.
+DASHES = ["solid", "dot", "dash", "longdash", "dashdot", "longdashdot"]
+SYMBOLS = ["circle", "square", "diamond", "triangle-up", "x", "cross", "star"]
+# Bars named by no fixed colour (a stop reason outside STOP_COLORS, a problem kind): colours no
+# fixed stop reason uses (Paul Tol's muted), then the same with a fill pattern per round.
+OTHER_COLORS = [
+    "#332288",
+    "#88CCEE",
+    "#44AA99",
+    "#117733",
+    "#999933",
+    "#DDCC77",
+    "#CC6677",
+    "#882255",
+    "#AA4499",
+]
+PATTERNS = ["", "/", "\\", "x", ".", "+", "-", "|"]
+
+
 def _color(index: int) -> str:
     return PALETTE[index % len(PALETTE)]
+
+
+def _run_style(index: int) -> dict[str, Any]:
+    """The line and marker of the index-th run's trace."""
+    lap = index // len(PALETTE)
+    return {
+        "line": {"color": _color(index), "dash": DASHES[lap % len(DASHES)]},
+        "marker": {"color": _color(index), "symbol": SYMBOLS[lap % len(SYMBOLS)]},
+    }
+
+
+def _other_bar(index: int) -> dict[str, Any]:
+    """The marker of the index-th bar series that has no fixed colour."""
+    marker: dict[str, Any] = {"color": OTHER_COLORS[index % len(OTHER_COLORS)]}
+    lap = index // len(OTHER_COLORS)
+    if lap:
+        marker["pattern"] = {"shape": PATTERNS[lap % len(PATTERNS)]}
+    return marker
 
 
 AXIS_TITLES = {"step": "step", "batch": "batch", "mixed": "step or batch"}
@@ -151,7 +189,7 @@ def _line_trace(
         "y": [_clean(y) for y in ys],
         "customdata": [r["batch"] for r in rows],
         "connectgaps": False,
-        "line": {"color": _color(index)},
+        **_run_style(index),
         "meta": {"metric": metric, "series": label},
         "hovertemplate": "%{customdata}<br>%{y}<extra>" + html.escape(label) + "</extra>",
     }
@@ -231,7 +269,7 @@ def _stacked(
     y_title: str,
     label: str,
     rows: list[dict[str, Any]],
-    parts: list[tuple[str, str, list[Any]]],
+    parts: list[tuple[str, dict[str, Any], list[Any]]],
 ) -> dict[str, Any]:
     traces = [
         {
@@ -240,11 +278,11 @@ def _stacked(
             "x": _xs(data, label, rows, shared=False),
             "y": [_clean(v) for v in values],
             "customdata": [r["batch"] for r in rows],
-            "marker": {"color": color},
+            "marker": marker,
             "meta": {"metric": name, "series": label},
             "hovertemplate": "%{customdata}<br>" + html.escape(name) + ": %{y}<extra></extra>",
         }
-        for name, color, values in parts
+        for name, marker, values in parts
     ]
     return {
         "id": fig_id,
@@ -261,16 +299,19 @@ def stop_reason_figures(data: ReportData) -> list[dict[str, Any]]:
     figures = []
     for label, rows in data.points.items():
         reasons = sorted({k for r in rows for k in r["stop_reason_counts"]})
+        others = [reason for reason in reasons if reason not in STOP_COLORS]
         parts = [
             (
                 reason,
-                STOP_COLORS.get(reason, _color(i + 3)),
+                {"color": STOP_COLORS[reason]}
+                if reason in STOP_COLORS
+                else _other_bar(others.index(reason)),
                 [
                     r["stop_reason_counts"].get(reason, 0) / r["trials"] if r["trials"] else None
                     for r in rows
                 ],
             )
-            for i, reason in enumerate(reasons)
+            for reason in reasons
         ]
         figures.append(
             _stacked(
@@ -295,9 +336,9 @@ def datum_figures(data: ReportData) -> list[dict[str, Any]]:
     figures = []
     for label, rows in data.points.items():
         parts = [
-            ("episodes kept", "#009E73", [r["datum_kept_episodes"] for r in rows]),
-            ("dropped: overflow", "#D55E00", [r["datum_overflow_drops"] for r in rows]),
-            ("dropped: overlong", "#E69F00", [r["datum_overlong_drops"] for r in rows]),
+            ("episodes kept", {"color": "#009E73"}, [r["datum_kept_episodes"] for r in rows]),
+            ("dropped: overflow", {"color": "#D55E00"}, [r["datum_overflow_drops"] for r in rows]),
+            ("dropped: overlong", {"color": "#E69F00"}, [r["datum_overlong_drops"] for r in rows]),
         ]
         figure = _stacked(
             data,
@@ -333,7 +374,7 @@ def problem_figures(data: ReportData) -> list[dict[str, Any]]:
         if not kinds:
             continue
         parts = [
-            (kind, _color(i), [r["problems"].get(kind, 0) for r in rows])
+            (kind, _other_bar(i), [r["problems"].get(kind, 0) for r in rows])
             for i, kind in enumerate(kinds)
         ]
         figures.append(
