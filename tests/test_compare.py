@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from edge_case_trees import write_unreadable_trial
 from harbor_shapes import write_job, write_trial
 
 from wmo_lake.cli import cli
@@ -48,6 +49,7 @@ def test_one_batch_sides_are_their_rollout_stats_rows(two_runs_lake: Path) -> No
         "kind": "batches",
         "batches": 1,
         "trials": a["trials"],
+        "unreadable_trials": a["unreadable_trials"],
     }
 
 
@@ -215,3 +217,28 @@ def test_graded_solve_rate_is_pythons_mean_to_the_last_bit(tmp_path: Path) -> No
     stats = {r["run"]: r["graded_solve_rate"] for r in rows(lake, "FROM rollout_stats")}
     assert metrics["graded_solve_rate"]["b"] == stats["b"] == sum([0.1, 0.2, 0.3]) / 3
     assert metrics["graded_solve_rate"]["a"] == stats["a"] == sum([0.1, 0.1, 0.3]) / 3
+
+
+def test_a_run_of_only_unreadable_trials_is_a_side(tmp_path: Path) -> None:
+    """stats and report select such a run; compare called it neither a run nor a glob and left
+    it out of the runs it listed. Its figures are no measurement, and it says why."""
+    write_trial(write_job(tmp_path / "runs" / "base" / "harbor" / "step-0000" / "job"), "t__1")
+    crashed = write_job(tmp_path / "runs" / "crashed" / "harbor" / "step-0000" / "job")
+    write_unreadable_trial(crashed, "t__2", "truncated")
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    result = as_json(tmp_path / "lake", "base", "crashed")
+    assert result["b"] == {
+        "selection": "crashed",
+        "kind": "run",
+        "batches": 1,
+        "trials": 0,
+        "unreadable_trials": 1,
+    }
+    assert all(m["b"] is None and m["delta"] is None for m in result["metrics"])
+    text = compare(tmp_path / "lake", "base", "crashed").output.splitlines()
+    assert text[1] == "B: crashed (run, 1 batch, 0 trials)"
+    assert text[2] == (
+        "B holds no readable trial (1 unreadable trial dir): its figures are '-' (no measurement)"
+    )
+    result = compare(tmp_path / "lake", "base", "nope")
+    assert result.exit_code == 2 and "(runs: base, crashed;" in result.output

@@ -28,7 +28,13 @@ from wmo_lake.lake import connect
 from wmo_lake.output import rows_as_dicts
 from wmo_lake.report.data import METRICS, batch_counts, measured, pooled_counts
 
-RUNS = "SELECT DISTINCT run FROM trials WHERE run IS NOT NULL"
+# The runs rollout_stats labels: those of the trials and of the job dirs, so a run of only empty
+# or unreadable batches (selected by stats and report) is a run here too.
+RUNS = """
+SELECT run FROM trials WHERE run IS NOT NULL
+UNION
+SELECT run FROM jobs WHERE run IS NOT NULL
+"""
 
 SIDE_BATCHES = """
 SELECT batch, run, step, truncated_spans, unreadable_trials
@@ -67,6 +73,7 @@ class Side:
             "kind": self.kind,
             "batches": len(self.batches),
             "trials": self.metrics["trials"],
+            "unreadable_trials": self.metrics["unreadable_trials"],
         }
 
 

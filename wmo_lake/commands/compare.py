@@ -63,7 +63,15 @@ def render_text(result: dict[str, Any], width: int | None = None) -> list[str]:
     from wmo_lake.report.data import METRIC_BY_KEY
 
     a, b = result["a"], result["b"]
-    lines = [_side_line("A", a), _side_line("B", b), ""]
+    lines = [_side_line("A", a), _side_line("B", b)]
+    for label, side in (("A", a), ("B", b)):
+        if not side["trials"]:  # empty or unreadable batches only: said, not a row of dashes
+            unreadable = side["unreadable_trials"]
+            lines.append(
+                f"{label} holds no readable trial ({unreadable:,} unreadable trial "
+                f"dir{'s' if unreadable != 1 else ''}): its figures are '-' (no measurement)"
+            )
+    lines.append("")
     rows = []
     for m in result["metrics"]:
         percent = METRIC_BY_KEY[m["metric"]].percent
