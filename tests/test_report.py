@@ -431,6 +431,28 @@ def test_runs_and_stop_reasons_are_drawn_apart(tmp_path: Path) -> None:
     assert not {colors["no_tool_call"], colors["zz_other"]} & set(STOP_COLORS.values())
 
 
+def test_a_long_task_id_is_a_short_tick_and_whole_on_hover(tmp_path: Path) -> None:
+    """A ~250-character task id took the heatmap's whole width as its tick label: the tick
+    keeps 30 characters, an ellipsis and the last 15; the category (hover) is the whole id."""
+    long_id = "very-long-task-name-" * 12 + "end"
+    job = write_job(tmp_path / "runs" / "exp" / "harbor" / "step-0000" / "job")
+    for task in (long_id, "plain"):
+        write_trial(job, f"{task[:20]}__1", task_name=f"demo/{task}")
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    out = tmp_path / "r.html"
+    assert report(tmp_path / "lake", out).exit_code == 0
+    figure = figures_of(out.read_text())["heatmap-exp"]
+    [heatmap] = figure["data"]
+    assert sorted(heatmap["y"]) == sorted([long_id, "plain"])
+    yaxis = figure["layout"]["yaxis"]
+    ticks = dict(zip(yaxis["tickvals"], yaxis["ticktext"], strict=True))
+    assert ticks == {
+        long_id: "very-long-task-name-very-long-\u2026g-task-name-end",
+        "plain": "plain",
+    }
+    assert "%{y}" in heatmap["hovertemplate"]
+
+
 def test_problems_per_step_by_kind(page: str, two_runs_lake: Path) -> None:
     expected = {
         (r["batch"], r["kind"]): r["n"]

@@ -392,6 +392,17 @@ def problem_figures(data: ReportData) -> list[dict[str, Any]]:
     return figures
 
 
+LABEL_HEAD, LABEL_TAIL = 30, 15  # a tick label's kept start and end, around an ellipsis
+
+
+def _short_label(text: str) -> str:
+    """A tick label that cannot squeeze the plot: a long one keeps its start and its end (task
+    ids tend to differ there) around an ellipsis."""
+    if len(text) <= LABEL_HEAD + LABEL_TAIL + 1:
+        return text
+    return text[:LABEL_HEAD] + "\u2026" + text[-LABEL_TAIL:]
+
+
 def heatmap_figures(data: ReportData) -> list[dict[str, Any]]:
     """Per run: task x step pass rate (passed / executed; blank = not executed), tasks ordered
     by trend (least-squares slope over steps), the most improved at the top."""
@@ -431,7 +442,15 @@ def heatmap_figures(data: ReportData) -> list[dict[str, Any]]:
                         "task",
                         label,
                         height=height,
-                        yaxis={"autorange": "reversed", "automargin": True, "type": "category"},
+                        yaxis={
+                            "autorange": "reversed",
+                            "automargin": True,
+                            "type": "category",
+                            # the whole id stays the category (hover shows it); the tick is short
+                            "tickmode": "array",
+                            "tickvals": [t.task_id for t in trends],
+                            "ticktext": [_short_label(t.task_id) for t in trends],
+                        },
                     ),
                 },
             }
