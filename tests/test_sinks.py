@@ -350,3 +350,22 @@ def test_editing_a_sink_reingests_the_trial(tmp_path: Path) -> None:
     summary = ingest([tmp_path / "runs"], tmp_path / "lake")
     assert summary.trials_replaced == 1
     assert connect(tmp_path / "lake").execute("SELECT n_spans FROM trials").fetchall() == [(2,)]
+
+
+def test_a_pi_bridge_job_of_one_agent_reads_its_trials_sinks_whatever_they_record(
+    tmp_path: Path,
+) -> None:
+    """A pi-bridge job whose config.json names one agent ran every trial under it: a trial whose
+    own record leaves token_sink_dir out (a hand-made tree) is still read from its sink and its
+    trace, as the job's agent wrote them."""
+    sinks = tmp_path / "runs" / "exp" / "tokens" / "step-0001"
+    job = _pi_job(tmp_path / "runs", 1, sinks)
+    bare = {"name": "pi-bridge", "kwargs": {}}
+    write_trial(
+        job, "sink__1", turns=[([9], [9], [-0.9])], trace={"stop_reason": "budget"}, agent=bare
+    )
+    write_sink(sinks, "sink__1", RECORDED)
+    assert _ingested(tmp_path).sql(
+        "SELECT t.spans_status, t.n_spans, t.collection_path, r.stop_reason"
+        " FROM trials AS t JOIN trial_stop_reasons AS r USING (trial_key)"
+    ).fetchall() == [("sink", 2, "pi-bridge", "budget")]

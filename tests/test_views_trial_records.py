@@ -388,6 +388,17 @@ def _job_with_kwargs(job_dir: Path, kwargs: dict[str, Any]) -> Path:
     return job
 
 
+def _only_stop_row(lake: Path, columns: str) -> dict[str, Any]:
+    """`columns` and the stop reason of the lake's one trial (r: trial_stop_reasons, t: trials,
+    j: jobs)."""
+    (row,) = query(
+        lake,
+        f"SELECT {columns}, r.stop_reason FROM trial_stop_reasons AS r"
+        " JOIN trials AS t USING (trial_key) JOIN jobs AS j USING (job_key)",
+    )
+    return row
+
+
 # terminus-2 kwargs -> the turn cap its __init__ runs under (harbor terminus_2.py: max_turns when
 # not None, elif max_episodes is not None, elif episodes), worked out by hand
 TURN_CAP_CASES: dict[str, tuple[dict[str, Any], int]] = {
@@ -407,11 +418,8 @@ def test_terminus_2_older_turn_cap_names_are_the_cap(tmp_path: Path, case: str) 
     job = _job_with_kwargs(tmp_path / "runs/exp/harbor/step-0000/job", kwargs)
     write_trial(job, "hello__1", n_episodes=5, declared_complete=True)
     ingest([tmp_path / "runs"], tmp_path / "lake")
-    (row,) = query(
-        tmp_path / "lake",
-        "SELECT j.max_turns AS job_cap, t.max_turns AS trial_cap, r.max_turns, r.stop_reason"
-        " FROM trial_stop_reasons AS r JOIN trials AS t USING (trial_key)"
-        " JOIN jobs AS j USING (job_key)",
+    row = _only_stop_row(
+        tmp_path / "lake", "j.max_turns AS job_cap, t.max_turns AS trial_cap, r.max_turns"
     )
     want = "max_turns" if cap <= 5 else "submitted"
     assert row == {"job_cap": cap, "trial_cap": cap, "max_turns": cap, "stop_reason": want}
@@ -474,3 +482,19 @@ def test_a_job_dir_without_its_config_keeps_each_trials_caps(tmp_path: Path) -> 
         "no-reward__LRR9k9g": ("error", 5),
         "no-reward__tQufDTt": ("error", 5),
     }
+
+
+def test_a_job_of_one_agent_judges_its_trials_by_its_own_record(tmp_path: Path) -> None:
+    """A job whose config.json names one agent ran every trial under it: the job's record of its
+    caps is the one read, also when a trial's own record leaves them out (a hand-made tree whose
+    trials record a bare agent). Seed 000 with the job's cap 5: 5 episodes -> `max_turns`; a
+    sampled turn of 2 tokens under max_tokens 2 is truncated."""
+    job = write_job(tmp_path / "runs/exp/harbor/step-0000/job", max_turns=5, max_tokens=2)
+    bare = {"name": "terminus-2", "kwargs": {}}
+    sampled = [([1, 2], [3, 4], [-0.1, -0.2])]
+    write_trial(job, "hello__1", n_episodes=5, declared_complete=True, turns=sampled, agent=bare)
+    ingest([tmp_path / "runs"], tmp_path / "lake")
+    row = _only_stop_row(tmp_path / "lake", "j.n_agents, t.max_turns AS trial_cap, r.max_turns")
+    assert row == {"n_agents": 1, "trial_cap": None, "max_turns": 5, "stop_reason": "max_turns"}
+    (stats,) = query(tmp_path / "lake", "SELECT truncated_spans FROM rollout_stats")
+    assert stats["truncated_spans"] == 1

@@ -45,14 +45,15 @@ MAP_STRING_STRING = "map<string, string>"
 
 # Bump for a change of extraction the specs do not show (a fixed bug, a new reading of a field):
 # the extract version is this and the specs' digest.
-EXTRACT_LOGIC_VERSION = "9"  # 2: trajectories / steps / tool_calls; 3: collection paths;
+EXTRACT_LOGIC_VERSION = "10"  # 2: trajectories / steps / tool_calls; 3: collection paths;
 # 4: rewards as harbor's TrialResult reads them; a byte-order mark is not JSON; sink lines lax;
 # a CTRF summary count past 64 bits leaves the summary out; n_episodes past 64 bits clamped;
 # 5: a broken trial config.json, a trace that is no object and a time that is none are problems;
 # 6: a task_id object is the member of harbor's union it validates as (most fields given);
 # 7: token counts, cost and ATIF step ints read as harbor's pydantic models read them (5.0, "5");
 # 8: trial times read as harbor's TrialResult reads them (lowercase t/z, unix times; no basic form);
-# 9: terminus-2's max_episodes / episodes are the turn cap; a trial's collection path its agent's
+# 9: terminus-2's max_episodes / episodes are the turn cap; a trial's collection path its agent's;
+# 10: a job naming one agent judges its trials by its own record of it (jobs.n_agents)
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,14 @@ JOBS = TableSpec(
         Column("agent_import_path", STRING, (JOB_CONFIG, "agents[0].import_path"), "as recorded"),
         Column("agent_name", STRING, (JOB_CONFIG, "agents[0].name"), "as recorded"),
         Column("model_name", STRING, (JOB_CONFIG, "agents[0].model_name"), "as recorded"),
+        Column(
+            "n_agents",
+            INT64,
+            (JOB_CONFIG, "agents"),
+            "how many agents the job names (harbor runs every task x attempt under each): with "
+            "one, its trials are judged by this row's caps and collection path; null without a "
+            "config.json",
+        ),
         Column(
             "n_attempts",
             INT64,

@@ -52,6 +52,9 @@ class Job:
     token_sink_dir: str | None = None  # as recorded in config.json (pi-bridge jobs)
     sink: SinkDir | None = None  # where its sinks are, resolved
     sink_roots: SinkRoots = ()  # the --sink-root remaps, for a trial whose agent records another
+    # how many agents its config.json names; with one, every trial ran it (harbor runs each task
+    # x attempt under each agent), so the job's record of it is the one read (`collection_of`)
+    n_agents: int | None = None
 
     @property
     def key(self) -> str:
@@ -66,7 +69,7 @@ class Job:
         """How a trial that records `agent` (harbor's AgentConfig) is read: the job's own
         collection when that agent records the same token_sink_dir (or, like the job, none)."""
         path, recorded = agent_collection_path(agent)
-        if recorded == self.token_sink_dir:
+        if recorded == self.token_sink_dir or self.n_agents == 1:
             return self.collection
         sink = None if recorded is None else resolve_sink_dir(recorded, self.path, self.sink_roots)
         return Collection(path, recorded, sink)
@@ -298,7 +301,11 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
             path, recorded = collection_path(config)
             sink = None if recorded is None else resolve_sink_dir(recorded, job_path, sink_roots)
             real = reals.get(job_dir) or os.path.realpath(job_path)
-            jobs[job_dir] = Job(job_path, real, batch, run, step, path, recorded, sink, sink_roots)
+            agents = config.get("agents") if isinstance(config, dict) else None
+            n_agents = len(agents) if isinstance(agents, list) else None
+            jobs[job_dir] = Job(
+                job_path, real, batch, run, step, path, recorded, sink, sink_roots, n_agents
+            )
         return jobs[job_dir]
 
     # (job dir, token_sink_dir) -> the collection of a trial whose agent records another sink
@@ -307,7 +314,7 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
 
     def own_collection(job: Job, agent: dict[str, Any]) -> Collection | None:
         recorded = agent_collection_path(agent)[1]
-        if recorded == job.token_sink_dir:
+        if recorded == job.token_sink_dir or job.n_agents == 1:
             return None
         key = (str(job.path), recorded)
         if key not in own_collections:

@@ -266,13 +266,19 @@ def extract_trial(task: TrialTask, agent_names: list[str] | None = None) -> Extr
 def _collection(task: TrialTask, agent: dict[str, Any] | None, problems: ProblemLog) -> Collection:
     """How the trial is read: as the agent it records says, else as its job's first agent says
     (discovery decided it from its config.json's agent, which names the same token_sink_dir
-    whenever it names an agent: only then is it taken as decided). A sink dir of its own that
-    does not exist is its own problem (its job's is the job's)."""
+    whenever it names an agent: only then is it taken as decided). A job whose config.json names
+    one agent is read by that record: every trial of it ran that agent. A sink dir of its own
+    that does not exist is its own problem (its job's is the job's)."""
     job = task.job
     collection = task.collection
-    if agent is not None and agent_collection_path(agent) != (
-        collection.path,
-        collection.token_sink_dir,
+    if (
+        agent is not None
+        and job.n_agents != 1
+        and agent_collection_path(agent)
+        != (
+            collection.path,
+            collection.token_sink_dir,
+        )
     ):
         collection = job.collection_of(agent)
     if collection.token_sink_dir != job.token_sink_dir:

@@ -54,6 +54,7 @@ def row(job: Job, problems: ProblemLog) -> dict[str, Any]:
         "agent_import_path": first.str("import_path"),
         "agent_name": first.str("name"),
         "model_name": first.str("model_name"),
+        "n_agents": len(agents) if agents is not None else None,
         "n_attempts": config.int("n_attempts"),
         **caps(first),
         "model_path": first.str("kwargs", "llm_kwargs", "model_path"),
