@@ -39,7 +39,7 @@ SELECT
         END,
         s.context_budget_default
     ) AS context_budget,
-    t.collection_path
+    coalesce(t.collection_path, j.collection_path) AS collection_path  -- (a lake of before it)
 FROM trials AS t
 CROSS JOIN settings AS s
 LEFT JOIN jobs AS j ON j.job_key = t.job_key;

@@ -250,6 +250,32 @@ def test_files_of_an_older_schema_are_read_by_name(tmp_path: Path) -> None:
     assert rows.fetchall() == [("new", True), ("old", None)]
 
 
+def test_a_lake_whose_files_all_lack_a_column_is_queried_before_any_ingest(
+    tmp_path: Path,
+) -> None:
+    """A lake written by a release before a column was added (every trials file lacks it), opened
+    by this one before any ingest rewrites it: the views still bind (the column is null), and
+    the stats are those of the same trials ingested afresh. Before, every view reading the
+    column failed with DuckDB's 'Referenced column not found'."""
+    runs = tmp_path / "runs"
+    write_trial(step_job(runs, "exp", 1), "t__0", trial_id="old", reward=1)
+    write_trial(step_job(runs, "exp", 1), "t__1", trial_id="older", reward=0)
+    lake, fresh = tmp_path / "lake", tmp_path / "fresh"
+    ingest([runs], lake, workers=1)
+    ingest([runs], fresh, workers=1)
+    store = Store(lake)
+    for old_file in store.files(store.read_manifest(), "trials"):
+        pq.write_table(pq.read_table(old_file).drop_columns(["agent_config"]), old_file)
+    raw = json.loads(store.manifest_path.read_text())
+    raw["schemas"]["trials"] = "an-earlier-schema"
+    store.manifest_path.write_text(json.dumps(raw))
+    (lake / "lake.duckdb").unlink()
+    rows = connect(lake).execute("SELECT trial_key, agent_config FROM trials ORDER BY 1")
+    assert rows.fetchall() == [("old", None), ("older", None)]
+    stats = "SELECT * FROM rollout_stats ORDER BY batch"
+    assert connect(lake).execute(stats).fetchall() == connect(fresh).execute(stats).fetchall()
+
+
 def test_an_unchanged_step_reads_only_its_own_catalog_partition(
     tmp_path: Path, monkeypatch
 ) -> None:

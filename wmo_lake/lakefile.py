@@ -327,8 +327,19 @@ def _file_view(con: duckdb.DuckDBPyConnection, manifest: Manifest, name: str) ->
     if not files:  # a lake written before this table existed: empty until an ingest
         _shapes(con, [name])
         return
-    union = one_schema(manifest, name) is None
-    con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {read_files_sql(files, union)}")
+    if one_schema(manifest, name) is None:
+        # Files of another schema (a lake written before this code added a column, or mixed):
+        # read by name, over this code's empty stand-in, so every column the views read exists,
+        # null where no file holds it, until an ingest (a new extract version re-reads every
+        # trial) rewrites them. Without it the views fail to bind on the missing column.
+        _shapes(con, [name])
+        scan = read_files_sql(files, union_by_name=True)
+        con.execute(
+            f"CREATE OR REPLACE VIEW {name} AS "
+            f"SELECT * FROM _shape_{name} UNION ALL BY NAME SELECT * FROM {scan}"
+        )
+        return
+    con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {read_files_sql(files, False)}")
     con.execute(f"DROP TABLE IF EXISTS _shape_{name}")
 
 
