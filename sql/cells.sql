@@ -116,7 +116,9 @@ SELECT
     coalesce(task_id_name, task_name) AS task_id,
     -- (BIGINT in both engines: Spark's row_number() is an int)
     CAST(row_number() OVER (
-        PARTITION BY batch, coalesce(task_id_name, task_name) ORDER BY trial_name
+        -- (trial_key breaks a tie of two dirs recording one trial_name: the same ranks however
+        -- the trials were read; upstream's stable sort keeps them in the order it loaded them)
+        PARTITION BY batch, coalesce(task_id_name, task_name) ORDER BY trial_name, trial_key
     ) AS BIGINT) AS attempt,
     trial_name,
     coalesce(measured_reward, 0.0) AS reward,

@@ -324,6 +324,25 @@ def test_attempt_is_the_code_point_rank_of_trial_name_per_batch_and_task(
     assert {row["task_id"] for row in rows} == {"rank", "other"}
 
 
+def test_two_dirs_recording_one_trial_name_rank_by_trial_key(tmp_path: Path) -> None:
+    """A dir copied inside its job with a new id records the same trial_name as the original:
+    the tie is broken by the trial key, so the ranks are the same whatever order the dirs were
+    read in (a fresh ingest and an incremental one agreed on nothing before)."""
+    job = write_job(tmp_path / "runs" / "exp" / "harbor" / "step-0000" / "job")
+    write_trial(job, "hello__1", trial_id="id-b", task_name="hello")
+    write_trial(job, "hello__2", trial_id="id-a", task_name="hello")
+    write_trial(job, "hello__0", trial_id="id-c", task_name="hello")
+    result = job / "hello__2" / "result.json"
+    result.write_text(result.read_text().replace('"hello__2"', '"hello__1"'))
+    ingest([tmp_path / "runs"], tmp_path / "lake")
+    rows = query(tmp_path / "lake", "SELECT trial_key, trial_name, attempt FROM cells ORDER BY 3")
+    assert [(r["trial_key"], r["trial_name"], r["attempt"]) for r in rows] == [
+        ("id-c", "hello__0", 1),
+        ("id-a", "hello__1", 2),
+        ("id-b", "hello__1", 3),
+    ]
+
+
 def test_a_job_of_several_agents_ranks_a_tasks_trials_across_its_agents(tmp_path: Path) -> None:
     """The bundled real harbor job of two agents (oracle and nop, n_attempts 1: harbor ran each
     task once per agent). Upstream's scorer ranks a task's trials by trial_name whatever agent
