@@ -407,6 +407,9 @@ TURN_CAP_CASES: dict[str, tuple[dict[str, Any], int]] = {
     "max_turns-first": ({"max_turns": 8, "max_episodes": 5, "episodes": 4}, 8),
     "max_episodes-before-episodes": ({"max_episodes": 5, "episodes": 8}, 5),
     "null-max_turns": ({"max_turns": None, "max_episodes": 5}, 5),
+    # max_turns goes through Terminus2Options (pydantic, lax): "5" and 5.0 are 5
+    "string-max_turns": ({"max_turns": "5"}, 5),
+    "float-max_turns": ({"max_turns": 5.0}, 5),
 }
 
 
