@@ -12,8 +12,9 @@ TURN_CAP_KEYS = ("max_turns", "max_episodes", "episodes")
 
 def turn_cap(agent: Fields, *at: str) -> int | None:
     """The turn cap of the agent at `at` in `agent`'s document: the first of TURN_CAP_KEYS its
-    kwargs record (not null), read as harbor reads it. A later name never stands in for an earlier one of the wrong type:
-    harbor would not run under it either (that one is reported, the cap left null)."""
+    kwargs record (not null), read as harbor reads it. A later name never stands in for an
+    earlier one of the wrong type: harbor would not run under it either (that one is reported,
+    the cap left null)."""
     for key in TURN_CAP_KEYS:
         if agent.get(*at, "kwargs", key) is not None:
             # max_turns goes through Terminus2Options (pydantic, lax: "3" and 3.0 are 3); the
