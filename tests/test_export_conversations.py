@@ -73,10 +73,12 @@ def registry(tmp_path: Path) -> Path:
     path.write_text(
         json.dumps(
             {
+                # task ids (cells.task_id: the task dir's name), as the datums export's
+                # registry: task_name "demo/a" is task "a"
                 "tasks": [
-                    {"id": "demo/a", "split": "train"},
-                    {"id": "demo/b", "split": "train"},
-                    {"id": "demo/c", "split": "dev"},
+                    {"id": "a", "split": "train"},
+                    {"id": "b", "split": "train"},
+                    {"id": "c", "split": "dev"},
                 ]
             }
         )
@@ -114,6 +116,7 @@ def test_all_episodes_no_guard(lake: Path, tmp_path: Path) -> None:
     assert set(first) == {
         "messages",
         "task",
+        "task_id",
         "trial_name",
         "batch",
         "model",
@@ -167,6 +170,19 @@ def test_split_guard_keeps_train_tasks_and_counts_the_rest(
     assert load_verified(tmp_path / "train.jsonl", tasks=registry) == rows
 
 
+def test_one_registry_of_task_ids_guards_both_exports(
+    lake: Path, tmp_path: Path, registry: Path
+) -> None:
+    """The registry's ids are task ids (cells.task_id) for the datums export; the conversations
+    export checks the same ids (its rows' task_id), not harbor's task_name (their task)."""
+    rows, _ = exported(lake, tmp_path / "train.jsonl", "--tasks", str(registry))
+    assert {(r["task"], r["task_id"]) for r in rows} == {("demo/a", "a"), ("demo/b", "b")}
+    by_name = tmp_path / "by-name.json"
+    by_name.write_text(json.dumps([{"id": "demo/a", "split": "train"}]))
+    refused = run(lake, tmp_path / "n.jsonl", "--tasks", str(by_name))
+    assert refused.exit_code == 1 and "'a'" in refused.output
+
+
 def test_filters_success_and_failure(lake: Path, tmp_path: Path) -> None:
     rows, manifest = exported(
         lake, tmp_path / "ok.jsonl", "--no-split-guard", "--filter", "success", "--batch", "main"
@@ -203,11 +219,11 @@ def test_refuses_without_a_guard_choice(lake: Path, tmp_path: Path) -> None:
 
 def test_unregistered_task_stops_the_export(lake: Path, tmp_path: Path) -> None:
     registry = tmp_path / "partial.json"
-    registry.write_text(json.dumps([{"id": "demo/a", "split": "train"}]))
+    registry.write_text(json.dumps([{"id": "a", "split": "train"}]))
     out = tmp_path / "x.jsonl"
     result = run(lake, out, "--tasks", str(registry))
     assert result.exit_code == 1
-    assert "'demo/b'" in result.output and "not in the task registry" in result.output
+    assert "'b'" in result.output and "not in the task registry" in result.output
     assert not out.exists() and not manifest_path(out).exists()
 
 
@@ -333,3 +349,37 @@ def test_trials_whose_trajectories_hold_no_text(tmp_path: Path, text: str) -> No
     contents = {m["content"] for row in rows for m in row["messages"]}
     assert {c for c in contents if not c.startswith("<tool_call>")} == {""}
     assert json.loads(result.output)["excluded"] == {"duplicate": EPISODES_PER_TRIAL}
+
+
+@pytest.mark.parametrize(
+    ("trajectory_model", "info_model", "config_model"),
+    [
+        (None, None, "openai/gpt-4o"),  # only the trial's config.agent names it
+        ("", "gpt-4o", "openai/gpt-4o"),  # an empty name counts as none
+        (None, None, None),  # harbor's stand-in
+    ],
+    ids=["config-agent", "empty-trajectory-name", "none"],
+)
+def test_the_model_is_the_one_harbor_export_names(
+    tmp_path: Path, trajectory_model: str | None, info_model: str | None, config_model: str | None
+) -> None:
+    """The model field follows harbor's chain (traces_utils): the trajectory's agent.model_name,
+    else agent_info.model_info.name, else config.agent.model_name, else 'unknown-model'."""
+    from harbor.utils.traces_utils import collect_conversations_from_trial, load_run_metadata
+
+    job = write_job(tmp_path / "runs" / "job")
+    trial = write_trial(job, "a__1", task_name="demo/a", reward=1.0)
+    result = json.loads((trial / "result.json").read_text())
+    result["agent_info"]["model_info"] = None if info_model is None else {"name": info_model}
+    result["config"]["agent"]["model_name"] = config_model
+    (trial / "result.json").write_text(json.dumps(result, indent=4))
+    trajectory_path = trial / "agent" / "trajectory.json"
+    trajectory = json.loads(trajectory_path.read_text())
+    trajectory["agent"]["model_name"] = trajectory_model
+    if trajectory_model is None:
+        del trajectory["agent"]["model_name"]
+    trajectory_path.write_text(json.dumps(trajectory, indent=2))
+    harbor = collect_conversations_from_trial(trial, load_run_metadata(trial))
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    rows, _ = exported(tmp_path / "lake", tmp_path / "out.jsonl", "--no-split-guard")
+    assert [row["model"] for row in rows] == [conversation["model"] for conversation in harbor]

@@ -5,7 +5,8 @@ with its manifest, and a verifying loader.
     rows = load_verified("sft.jsonl", tasks="tasks.json")   # list of dicts
 
 One row per agent episode as harbor's trace export defines it (sql/conversations.sql): `messages`
-[{role, content}] plus task, trial_name, batch, model, reward, passed, trace_source and episode.
+[{role, content}] plus task, task_id, trial_name, batch, model, reward, passed, trace_source and
+episode.
 The JSONL form is one `{"messages": [...], ...}` object per line, which tinker-cookbook's
 `FromConversationFileBuilder` reads. The discipline (split guard, no overwrite, atomic write,
 manifest, verified load) is `wmo_lake.exports.discipline`, shared with the other kinds; this
@@ -59,7 +60,15 @@ CANDIDATES = f"""
 SELECT
     v.trial_key, v.batch, v.trial_name, v.trace_source, v.episode, v.is_last_episode,
     v.has_media, c.run, c.step, t.task_name AS task,  -- harbor's trace export: task_name
-    coalesce(v.model_name, t.model_name) AS model,
+    c.task_id,  -- what the split guard checks, as the datums export does (one registry for both)
+    -- harbor's chain: the trajectory's agent.model_name, else agent_info.model_info.name, else
+    -- config.agent.model_name; an empty name counts as none; else its own stand-in
+    coalesce(
+        nullif(v.model_name, ''),
+        nullif(t.model_name, ''),
+        nullif(json_extract_string(t.agent_config, '$.model_name'), ''),
+        'unknown-model'
+    ) AS model,
     CASE WHEN c.infra_failed THEN NULL ELSE c.reward END AS reward,
     c.passed
 FROM conversations AS v
@@ -107,8 +116,8 @@ ORDER BY c.run NULLS LAST, c.step NULLS LAST, c.batch, c.trial_name
 """
 # The rows of one chunk of trials ($keys): the view's messages, pushed down to those trials.
 CHUNK_ROWS = """
-SELECT v.messages, c.task, c.trial_name, c.batch, c.model, c.reward, c.passed, c.trace_source,
-    c.episode
+SELECT v.messages, c.task, c.task_id, c.trial_name, c.batch, c.model, c.reward, c.passed,
+    c.trace_source, c.episode
 FROM candidates AS c
 JOIN conversations AS v USING (trial_key, trace_source, episode)
 WHERE list_contains($keys, v.trial_key)
@@ -120,6 +129,7 @@ ROW_SCHEMA = pa.schema(
     [
         ("messages", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
         ("task", pa.string()),
+        ("task_id", pa.string()),
         ("trial_name", pa.string()),
         ("batch", pa.string()),
         ("model", pa.string()),
@@ -188,11 +198,11 @@ def export_conversations(
             )
             excluded: Counter[str] = Counter()
             rows_by_task = dict(
-                con.execute("SELECT task, count(*) FROM candidates GROUP BY task").fetchall()
+                con.execute("SELECT task_id, count(*) FROM candidates GROUP BY task_id").fetchall()
             )
             export.keep_train_tasks(rows_by_task)
             excluded.update(export.guard.excluded)
-            con.execute(f"DELETE FROM candidates AS d WHERE NOT {export.kept('d.task')}")
+            con.execute(f"DELETE FROM candidates AS d WHERE NOT {export.kept('d.task_id')}")
             _drop(con, excluded, "coalesce(passed, false)", "passed", outcome == "failure")
             _drop(con, excluded, "NOT coalesce(passed, false)", "not_passed", outcome == "success")
             _drop(con, excluded, "has_media", "multimodal", True)
@@ -400,7 +410,8 @@ def load_verified(dataset: Path | str, tasks: Path | str | None = None) -> list[
     rows = discipline.load_verified(
         dataset,
         _read_rows,
-        lambda rows: [row.get("task") for row in rows],
+        # (an export written before rows carried task_id was guarded by task)
+        lambda rows: [row["task_id"] if "task_id" in row else row.get("task") for row in rows],
         kind=KIND,
         tasks=tasks,
     )
