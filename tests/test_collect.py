@@ -290,8 +290,8 @@ def test_an_interrupted_step_says_what_was_kept_and_how_to_resume(
 
     monkeypatch.setattr(collector, "collect", interrupted_collect)
     sigint = signal.getsignal(signal.SIGINT)
-    if sigint_ignored:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # (a test run in a shell's background job inherits SIGINT ignored: set it either way)
+    signal.signal(signal.SIGINT, signal.SIG_IGN if sigint_ignored else signal.default_int_handler)
     try:
         result = CliRunner().invoke(
             cli, ["collect", "--template", str(TEMPLATE), "--run-dir", "x", "--step", "0"]
