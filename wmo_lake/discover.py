@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,7 @@ class Job:
     def key(self) -> str:
         return f"job:{self.real}"
 
-    @property
+    @cached_property  # (asked for every trial: built once)
     def collection(self) -> Collection:
         """How the trials of its first agent (and those that record no agent) are read."""
         return Collection(self.collection_path, self.token_sink_dir, self.sink)

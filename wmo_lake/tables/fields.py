@@ -7,7 +7,6 @@ is recorded once, with the file, the field and what was expected.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -75,8 +74,7 @@ def parse_model_time(value: Any) -> datetime | None:
     the ISO basic form `20261129T192034Z`, which fromisoformat would take and pydantic refuses."""
     parsed = None
     if isinstance(value, str) and value[4:5] == "-" and value[7:8] == "-":
-        with contextlib.suppress(ValueError):
-            parsed = datetime.fromisoformat(value)
+        parsed = _iso_time(value)
     if parsed is None:
         if isinstance(value, bool) or not isinstance(value, str | int | float):
             return None
@@ -84,6 +82,14 @@ def parse_model_time(value: Any) -> datetime | None:
         if not isinstance(parsed, datetime):
             return None
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
+def _iso_time(text: str) -> datetime | None:
+    # (not contextlib.suppress: read ten times a trial, its context manager costs ~3 us a time)
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return None
 
 
 def json_type_name(value: Any) -> str:

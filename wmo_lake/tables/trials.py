@@ -109,8 +109,10 @@ def task_id_name(doc: Fields) -> str | None:
     task_id = doc.get("task_id")
     if not isinstance(task_id, dict):
         return None
-    members: list[tuple[int, int, Callable[[], str]]] = []  # (fields given, exact, get_name)
     path = task_id.get("path")
+    if "git_url" not in task_id and "org" not in task_id and "name" not in task_id:
+        return _local_name(path) if isinstance(path, str) else None  # (harbor's local task)
+    members: list[tuple[int, int, Callable[[], str]]] = []  # (fields given, exact, get_name)
     if isinstance(path, str):
         members.append((1, 0, lambda: _local_name(path)))
         git_path = _git_path(path)
