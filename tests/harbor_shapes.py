@@ -246,3 +246,17 @@ def write_token_overflow_trial(job_dir: Path, trial_name: str) -> Path:
             step["metrics"]["prompt_tokens"] = 2**62
     dump(trial_dir / "agent" / "trajectory.json", trajectory)
     return trial_dir
+
+
+def add_agent(job_dir: Path, model_name: str, **kwargs: Any) -> dict[str, Any]:
+    """Append to the job's config.json a second agent: a copy of its agents[0] with `model_name`
+    and these kwargs changed (harbor runs every task x attempt under each of a job's agents).
+    Returns the agent, for `write_trial(..., agent=...)`."""
+    path = job_dir / "config.json"
+    config = json.loads(path.read_text())
+    agent = json.loads(json.dumps(config["agents"][0]))
+    agent["model_name"] = model_name
+    agent["kwargs"].update(kwargs)
+    config["agents"].append(agent)
+    path.write_text(json.dumps(config, indent=4))
+    return agent

@@ -14,7 +14,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner, Result
-from harbor_shapes import write_job, write_trial
+from harbor_shapes import add_agent, write_job, write_trial
 from spec import DATUM_COLUMNS
 
 from wmo_lake.cli import cli
@@ -132,6 +132,7 @@ def test_exports_train_datums_with_a_full_manifest(
     )
     assert (step1["model_path"], step1["max_tokens"], step1["max_turns"]) == ("tinker://m/7", 64, 8)
     assert (step1["context_limit"], step2["context_limit"]) == (100, None)
+    assert [(a["max_turns"], a["trials"]) for a in step1["agents"]] == [(8, 5)]  # one agent
     assert manifest["parameters"] == {
         "lake": str(lake.resolve()),
         "batch": None,
@@ -425,3 +426,26 @@ def test_the_real_process_ends_with_everything_written(
     again = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert again.returncode == 1
     assert "already exists" in again.stderr
+
+
+def test_a_batch_of_several_agents_lists_each_in_the_manifest(tmp_path: Path) -> None:
+    """A job of two agents (caps 5 and 2, max_tokens 64 and 60): the manifest's source batch
+    names no one model or cap for all its datums (null), and lists each agent with its recorded
+    caps and its number of trials."""
+    job = write_job(tmp_path / "runs/r/harbor/step-0001/job", max_turns=5, max_tokens=64)
+    second = add_agent(job, "openai/gpt-4o-mini", max_turns=2, llm_kwargs={"max_tokens": 60})
+    config = json.loads((job / "config.json").read_text())
+    turns = [([1, 2], [3], [-0.5])]
+    write_trial(job, "a__1", task_name="a", reward=1.0, turns=turns)
+    write_trial(job, "a__2", task_name="a", reward=0.0, turns=turns, agent=second)
+    write_trial(job, "a__3", task_name="a", reward=1.0, turns=turns, agent=second)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    out = tmp_path / "d.parquet"
+    result = run("--lake", tmp_path / "lake", "--out", out, "--no-split-guard")
+    assert result.exit_code == 0, result.output
+    (source,) = json.loads(companion(out).read_text(encoding="utf-8"))["sources"]
+    assert (source["model_name"], source["max_turns"], source["max_tokens"]) == (None, None, None)
+    first = config["agents"][0]["model_name"]
+    assert [
+        (a["model_name"], a["max_turns"], a["max_tokens"], a["trials"]) for a in source["agents"]
+    ] == [("openai/gpt-4o-mini", 2, 60, 2), (first, 5, 64, 1)]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harbor_shapes import write_job, write_sink, write_trial
+from harbor_shapes import add_agent, write_job, write_sink, write_trial
 from spec import DATUM_COLUMNS
 
 from wmo_lake.ingest import ingest
@@ -59,11 +59,7 @@ def test_advantages_are_centred_over_a_tasks_trials_across_agents(tmp_path: Path
 
     def build(runs: Path) -> None:
         job = write_job(runs / "r/harbor/step-0000/job", max_turns=5)
-        config = json.loads((job / "config.json").read_text())
-        second = json.loads(json.dumps(config["agents"][0]))
-        second["model_name"] = "openai/gpt-4o-mini"
-        config["agents"].append(second)
-        (job / "config.json").write_text(json.dumps(config, indent=4))
+        second = add_agent(job, "openai/gpt-4o-mini")
         turns = ISSUE_TURNS[:1]
         write_trial(job, "hello__a1", task_name="hello", reward=1.0, turns=turns)
         write_trial(job, "hello__a2", task_name="hello", reward=0.0, turns=turns)

@@ -12,7 +12,7 @@ from typing import Any
 import duckdb
 import pytest
 from edge_case_trees import generate_tree
-from harbor_shapes import write_job, write_trial
+from harbor_shapes import add_agent, write_job, write_trial
 from spec import RECORD_COLUMNS
 
 from reference import oracle
@@ -433,13 +433,7 @@ def test_each_agent_of_a_job_is_judged_by_its_own_caps(tmp_path: Path) -> None:
     own agent: a trial of agents[1] (cap 3) that ran 3 episodes hit its cap although agents[0]'s
     is 5; one of agents[0] that ran 3 and declared completion is `submitted`."""
     job = write_job(tmp_path / "runs/exp/harbor/step-0000/job", max_turns=5, max_tokens=64)
-    config = json.loads((job / "config.json").read_text())
-    second = json.loads(json.dumps(config["agents"][0]))
-    second["model_name"] = "openai/gpt-4o-mini"
-    second["kwargs"]["max_turns"] = 3
-    second["kwargs"]["llm_kwargs"] = {"max_tokens": 2}
-    config["agents"].append(second)
-    (job / "config.json").write_text(json.dumps(config, indent=4))
+    second = add_agent(job, "openai/gpt-4o-mini", max_turns=3, llm_kwargs={"max_tokens": 2})
     sampled = [([1, 2], [3, 4], [-0.1, -0.2])]  # one turn of 2 sampled tokens
     write_trial(job, "hello__first", n_episodes=3, declared_complete=True, turns=sampled)
     write_trial(

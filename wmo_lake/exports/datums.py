@@ -78,16 +78,63 @@ ONE_THREAD_SPANS = 20_000
 
 # The datums in scope; every filter is a bound parameter (NULL matches everything).
 SCOPE = f"SELECT * FROM datums WHERE {scope_condition()}\n"
+# Per source batch: its datum_stats, and the agents its trials ran with their recorded model and
+# caps (read as trial_caps reads them: the job's record when it names one agent or the trial
+# records none, else the trial's own). The batch-level model and caps are those of its one agent;
+# null when its trials ran under several (a job of several agents), which `agents` then lists.
 BATCHES_QUERY = f"""
-WITH trial_counts AS (SELECT batch, count(*) AS trials FROM cells GROUP BY batch)
+WITH trial_counts AS (SELECT batch, count(*) AS trials FROM cells GROUP BY batch),
+trial_agents AS (
+    SELECT
+        t.batch,
+        j.n_agents = 1 OR t.agent_source IS NULL AS from_job,
+        CASE WHEN from_job THEN j.model_name
+            ELSE json_extract_string(t.agent_config, '$.model_name') END AS model_name,
+        CASE WHEN from_job THEN j.model_path
+            ELSE json_extract_string(t.agent_config, '$.kwargs.llm_kwargs.model_path')
+        END AS model_path,
+        CASE WHEN from_job THEN j.max_tokens ELSE t.max_tokens END AS max_tokens,
+        CASE WHEN from_job THEN j.max_turns ELSE t.max_turns END AS max_turns,
+        CASE WHEN from_job THEN j.context_limit ELSE t.context_limit END AS context_limit
+    FROM trials AS t
+    LEFT JOIN jobs AS j USING (job_key)
+),
+agents AS (
+    SELECT
+        batch,
+        count(*) AS n_agents,
+        list(
+            {{'model_name': model_name, 'model_path': model_path, 'max_tokens': max_tokens,
+              'max_turns': max_turns, 'context_limit': context_limit, 'trials': trials}}
+            ORDER BY trials DESC, model_name, max_turns, max_tokens, context_limit, model_path
+        ) AS agents
+    FROM (
+        SELECT batch, model_name, model_path, max_tokens, max_turns, context_limit,
+            count(*) AS trials
+        FROM trial_agents
+        GROUP BY ALL
+    )
+    GROUP BY batch
+)
 SELECT
     s.batch, s.run, s.step, t.trials,
     s.episodes, s.datums, s.fragments, s.overflow_drops, s.overlong_drops,
     s.loss_tokens, s.context_tokens,
-    j.model_name, j.model_path, j.max_tokens, j.max_turns, j.context_limit
+    CASE WHEN a.n_agents IS NULL THEN j.model_name
+        WHEN a.n_agents = 1 THEN a.agents[1].model_name END AS model_name,
+    CASE WHEN a.n_agents IS NULL THEN j.model_path
+        WHEN a.n_agents = 1 THEN a.agents[1].model_path END AS model_path,
+    CASE WHEN a.n_agents IS NULL THEN j.max_tokens
+        WHEN a.n_agents = 1 THEN a.agents[1].max_tokens END AS max_tokens,
+    CASE WHEN a.n_agents IS NULL THEN j.max_turns
+        WHEN a.n_agents = 1 THEN a.agents[1].max_turns END AS max_turns,
+    CASE WHEN a.n_agents IS NULL THEN j.context_limit
+        WHEN a.n_agents = 1 THEN a.agents[1].context_limit END AS context_limit,
+    coalesce(a.agents, []) AS agents
 FROM datum_stats AS s
 JOIN trial_counts AS t USING (batch)
 LEFT JOIN jobs AS j USING (batch)
+LEFT JOIN agents AS a USING (batch)
 WHERE {scope_condition("s.batch", "s.run")}
 ORDER BY s.run NULLS LAST, s.step NULLS LAST, s.batch
 """
