@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wmo_lake import lakefile
-from wmo_lake.lakefile import sql_string
+from wmo_lake.output import sql_string
 from wmo_lake.settings import SettingError, defaults_query, variables
 from wmo_lake.store import (
     DUCKDB_FILE,

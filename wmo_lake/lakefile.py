@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from wmo_lake.output import sql_string
 from wmo_lake.store import Manifest, Store
 
 if TYPE_CHECKING:
@@ -64,11 +65,6 @@ FILE_COLUMN = "_wmo_file"  # in a copy of stored rows: the segment they were wri
 
 def stored_name(table: str) -> str:
     return f"_stored_{table}"
-
-
-def sql_string(value: str) -> str:
-    """A SQL string literal, for the one place DuckDB cannot bind: view DDL in lake.duckdb."""
-    return "'" + value.replace("'", "''") + "'"
 
 
 def files_digest(files: Iterable[str]) -> str:

@@ -88,7 +88,9 @@ def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _string_literal(text: str) -> str:
+def sql_string(text: str) -> str:
+    """A SQL string literal, where DuckDB cannot bind a parameter (DDL, a COPY's target, a struct
+    field's name)."""
     return "'" + text.replace("'", "''") + "'"
 
 
@@ -161,7 +163,7 @@ def _finite(value: str, kind: Any, depth: int = 0) -> str:
     if t == "struct":
         fields = []
         for name, sub in kind.children:
-            field = f"struct_extract({value}, {_string_literal(name)})"
+            field = f"struct_extract({value}, {sql_string(name)})"
             fields.append(f"{_quote(name)} := {_finite(field, sub, depth)}")
         return f"CASE WHEN {value} IS NOT NULL THEN struct_pack({', '.join(fields)}) END"
     if t == "map":
@@ -436,7 +438,7 @@ def _copy(
     """DuckDB's COPY of `query` (already in fmt's cells) to `target`; a file target is the
     partial file of `written_atomically(output)`, renamed into place once complete and removed
     on any error, Ctrl-C or SIGTERM."""
-    literal = _string_literal(target)
+    literal = sql_string(target)
     options = {
         "csv": "FORMAT csv, HEADER",
         "parquet": "FORMAT parquet, COMPRESSION zstd",

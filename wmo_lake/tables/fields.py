@@ -56,14 +56,9 @@ class ProblemLog:
 
 
 def parse_time(value: str | None) -> datetime | None:
-    """An ISO-8601 timestamp as UTC; harbor's trial times carry `Z`, a naive one is taken as UTC."""
-    if value is None:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    """An ISO-8601 timestamp (as fromisoformat reads it, which is how harbor's ATIF Step validates
+    one) as UTC; a naive one is taken as UTC."""
+    return None if value is None else _utc(_iso_time(value))
 
 
 def parse_model_time(value: Any) -> datetime | None:
@@ -75,13 +70,10 @@ def parse_model_time(value: Any) -> datetime | None:
     parsed = None
     if isinstance(value, str) and value[4:5] == "-" and value[7:8] == "-":
         parsed = _iso_time(value)
-    if parsed is None:
-        if isinstance(value, bool) or not isinstance(value, str | int | float):
-            return None
-        parsed = harbor_lax(value, datetime)
-        if not isinstance(parsed, datetime):
-            return None
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    if parsed is None and not isinstance(value, bool) and isinstance(value, str | int | float):
+        read = harbor_lax(value, datetime)
+        parsed = read if isinstance(read, datetime) else None
+    return _utc(parsed)
 
 
 def _iso_time(text: str) -> datetime | None:
@@ -90,6 +82,12 @@ def _iso_time(text: str) -> datetime | None:
         return datetime.fromisoformat(text)
     except ValueError:
         return None
+
+
+def _utc(parsed: datetime | None) -> datetime | None:
+    if parsed is None:
+        return None
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
 
 def json_type_name(value: Any) -> str:
