@@ -29,6 +29,9 @@ class CatalogEntry(msgspec.Struct, array_like=True, gc=False):
     # dir took it over (unit_key None): when that dir's rows go, this dir must be read again.
     # None in catalogs written before it was recorded.
     trial_key: str | None = None
+    # The extract version the dir was read under (Manifest.extractions sums a partition's up).
+    # None in catalogs written before it was recorded (extract logic 12).
+    extraction: str | None = None
 
 
 def is_shadow(entry: CatalogEntry) -> bool:

@@ -1,5 +1,10 @@
 """Checks that turn a silent trap into a warning a person reads.
 
+A lake whose rows an older wmo-lake read (before a fixed bug or a new reading of a field) gives
+that older version's numbers until its runs are ingested again: `connect()` says so
+(`StaleRulesWarning`), naming the partitions, from the manifest's record of the extraction rules
+each partition was read under (Manifest.extractions).
+
 A reward key that no trial has makes every trial an "infra failure" with a 0.0 stand-in: the
 numbers look like a broken batch, not like a typo. `reward_key_warning` says so and names the keys
 that do occur. `connect()` and Spark's `register()` warn (`RewardKeyWarning`) over the whole lake;
@@ -18,10 +23,26 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import duckdb
 
+    from wmo_lake.store import Manifest
 
-class RewardKeyWarning(UserWarning):
+
+class LakeWarning(UserWarning):
+    """A warning about what a lake's numbers mean (the CLI prints it as one `warning:` line)."""
+
+
+class RewardKeyWarning(LakeWarning):
     """The reward key in force occurs in no trial in scope (every reward reads as missing)."""
 
+
+class StaleRulesWarning(LakeWarning):
+    """Some of the lake's rows were read by an older wmo-lake's extraction rules."""
+
+
+# partitions a StaleRulesWarning names before it says how many more there are
+NAMED_PARTITIONS = 3
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))  # warnings point at the caller outside it
 
 # Whether any trial in scope has the reward key in force: LIMIT 1 without an order lets DuckDB
 # stop at the first match instead of reading every trial's rewards (an EXISTS reads them all).
@@ -76,9 +97,55 @@ def warn_on_unused_reward_key(
     the message into its caller's terms (the Python API's `reward_key=`)."""
     message = reward_key_warning(con, batch_glob=batch_glob, run=run)
     if message is not None:
-        package = os.path.dirname(os.path.abspath(__file__))
         text = message if rewrite is None else rewrite(message)
-        warnings.warn(text, RewardKeyWarning, skip_file_prefixes=(package,))
+        warnings.warn(text, RewardKeyWarning, skip_file_prefixes=(_PACKAGE,))
 
 
-__all__ = ["RewardKeyWarning", "reward_key_warning", "warn_on_unused_reward_key"]
+def stale_rules_warning(manifest: Manifest, lake: str) -> str | None:
+    """Why some of the lake's numbers may not be this version's, or None when every partition
+    was read under this version's extraction rules (or the lake holds none)."""
+    from wmo_lake.columns import extract_version
+
+    current = extract_version()
+    stale = [p for p in manifest.catalog if manifest.extractions.get(p) != current]
+    if not stale:
+        return None
+    named = "; ".join(_partition_label(p) for p in stale[:NAMED_PARTITIONS])
+    more = len(stale) - NAMED_PARTITIONS
+    if more > 0:
+        named += f"; and {more} more"
+    return (
+        f"{len(stale)} of the {len(manifest.catalog)} (run, step) partitions of the lake {lake} "
+        f"hold rows an older wmo-lake read ({named}), so their numbers may differ from what this "
+        "version reads from the same files (a bug fixed since, a field read anew); run `wmo-lake "
+        "ingest` on their run trees again to read them by this version's rules"
+    )
+
+
+def _partition_label(partition: str) -> str:
+    """`run exp1, step 3` (or `no run`, `no step`) for a partition path."""
+    from wmo_lake.store import partition_values
+
+    run, step = partition_values(partition)
+    return ("no run" if run is None else f"run {run}") + (
+        ", no step" if step is None else f", step {step}"
+    )
+
+
+def warn_on_stale_rules(manifest: Manifest, lake: str) -> None:
+    """A `StaleRulesWarning` when part of the lake was read by older rules (`stale_rules_warning`),
+    pointing at the first caller outside this package."""
+    message = stale_rules_warning(manifest, lake)
+    if message is not None:
+        warnings.warn(message, StaleRulesWarning, skip_file_prefixes=(_PACKAGE,))
+
+
+__all__ = [
+    "LakeWarning",
+    "RewardKeyWarning",
+    "StaleRulesWarning",
+    "reward_key_warning",
+    "stale_rules_warning",
+    "warn_on_stale_rules",
+    "warn_on_unused_reward_key",
+]

@@ -99,10 +99,11 @@ def cli() -> None:
 def _show_warning(
     message: Warning | str, category: type[Warning], *args: object, **kw: object
 ) -> None:
-    """The library's own warnings (a reward key no trial has) as one `warning:` line on stderr."""
-    from wmo_lake.checks import RewardKeyWarning
+    """The library's own warnings (a reward key no trial has, a lake read by older rules) as one
+    `warning:` line on stderr."""
+    from wmo_lake.checks import LakeWarning
 
-    if issubclass(category, RewardKeyWarning):
+    if issubclass(category, LakeWarning):
         click.echo(f"warning: {message}", err=True)
     else:
         _default_showwarning(message, category, *args, **kw)  # type: ignore[arg-type]

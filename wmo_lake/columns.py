@@ -45,7 +45,7 @@ MAP_STRING_STRING = "map<string, string>"
 
 # Bump for a change of extraction the specs do not show (a fixed bug, a new reading of a field):
 # the extract version is this and the specs' digest.
-EXTRACT_LOGIC_VERSION = "11"  # 2: trajectories / steps / tool_calls; 3: collection paths;
+EXTRACT_LOGIC_VERSION = "12"  # 2: trajectories / steps / tool_calls; 3: collection paths;
 # 4: rewards as harbor's TrialResult reads them; a byte-order mark is not JSON; sink lines lax;
 # a CTRF summary count past 64 bits leaves the summary out; n_episodes past 64 bits clamped;
 # 5: a broken trial config.json, a trace that is no object and a time that is none are problems;
@@ -55,6 +55,8 @@ EXTRACT_LOGIC_VERSION = "11"  # 2: trajectories / steps / tool_calls; 3: collect
 # 9: terminus-2's max_episodes / episodes are the turn cap; a trial's collection path its agent's;
 # 10: a job naming one agent judges its trials by its own record of it (jobs.n_agents);
 # 11: kwargs.max_turns read as Terminus2Options reads it (pydantic, lax: "5" and 5.0 are 5)
+# 12: the manifest records the rules each partition was read under (a lake without that record
+# is older: its next ingest reads everything again, so the record is complete from then on)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -431,12 +431,14 @@ class Commit:
         touched: Iterable[str] | None = None,
         *,
         sweep: bool = True,
+        extractions: Mapping[str, str] | None = None,
     ) -> Manifest:
         """Write the catalog and swap the manifest: the commit point. `catalog`: the entries
         after this commit; only the partitions in `touched` (all when None) have changed
         entries, and only their catalog files are written again. Then the files no generation
         names are removed, or, with `sweep=False`, left for the caller's `sweep()` (an ingest
-        sweeps while lake.duckdb is built)."""
+        sweeps while lake.duckdb is built). `extractions`: the extract version of the partitions
+        whose rows this commit read (Manifest.extractions); the others keep the base's."""
         own = self.writer.close()
         tables: PartitionedFiles = {}
         for name in TABLES:
@@ -454,6 +456,11 @@ class Commit:
             updated_at=datetime.now(UTC).isoformat(),
             schemas={name: self._schema_of(name) for name in TABLES},
         )
+        manifest.extractions = {
+            partition: version
+            for partition, version in {**self.base.extractions, **(extractions or {})}.items()
+            if partition in manifest.catalog
+        }
         live = set(manifest.live_files())
         # what readers of the previous generation may still be scanning: kept one more commit
         manifest.previous = [rel for rel in self.base.live_files() if rel not in live]
@@ -468,6 +475,7 @@ class Commit:
             "tables": manifest.tables,
             "catalog": manifest.catalog,
             "schemas": manifest.schemas,
+            "extractions": manifest.extractions,
             "previous": manifest.previous,
         }
         # msgspec: json.dumps(indent=2)'s bytes (but UTF-8 where it escapes), ~5x faster for the

@@ -20,14 +20,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wmo_lake.catalog import CatalogEntry, shadows_of
+from wmo_lake.catalog import CatalogEntry, is_shadow, shadows_of
 from wmo_lake.collection import SinkRoots
 from wmo_lake.discover import Candidate, Job, TrialTask, WalkProblem, discover
-from wmo_lake.fingerprint import job_fingerprint, trial_fingerprint, walk_fingerprint
+from wmo_lake.fingerprint import (
+    EXTRACT_VERSION,
+    job_fingerprint,
+    trial_fingerprint,
+    walk_fingerprint,
+)
 from wmo_lake.readers import Readers, collecting_less
 from wmo_lake.store import (
     DUPLICATE,
     JOB,
+    MIXED,
     NO_PARTITION,
     TRIAL,
     UNREADABLE,
@@ -428,6 +434,7 @@ class LakeUpdate:
             extracted.n_problems,
             partition,
             trial_key,
+            EXTRACT_VERSION,
         )
         self.touched.add(partition)
 
@@ -540,7 +547,15 @@ class LakeUpdate:
             self._append(extracted, partition)
         self.summary.problems += extracted.n_problems
         self.catalog[job.key] = CatalogEntry(
-            job.key, job.key, JOB, job.key, job.batch, fingerprint, extracted.n_problems, partition
+            job.key,
+            job.key,
+            JOB,
+            job.key,
+            job.batch,
+            fingerprint,
+            extracted.n_problems,
+            partition,
+            extraction=EXTRACT_VERSION,
         )
         self.touched.add(partition)
 
@@ -589,6 +604,22 @@ class LakeUpdate:
             copies.merge(made)
         return copies
 
+    def _extractions(self) -> dict[str, str]:
+        """The touched partitions' extraction rules (Manifest.extractions): the extract version
+        every dir with rows of the partition was read under, MIXED when they differ; left out
+        when they were read before versions were recorded (the manifest then says: older)."""
+        versions: dict[str, set[str | None]] = {partition: set() for partition in self.touched}
+        for entry in self.catalog.values():
+            # (walk problems follow no extraction rules; a shadow has no rows)
+            if entry.partition in versions and entry.kind != WALK and not is_shadow(entry):
+                versions[entry.partition].add(entry.extraction)
+        extractions: dict[str, str] = {}
+        for partition, found in versions.items():
+            version = MIXED if len(found) > 1 else next(iter(found), EXTRACT_VERSION)
+            if version is not None:
+                extractions[partition] = version
+        return extractions
+
     def finish(self) -> None:
         """Commit when anything changed (a first ingest always does, so even an empty tree
         leaves a queryable lake); otherwise only tidy what an interrupted ingest left."""
@@ -597,7 +628,9 @@ class LakeUpdate:
         if changed or not self.store.exists():
             # the sweep of files no generation names is left to `sweep()`: while lake.duckdb
             # is built (a walk of every touched partition: ~0.1 s for a 128-step first ingest)
-            self.manifest = self._commit().finish(self.catalog.values(), self.touched, sweep=False)
+            self.manifest = self._commit().finish(
+                self.catalog.values(), self.touched, sweep=False, extractions=self._extractions()
+            )
             self.summary.generation = self.manifest.generation
             self.summary.committed = True
         else:

@@ -217,7 +217,8 @@ def connect(
     temp dir (from a copy of the stale lake.duckdb when it can, else every table a view over its
     files) and opens that read-only, so no connection this returns can change a lake. Temporary
     tables still work (DuckDB keeps them in memory). With `check`, a reward key that no trial of
-    the lake has is a `RewardKeyWarning` (wmo_lake.checks).
+    the lake has is a `RewardKeyWarning` (wmo_lake.checks); rows an older wmo-lake read are a
+    `StaleRulesWarning` either way.
 
     `files_only=True` also confines the connection's file access to the lake's live Parquet
     files (DuckDB's `enable_external_access = false` with `allowed_paths`): no COPY TO, ATTACH or
@@ -258,9 +259,10 @@ def connect(
         con.execute("SET allowed_paths = ?", [live + list(writable or [])])
         con.execute("SET enable_external_access = false")  # DuckDB refuses to turn it back on
     set_settings(con, settings or {})
-    if check:
-        from wmo_lake.checks import warn_on_unused_reward_key
+    from wmo_lake.checks import warn_on_stale_rules, warn_on_unused_reward_key
 
+    warn_on_stale_rules(manifest, str(lake))
+    if check:
         warn_on_unused_reward_key(con)
     return con
 

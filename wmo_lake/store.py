@@ -141,6 +141,9 @@ class Manifest:
     updated_at: str | None = None
     # table -> the digest of the schema every one of its files was written with, or MIXED
     schemas: dict[str, str] = field(default_factory=dict)
+    # partition -> the extract version every trial and job of it was read under, or MIXED; a
+    # partition not named was written by a wmo-lake older than this record (extract logic 12)
+    extractions: dict[str, str] = field(default_factory=dict)
 
     def table_files(self, table: str) -> list[str]:
         """Every live segment of `table`, partition by partition."""
@@ -219,6 +222,7 @@ class Store:
             previous=raw.get("previous", []),
             updated_at=raw.get("updated_at"),
             schemas=raw.get("schemas") or {},
+            extractions=raw.get("extractions") or {},
         )
 
     def duckdb_stamp(self, manifest: Manifest, views: str) -> str:
