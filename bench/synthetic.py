@@ -39,6 +39,7 @@ import pyarrow as pa
 
 from wmo_lake.catalog import CatalogEntry
 from wmo_lake.commit import Commit
+from wmo_lake.fingerprint import EXTRACT_VERSION
 from wmo_lake.lake import ensure_duckdb_file
 from wmo_lake.store import FORMAT_VERSION, JOB, TRIAL, Manifest, Store, partition_of
 from wmo_lake.tables import TABLES
@@ -393,18 +394,35 @@ def build(out: Path, spec: Spec) -> list[Step]:
         partition = partition_of(RUN, s.step)  # every unit's rows go to its run/step partition
         for name, rows in step_tables(s, _rng(spec, number, "tokens")).items():
             commit.append(name, rows, partition)
+        # (read as this version's ingest reads: the rows are of this version's tables)
         catalog.append(
             CatalogEntry(
-                s.job_key, s.job_key, JOB, s.job_key, s.batch, _digest(s.job_key), 0, partition
+                s.job_key,
+                s.job_key,
+                JOB,
+                s.job_key,
+                s.batch,
+                _digest(s.job_key),
+                0,
+                partition,
+                extraction=EXTRACT_VERSION,
             )
         )
         catalog += [
             CatalogEntry(
-                f"/synthetic/{s.batch}/{name}", key, TRIAL, s.job_key, s.batch, key, 0, partition
+                f"/synthetic/{s.batch}/{name}",
+                key,
+                TRIAL,
+                s.job_key,
+                s.batch,
+                key,
+                0,
+                partition,
+                extraction=EXTRACT_VERSION,
             )
             for key, name in zip(s.trial_keys, s.names, strict=True)
         ]
-    commit.finish(catalog)
+    commit.finish(catalog, extractions={entry.partition: EXTRACT_VERSION for entry in catalog})
     ensure_duckdb_file(store)
     return steps
 

@@ -22,6 +22,8 @@ from wmo_lake.lake import connect
 from wmo_lake.store import MIXED, Store
 
 OLD_RULES = "0-older"
+# (the suite turns this warning into an error: here it is what is tested)
+pytestmark = pytest.mark.filterwarnings("default::wmo_lake.checks.StaleRulesWarning")
 
 
 def _tree(root: Path) -> Path:
