@@ -13,7 +13,7 @@ from pathlib import Path
 import duckdb
 import pytest
 from click.testing import CliRunner
-from harbor_shapes import write_job, write_sink, write_trial
+from harbor_shapes import add_agent, write_job, write_sink, write_trial
 from pydantic import TypeAdapter
 
 from wmo_lake.cli import cli
@@ -350,6 +350,28 @@ def test_editing_a_sink_reingests_the_trial(tmp_path: Path) -> None:
     summary = ingest([tmp_path / "runs"], tmp_path / "lake")
     assert summary.trials_replaced == 1
     assert connect(tmp_path / "lake").execute("SELECT n_spans FROM trials").fetchall() == [(2,)]
+
+
+def test_editing_the_sink_of_a_trial_whose_agent_only_its_result_records_reingests_it(
+    tmp_path: Path,
+) -> None:
+    """A job of two agents, terminus-2 (agents[0]) and the pi bridge (its own sink dir); the
+    bridge's trial has no config.json, so only its result.json says which agent it ran: a sink
+    edited after an ingest is read by the next one, as a fresh ingest (and upstream's
+    load_trial_spans) reads both of its lines."""
+    sinks = tmp_path / "sinks"
+    job = write_job(tmp_path / "runs" / "exp" / "harbor" / "step-0001" / "job")
+    bridge = add_agent(job, "pi", token_sink_dir=str(sinks))
+    write_trial(job, "pi__1", agent=bridge)
+    (job / "pi__1" / "config.json").unlink()
+    write_sink(sinks, "pi__1", RECORDED[:1])
+    ingest([tmp_path / "runs"], tmp_path / "lake")
+    write_sink(sinks, "pi__1", RECORDED)
+    summary = ingest([tmp_path / "runs"], tmp_path / "lake")
+    assert summary.trials_replaced == 1
+    assert connect(tmp_path / "lake").execute(
+        "SELECT collection_path, n_spans FROM trials"
+    ).fetchall() == [("pi-bridge", 2)]
 
 
 def test_a_pi_bridge_job_of_one_agent_reads_its_trials_sinks_whatever_they_record(

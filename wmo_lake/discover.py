@@ -56,6 +56,10 @@ class Job:
     # how many agents its config.json names; with one, every trial ran it (harbor runs each task
     # x attempt under each agent), so the job's record of it is the one read (`collection_of`)
     n_agents: int | None = None
+    # the sink dirs (resolved) its other agents record: a trial of a job of several agents whose
+    # config.json does not decide its agent is read from one of them once its result.json says
+    # which, so its fingerprint watches its sink in each (`fingerprint.trial_fingerprint`)
+    agent_sinks: tuple[SinkDir, ...] = ()
 
     @property
     def key(self) -> str:
@@ -304,8 +308,23 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
             real = reals.get(job_dir) or os.path.realpath(job_path)
             agents = config.get("agents") if isinstance(config, dict) else None
             n_agents = len(agents) if isinstance(agents, list) else None
+            recorded_sinks = (agent_collection_path(agent)[1] for agent in agents or [])
+            others = {other for other in recorded_sinks if other not in (recorded, None)}
+            agent_sinks = tuple(
+                resolve_sink_dir(other, job_path, sink_roots) for other in sorted(others)
+            )
             jobs[job_dir] = Job(
-                job_path, real, batch, run, step, path, recorded, sink, sink_roots, n_agents
+                job_path,
+                real,
+                batch,
+                run,
+                step,
+                path,
+                recorded,
+                sink,
+                sink_roots,
+                n_agents,
+                agent_sinks if n_agents != 1 else (),
             )
         return jobs[job_dir]
 

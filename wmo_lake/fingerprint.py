@@ -73,9 +73,13 @@ def trial_fingerprint(
     agent = f"{directory}/agent"
     agent_files = sorted(n for n in agent_names if n.startswith("trajectory"))
     parts += [f"agent/{name}={_stat_token(f'{agent}/{name}')}" for name in agent_files]
+    name = os.path.basename(directory)
     if collection.sink is not None:
-        name = os.path.basename(directory)
         parts.append(f"sink={_stat_token(os.path.join(collection.sink.path, f'{name}.jsonl'))}")
+    # its result.json may name another of its job's agents than discovery took it for (its
+    # config.json records none, or another): the sink it is then read from is watched too
+    for sink in job.agent_sinks:
+        parts.append(f"sink={_stat_token(os.path.join(sink.path, f'{name}.jsonl'))}")
     return _digest(parts)
 
 
