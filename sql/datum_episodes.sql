@@ -10,21 +10,38 @@
 --     counted (with or without spans), infra-failed stand-in rewards included (tinker-cookbook
 --     compute_advantages: centred on the group mean, no std scaling); the mean is Python's
 --     sum(rewards) / len(rewards) to the last bit, summed exactly as rollout_stats sums scores
---     (rewards are in [0, 1]: whole units of 2^-40 as integers, the remainders below as
---     doubles, rounded once), where avg() folds left and misses 0.1 + 0.2 + 0.3 = 0.6;
+--     (whole units of 2^-40 as integers, the remainders below as doubles, rounded once), where
+--     avg() folds left and misses 0.1 + 0.2 + 0.3 = 0.6. The rewards are first scaled by the
+--     power of two that brings the group's largest into [1, 2) (exact): unscaled, a group of tiny
+--     rewards (9.4e-12 and 2.4e-15) has remainders wider than a double, whose sum is rounded
+--     before the total is, one bit off Python's;
 --   drop_reason 'overflow' when stop_reason = 'context_overflow' or any span's prompt + sampled
 --     length exceeds the context budget (`trial_caps`: wmo_context_budget, else the one the
 --     trial's agent recorded: llm_kwargs.context_limit, else the pi bridge's context_window;
 --     else the setting's default); else 'overlong' when any merged sequence with sampled
 --     tokens is longer than max_datum_tokens (see the settings view); else NULL.
 CREATE OR REPLACE VIEW datum_episodes AS
-WITH reward_parts AS (
+WITH scaled AS (
+    -- 2^-e for the group's largest reward in [2^e, 2^(e+1)) (capped: a subnormal's would be
+    -- infinite); 1.0 for a group of zeros
+    SELECT
+        *,
+        CASE
+            WHEN max(reward) OVER task_group > 0.0
+                THEN pow(2.0, least(-floor(log2(max(reward) OVER task_group)), 1000.0))
+            ELSE 1.0
+        END AS reward_scale
+    FROM cells
+    WINDOW task_group AS (PARTITION BY batch, task_id)
+),
+reward_parts AS (
     -- 1099511627776 = 2^40: scaling by a power of two is exact
     SELECT
         *,
-        CAST(floor(reward * 1099511627776.0) AS BIGINT) AS reward_units,
-        reward * 1099511627776.0 - floor(reward * 1099511627776.0) AS reward_remainder
-    FROM cells
+        CAST(floor(reward * reward_scale * 1099511627776.0) AS BIGINT) AS reward_units,
+        reward * reward_scale * 1099511627776.0
+        - floor(reward * reward_scale * 1099511627776.0) AS reward_remainder
+    FROM scaled
 ),
 group_sums AS (
     SELECT
@@ -56,7 +73,7 @@ records AS (
                 CAST(c.group_units - CAST(CAST(c.group_units AS DOUBLE) AS BIGINT) AS DOUBLE)
                 + c.group_remainder
             )
-        ) / 1099511627776.0 / c.group_trials AS advantage,
+        ) / 1099511627776.0 / c.reward_scale / c.group_trials AS advantage,
         k.context_budget,
         s.max_datum_tokens
     FROM group_sums AS c

@@ -179,11 +179,12 @@ def test_group_advantage_centres_on_the_batch_task_mean_with_infra_failures(
     assert [got["step-0001", n]["attempt"] for n in ("a1", "a2", "a3")] == [1, 2, 3]
 
 
-def test_advantage_is_reward_minus_pythons_mean_to_the_last_bit(tmp_path: Path) -> None:
-    """sum(rewards) / len(rewards) as Python >= 3.12 computes it (a compensated sum): 0.1 + 0.2
-    + 0.3 is 0.6 there, 0.6000000000000001 to a left fold such as SQL's avg()."""
+def advantages_and_pythons(
+    tmp_path: Path, groups: dict[str, list[float]]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """One one-turn trial per reward (task -> its trials' rewards, one job): the view's advantage
+    per trial, and reward - sum(rewards) / len(rewards) as Python computes it."""
     one: list[Turn] = [([1], [2], [-0.5])]
-    groups = {"f": [0.1, 0.2, 0.3], "g": [0.7, 0.1, 0.1, 0.1, 0.3]}
 
     def build(runs: Path) -> None:
         job = write_job(runs / "r/harbor/step-0001/job-1")
@@ -197,8 +198,32 @@ def test_advantage_is_reward_minus_pythons_mean_to_the_last_bit(tmp_path: Path) 
         for task, rewards in groups.items()
         for index, reward in enumerate(rewards)
     }
+    return got, expected
+
+
+def test_advantage_is_reward_minus_pythons_mean_to_the_last_bit(tmp_path: Path) -> None:
+    """sum(rewards) / len(rewards) as Python >= 3.12 computes it (a compensated sum): 0.1 + 0.2
+    + 0.3 is 0.6 there, 0.6000000000000001 to a left fold such as SQL's avg()."""
+    got, expected = advantages_and_pythons(
+        tmp_path, {"f": [0.1, 0.2, 0.3], "g": [0.7, 0.1, 0.1, 0.1, 0.3]}
+    )
     assert got == expected
     assert got["f1"] == 0.2 - 0.6 / 3  # (+2.8e-17: a left fold's mean gives -2.8e-17)
+
+
+def test_advantage_of_tiny_rewards_is_pythons_to_the_last_bit(tmp_path: Path) -> None:
+    """Rewards far below 1 (9.4e-12 and 2.4e-15) have remainders below 2^-40 wider than a double:
+    summed unscaled they are rounded before the total is, and the mean lands one bit off
+    Python's sum(rewards) / len(rewards) (4.709167616491119e-12 instead of ...118e-12)."""
+    got, expected = advantages_and_pythons(
+        tmp_path,
+        {
+            "tiny": [9.420703536939998e-12, 2.3683039577615215e-15],
+            "mixed": [9.311661184581528e-19, 3.0748508264780264e-12, 5e-324],
+        },
+    )
+    assert got == expected
+    assert got["tiny0"] == 4.709167616491118e-12  # by hand: (9.4207...e-12 - 2.3683...e-15) / 2
 
 
 def test_overflow_drops_whole_episodes_at_the_exact_budget(tmp_path: Path) -> None:
