@@ -129,6 +129,25 @@ def test_a_copied_trial_is_stored_once(tmp_path: Path, workers: int) -> None:
     ).fetchall() == [(2,)]
 
 
+def test_a_copy_taking_a_trial_over_is_counted_once_in_the_summary(tmp_path: Path) -> None:
+    """The original dir is unchanged (counted before the copy is read), then the copy takes its
+    trial over: the summary counts what the lake holds, one trial and its one problem, in that
+    ingest and in the next, unchanged one."""
+    runs = tmp_path / "runs"
+    job_dir = write_job(runs / "exp" / "harbor" / "step-0001" / "job")
+    write_trial(job_dir, "t__0", trial_id="only", ctrf={"results": 5})  # one not_ctrf problem
+    lake = tmp_path / "lake"
+    ingest([runs], lake, workers=1)
+    shutil.copytree(job_dir / "t__0", job_dir / "t__0-copy")
+    took_over = ingest([runs], lake, workers=1)
+    counts = (took_over.trials_new, took_over.trials_replaced, took_over.trials_unchanged)
+    assert (counts, took_over.problems) == ((0, 1, 0), 1)
+    assert (_counts(lake)["trials"], _counts(lake)["problems"]) == (1, 1)
+    again = ingest([runs], lake, workers=1)
+    counts = (again.trials_new, again.trials_replaced, again.trials_unchanged)
+    assert (counts, again.problems, again.committed) == ((0, 0, 1), 1, False)
+
+
 def test_a_copy_holding_another_trial_now_gives_the_original_its_trial_back(
     tmp_path: Path,
 ) -> None:

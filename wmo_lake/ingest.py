@@ -245,6 +245,12 @@ def ingest(
     return update.summary
 
 
+def _problems_held(entry: CatalogEntry) -> int:
+    """The problems rows the lake holds for a dir's entry: none for a dir whose trial another
+    dir took over (its rows, problems too, went with the trial; the entry keeps the count)."""
+    return 0 if entry.kind == TRIAL and entry.unit_key is None else entry.n_problems
+
+
 def _prepare_duckdb_file_meanwhile(store: Store) -> threading.Thread:
     """A first ingest's lake.duckdb is mostly views to bind, which need no rows: build them
     (`lake.prepare_duckdb_file`) in a thread while the reader processes work, instead of after
@@ -285,6 +291,7 @@ class LakeUpdate:
         self.lost: set[str] = set()  # trial keys whose rows this ingest removed
         self.restored: set[str] = set()  # duplicated keys re-stored through this process
         self.tasks: dict[str, TrialTask] = {}  # real path -> task, of the dirs read
+        self.counted_unchanged: set[str] = set()  # dirs whose trial `unchanged` counted
         self.touched: set[str] = set()  # partitions whose catalog entries change
         self.commit: Commit | None = None
         self.catalog_only = False  # a catalog entry was dropped that no rows belong to
@@ -371,9 +378,11 @@ class LakeUpdate:
         if entry.kind in (TRIAL, UNREADABLE):
             self.jobs[candidate.job.real] = candidate.job
         # (a dir whose trial another dir holds is no trial of the lake's)
-        self.summary.trials_unchanged += entry.kind == TRIAL and entry.unit_key is not None
+        if entry.kind == TRIAL and entry.unit_key is not None:
+            self.summary.trials_unchanged += 1
+            self.counted_unchanged.add(candidate.real)
         self.summary.unreadable_trials += entry.kind == UNREADABLE
-        self.summary.problems += entry.n_problems
+        self.summary.problems += _problems_held(entry)
         return True
 
     def add_trial(
@@ -409,6 +418,10 @@ class LakeUpdate:
                 previous = self.catalog[previous_source]  # its rows may be in another step
                 commit.remove_units([key], previous.partition)
                 self.touched.add(previous.partition)
+                if previous_source in self.counted_unchanged:  # its rows go: not counted twice
+                    self.counted_unchanged.discard(previous_source)
+                    self.summary.trials_unchanged -= 1
+                    self.summary.problems -= previous.n_problems
                 if os.path.lexists(previous_source):
                     previous.unit_key = None  # a copy: kept, so it is not read again as new
                 else:  # moved here: an entry left for it would be "pruned" by every --prune
@@ -468,7 +481,7 @@ class LakeUpdate:
                 entry = shadows.get(real)
                 if entry is None:
                     continue
-                self.summary.problems -= entry.n_problems  # (`unchanged` counted them)
+                self.summary.problems -= _problems_held(entry)  # (`unchanged` counted them)
                 task = TrialTask.of(candidate)
                 extracted = read_task(task)
                 self.add_trial(task, extracted, extracted.fingerprint or trial_fingerprint(task))
