@@ -20,6 +20,7 @@ from wmo_lake import extract
 from wmo_lake.discover import TrialTask
 from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect
+from wmo_lake.readers import Readers
 from wmo_lake.store import STAGING, TRIAL, Store
 
 
@@ -118,7 +119,7 @@ def test_a_copied_trial_is_stored_once(tmp_path: Path, workers: int) -> None:
     assert summary.trials_new == 2
     con = connect(fresh)
     assert con.execute("SELECT count(*) FROM trials").fetchall() == [(2,)]
-    # every table holds each trial once (from whichever dir was read first)
+    # every table holds each trial once (from the dir walked first)
     for table, n in {"spans": 3, "stop_reasons": 1, "tests": 2, "trajectories": 1}.items():
         per_trial = con.execute(
             f"SELECT trial_key, count(*) FROM {table} GROUP BY ALL ORDER BY ALL"
@@ -146,6 +147,35 @@ def test_a_copy_taking_a_trial_over_is_counted_once_in_the_summary(tmp_path: Pat
     again = ingest([runs], lake, workers=1)
     counts = (again.trials_new, again.trials_replaced, again.trials_unchanged)
     assert (counts, again.problems, again.committed) == ((0, 0, 1), 1, False)
+
+
+def test_a_trial_two_dirs_hold_is_the_first_dirs_in_the_walk_whichever_reader_answers_first(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Reader processes answer in the order they finish: a job dir and its copy (the same trial
+    ids) must give the lake a one-process ingest gives, the trials in the dir walked first
+    (`job`, before `job-copy`) and the copy's dirs the duplicates, however the race goes."""
+    import importlib
+
+    runs = _tree(tmp_path, n_trials=2)
+    step_dir = runs / "exp" / "harbor" / "step-0001"
+    shutil.copytree(step_dir / "job", step_dir / "job-copy")
+
+    class LastAnswerFirst(Readers):  # the reader of the copy's chunk finishes first
+        def __iter__(self):
+            return reversed(list(super().__iter__()))
+
+    # (the module itself: `wmo_lake.ingest` by name is the wl.ingest API proxy)
+    monkeypatch.setattr(importlib.import_module("wmo_lake.ingest"), "Readers", LastAnswerFirst)
+    summary = ingest([runs], tmp_path / "lake", workers=2)
+    assert summary.trials_new == 2
+    con = connect(tmp_path / "lake")
+    held = con.execute("SELECT batch, count(*) FROM trials GROUP BY ALL").fetchall()
+    assert held == [("exp/harbor/step-0001/job", 2)]
+    duplicates = con.execute(
+        "SELECT path FROM problems WHERE kind = 'duplicate_trial' ORDER BY 1"
+    ).fetchall()
+    assert duplicates == [(str(step_dir / "job-copy" / f"t__{i}"),) for i in range(2)]
 
 
 def test_a_copy_holding_another_trial_now_gives_the_original_its_trial_back(

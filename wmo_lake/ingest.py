@@ -196,11 +196,20 @@ def ingest(
             early_jobs = iter(own_jobs if readers.write_rows else [])
             every = max(1, len(tasks) // max(1, len(own_jobs)))
             head_start: threading.Thread | None = None
+            # Readers answer in the order they finish; each summary (its rows already written)
+            # is applied once every dir before it in the walk's order is, so a trial two dirs
+            # hold is the first dir's, as a one-process ingest has it, whatever the timing.
+            walk_order = {task.real: position for position, task in enumerate(tasks)}
+            waiting: dict[int, tuple[TrialTask, Extracted, str]] = {}
+            applied = 0
             for done, (task, extracted) in enumerate(readers, 1):
                 if head_start is None and readers.write_rows:  # (the readers are forked now)
                     head_start = _prepare_duckdb_file_meanwhile(store)
                 fingerprint = extracted.fingerprint or trial_fingerprint(task)
-                update.add_trial(task, extracted, fingerprint, written=readers.write_rows)
+                waiting[walk_order[task.real]] = (task, extracted, fingerprint)
+                while applied in waiting:
+                    update.add_trial(*waiting.pop(applied), written=readers.write_rows)
+                    applied += 1
                 crash_point("mid_extract")
                 early = next(early_jobs, None) if done % every == 0 else None
                 if early is not None:
