@@ -411,9 +411,9 @@ def test_a_first_ingest_leaves_fingerprints_to_the_readers(tmp_path: Path, monke
     calls: list[str] = []
     real = ingest_module.trial_fingerprint
 
-    def counted(candidate):
+    def counted(candidate, read_sink=None):
         calls.append(str(candidate.path))
-        return real(candidate)
+        return real(candidate, read_sink=read_sink)
 
     monkeypatch.setattr(ingest_module, "trial_fingerprint", counted)
     assert ingest([runs], tmp_path / "lake", workers=1).trials_new == 4

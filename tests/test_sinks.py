@@ -374,6 +374,36 @@ def test_editing_the_sink_of_a_trial_whose_agent_only_its_result_records_reinges
     ).fetchall() == [("pi-bridge", 2)]
 
 
+@pytest.mark.parametrize("job_agents", ["none", "another"])
+def test_editing_the_sink_only_a_trials_result_names_reingests_it(
+    tmp_path: Path, job_agents: str
+) -> None:
+    """As above, but the job's config.json names no agent of that sink dir: it names no agents
+    at all, or a pi bridge of another sink dir. The walk cannot know which sink to watch, so the
+    catalog keeps the dir the read found it in (CatalogEntry.read_sink): an edit of it is read
+    by the next ingest, and an unchanged tree stays unchanged."""
+    sinks = tmp_path / "sinks"
+    job = write_job(tmp_path / "runs" / "exp" / "harbor" / "step-0001" / "job")
+    bridge = add_agent(job, "pi", token_sink_dir=str(tmp_path / "other-sinks"))
+    trial_agent = json.loads(json.dumps(bridge))
+    trial_agent["kwargs"]["token_sink_dir"] = str(sinks)
+    write_trial(job, "pi__1", agent=trial_agent)
+    (job / "pi__1" / "config.json").unlink()
+    if job_agents == "none":
+        config = json.loads((job / "config.json").read_text())
+        config["agents"] = []
+        (job / "config.json").write_text(json.dumps(config))
+    write_sink(sinks, "pi__1", RECORDED[:1])
+    lake = tmp_path / "lake"
+    ingest([tmp_path / "runs"], lake)
+    assert ingest([tmp_path / "runs"], lake).trials_unchanged == 1
+    write_sink(sinks, "pi__1", RECORDED)
+    assert ingest([tmp_path / "runs"], lake).trials_replaced == 1
+    assert connect(lake).execute("SELECT collection_path, n_spans FROM trials").fetchall() == [
+        ("pi-bridge", 2)
+    ]
+
+
 def test_a_pi_bridge_job_of_one_agent_reads_its_trials_sinks_whatever_they_record(
     tmp_path: Path,
 ) -> None:

@@ -44,6 +44,7 @@ class Extracted:
     tables: dict[str, pa.Table | PendingRows] = field(default_factory=dict)
     n_problems: int = -1  # counted from `tables` unless given
     fingerprint: str | None = None  # of the dir, taken just before it was read (read_task)
+    read_sink: str | None = None  # the sink dir it was read from, when the walk did not know it
 
     def __post_init__(self) -> None:
         if self.n_problems < 0:
@@ -53,7 +54,13 @@ class Extracted:
     def without_tables(self) -> Extracted:
         """The summary a reader process sends back once it has written the rows itself."""
         return Extracted(
-            self.kind, self.unit_key, self.trial_name, {}, self.n_problems, self.fingerprint
+            self.kind,
+            self.unit_key,
+            self.trial_name,
+            {},
+            self.n_problems,
+            self.fingerprint,
+            self.read_sink,
         )
 
 
@@ -140,11 +147,13 @@ def begin_reading() -> None:
 def read_task(task: TrialTask) -> Extracted:
     """`extract_trial`, with the dir's fingerprint taken first (in the reader: on a first ingest
     the ingest process fingerprints nothing, so that work is spread over the readers too)."""
-    from wmo_lake.fingerprint import agent_listing, trial_fingerprint
+    from wmo_lake.fingerprint import agent_listing, trial_fingerprint, with_read_sink
 
     agent_names = agent_listing(task.path)
     fingerprint = trial_fingerprint(task, agent_names)
     extracted = extract_trial(task, agent_names)
+    if extracted.read_sink is not None:  # (its size and mtime taken after the read)
+        fingerprint = with_read_sink(fingerprint, task, extracted.read_sink)
     extracted.fingerprint = fingerprint
     return extracted
 
@@ -260,7 +269,13 @@ def extract_trial(task: TrialTask, agent_names: list[str] | None = None) -> Extr
         **trajectory_tables,
         **_problem_table(problems),
     }
-    return Extracted(TRIAL, key, trial_name, {k: v for k, v in tables.items() if v.num_rows})
+    return Extracted(
+        TRIAL,
+        key,
+        trial_name,
+        {k: v for k, v in tables.items() if v.num_rows},
+        read_sink=_unwatched_sink(task, collection) if pi_bridge else None,
+    )
 
 
 def _collection(task: TrialTask, agent: dict[str, Any] | None, problems: ProblemLog) -> Collection:
@@ -284,6 +299,16 @@ def _collection(task: TrialTask, agent: dict[str, Any] | None, problems: Problem
     if collection.token_sink_dir != job.token_sink_dir:
         jobs.check_sink_dir(collection, f"trial {task.path}", "it has", problems)
     return collection
+
+
+def _unwatched_sink(task: TrialTask, collection: Collection) -> str | None:
+    """The sink dir a pi-bridge trial is read from when its fingerprint does not watch it (its
+    job's config.json names no agent of that sink dir: only its result.json did)."""
+    sink = collection.sink
+    watched = [task.collection.sink, *task.job.agent_sinks]
+    if sink is None or any(w is not None and w.path == sink.path for w in watched):
+        return None
+    return sink.path
 
 
 def _sink_file(collection: Collection, trial_dir: Path) -> Path | None:

@@ -56,13 +56,16 @@ def agent_listing(trial_dir: str) -> list[str]:
 
 
 def trial_fingerprint(
-    candidate: Candidate | TrialTask, agent_names: list[str] | None = None
+    candidate: Candidate | TrialTask,
+    agent_names: list[str] | None = None,
+    read_sink: str | None = None,
 ) -> str:
     """What decides whether a trial dir must be re-read: its files' sizes and mtimes, the
     trajectories beside them, its sink file, its collection path (its agent's, else its job's),
     and the labels it would be stored under. A reader process takes it (of a TrialTask) just
     before it reads the dir, with the `agent_listing` the read then uses (one listing, not two:
-    ~15 us of a small trial's ~400)."""
+    ~15 us of a small trial's ~400). `read_sink`: the sink dir its last read found it in, when
+    the walk could not know it (`with_read_sink`)."""
     job = candidate.job
     collection = candidate.collection
     directory = str(candidate.path)  # plain strings: pathlib's joins cost more than the stats
@@ -80,7 +83,16 @@ def trial_fingerprint(
     # config.json records none, or another): the sink it is then read from is watched too
     for sink in job.agent_sinks:
         parts.append(f"sink={_stat_token(os.path.join(sink.path, f'{name}.jsonl'))}")
-    return _digest(parts)
+    fingerprint = _digest(parts)
+    return fingerprint if read_sink is None else with_read_sink(fingerprint, candidate, read_sink)
+
+
+def with_read_sink(fingerprint: str, candidate: Candidate | TrialTask, read_sink: str) -> str:
+    """A trial's fingerprint that also watches its sink in `read_sink`: the dir of the agent its
+    result.json names, which its job's config.json did not (it names no agents, or not this
+    one), so the walk could not watch it (the catalog keeps it: CatalogEntry.read_sink)."""
+    name = os.path.basename(str(candidate.path))
+    return _digest([fingerprint, f"sink={_stat_token(os.path.join(read_sink, f'{name}.jsonl'))}"])
 
 
 def job_fingerprint(job: Job) -> str:

@@ -148,7 +148,8 @@ def ingest(
         )
         for real, (candidate, _) in candidates.items():
             if real in update.catalog:
-                candidates[real] = (candidate, trial_fingerprint(candidate))
+                read_sink = update.catalog[real].read_sink
+                candidates[real] = (candidate, trial_fingerprint(candidate, read_sink=read_sink))
         tasks = [
             TrialTask.of(candidate)
             for candidate, fingerprint in candidates.values()
@@ -205,7 +206,9 @@ def ingest(
             for done, (task, extracted) in enumerate(readers, 1):
                 if head_start is None and readers.write_rows:  # (the readers are forked now)
                     head_start = _prepare_duckdb_file_meanwhile(store)
-                fingerprint = extracted.fingerprint or trial_fingerprint(task)
+                fingerprint = extracted.fingerprint or trial_fingerprint(
+                    task, read_sink=extracted.read_sink
+                )
                 waiting[walk_order[task.real]] = (task, extracted, fingerprint)
                 while applied in waiting:
                     update.add_trial(*waiting.pop(applied), written=readers.write_rows)
@@ -457,6 +460,7 @@ class LakeUpdate:
             partition,
             trial_key,
             EXTRACT_VERSION,
+            extracted.read_sink,
         )
         self.touched.add(partition)
 
@@ -493,7 +497,10 @@ class LakeUpdate:
                 self.summary.problems -= _problems_held(entry)  # (`unchanged` counted them)
                 task = TrialTask.of(candidate)
                 extracted = read_task(task)
-                self.add_trial(task, extracted, extracted.fingerprint or trial_fingerprint(task))
+                fingerprint = extracted.fingerprint or trial_fingerprint(
+                    task, read_sink=extracted.read_sink
+                )
+                self.add_trial(task, extracted, fingerprint)
         lost = self.lost - self.added
         for entry in shadows_of(list(self.catalog.values()), lost):
             if entry.source in self.tasks:
