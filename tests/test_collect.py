@@ -87,6 +87,20 @@ def test_a_template_that_is_not_a_mapping_is_refused(tmp_path: Path, text: str, 
     assert code == 2 and says in output and str(path) in output
 
 
+def test_a_template_or_tasks_file_that_is_not_utf8_is_a_usage_error(tmp_path: Path) -> None:
+    template = tmp_path / "latin1.yaml"
+    template.write_bytes(b"n_attempts: 1\n# caf\xe9\n")  # byte 19 is Latin-1's e-acute
+    code, output = _collect(tmp_path, template=template)
+    assert code == 2 and "Traceback" not in output
+    assert f"the job template {template} is not UTF-8 text (byte 19)" in output
+    tasks = tmp_path / "tasks.txt"
+    tasks.write_bytes(b"\xff\xfe")  # a UTF-16 byte-order mark
+    code, output = _collect(tmp_path, "--set", KIT_TASKS, "--tasks", str(tasks))
+    assert code == 2 and "Traceback" not in output
+    assert f"--tasks {tasks} is not UTF-8 text (byte 0)" in output
+    assert not (tmp_path / "runs").exists()  # nothing ran, nothing was created
+
+
 def test_a_missing_template_is_a_usage_error(tmp_path: Path) -> None:
     code, output = _collect(tmp_path, template=tmp_path / "nope.yaml")
     assert code == 2 and "cannot read the job template" in output

@@ -91,6 +91,10 @@ def load_template(path: Path | str) -> dict[str, Any]:
         raise CollectError(
             f"cannot read the job template {path}: {error.strerror or error}"
         ) from error
+    except UnicodeDecodeError as error:  # a ValueError, not an OSError: would be a traceback
+        raise CollectError(
+            f"the job template {path} is not UTF-8 text (byte {error.start}); save it as UTF-8"
+        ) from error
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as error:
@@ -194,6 +198,10 @@ def read_task_ids(path: Path | str) -> list[str]:
         text = path.read_text(encoding="utf-8")
     except OSError as error:
         raise CollectError(f"cannot read --tasks {path}: {error.strerror or error}") from error
+    except UnicodeDecodeError as error:  # a ValueError, not an OSError: would be a traceback
+        raise CollectError(
+            f"--tasks {path} is not UTF-8 text (byte {error.start}); save it as UTF-8"
+        ) from error
     stripped = text.strip()
     if stripped.startswith(("[", "{")):
         try:
