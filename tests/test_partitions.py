@@ -211,6 +211,30 @@ def test_a_lake_of_an_older_format_says_what_to_do(tmp_path: Path) -> None:
         ingest([tmp_path], lake, workers=1)
 
 
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("[]", "a JSON object was expected, got list"),
+        ('{"format": "wmo-lake", "format_version": 3}', "field 'generation' must be int, got None"),
+        (
+            '{"format": "wmo-lake", "format_version": 3, "generation": 4, "tables": []}',
+            "field 'tables' must be dict, got []",
+        ),
+        ('{"format": "wmo-', "it is not the JSON a wmo-lake commit writes"),
+    ],
+)
+def test_a_damaged_manifest_is_an_error_naming_it_and_what_to_do(
+    tmp_path: Path, text: str, says: str
+) -> None:
+    lake = tmp_path / "lake"
+    lake.mkdir()
+    (lake / "manifest.json").write_text(text)
+    with pytest.raises(LakeError) as raised:
+        Store(lake).read_manifest()
+    assert says in str(raised.value) and str(lake / "manifest.json") in str(raised.value)
+    assert "ingest the runs again into a new --lake directory" in str(raised.value)
+
+
 def _view_sql(lake: Path, table: str) -> str:
     with duckdb.connect(str(lake / "lake.duckdb"), read_only=True) as db:
         return db.execute("SELECT sql FROM duckdb_views() WHERE view_name = ?", [table]).fetchone()[

@@ -204,10 +204,22 @@ class Store:
     def read_manifest(self) -> Manifest:
         if not self.exists():
             return Manifest()
+        # what to do when the manifest is damaged: the run trees are the source of the lake
+        rebuild = "ingest the runs again into a new --lake directory"
         try:
             raw = json.loads(self.manifest_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as error:
+        except OSError as error:
             raise LakeError(f"cannot read {self.manifest_path}: {error}") from error
+        except ValueError as error:
+            raise LakeError(
+                f"cannot read {self.manifest_path}: {error}; it is not the JSON a wmo-lake "
+                f"commit writes (cut off or edited): {rebuild}"
+            ) from error
+        if not isinstance(raw, dict):
+            raise LakeError(
+                f"{self.manifest_path} is not a wmo-lake manifest: a JSON object was expected, "
+                f"got {type(raw).__name__}; {rebuild}"
+            )
         if raw.get("format") != FORMAT or raw.get("format_version") != FORMAT_VERSION:
             raise LakeError(
                 f"{self.root} is not a wmo-lake lake of format version {FORMAT_VERSION} "
@@ -215,6 +227,12 @@ class Store:
                 "ingest into a new --lake directory (or delete this one and ingest its runs "
                 "again: format 3 partitions every table by run and step)"
             )
+        for key, kind in (("generation", int), ("tables", dict)):
+            if not isinstance(raw.get(key), kind):
+                raise LakeError(
+                    f"{self.manifest_path}: field {key!r} must be {kind.__name__}, got "
+                    f"{raw.get(key)!r}; the manifest was edited or damaged: {rebuild}"
+                )
         return Manifest(
             generation=raw["generation"],
             tables=raw["tables"],
