@@ -153,3 +153,20 @@ def test_a_finished_ingest_exits_without_the_teardown_and_its_output_whole(
     con.close()
     done, torn_down = _ingest_process(tmp_path, str(runs), "--lake", lake, "--strict")
     assert done.returncode == 1 and "unchanged" in done.stdout and torn_down
+
+
+def test_a_lake_whose_segments_were_deleted_by_hand_is_an_error_naming_them(
+    tmp_path: Path,
+) -> None:
+    """lake.duckdb is rebuilt from the manifest's files; one of them gone is said, with what to
+    do, by every command that rebuilds it (ingest, and sql on a private copy)."""
+    runs, lake = _runs(tmp_path), tmp_path / "lake"
+    assert CliRunner().invoke(cli, ["ingest", str(runs), "--lake", str(lake)]).exit_code == 0
+    (segment,) = (lake / "tables" / "trials").rglob("*.parquet")
+    segment.unlink()
+    (lake / "lake.duckdb").unlink()
+    rel = segment.relative_to(lake).as_posix()
+    for args in (["ingest", str(runs)], ["sql", "SELECT count(*) FROM trials"], ["stats"]):
+        result = CliRunner().invoke(cli, [*args, "--lake", str(lake)])
+        assert result.exit_code == 1 and "Traceback" not in result.output, args
+        assert f"is missing 1 of its Parquet files ({rel})" in result.output, args

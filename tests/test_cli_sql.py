@@ -618,3 +618,16 @@ def test_two_columns_of_one_name_keep_their_own_values_in_every_format(
         assert result.exit_code == 0, result.output
     assert pq.read_table(tmp_path / "out.parquet").to_pylist() == [expected]
     assert list(csv.DictReader((tmp_path / "out.csv").open())) == [expected]
+
+
+def test_a_segment_deleted_by_hand_is_named_not_called_a_write(lake: Path) -> None:
+    """A heavy table's Parquet file gone from the lake: DuckDB globs for it outside the allowed
+    paths (a PermissionException), which is no write the user asked for."""
+    (segment,) = (lake / "tables" / "spans").rglob("*.parquet")
+    segment.unlink()
+    result = _sql(lake, "SELECT count(*) FROM spans")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "read-only" not in result.output
+    rel = segment.relative_to(lake).as_posix()
+    assert f"is missing 1 of its Parquet files ({rel})" in result.output
+    assert "ingest the runs again into a new --lake directory" in result.output

@@ -138,6 +138,11 @@ def build(
     con = duckdb.connect(str(path))
     try:
         return _fresh(con, store, manifest, stamp, stored, copies)
+    except duckdb.IOException as error:
+        damaged = store.damaged_error(manifest)  # a segment gone: say so, not DuckDB's glob
+        if damaged is not None:
+            raise damaged from error
+        raise
     finally:
         con.close()
 

@@ -243,6 +243,29 @@ class Store:
             extractions=raw.get("extractions") or {},
         )
 
+    def missing_segments(self, manifest: Manifest) -> list[str]:
+        """The live segments the manifest names that are not on disk (deleted or moved by
+        hand): asked only once a read has failed, so a working lake pays no stat per file."""
+        return [
+            rel
+            for table in manifest.tables
+            for rel in manifest.table_files(table)
+            if not (self.root / rel).is_file()
+        ]
+
+    def damaged_error(self, manifest: Manifest) -> LakeError | None:
+        """A LakeError naming the manifest's missing segments, when there are any: the lake lost
+        their rows, and an ingest would count their trials unchanged (it reads no segment)."""
+        missing = self.missing_segments(manifest)
+        if not missing:
+            return None
+        return LakeError(
+            f"the lake at {self.root} is missing {len(missing)} of its Parquet files "
+            f"({missing[0]}{', ...' if len(missing) > 1 else ''}): "
+            "they were deleted or moved outside wmo-lake, and their rows with them; put them "
+            "back, or ingest the runs again into a new --lake directory"
+        )
+
     def duckdb_stamp(self, manifest: Manifest, views: str) -> str:
         """What lake.duckdb was built for: the generation, and `views` (a digest of its views)."""
         return f"{manifest.generation}:{manifest.updated_at}:{views}"
