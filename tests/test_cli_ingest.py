@@ -170,3 +170,36 @@ def test_a_lake_whose_segments_were_deleted_by_hand_is_an_error_naming_them(
         result = CliRunner().invoke(cli, [*args, "--lake", str(lake)])
         assert result.exit_code == 1 and "Traceback" not in result.output, args
         assert f"is missing 1 of its Parquet files ({rel})" in result.output, args
+
+
+def test_a_lake_duckdb_that_cannot_be_written_is_an_error_saying_the_commit_stands(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A full disk while lake.duckdb is built (after the commit): one error line saying the
+    generation is committed and what to do, no DuckDB traceback, no partial file left taking
+    the space; the next ingest, with space, builds it."""
+    import duckdb
+
+    from wmo_lake import lakefile
+
+    runs, lake = _runs(tmp_path), tmp_path / "lake"
+    real_build = lakefile.build
+
+    def full_disk(store, manifest, path, *args, **kwargs):
+        path.write_bytes(b"partial")  # what DuckDB leaves when its checkpoint fails
+        raise duckdb.IOException(f'Could not write file "{path}": No space left on device')
+
+    monkeypatch.setattr(lakefile, "build", full_disk)
+    result = CliRunner().invoke(cli, ["ingest", str(runs), "--lake", str(lake)])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert f"generation 1 of the lake at {lake} is committed" in result.output
+    assert (
+        "No space left on device" in result.output
+        and "run `wmo-lake ingest` again" in result.output
+    )
+    assert not list(lake.glob(".lake.duckdb.*")) and not (lake / "lake.duckdb").exists()
+    monkeypatch.setattr(lakefile, "build", real_build)
+    again = CliRunner().invoke(cli, ["ingest", str(runs), "--lake", str(lake)])
+    assert again.exit_code == 0 and "(0 new, 0 replaced, 2 unchanged)" in again.output
+    assert (lake / "lake.duckdb").is_file()
+    assert connect(lake).execute("SELECT count(*) FROM trials").fetchone() == (2,)

@@ -409,12 +409,26 @@ def ensure_duckdb_file(
     stamp = store.duckdb_stamp(manifest, views)
     tmp = target.with_name(f".{DUCKDB_FILE}.building")
     skeleton = store.root / SKELETON
-    if not target.exists() and not skeleton.exists() and cached_skeleton() is not None:
-        prepare_duckdb_file(store)  # a first build with no head start: the cached skeleton
-    # from the current file (or a first ingest's skeleton): only the partitions whose files
-    # changed are read again
-    base = target if target.exists() or not skeleton.exists() else skeleton
-    report = lakefile.build(store, manifest, tmp, stamp, base=base, copies=copies)
+    import duckdb
+
+    try:
+        if not target.exists() and not skeleton.exists() and cached_skeleton() is not None:
+            prepare_duckdb_file(store)  # a first build with no head start: the cached skeleton
+        # from the current file (or a first ingest's skeleton): only the partitions whose
+        # files changed are read again
+        base = target if target.exists() or not skeleton.exists() else skeleton
+        report = lakefile.build(store, manifest, tmp, stamp, base=base, copies=copies)
+    except (duckdb.IOException, duckdb.FatalException) as error:  # a full or read-only disk
+        for partial in (tmp, skeleton):  # (their space is what the next try needs)
+            for name in (partial.name, f"{partial.name}.wal"):
+                with contextlib.suppress(OSError):
+                    partial.with_name(name).unlink(missing_ok=True)
+        raise LakeError(
+            f"generation {manifest.generation} of the lake at {store.root} is committed, but "
+            f"{target} could not be written ({error}); every command reads the lake without "
+            "it (slower) until it is: free space, or make the lake dir writable, and run "
+            "`wmo-lake ingest` again"
+        ) from error
     kept = cached_skeleton() if base == skeleton and not report.incremental else None
     if kept is not None:  # a skeleton that could not be filled is not kept for the next lake
         with contextlib.suppress(OSError):
