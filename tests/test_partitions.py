@@ -211,6 +211,16 @@ def test_a_lake_of_an_older_format_says_what_to_do(tmp_path: Path) -> None:
         ingest([tmp_path], lake, workers=1)
 
 
+def test_a_dir_of_another_tool_is_not_advised_deleted(tmp_path: Path) -> None:
+    lake = tmp_path / "lake"
+    lake.mkdir()
+    (lake / "manifest.json").write_text(json.dumps({"format": "delta", "version": 1}))
+    with pytest.raises(LakeError) as raised:
+        Store(lake).read_manifest()
+    assert f"{lake} is not a wmo-lake lake" in str(raised.value)
+    assert "format 'delta'" in str(raised.value) and "delete" not in str(raised.value)
+
+
 @pytest.mark.parametrize(
     ("text", "says"),
     [

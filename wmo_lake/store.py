@@ -220,7 +220,13 @@ class Store:
                 f"{self.manifest_path} is not a wmo-lake manifest: a JSON object was expected, "
                 f"got {type(raw).__name__}; {rebuild}"
             )
-        if raw.get("format") != FORMAT or raw.get("format_version") != FORMAT_VERSION:
+        if raw.get("format") != FORMAT:  # another tool's dir: never advise deleting it
+            raise LakeError(
+                f"{self.root} is not a wmo-lake lake: its {MANIFEST} says format "
+                f"{raw.get('format')!r}, not {FORMAT!r}; give --lake a directory of its own "
+                "(a new one is made by `wmo-lake ingest`)"
+            )
+        if raw.get("format_version") != FORMAT_VERSION:
             raise LakeError(
                 f"{self.root} is not a wmo-lake lake of format version {FORMAT_VERSION} "
                 f"(manifest says {raw.get('format')!r} {raw.get('format_version')!r}); "
