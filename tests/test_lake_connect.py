@@ -18,7 +18,7 @@ from wmo_lake.lake import (
     set_settings,
     view_sources,
 )
-from wmo_lake.store import DUCKDB_STAMP, Store
+from wmo_lake.store import DUCKDB_STAMP, LakeError, Store
 from wmo_lake.tables import TABLES
 
 
@@ -195,3 +195,31 @@ def test_files_only_reads_a_table_dir_that_is_a_symlink(lake: Path, tmp_path: Pa
     con = connect(lake, files_only=True)
     assert con.execute("SELECT count(*), sum(n_sampled) FROM spans").fetchall() == expected
     con.close()
+
+
+def test_a_full_temp_dir_for_the_private_copy_is_a_lake_error_naming_it(
+    lake: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """With lake.duckdb not current, a connection builds the views in the temp dir; that dir
+    full is said (which dir, what to do), not a DuckDB TransactionException traceback."""
+    from click.testing import CliRunner
+
+    from wmo_lake import lakefile
+    from wmo_lake.cli import cli
+
+    (lake / "lake.duckdb").unlink()
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr("tempfile.tempdir", None)  # (tempfile caches the dir it chose)
+
+    def full(store, manifest, path, *args, **kwargs):
+        raise duckdb.TransactionException(f'Could not write file "{path}.wal": No space left')
+
+    monkeypatch.setattr(lakefile, "build", full)
+    with pytest.raises(LakeError, match=f"cannot build the lake's views in the temp dir {temp}"):
+        connect(lake)
+    result = CliRunner().invoke(cli, ["sql", "SELECT count(*) FROM trials", "--lake", str(lake)])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "No space left" in result.output and "set TMPDIR to a dir with room" in result.output
+    assert list(temp.iterdir()) == []  # nothing left behind

@@ -305,6 +305,19 @@ def connect_private_copy(store: Store, manifest: Manifest) -> duckdb.DuckDBPyCon
         # its views name their files relative to the lake dir, as lake.duckdb's do
         con.execute("SET file_search_path = ?", [str(store.root.resolve())])
         return con
+    except (
+        OSError,
+        duckdb.IOException,
+        duckdb.TransactionException,
+        duckdb.FatalException,
+    ) as error:
+        # a full or unwritable temp dir: say which dir, not a DuckDB traceback
+        raise LakeError(
+            f"cannot build the lake's views in the temp dir {folder.parent} ({error}), which "
+            f"is needed while {store.root / DUCKDB_FILE} is not current: free space there, "
+            "set TMPDIR to a dir with room, or run `wmo-lake ingest` into the lake to bring "
+            f"{DUCKDB_FILE} up to date"
+        ) from error
     finally:
         for leftover in folder.iterdir():
             leftover.unlink(missing_ok=True)
