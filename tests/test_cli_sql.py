@@ -631,3 +631,14 @@ def test_a_segment_deleted_by_hand_is_named_not_called_a_write(lake: Path) -> No
     rel = segment.relative_to(lake).as_posix()
     assert f"is missing 1 of its Parquet files ({rel})" in result.output
     assert "ingest the runs again into a new --lake directory" in result.output
+
+
+def test_a_query_that_is_not_utf8_is_a_usage_error(lake: Path) -> None:
+    """Bytes no UTF-8 decodes: on stdin (a Latin-1 file), or in the argument, which Python
+    keeps as lone surrogates (b'\\xff' -> '\\udcff') that DuckDB's binding cannot take."""
+    piped = CliRunner().invoke(cli, ["sql", "-", "--lake", str(lake)], input=b"SELECT 1 \xff")
+    argued = _sql(lake, "SELECT 1 \udcff")
+    for result in (piped, argued):
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        assert "is not UTF-8 text" in result.output
+    assert "(character 9)" in argued.output  # 'SELECT 1 ' is 9 characters

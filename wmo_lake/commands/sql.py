@@ -134,7 +134,14 @@ def sql(
       wmo-lake sql --engine spark "SET VAR wmo_max_tokens = 4096; SELECT * FROM rollout_stats"
     """
     if query == "-":
-        query = sys.stdin.read()
+        try:
+            query = sys.stdin.read()
+        except UnicodeDecodeError as error:
+            fail(f"the query on stdin is not UTF-8 text (byte {error.start})", 2)
+    try:
+        query.encode("utf-8")
+    except UnicodeEncodeError as error:  # bytes no UTF-8 decodes, kept by Python as surrogates
+        fail(f"the query is not UTF-8 text (character {error.start}); write it in UTF-8", 2)
     if output is None:
         fmt = fmt or "table"
     else:
