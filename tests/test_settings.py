@@ -186,11 +186,22 @@ def test_every_setting_is_an_option_with_its_default_in_the_help() -> None:
         ({"wmo_context_budget": "big"}, "must be a positive integer"),
         ({"reward_mode": "binary"}, "must be one of raw, positive-binary"),
         ({"reward_key": 3}, "must be text"),
+        ({"reward_key": "r\udcff"}, "wmo_reward_key (--reward-key) must be UTF-8 text"),
     ],
 )
 def test_a_bad_setting_says_what_it_takes(values: dict, message: str) -> None:
     with pytest.raises(SettingError, match=re.escape(message)):
         variables(values)
+
+
+def test_a_reward_key_of_bytes_no_utf8_decodes_is_an_error_not_a_traceback(lake: Path) -> None:
+    """A command-line argument in another encoding reaches Python as lone surrogates, which
+    DuckDB cannot bind as a variable; `sql` showed its InvalidInputException traceback."""
+    result = CliRunner().invoke(
+        cli, ["sql", "SELECT 1", "--lake", str(lake), "--reward-key", "r\udcff"]
+    )
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert "must be UTF-8 text" in result.output
 
 
 def test_names_and_variables_both_name_a_setting() -> None:

@@ -83,12 +83,26 @@ class Setting:
                 )
         elif not isinstance(value, str):
             raise SettingError(f"setting {self.variable} ({self.flag}) must be text, got {value!r}")
+        elif not value.isascii() and not _is_utf8(value):  # DuckDB binds UTF-8 only
+            raise SettingError(
+                f"setting {self.variable} ({self.flag}) must be UTF-8 text, got {value!r}"
+            )
         elif self.choices is not None and value not in self.choices:
             raise SettingError(
                 f"setting {self.variable} ({self.flag}) must be one of "
                 f"{', '.join(self.choices)}, got {value!r}"
             )
         return value
+
+
+def _is_utf8(text: str) -> bool:
+    """False for bytes no UTF-8 decodes that Python kept as lone surrogates (a command-line
+    argument of another encoding: b'\xff' -> '\udcff')."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 SETTINGS: dict[str, Setting] = {
