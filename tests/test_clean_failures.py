@@ -230,3 +230,24 @@ def test_export_format_is_inferred_from_the_extension(lake: Path, tmp_path: Path
         "export", "datums", "--lake", lake, "--no-split-guard", "--out", tmp_path / "d.jsonl"
     )
     assert datums.exit_code == 2 and "name it d.parquet" in datums.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["export", "datums", "--no-split-guard", "--out", "d\udcff.parquet"],
+        ["export", "conversations", "--no-split-guard", "--out", "c\udcff.jsonl"],
+        ["sql", "SELECT * FROM trials", "--output", "s\udcff.csv"],
+    ],
+    ids=["datums", "conversations", "sql"],
+)
+def test_an_output_name_that_is_not_utf8_is_a_usage_error(
+    lake: Path, tmp_path: Path, args: list[str]
+) -> None:
+    """A file name of another encoding (b'\\xff' reaches Python as '\\udcff'): DuckDB's COPY and
+    the manifests' JSON cannot take it; it was their traceback, after the query ran."""
+    args = [str(tmp_path / a) if "\udcff" in a else a for a in args]
+    result = _invoke(*args, "--lake", lake)
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert "is not a UTF-8 file name" in result.output
+    assert os.listdir(tmp_path) == []

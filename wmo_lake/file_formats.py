@@ -30,6 +30,21 @@ def format_for(
     """The format to write `path` in: `fmt` (--format) if given, else the one its extension
     names, else (no extension) allowed[0]. An extension naming another format than `fmt`, or
     none that `writer` writes, is a FormatError, so a file's name never lies about its content."""
+    chosen = _format_for(path, fmt, allowed, option=option, writer=writer)
+    if chosen != "table":  # (the table is written by Python, which takes any name)
+        try:
+            str(path).encode("utf-8")
+        except UnicodeEncodeError:  # bytes of another encoding, kept by Python as surrogates
+            raise FormatError(
+                f"{option} {str(path)!r} is not a UTF-8 file name, which DuckDB and the "
+                "export manifests cannot take: name the file in UTF-8"
+            ) from None
+    return chosen
+
+
+def _format_for(
+    path: Path, fmt: str | None, allowed: tuple[str, ...], *, option: str, writer: str
+) -> str:
     suffix = path.suffix.lower()
     named = EXTENSION_FORMATS.get(suffix)
     if suffix and named not in allowed:
