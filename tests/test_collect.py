@@ -101,6 +101,33 @@ def test_a_template_or_tasks_file_that_is_not_utf8_is_a_usage_error(tmp_path: Pa
     assert not (tmp_path / "runs").exists()  # nothing ran, nothing was created
 
 
+def test_a_run_dir_that_cannot_be_written_is_a_usage_error_before_anything_runs(
+    tmp_path: Path,
+) -> None:
+    blocker = tmp_path / "runs" / "exp1" / "harbor" / "step-0000"
+    blocker.parent.mkdir(parents=True)
+    blocker.write_text("")  # a file where the step's dir goes: mkdir fails, as on a read-only fs
+    code, output = _collect(tmp_path, "--set", KIT_TASKS)
+    assert code == 2 and "Traceback" not in output
+    assert f"cannot write the step's dir {blocker}" in output and "nothing was run" in output
+
+
+def test_a_lake_that_cannot_be_written_keeps_the_step_and_says_to_run_again(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The ingest after harbor's job fails on the lake (its lock file cannot be opened): exit 1
+    naming the kept step dir and the lake, not an OSError traceback."""
+    from wmo_lake import collector
+
+    monkeypatch.setattr(collector, "run_job", lambda *args: None)  # (harbor's job: not needed)
+    (tmp_path / "lake" / ".lock").mkdir(parents=True)  # open(.lock, "a+") fails: a directory
+    code, output = _collect(tmp_path, "--set", KIT_TASKS, "--quiet")
+    job_dir = tmp_path / "runs" / "exp1" / "harbor" / "step-0000" / "rollouts"
+    assert code == 1 and "Traceback" not in output, output
+    assert f"step 0's trials are kept in {job_dir}, but the lake at {tmp_path / 'lake'}" in output
+    assert "run the same command again" in output
+
+
 def test_a_missing_template_is_a_usage_error(tmp_path: Path) -> None:
     code, output = _collect(tmp_path, template=tmp_path / "nope.yaml")
     assert code == 2 and "cannot read the job template" in output

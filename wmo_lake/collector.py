@@ -400,8 +400,15 @@ def step_lock(plan: StepPlan) -> Iterator[None]:
     import fcntl
 
     jobs_dir = Path(plan.config.jobs_dir)
-    jobs_dir.mkdir(parents=True, exist_ok=True)
-    with open(jobs_dir / STEP_LOCK, "a+", encoding="utf-8") as lock:
+    try:
+        jobs_dir.mkdir(parents=True, exist_ok=True)
+        lock = open(jobs_dir / STEP_LOCK, "a+", encoding="utf-8")  # noqa: SIM115 (closed below)
+    except OSError as error:  # a read-only or full run dir: nothing has run
+        raise CollectError(
+            f"cannot write the step's dir {error.filename or jobs_dir}: "
+            f"{error.strerror or error}; nothing was run. Give a --run-dir harbor can write"
+        ) from error
+    with lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -690,8 +697,11 @@ def collect(
         CollectError: the template, tasks or options are wrong, or the step's dir was collected
             under another config. Nothing has run.
         MissingHarborError: the harbor extra is not installed.
+        LakeError: the lake cannot be read or written; the step's trials are kept, and the
+            same call ingests them.
     """
     from wmo_lake.ingest import ingest
+    from wmo_lake.store import LakeError
 
     plan = plan_step(
         template,
@@ -710,7 +720,14 @@ def collect(
         complete = state.finished and state.done_trials >= plan.trials_planned
         if not complete:
             run_job(plan, state.done_trials, on_trial_done)
-        summary = ingest([plan.job_dir], Path(lake))
+        try:
+            summary = ingest([plan.job_dir], Path(lake))
+        except OSError as error:  # a read-only or full lake dir: the step's trials are kept
+            raise LakeError(
+                f"step {step}'s trials are kept in {plan.job_dir}, but the lake at {lake} "
+                f"cannot be written ({error.filename or lake}: {error.strerror or error}); "
+                "fix that and run the same command again: a finished step is only ingested"
+            ) from error
     report = step_report(lake, plan.job_dir, settings, with_spans=with_spans)
     return StepResult(
         step=step,
