@@ -251,3 +251,26 @@ def test_an_output_name_that_is_not_utf8_is_a_usage_error(
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
     assert "is not a UTF-8 file name" in result.output
     assert os.listdir(tmp_path) == []
+
+
+def test_every_command_names_a_segment_deleted_by_hand(tmp_path: Path) -> None:
+    """A lake whose Parquet files of spans and steps were deleted outside wmo-lake: each command
+    that reads or rewrites them says which file is missing and what to do (forget said
+    `cannot write the lake at L: L: None`; report and the exports DuckDB's glob error)."""
+    from conftest import FIXTURES
+
+    lake = tmp_path / "lake"
+    ingest([FIXTURES / "harbor" / "kit-e2e"], lake, workers=1)
+    for table in ("spans", "steps"):
+        (segment,) = (lake / "tables" / table).rglob("*.parquet")
+        segment.unlink()
+    for args in (
+        ["forget", "--batch", "*"],
+        ["export", "datums", "--no-split-guard", "--out", str(tmp_path / "d.parquet")],
+        ["export", "conversations", "--no-split-guard", "--out", str(tmp_path / "c.jsonl")],
+        ["report", "--out", str(tmp_path / "r.html")],
+    ):
+        result = _invoke(*args, "--lake", lake)
+        assert result.exit_code == 1 and "Traceback" not in result.output, (args, result.output)
+        assert f"the lake at {lake} is missing 2 of its Parquet files" in result.output, args
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lake"]  # no output was written

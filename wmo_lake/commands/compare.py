@@ -12,6 +12,7 @@ import duckdb
 
 from wmo_lake.commands.options import (
     fail,
+    fail_if_damaged,
     lake_failure,
     lake_option,
     setting_options,
@@ -146,6 +147,7 @@ def compare(lake: Path, a: str, b: str, as_json: bool, **options: Any) -> None:
     except LakeError as error:
         lake_failure(None, lake, error)
     except duckdb.Error as error:
+        fail_if_damaged(lake)
         fail(f"compare query failed: {error}")
     if as_json:
         click.echo(json.dumps(result, ensure_ascii=False, indent=2))

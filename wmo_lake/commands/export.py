@@ -19,6 +19,7 @@ from wmo_lake.commands.options import (
     datum_options,
     exit_quickly_when_done,
     fail,
+    fail_if_damaged,
     format_for,
     guard_options,
     lake_failure,
@@ -91,8 +92,10 @@ def _run_export(
             **kind_options,
         )
     except (ExportError, LakeError) as error:
+        fail_if_damaged(lake)  # (an ExportError wraps the query's own error)
         lake_failure(None, lake, error)
     except duckdb.Error as error:
+        fail_if_damaged(lake)
         fail(f"the {kind} query failed: {error}")
     except OSError as error:
         fail(f"cannot write {out}: {error.strerror or error}")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from wmo_lake.commands.options import fail, lake_failure, lake_option
+from wmo_lake.commands.options import lake_failure, lake_option, lake_write_failure
 from wmo_lake.store import LakeError
 
 
@@ -47,7 +47,7 @@ def forget(ctx: click.Context, batch_glob: str, lake: Path, dry_run: bool, as_js
     except LakeError as error:
         lake_failure(ctx, lake, error)
     except OSError as error:
-        fail(f"cannot write the lake at {lake}: {error.filename or lake}: {error.strerror}")
+        lake_write_failure(lake, error)
     if as_json:
         click.echo(json.dumps(removal.as_dict(), indent=2))
         return

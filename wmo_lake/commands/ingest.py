@@ -16,9 +16,10 @@ from wmo_lake.commands.options import (
     fail,
     lake_hint,
     lake_option,
+    lake_write_failure,
 )
 from wmo_lake.lean import skip_numpy
-from wmo_lake.store import LakeError, Store
+from wmo_lake.store import LakeError
 
 
 def _sink_roots(
@@ -178,14 +179,8 @@ def ingest(
         )
     except LakeError as error:
         fail(str(error))
-    except OSError as error:  # a read-only or full lake dir: the previous generation stays whole
-        store = Store(lake)
-        if isinstance(error, FileNotFoundError) and store.exists():
-            damaged = store.damaged_error(store.read_manifest())
-            if damaged is not None:  # a segment the commit rewrites was deleted by hand
-                fail(str(damaged))
-        where = error.filename or lake
-        fail(f"cannot write the lake at {lake}: {where}: {error.strerror or error}")
+    except OSError as error:
+        lake_write_failure(lake, error)
     except Exception as error:  # a failed Spark job (Py4JJavaError, PySpark*Error)
         if not type(error).__module__.startswith(("pyspark", "py4j")):
             raise

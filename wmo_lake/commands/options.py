@@ -42,6 +42,28 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise click.ClickException(message)
 
 
+def fail_if_damaged(lake: Path) -> None:
+    """Exit 1 naming the lake's missing segments, if any. Asked after a read or write of the
+    lake failed: DuckDB's own error for a missing segment is a glob that matched nothing (or,
+    with file access confined, a refused read), a commit's a bare FileNotFoundError."""
+    from wmo_lake.store import LakeError, Store
+
+    store = Store(lake)
+    try:
+        damaged = store.damaged_error(store.read_manifest())
+    except LakeError:
+        return  # (said by the command's own error)
+    if damaged is not None:
+        fail(str(damaged))
+
+
+def lake_write_failure(lake: Path, error: OSError) -> NoReturn:
+    """Stop on an OSError while a command changed the lake (the previous generation stays
+    whole): a segment deleted by hand, a read-only or full lake dir."""
+    fail_if_damaged(lake)
+    fail(f"cannot write the lake at {lake}: {error.filename or lake}: {error.strerror or error}")
+
+
 def lake_hint(ctx: click.Context, lake: Path) -> str:
     """` --lake DIR` (shell-quoted) for a hint to repeat, only when --lake was given on the
     command line; '' when the lake came from the default or $WMO_LAKE (the hint works as is)."""

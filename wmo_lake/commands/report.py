@@ -11,6 +11,7 @@ import duckdb
 from wmo_lake.commands.options import (
     datum_options,
     fail,
+    fail_if_damaged,
     lake_failure,
     lake_option,
     setting_options,
@@ -80,6 +81,7 @@ def report(
     except LakeError as error:
         lake_failure(None, lake, error)
     except duckdb.Error as error:
+        fail_if_damaged(lake)
         fail(f"report query failed: {error}")
     if not data.batches:
         wanted = " ".join(

@@ -13,6 +13,7 @@ import duckdb
 from wmo_lake.commands.options import (
     datum_options,
     fail,
+    fail_if_damaged,
     format_for,
     lake_failure,
     lake_hint,
@@ -31,7 +32,7 @@ from wmo_lake.output import (
     terminal_width,
     write_result,
 )
-from wmo_lake.store import LakeError, Store
+from wmo_lake.store import LakeError
 
 # Statements that write files outside the database. The connection cannot write anywhere but
 # the lake's own Parquet files (see connect(files_only=True)); these are refused before they run
@@ -199,10 +200,10 @@ def sql(
     except duckdb.IOException as error:
         if target is not None and output is not None and Path(target).name in str(error):
             fail(f"cannot write {output}: {error}")
-        _fail_if_damaged(lake)
+        fail_if_damaged(lake)
         fail(f"query failed: {error}")
     except duckdb.PermissionException as error:
-        _fail_if_damaged(lake)  # a missing segment is globbed for, outside allowed_paths
+        fail_if_damaged(lake)  # a missing segment is globbed for, outside allowed_paths
         fail(_read_only_message(f"it reads no other files: {error}", ctx, lake), 2)
     except duckdb.Error as error:
         if statement.type in WRITERS or "read-only mode" in str(error):
@@ -212,15 +213,6 @@ def sql(
         fail(f"cannot write {output or 'stdout'}: {error.strerror or error}")
     finally:
         con.close()
-
-
-def _fail_if_damaged(lake: Path) -> None:
-    """Exit 1 naming the lake's missing segments, if any: DuckDB's own error for one is a glob
-    that matched nothing or, with file access confined, a refused read (no write was asked)."""
-    store = Store(lake)
-    damaged = store.damaged_error(store.read_manifest())
-    if damaged is not None:
-        fail(str(damaged))
 
 
 def _parse(con: duckdb.DuckDBPyConnection, query: str, ctx: click.Context, lake: Path) -> list[Any]:

@@ -12,6 +12,7 @@ import duckdb
 
 from wmo_lake.commands.options import (
     fail,
+    fail_if_damaged,
     lake_failure,
     lake_option,
     selection_options,
@@ -127,6 +128,7 @@ def stats(
     except LakeError as error:
         lake_failure(ctx, lake, error)
     except duckdb.Error as error:
+        fail_if_damaged(lake)
         fail(f"stats query failed: {error}")
     for warning in report.warnings:
         click.echo(f"warning: {warning}", err=True)
