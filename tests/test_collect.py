@@ -128,6 +128,27 @@ def test_a_lake_that_cannot_be_written_keeps_the_step_and_says_to_run_again(
     assert "run the same command again" in output
 
 
+@pytest.mark.parametrize("kind", ["comma", "damaged"])
+def test_a_lake_the_ingest_would_refuse_is_said_before_harbor_runs(
+    tmp_path: Path, monkeypatch, kind: str
+) -> None:
+    from wmo_lake import collector
+
+    ran: list[object] = []
+    monkeypatch.setattr(collector, "run_job", lambda *args: ran.append(args))
+    lake = tmp_path / ("new,lake" if kind == "comma" else "lake")
+    if kind == "damaged":
+        lake.mkdir()
+        (lake / "manifest.json").write_text("[]")
+    args = ["collect", "--template", str(TEMPLATE), "--run-dir", str(tmp_path / "runs" / "exp1")]
+    result = CliRunner().invoke(
+        cli, [*args, "--step", "0", "--lake", str(lake), "--set", KIT_TASKS]
+    )
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert ("holds a comma" if kind == "comma" else "is not a wmo-lake manifest") in result.output
+    assert ran == [] and not (tmp_path / "runs").exists()  # harbor never started
+
+
 def test_a_missing_template_is_a_usage_error(tmp_path: Path) -> None:
     code, output = _collect(tmp_path, template=tmp_path / "nope.yaml")
     assert code == 2 and "cannot read the job template" in output

@@ -701,7 +701,7 @@ def collect(
             same call ingests them.
     """
     from wmo_lake.ingest import ingest
-    from wmo_lake.store import LakeError
+    from wmo_lake.store import LakeError, Store
 
     plan = plan_step(
         template,
@@ -712,6 +712,9 @@ def collect(
         attempts=attempts,
         sets=sets,
     )
+    # a lake the ingest would refuse (a comma in its path, a damaged or foreign manifest) is
+    # said now, not after harbor has run the whole step
+    Store(lake).read_manifest()
     with step_lock(plan):
         check_recorded_config(plan)
         state = prepare_job_dir(plan)
