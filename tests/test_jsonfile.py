@@ -88,3 +88,28 @@ def test_a_byte_order_mark_is_named_in_the_message(tmp_path: Path) -> None:
     got = decode(CASES["byte-order-mark"], tmp_path / "wmo-run.json")
     assert isinstance(got, ReadFailure)
     assert "BOM" in got.message and "wmo-run.json" in got.message
+
+
+def test_a_fifo_is_an_unreadable_file_not_a_hang(tmp_path: Path) -> None:
+    """A named pipe where a trial's JSON should be: opening it to read blocks until a writer
+    comes, which none ever does, so the ingest hung forever. It is a ReadFailure at once."""
+    import os
+    import threading
+
+    from wmo_lake.jsonfile import read_bytes
+
+    fifo = tmp_path / "result.json"
+    os.mkfifo(fifo)
+    results: list[object] = []
+    reader = threading.Thread(target=lambda: results.append(read_bytes(fifo)), daemon=True)
+    reader.start()
+    reader.join(timeout=10)
+    assert not reader.is_alive(), "read_bytes blocked on a FIFO"
+    (failure,) = results
+    assert isinstance(failure, ReadFailure) and failure.kind == "unreadable_file"
+    assert failure.message == f"cannot read {fifo}: not a regular file (a FIFO, socket or device)"
+    directory = tmp_path / "dir.json"
+    directory.mkdir()  # (a directory keeps its own message)
+    assert read_bytes(directory) == ReadFailure(
+        "unreadable_file", f"{directory} is a directory, expected a JSON file"
+    )
