@@ -404,6 +404,31 @@ def test_editing_the_sink_only_a_trials_result_names_reingests_it(
     ]
 
 
+def test_editing_the_sink_of_a_trial_in_a_job_dir_that_lost_its_config_reingests_it(
+    tmp_path: Path,
+) -> None:
+    """A pi-bridge job dir without its config.json (no agent of its job names the sink dir),
+    whose trial has no config.json either: only its result.json names the sink it is read from,
+    so the sink an ingest read is watched by the next one, which reads the edited sink's two
+    lines as a fresh ingest does (and also when the sink is removed: no spans then)."""
+    sinks = tmp_path / "sinks"
+    job = _pi_job(tmp_path / "runs", 1, sinks)
+    write_trial(job, "pi__1")
+    (job / "pi__1" / "config.json").unlink()
+    (job / "config.json").unlink()
+    write_sink(sinks, "pi__1", RECORDED[:1])
+    ingest([tmp_path / "runs"], tmp_path / "lake")
+    write_sink(sinks, "pi__1", RECORDED)
+    summary = ingest([tmp_path / "runs"], tmp_path / "lake")
+    assert summary.trials_replaced == 1
+    query = "SELECT collection_path, spans_status, n_spans FROM trials"
+    assert connect(tmp_path / "lake").execute(query).fetchall() == [("pi-bridge", "sink", 2)]
+    assert ingest([tmp_path / "runs"], tmp_path / "lake").trials_unchanged == 1
+    (sinks / "pi__1.jsonl").unlink()
+    assert ingest([tmp_path / "runs"], tmp_path / "lake").trials_replaced == 1
+    assert connect(tmp_path / "lake").execute(query).fetchall() == [("pi-bridge", "absent", 0)]
+
+
 def test_a_pi_bridge_job_of_one_agent_reads_its_trials_sinks_whatever_they_record(
     tmp_path: Path,
 ) -> None:
