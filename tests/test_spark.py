@@ -400,6 +400,46 @@ def test_a_token_total_past_64_bits_reads_as_in_duckdb(spark: Any, tmp_path: Pat
     assert not found, f"episodes: Spark differs from DuckDB: {found[:5]}"
 
 
+def test_advantages_of_tiny_rewards_are_pythons_to_the_last_bit_on_spark(
+    spark: Any, on_spark: OnSpark, tmp_path: Path
+) -> None:
+    """datum_episodes scales a task group's rewards by a power of two found with log2, which
+    Spark computes as log(x) / log(2): for a largest reward of exactly 2^-29 or 2^-31 that floors
+    one binade low (and just below 2^-4 one high), so Spark scales by another power of two than
+    DuckDB. The scaling is exact either way: every advantage is still reward - sum(rewards) /
+    len(rewards) as Python computes it, to the last bit, on both engines."""
+    from harbor_shapes import write_job, write_trial
+
+    from wmo_lake import spark as lake_spark
+
+    groups = {
+        "tiny": [9.420703536939998e-12, 2.3683039577615215e-15],
+        "mixed": [9.311661184581528e-19, 3.0748508264780264e-12, 5e-324],
+        "p29": [2.0**-29, 2.0**-29 * 0.3, 1e-20, 2.0**-29 / 3],
+        "p31": [2.0**-31, 7e-19, 2.0**-31 * 0.1],
+        "below-p4": [math.nextafter(2.0**-4, 0.0), 0.01, 3e-17],
+        "thirds": [0.1, 0.2, 0.3],
+    }
+    job = write_job(tmp_path / "runs" / "r" / "harbor" / "step-0001" / "job")
+    for task, rewards in groups.items():
+        for index, reward in enumerate(rewards):
+            write_trial(
+                job, f"{task}{index}", task_name=task, reward=reward, turns=[([1], [2], [-0.5])]
+            )
+    lake = tmp_path / "lake"
+    ingest([tmp_path / "runs"], lake, workers=1)
+    on_spark.forget()  # register() replaces the shuffled tables in this session
+    lake_spark.register(spark, lake)
+    query = "SELECT trial_name, advantage FROM datum_episodes"
+    pythons = {
+        f"{task}{index}": reward - sum(rewards) / len(rewards)
+        for task, rewards in groups.items()
+        for index, reward in enumerate(rewards)
+    }
+    assert dict(connect(lake).sql(query).fetchall()) == pythons
+    assert {row[0]: row[1] for row in spark.sql(query).collect()} == pythons
+
+
 def test_ranks_are_bigint_on_spark_as_in_duckdb(spark: Any, on_spark: OnSpark) -> None:
     """row_number() is an int in Spark and a BIGINT in DuckDB: the views cast, so a rank column
     has one type whichever engine answers."""
