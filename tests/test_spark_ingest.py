@@ -22,6 +22,7 @@ import pytest
 from click.testing import CliRunner
 from edge_case_trees import generate_tree
 
+from wmo_lake.checks import stale_rules_warning
 from wmo_lake.cli import cli
 from wmo_lake.discover import TrialTask
 from wmo_lake.ingest import ingest
@@ -96,6 +97,11 @@ def test_spark_ingest_writes_the_same_rows(spark: Any, tmp_path: Path, tree: str
         run, step = Path(segment).parts[2:4]
         assert run.startswith("run=") and step.startswith("step="), segment
     assert partitions(tmp_path / "spark") == partitions(tmp_path / "local")
+    # the manifest records the extraction rules the Spark tasks read by, as a local ingest's
+    # does: the lake is not said to hold rows an older wmo-lake read
+    spark_manifest = Store(tmp_path / "spark").read_manifest()
+    assert spark_manifest.extractions == Store(tmp_path / "local").read_manifest().extractions
+    assert stale_rules_warning(spark_manifest, "spark") is None
     if tree == "edge-cases":  # a tree of runs and steps: its rows spread over several
         stepped = {p for _, p in partitions(tmp_path / "spark") if DEFAULT_PARTITION not in p}
         assert len(stepped) >= 2, stepped
