@@ -219,20 +219,20 @@ def test_ctrl_c_during_the_spark_job_leaves_the_previous_generation(
     spark: Any, tmp_path: Path
 ) -> None:
     """SIGINT while a Spark task is reading: pyspark's handler cancels the job and raises
-    KeyboardInterrupt; the ingest aborts before its commit. The task is held mid-read by a
-    trajectory.json that is a FIFO: opening its write end succeeds only once a task reads it."""
+    KeyboardInterrupt; the ingest aborts before its commit. The task is held at its first dir by
+    the pause point (WMO_LAKE_PAUSE_FIFO, a FIFO): opening its write end succeeds only once a
+    task waits on it."""
     root, lake, rows, generation = changed_tree(tmp_path)
-    trajectory = next(root.rglob("agent/trajectory.json"))
-    content = trajectory.read_bytes()
-    trajectory.unlink()
-    os.mkfifo(trajectory)
+    fifo_path = tmp_path / "pause.fifo"
+    os.mkfifo(fifo_path)
+    environment = spark.sparkContext.environment  # the Python workers' environment
     interrupted = threading.Event()
 
     def interrupt_once_a_task_reads() -> None:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
-                fifo = os.open(trajectory, os.O_WRONLY | os.O_NONBLOCK)
+                fifo = os.open(fifo_path, os.O_WRONLY | os.O_NONBLOCK)
             except OSError as error:
                 if error.errno != errno.ENXIO:  # ENXIO: no reader yet
                     raise
@@ -241,19 +241,21 @@ def test_ctrl_c_during_the_spark_job_leaves_the_previous_generation(
             os.kill(os.getpid(), signal.SIGINT)
             interrupted.set()
             time.sleep(0.5)
-            os.write(fifo, content)  # let the task finish (its job is cancelled anyway)
-            os.close(fifo)
+            fifo_path.unlink()  # no task waits again
+            os.close(fifo)  # let the waiting ones go on (their job is cancelled anyway)
             return
 
     watcher = threading.Thread(target=interrupt_once_a_task_reads, daemon=True)
     watcher.start()
-    with pytest.raises(KeyboardInterrupt):
-        spark_ingest(spark, [root], lake)
+    environment["WMO_LAKE_PAUSE_FIFO"] = str(fifo_path)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            spark_ingest(spark, [root], lake)
+    finally:
+        del environment["WMO_LAKE_PAUSE_FIFO"]
     watcher.join(timeout=10)
     assert interrupted.is_set()
     assert_previous_generation(lake, rows, generation)
-    trajectory.unlink()
-    trajectory.write_bytes(content)
     assert spark_ingest(spark, [root], lake).generation == generation + 1
 
 

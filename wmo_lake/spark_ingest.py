@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wmo_lake.discover import TrialTask
-from wmo_lake.store import crash_point
+from wmo_lake.store import crash_point, pause_point
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -72,6 +72,7 @@ def read_partition(
     writer = SegmentWriter(Path(lake), prefix + label)
     try:
         for task in tasks:
+            pause_point()
             yield "trial", task.real, extract_to_segments(task, writer)
         files = writer.close()
         crash_point("spark_task")  # segments written, the driver not told: the orphan case

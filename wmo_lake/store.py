@@ -123,6 +123,20 @@ def crash_point(name: str) -> None:
         os.kill(os.getpid(), 9)
 
 
+def pause_point() -> None:
+    """Fault injection for the Ctrl-C tests: hold a reader before it reads a dir until a writer
+    opens the FIFO that WMO_LAKE_PAUSE_FIFO names (the test's sign that a read is under way: a
+    trial's own files are never waited on, see jsonfile.read_file); once the test removed it,
+    no reader waits. Costs one dict lookup otherwise."""
+    fifo = os.environ.get("WMO_LAKE_PAUSE_FIFO")
+    if fifo:
+        try:
+            with open(fifo, "rb") as held:
+                held.read()
+        except FileNotFoundError:
+            return
+
+
 class LakeError(Exception):
     """A lake that cannot be used as asked; the message says what to do."""
 
