@@ -288,6 +288,31 @@ def test_set_errors_say_what_is_there(assignment: str, says: str) -> None:
         apply_sets({"agents": [{"name": "terminus-2"}]}, [assignment])
 
 
+@pytest.mark.parametrize(
+    ("arguments", "says"),
+    [
+        ({"step": -1}, "step must be >= 0, got -1"),
+        ({"attempts": 0, "sets": [KIT_TASKS]}, "attempts must be >= 1, got 0"),
+        ({"tasks": ["x"], "tasks_file": "t.txt"}, "as tasks_file=FILE or as tasks=ID, not both"),
+        ({"sets": ["max_turns"]}, "sets entry 'max_turns': expected KEY=VALUE"),
+        ({}, "or pass tasks=TASK_DIR"),
+        ({"tasks_file": "missing.txt", "sets": [KIT_TASKS]}, "cannot read tasks_file=missing.txt"),
+    ],
+    ids=["step", "attempts", "both-task-arguments", "sets", "no-tasks", "tasks-file"],
+)
+def test_from_python_collect_errors_name_its_arguments_not_cli_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, arguments: dict[str, object], says: str
+) -> None:
+    import wmo_lake
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CollectError) as raised:
+        wmo_lake.collect(TEMPLATE, tmp_path / "runs", arguments.pop("step", 0), **arguments)
+    message = str(raised.value)
+    assert says in message and "--" not in message, message
+    assert not (tmp_path / "runs").exists()  # nothing ran
+
+
 # ----------------------------------------------------------------------------- the step's dir
 
 

@@ -98,6 +98,6 @@ def collect(*args: Any, **kwargs: Any) -> StepResult:
         result = wmo_lake.collect("job.yaml", "runs/exp1", step, lake="lake")
         result.stats, result.records      # polars DataFrames
     """
-    from wmo_lake.collector import collect as collect_step
+    from wmo_lake.api import collect as collect_step
 
-    return collect_step(*args, **kwargs)
+    return collect_step(*args, **kwargs)  # (its errors name these arguments, not CLI options)

@@ -45,17 +45,28 @@ _OPTION_AS_ARGUMENT = [
     ("--out", "out="),
     ("--lake", "lake="),
 ]
+# `wmo_lake.collect`'s own arguments, named first: its --tasks is a file of task ids.
+_COLLECT_OPTION_AS_ARGUMENT = [
+    ("--template", "template"),
+    ("--run-dir", "run_dir"),
+    ("--step", "step"),
+    ("--attempts", "attempts"),
+    ("--tasks", "tasks_file="),
+    ("--task", "tasks="),
+    ("--set", "sets entry"),
+]
 
 
-def _pythonic(error: Exception) -> Exception:
-    """The same error, its message naming Python arguments instead of command-line options."""
+def _pythonic(error: Exception, own: list[tuple[str, str]] | None = None) -> Exception:
+    """The same error, its message naming Python arguments instead of command-line options
+    (`own`: the calling function's options, which take precedence)."""
     import re
 
     from wmo_lake.settings import SETTINGS
 
     message = str(error)
     settings = [(s.flag, f"{s.name}=") for s in SETTINGS.values()]
-    for option, argument in [*_OPTION_AS_ARGUMENT, *settings]:
+    for option, argument in [*(own or []), *_OPTION_AS_ARGUMENT, *settings]:
         space = "\\s?" if argument.endswith("=") else ""
         message = re.sub(rf"(?<![\w-]){re.escape(option)}(?![\w-]){space}", argument, message)
     message = re.sub(
@@ -82,6 +93,17 @@ def _speaking_python(function: Callable[..., Any]) -> Callable[..., Any]:
             raise
 
     return wrapper
+
+
+def collect(*args: Any, **kwargs: Any) -> Any:
+    """`wmo_lake.collector.collect`, its errors naming this function's arguments."""
+    from wmo_lake.collector import CollectError
+    from wmo_lake.collector import collect as collect_step
+
+    try:
+        return collect_step(*args, **kwargs)
+    except (CollectError, LakeError) as error:
+        raise _pythonic(error, _COLLECT_OPTION_AS_ARGUMENT) from None
 
 
 def _settings(settings: dict[str, Any]) -> dict[str, Any]:
