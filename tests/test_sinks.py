@@ -7,7 +7,10 @@ read spans only from rollout_details and reconstruct the stop reason, a trace or
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -287,6 +290,39 @@ def test_corrupt_sink_gives_no_spans_and_actionable_problem(
     ((kind, message),) = con.execute("SELECT kind, message FROM problems").fetchall()
     assert kind == "sink_corrupt" and summary.problems == 1
     assert advice in message and "delete this step's token sink directory" in message
+
+
+@pytest.mark.parametrize(
+    ("make", "why"),
+    [
+        (lambda path: os.mkfifo(path), "not a regular file (a FIFO, socket or device)"),
+        (lambda path: path.mkdir(), "Is a directory"),
+    ],
+    ids=["fifo", "dir"],
+)
+def test_what_is_no_file_in_the_sinks_place_is_a_corrupt_sink_not_an_absent_one_or_a_hang(
+    tmp_path: Path, make: Callable[[Path], None], why: str
+) -> None:
+    """A FIFO (or a dir) named like the trial's sink: not silently 'absent', and never an open
+    that waits forever for a writer. The trial is kept, its spans are a problem that says why."""
+    sinks = tmp_path / "sinks"
+    write_trial(_pi_job(tmp_path / "runs", 1, sinks), "pi__1")
+    sinks.mkdir()
+    make(sinks / "pi__1.jsonl")
+    done: list[object] = []
+    reader = threading.Thread(
+        target=lambda: done.append(ingest([tmp_path / "runs"], tmp_path / "lake")), daemon=True
+    )
+    reader.start()
+    reader.join(timeout=60)
+    assert not reader.is_alive(), "the ingest blocked on the sink"
+    con = connect(tmp_path / "lake")
+    assert con.execute("SELECT spans_status, n_spans FROM trials").fetchall() == [
+        ("sink_corrupt", 0)
+    ]
+    ((kind, message),) = con.execute("SELECT kind, message FROM problems").fetchall()
+    assert kind == "sink_corrupt"
+    assert message.startswith(f"cannot read token sink {sinks / 'pi__1.jsonl'}: {why}; ")
 
 
 def test_a_sink_line_is_read_as_tokenspan_reads_it(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ to attach to).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -327,7 +328,7 @@ def _sink_spans(
     sink = collection.sink
     if sink is None or not sink.exists or sink_file is None:
         return spans.Spans(spans.SINK_DIR_MISSING, [])
-    if not sink_file.is_file():
+    if not os.path.exists(sink_file):  # (a dir or FIFO there is read, and said unreadable)
         return spans.Spans(spans.ABSENT, [])
     from wmo_lake.tables.sink import from_sink
 

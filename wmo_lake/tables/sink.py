@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
+from wmo_lake.jsonfile import read_file
 from wmo_lake.tables.fields import ProblemLog
 from wmo_lake.tables.spans import SINK, SINK_CORRUPT, Spans, Turn, compress
 
@@ -38,11 +39,12 @@ def from_sink(sink_path: Path, problems: ProblemLog) -> Spans:
     """Spans from a pi-bridge sink file; none at all when any line is invalid (as WMO's
     `distill.tokens`)."""
     advice = "the sink is corrupt, so delete this step's token sink directory and re-run the step"
-    try:
-        text = sink_path.read_text(encoding="utf-8")
+    try:  # (read_file: a FIFO or a dir in the sink's place is an error, not a hang)
+        text = read_file(sink_path).decode("utf-8")
     except (OSError, UnicodeDecodeError) as error:
+        why = error.strerror or error if isinstance(error, OSError) else error
         problems.add(
-            "sink_corrupt", sink_path, f"cannot read token sink {sink_path}: {error}; {advice}"
+            "sink_corrupt", sink_path, f"cannot read token sink {sink_path}: {why}; {advice}"
         )
         return Spans(SINK_CORRUPT, [])
     spans: list[SinkSpan] = []
