@@ -253,6 +253,30 @@ def test_an_output_name_that_is_not_utf8_is_a_usage_error(
     assert os.listdir(tmp_path) == []
 
 
+def test_an_ingest_of_a_tree_whose_segment_was_deleted_says_so_instead_of_all_unchanged(
+    tmp_path: Path,
+) -> None:
+    """Every dir of the tree is unchanged, so no segment is read: the ingest said `nothing
+    changed` over a lake that had lost the rows of a whole table. It names the missing file and
+    changes nothing."""
+    from conftest import FIXTURES
+
+    from wmo_lake.store import Store
+
+    lake = tmp_path / "lake"
+    kit = FIXTURES / "harbor" / "kit-e2e"
+    ingest([kit], lake, workers=1)
+    (segment,) = (lake / "tables" / "steps").rglob("*.parquet")
+    segment.unlink()
+    generation = Store(lake).read_manifest().generation
+    for extra in ([], ["--dry-run"]):
+        result = _invoke("ingest", kit, "--lake", lake, *extra)
+        assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+        assert f"the lake at {lake} is missing 1 of its Parquet files" in result.output
+        assert segment.relative_to(lake).as_posix() in result.output
+    assert Store(lake).read_manifest().generation == generation
+
+
 def test_every_command_names_a_segment_deleted_by_hand(tmp_path: Path) -> None:
     """A lake whose Parquet files of spans and steps were deleted outside wmo-lake: each command
     that reads or rewrites them says which file is missing and what to do (forget said

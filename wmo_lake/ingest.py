@@ -141,11 +141,17 @@ def ingest(
                 update.jobs.setdefault(job.real, job)
             for candidate in found.candidates:
                 candidates.setdefault(candidate.real, (candidate, None))
-        update.load(
+        walked = (
             {partition_of(c.job.run, c.job.step) for c, _ in candidates.values()}
             | {partition_of(job.run, job.step) for job in update.jobs.values()}
             | {NO_PARTITION}
         )
+        # A segment of these partitions deleted by hand: its rows are gone, yet every dir would
+        # count unchanged (none is read), so the ingest would say all is well. Said now.
+        damaged = store.damaged_error(update.base, walked)
+        if damaged is not None:
+            raise damaged
+        update.load(walked)
         for real, (candidate, _) in candidates.items():
             if real in update.catalog:
                 read_sink = update.catalog[real].read_sink

@@ -29,7 +29,7 @@ import fcntl
 import functools
 import json
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -263,20 +263,29 @@ class Store:
             extractions=raw.get("extractions") or {},
         )
 
-    def missing_segments(self, manifest: Manifest) -> list[str]:
-        """The live segments the manifest names that are not on disk (deleted or moved by
-        hand): asked only once a read has failed, so a working lake pays no stat per file."""
+    def missing_segments(
+        self, manifest: Manifest, partitions: Collection[str] | None = None
+    ) -> list[str]:
+        """The live segments the manifest names (of `partitions`, else all) that are not on
+        disk (deleted or moved by hand): asked once a read has failed, and by an ingest for the
+        partitions it walks, so a query over a working lake pays no stat per file."""
+        root = str(self.root)
         return [
             rel
-            for table in manifest.tables
-            for rel in manifest.table_files(table)
-            if not (self.root / rel).is_file()
+            for files in manifest.tables.values()
+            for partition, rels in files.items()
+            if partitions is None or partition in partitions
+            for rel in rels
+            if not os.path.isfile(f"{root}/{rel}")
         ]
 
-    def damaged_error(self, manifest: Manifest) -> LakeError | None:
-        """A LakeError naming the manifest's missing segments, when there are any: the lake lost
-        their rows, and an ingest would count their trials unchanged (it reads no segment)."""
-        missing = self.missing_segments(manifest)
+    def damaged_error(
+        self, manifest: Manifest, partitions: Collection[str] | None = None
+    ) -> LakeError | None:
+        """A LakeError naming the manifest's missing segments (of `partitions`, else all), when
+        there are any: the lake lost their rows, and an ingest would count their trials
+        unchanged (it reads no segment)."""
+        missing = self.missing_segments(manifest, partitions)
         if not missing:
             return None
         return LakeError(
