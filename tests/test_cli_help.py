@@ -3,6 +3,7 @@ module is missing would break `wmo-lake --help` for everyone)."""
 
 from __future__ import annotations
 
+import pytest
 from click.testing import CliRunner
 
 from wmo_lake.cli import COMMANDS, cli
@@ -15,3 +16,25 @@ def test_top_level_help_lists_every_command() -> None:
         assert f"  {name}" in result.output, name
     for name in COMMANDS:
         assert CliRunner().invoke(cli, [name, "--help"]).exit_code == 0, name
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["stats", "--max-tokens", "abc"],
+        ["stats", "--last", "abc"],
+        ["sql", "--limit", "abc", "SELECT 1"],
+        ["ingest", "--workers", "abc", "."],
+        ["collect", "--template", "t.yaml", "--run-dir", "r", "--step", "0", "--attempts", "abc"],
+        ["export", "datums", "--max-datum-tokens", "abc", "--out", "d.parquet"],
+    ],
+    ids=lambda args: " ".join(args[:2]),
+)
+def test_a_count_that_is_no_number_is_said_to_be_no_integer(args: list[str]) -> None:
+    """click calls its bounded integer type "integer range": `'abc' is not a valid integer
+    range`, for an option whose help shows N and [x>=1]."""
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2
+    assert "'abc' is not a valid integer.\n" in result.output, result.output
+    help_text = CliRunner().invoke(cli, [*args[: 2 if args[0] == "export" else 1], "--help"])
+    assert "INTEGER RANGE" not in help_text.output

@@ -185,6 +185,16 @@ def view_columns() -> list[str]:
     return columns
 
 
+def whole_number(minimum: int) -> Any:
+    """click's `IntRange(min=minimum)`, whose error for `abc` says "is not a valid integer" (click
+    names the type "integer range" there)."""
+    import click
+
+    kind = click.IntRange(min=minimum)
+    kind.name = "integer"
+    return kind
+
+
 def options_decorator(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """A click decorator adding the options of these settings (each `--name`, default None: a
     setting not given keeps its default). Their values reach the views through `from_options`."""
@@ -194,15 +204,16 @@ def options_decorator(*names: str) -> Callable[[Callable[..., Any]], Callable[..
         for name in reversed(names):
             setting = SETTINGS[name]
             kind: Any
+            metavar = None
             if setting.sql_type == "BIGINT":
-                kind = click.IntRange(min=1)
+                kind, metavar = whole_number(1), "N"
             elif setting.choices is not None:
                 kind = click.Choice(setting.choices)
             else:
                 kind = str
             help_text = f"{setting.help} [default: {setting.default_text()}]"
             command = click.option(
-                setting.flag, setting.name, type=kind, default=None, help=help_text
+                setting.flag, setting.name, type=kind, default=None, help=help_text, metavar=metavar
             )(command)
         return command
 

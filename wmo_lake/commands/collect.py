@@ -15,6 +15,7 @@ import click
 
 from wmo_lake.commands.options import fail, lake_option, setting_options, settings_from
 from wmo_lake.output import query_interrupted
+from wmo_lake.settings import whole_number
 from wmo_lake.store import LakeError
 
 
@@ -48,7 +49,8 @@ from wmo_lake.store import LakeError
 )
 @click.option(
     "--attempts",
-    type=click.IntRange(min=1),
+    type=whole_number(1),
+    metavar="N",
     help="Attempts per task (n_attempts, the group size) [default: the template's].",
 )
 @click.option(

@@ -19,6 +19,7 @@ from wmo_lake.commands.options import (
     lake_write_failure,
 )
 from wmo_lake.lean import skip_numpy
+from wmo_lake.settings import whole_number
 from wmo_lake.store import LakeError
 
 
@@ -61,7 +62,8 @@ def _existing_dirs(
 )
 @click.option(
     "--workers",
-    type=click.IntRange(min=1),
+    type=whole_number(1),
+    metavar="N",
     default=None,
     help="Reader processes [default: all cores, once there are more than ~48 MB of JSON to "
     "read; below that one process is faster].",

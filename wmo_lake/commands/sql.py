@@ -32,6 +32,7 @@ from wmo_lake.output import (
     terminal_width,
     write_result,
 )
+from wmo_lake.settings import whole_number
 from wmo_lake.store import LakeError
 
 # Statements that write files outside the database. The connection cannot write anywhere but
@@ -75,7 +76,8 @@ def _read_only_message(what: str, ctx: click.Context, lake: Path) -> str:
 @output_options
 @click.option(
     "--limit",
-    type=click.IntRange(min=0),
+    type=whole_number(0),
+    metavar="N",
     default=None,
     help="At most N rows of the result [default: all; the table format shows 1000].",
 )

@@ -20,6 +20,7 @@ from wmo_lake.commands.options import (
     settings_from,
 )
 from wmo_lake.output import terminal_width
+from wmo_lake.settings import whole_number
 from wmo_lake.stats import StatsReport, collect_stats, print_table
 from wmo_lake.store import LakeError
 
@@ -48,7 +49,7 @@ from wmo_lake.store import LakeError
     help="batch: one row per batch; task: the task x step pass-rate matrix per run.",
 )
 @click.option(
-    "--last", type=click.IntRange(min=1), metavar="N", help="Only the last N batches of each run."
+    "--last", type=whole_number(1), metavar="N", help="Only the last N batches of each run."
 )
 @click.option(
     "--steps",
