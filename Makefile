@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 DEMO_LAKE ?= lake
 DEMO_REPORT ?= $(DEMO_LAKE)/report.html
 
-.PHONY: help setup demo test test-fast lint typecheck bench screenshot clean
+.PHONY: help setup system-deps demo test test-fast lint typecheck bench screenshot clean
 
 help:
 	@echo "make demo   ingest fixtures/harbor into ./lake, print stats and a query, write the report"
@@ -41,9 +41,13 @@ demo: setup
 	@echo "  source .venv/bin/activate    # or: export PATH=\"$$PWD/.venv/bin:\$$PATH\""
 	@echo "  wmo-lake stats; wmo-lake tables; wmo-lake sql \"FROM rollout_stats\""
 
-# What CI runs (.ci/run): the linters, the type check, then every test.
-test: setup lint typecheck
+# What CI runs (.ci/run): the system packages the tests need (installed when missing, as root),
+# the linters, the type check, then every test.
+test: system-deps setup lint typecheck
 	$(BIN)/python -m pytest -q
+
+system-deps:
+	@.ci/system-deps
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"

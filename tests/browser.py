@@ -57,7 +57,10 @@ class Browser:
     def launch(cls, executable: str | None = None) -> Browser:
         executable = executable or find_chromium()
         if executable is None:
-            raise BrowserError("no chromium on PATH: apt-get install -y chromium")
+            raise BrowserError(
+                "no chromium on PATH: run make test as root (it installs it), "
+                "or apt-get install -y chromium"
+            )
         profile = tempfile.TemporaryDirectory(prefix="wmo-chromium-")
         # fds 3 and 4 of the child: it reads commands from 3 and writes to 4.
         command_read, command_write = os.pipe()

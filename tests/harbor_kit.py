@@ -66,14 +66,15 @@ def kit_sets(api_base: str) -> list[str]:
 
 
 def require_sandbox_tools() -> None:
-    """tmux (terminus-2 drives it) and util-linux (the sandbox): .ci/run installs them."""
+    """tmux (terminus-2 drives it) and util-linux (the sandbox): make test installs them
+    (.ci/system-deps)."""
     import pytest
 
     missing = [tool for tool in ("tmux", "unshare", "nsenter") if shutil.which(tool) is None]
     if missing:
         pytest.fail(
             f"the harbor e2e kit needs {', '.join(missing)}: apt-get install tmux util-linux "
-            "(.ci/run installs them as root)"
+            "(make test installs them as root: .ci/system-deps)"
         )
 
 

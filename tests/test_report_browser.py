@@ -4,7 +4,8 @@ the machine, every chart is drawn (a non-empty SVG with marks in its plot area),
 screenshot is written for a human (`WMO_LAKE_SCREENSHOT=docs/report.png` also copies it there:
 `make screenshot`).
 
-.ci/run installs chromium as root when it is missing; without it these tests fail (not skip)."""
+make test installs chromium as root when it is missing (.ci/system-deps); without it these tests
+fail (not skip)."""
 
 from __future__ import annotations
 
