@@ -223,3 +223,22 @@ def test_a_full_temp_dir_for_the_private_copy_is_a_lake_error_naming_it(
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert "No space left" in result.output and "set TMPDIR to a dir with room" in result.output
     assert list(temp.iterdir()) == []  # nothing left behind
+
+
+def test_a_query_loads_none_of_the_ingests_decoders_or_arrow(lake: Path) -> None:
+    """Opening the lake for a query pays for DuckDB and the views, not for what only the ingest
+    needs: connect() checks each partition's extract version, which once imported the CTRF
+    grader and with it msgspec (~25 ms of every `wmo-lake sql`)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys; from wmo_lake.lake import connect; "
+        "connect(sys.argv[1]).sql('SELECT count(*) FROM trial_records').fetchall(); "
+        "print(sorted(m for m in ('msgspec', 'pyarrow', 'polars', 'pydantic', 'wmo_lake.ctrf') "
+        "if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(lake)], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[]", done.stdout

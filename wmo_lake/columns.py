@@ -26,8 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wmo_lake.ctrf import SUMMARY_COUNTS
-
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -91,6 +89,11 @@ RESULT = "result.json"  # the trial's: harbor's TrialResult
 JOB_CONFIG = "<job>/config.json"  # harbor's JobConfig
 JOB_RESULT = "<job>/result.json"  # harbor's JobResult
 CTRF = "verifier/ctrf.json"
+# A CTRF summary's counts, a column each (`ctrf_passed`, ...). Defined here, not in ctrf.py (which
+# grades with them), so that connect(), which checks the lake's extract version, needs no msgspec.
+OPTIONAL_COUNTS = ("passed", "failed")  # may be null: no summary reading without both
+DEFAULTED_COUNTS = ("skipped", "pending", "other")  # absent -> 0; null is rejected
+SUMMARY_COUNTS = OPTIONAL_COUNTS + DEFAULTED_COUNTS
 TRIAL_LOG = "trial.log"  # harbor's log of the trial
 TRAJECTORY = "agent/trajectory*.json"  # every ATIF file of the trial (see the README)
 

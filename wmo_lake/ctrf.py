@@ -18,11 +18,9 @@ from typing import Any
 
 import msgspec
 
+from wmo_lake.columns import DEFAULTED_COUNTS, OPTIONAL_COUNTS, SUMMARY_COUNTS
 from wmo_lake.jsonfile import SURROGATE_ESCAPE, ReadFailure, check_text, decode, read_bytes
 
-OPTIONAL_COUNTS = ("passed", "failed")  # may be null: no summary reading without both
-DEFAULTED_COUNTS = ("skipped", "pending", "other")  # absent -> 0; null is rejected
-SUMMARY_COUNTS = OPTIONAL_COUNTS + DEFAULTED_COUNTS
 INT64_MAX = 2**63 - 1
 # Upstream's JSON parser (pydantic's jiter) rejects lone surrogate escapes and nesting deeper
 # than ~200 levels, which json accepts: such texts (`SURROGATE_ESCAPE`) take the model's path.
