@@ -278,6 +278,8 @@ class _Pending:
         self.partitions: set[str] = set()
 
     def add(self, rows: PendingRows, partition: str) -> None:
+        if not self.runs and rows.holds_row_dicts:  # kept as row dicts too (see pending.py)
+            self.rows = rows.empty_like()
         self.rows.extend(rows)
         self.partitions.add(partition)
         if self.runs and self.runs[-1][0] == partition:
