@@ -86,6 +86,41 @@ def test_readers_started_from_a_threaded_process_read_every_chunk(tmp_path: Path
     assert len(readers.files) == 2
 
 
+# A caller's script without the `if __name__ == "__main__":` guard, with a thread running (so its
+# readers start from a fork server), that notes each time its top level runs.
+UNGUARDED_SCRIPT = """
+import sys, threading
+from pathlib import Path
+with open(sys.argv[3], "a") as runs:
+    runs.write("ran\\n")
+threading.Thread(target=threading.Event().wait, daemon=True).start()
+from wmo_lake.ingest import ingest
+print(ingest([Path(sys.argv[1])], Path(sys.argv[2]), workers=2).trials_new)
+"""
+
+
+def test_a_script_without_a_main_guard_is_not_run_again_by_its_readers(tmp_path: Path) -> None:
+    """multiprocessing runs the caller's __main__ script again in each fork-server child: the
+    script ingested again in its reader, which waited forever for the lake's lock its parent
+    held (a training loop would have started over). The readers need nothing of it."""
+    import subprocess
+    import sys
+
+    _trials(tmp_path, 6)
+    script = tmp_path / "train.py"
+    script.write_text(UNGUARDED_SCRIPT)
+    runs = tmp_path / "runs.txt"
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "runs"), str(tmp_path / "lake"), str(runs)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["6"]
+    assert runs.read_text() == "ran\n"  # the script's top level ran once: here, not in a reader
+
+
 def test_each_job_goes_with_the_first_chunk_of_its_trials(tmp_path: Path) -> None:
     for step in (1, 2, 3):
         job = write_job(tmp_path / "runs" / "exp" / "harbor" / f"step-{step:04d}" / "job")

@@ -15,6 +15,7 @@ import contextlib
 import gc
 import itertools
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -116,8 +117,9 @@ class Readers:
             )
             for i in range(readers)
         ]
-        for process in processes:
-            process.start()
+        with _caller_script_not_rerun(context.get_start_method()):
+            for process in processes:
+                process.start()
         # Now that the readers are forked, this process may start threads: load what the commit
         # and lake.duckdb need while the readers work, instead of after them.
         threading.Thread(target=_preload_commit_modules, daemon=True).start()
@@ -368,6 +370,31 @@ def collecting_less() -> Iterator[None]:
         yield
     finally:
         gc.set_threshold(*before)
+
+
+@contextlib.contextmanager
+def _caller_script_not_rerun(start_method: str) -> Iterator[None]:
+    """While readers start from a fork server: hide the caller's `__main__` script (or module)
+    from multiprocessing, which would run it again in each reader (and in the server) before
+    `_reader_main`, which needs nothing of it. A script without the `if __name__ == "__main__":`
+    guard that called ingest() (or collect()) from a process with threads ran its ingest again
+    in the reader, which waited forever for the lake's lock its parent held; a training script
+    would have started over. A forked reader runs nothing again: nothing to hide."""
+    main = sys.modules.get("__main__")
+    if start_method == "fork" or main is None:
+        yield
+        return
+    saved: dict[str, Any] = {
+        name: vars(main)[name] for name in ("__file__", "__spec__") if name in vars(main)
+    }
+    vars(main).pop("__file__", None)
+    main.__spec__ = None
+    try:
+        yield
+    finally:
+        vars(main).update(saved)
+        if "__spec__" not in saved:
+            del main.__spec__
 
 
 def _worker_context() -> (
