@@ -242,3 +242,21 @@ def test_a_query_loads_none_of_the_ingests_decoders_or_arrow(lake: Path) -> None
         [sys.executable, "-c", script, str(lake)], capture_output=True, text=True, check=True
     )
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_a_connection_held_in_the_process_does_not_hide_a_newer_generation(
+    lake: Path, tmp_path: Path
+) -> None:
+    """A notebook keeps `con = connect(lake)`; an ingest then replaces lake.duckdb. DuckDB hands
+    a process the database it already has open at a path, so every later connect() of that
+    process read the held connection's generation: 2 trials where the lake held 3."""
+    held = connect(lake)
+    job = write_job(tmp_path / "runs" / "exp" / "harbor" / "step-0003" / "job")
+    write_trial(job, "c__1", reward=1)
+    summary = ingest([tmp_path / "runs"], lake, workers=1)
+    assert summary.trials_new == 1
+    fresh = connect(lake)
+    assert fresh.execute("SELECT count(*) FROM trials").fetchall() == [(3,)]
+    assert fresh.execute("SELECT count(*) FROM rollout_stats").fetchall() == [(2,)]
+    # the held connection reads the generation it opened, as a snapshot
+    assert held.execute("SELECT count(*) FROM trials").fetchall() == [(2,)]

@@ -234,6 +234,14 @@ def connect(
             con = duckdb.connect(str(store.root / DUCKDB_FILE), read_only=True)
         except duckdb.Error:
             con = None
+        if con is not None and not _holds_generation(
+            con, store.duckdb_stamp(manifest, views_digest())
+        ):
+            # DuckDB hands this process the database it already has open at that path: a
+            # connection still held (a notebook's `con`) to the lake.duckdb an ingest has since
+            # replaced. Its rows are an older generation's: build our own instead.
+            con.close()
+            con = None
     if con is None:
         con = connect_private_copy(store, manifest)
     apply_engine_config(con)
@@ -265,6 +273,17 @@ def connect(
     if check:
         warn_on_unused_reward_key(con)
     return con
+
+
+def _holds_generation(con: duckdb.DuckDBPyConnection, stamp: str) -> bool:
+    """Whether the lake.duckdb `con` opened was built for `stamp` (its `_wmo_lake` row says)."""
+    import duckdb
+
+    try:
+        row = con.execute("SELECT stamp FROM _wmo_lake").fetchone()
+    except duckdb.Error:
+        return False
+    return row is not None and row[0] == stamp
 
 
 def session_beside(
