@@ -67,3 +67,20 @@ def test_a_query_past_the_limit_spills_instead_of_failing(
     con.execute("SET temp_directory = ''")
     with pytest.raises(duckdb.OutOfMemoryException):
         con.execute(BIG_AGGREGATE).fetchall()
+
+
+def test_a_memory_limit_duckdb_cannot_read_is_one_error_naming_the_variable(
+    lake: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """WMO_LAKE_MEMORY_LIMIT=bogus was DuckDB's parser traceback (`sql`) or a query error that
+    named no variable (`stats`)."""
+    from click.testing import CliRunner
+
+    from wmo_lake.cli import cli
+
+    monkeypatch.setenv("WMO_LAKE_MEMORY_LIMIT", "bogus")
+    for args in (["sql", "SELECT 1"], ["stats"]):
+        result = CliRunner().invoke(cli, [*args, "--lake", str(lake)])
+        assert result.exit_code == 1, result.output
+        assert result.output.startswith("Error: WMO_LAKE_MEMORY_LIMIT='bogus' is not a memory size")
+        assert "Traceback" not in result.output

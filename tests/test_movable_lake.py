@@ -92,6 +92,19 @@ def test_a_lake_path_with_a_comma_is_refused_never_read_elsewhere(
     assert not fresh.exists()
 
 
+def test_a_lake_path_with_a_backslash_is_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    """DuckDB reads a backslash in a path as a separator: an ingest into `back\\slash` committed
+    a lake, then failed to open `back/slash/lake.duckdb`, and no command could read it."""
+    from conftest import FIXTURES
+
+    lake = tmp_path / "back\\slash"
+    result = CliRunner().invoke(cli, ["ingest", str(FIXTURES / "harbor"), "--lake", str(lake)])
+    assert result.exit_code == 1 and "holds a backslash" in result.output, result.output
+    assert not lake.exists() and sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 def test_every_command_works_on_a_moved_lake(lakes: tuple[Path, Path, dict], tmp_path) -> None:
     original, copy, before = lakes
     moved = tmp_path / "moved-lake"

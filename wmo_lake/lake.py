@@ -198,7 +198,15 @@ def apply_engine_config(con: duckdb.DuckDBPyConnection) -> None:
     for name, value in engine_config().items():
         # (temp_directory cannot move once the database has spilled)
         with contextlib.suppress(duckdb.NotImplementedException):
-            con.execute(f"SET {name} = {sql_string(value)}")
+            try:
+                con.execute(f"SET {name} = {sql_string(value)}")
+            except (duckdb.ParserException, duckdb.InvalidInputException) as error:
+                if name != "memory_limit":
+                    raise
+                raise LakeError(
+                    f"{MEMORY_LIMIT_ENV}={value!r} is not a memory size DuckDB takes "
+                    f"({str(error).splitlines()[0]}); give one such as 4GB or 500MB, or unset it"
+                ) from None
 
 
 def connect(

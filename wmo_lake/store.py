@@ -199,13 +199,21 @@ class Store:
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root)
         self.interrupted = False  # set by `lock`: the last writer did not finish cleanly
-        if "," in os.path.abspath(self.root):
+        absolute = os.path.abspath(self.root)
+        if "," in absolute:
             # DuckDB's file_search_path, which the views' relative file names resolve against,
             # is a comma-separated list: `/x/new,lake` would be `/x/new` and `lake`, and a copy
             # named `lake,copy` would read the original's files
             raise LakeError(
-                f"the lake path {os.path.abspath(self.root)} holds a comma, which DuckDB cannot "
+                f"the lake path {absolute} holds a comma, which DuckDB cannot "
                 "take as the lake's search path; name the lake dir (and its parents) without one"
+            )
+        if "\\" in absolute:
+            # DuckDB reads a backslash in a file path as a separator: `back\slash/lake.duckdb`
+            # opened `back/slash/lake.duckdb`, so a lake committed there could never be read
+            raise LakeError(
+                f"the lake path {absolute} holds a backslash, which DuckDB reads as a path "
+                "separator; name the lake dir (and its parents) without one"
             )
 
     @property
