@@ -289,7 +289,7 @@ def export_datums(
     from wmo_lake.datums import export_datums as run_export
 
     _require_guard(tasks, no_split_guard)
-    _format_of(out, None, ("parquet",))
+    _format_of(out, None, ("parquet",), lake)
     return run_export(
         Path(lake),
         Path(out),
@@ -327,7 +327,7 @@ def export_conversations(
     return run_export(
         Path(lake),
         Path(out),
-        fmt=_format_of(out, fmt, ("jsonl", "parquet")),
+        fmt=_format_of(out, fmt, ("jsonl", "parquet"), lake),
         episodes=episodes,
         outcome=outcome,
         tasks=Path(tasks) if tasks is not None else None,
@@ -340,16 +340,19 @@ def export_conversations(
     )
 
 
-def _format_of(out: str | Path, fmt: str | None, allowed: tuple[str, ...]) -> str:
+def _format_of(out: str | Path, fmt: str | None, allowed: tuple[str, ...], lake: str | Path) -> str:
     """The export's format for `out`, by the CLI's rule (`file_formats.format_for`): an
-    extension that names another format than the export writes is refused, not written over."""
+    extension that names another format than the export writes is refused, not written over,
+    and so is a file of the lake's own (`file_formats.refuse_lake_file`)."""
     from wmo_lake.export import ExportError
-    from wmo_lake.file_formats import FormatError, format_for
+    from wmo_lake.file_formats import FormatError, format_for, refuse_lake_file
 
     try:
-        return format_for(Path(out), fmt, allowed, option="--out", writer="this export")
+        chosen = format_for(Path(out), fmt, allowed, option="--out", writer="this export")
+        refuse_lake_file(Path(out), Path(lake), option="--out")
     except FormatError as error:
         raise ExportError(str(error)) from None
+    return chosen
 
 
 def _require_guard(tasks: str | Path | None, no_split_guard: bool) -> None:

@@ -76,3 +76,20 @@ def _renamed(path: Path, fmt: str | None, allowed: tuple[str, ...]) -> str:
 
 def _extension(fmt: str) -> str:
     return "txt" if fmt == "table" else fmt
+
+
+def refuse_lake_file(path: Path, lake: Path, *, option: str) -> None:
+    """A FormatError when `path` is one of the lake's own files (`Store.owns`): written there,
+    a query's result replaced the manifest or a segment, and the lake was lost or short of
+    rows without a word."""
+    from wmo_lake.store import LakeError, Store
+
+    try:
+        owned = Store(lake).owns(path)
+    except LakeError:
+        return  # (a lake path it refuses is said by the command itself)
+    if owned:
+        raise FormatError(
+            f"{option} {path} is one of the lake's own files (the lake at {lake}): writing it "
+            "would damage the lake; write the output elsewhere"
+        )

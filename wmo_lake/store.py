@@ -216,6 +216,18 @@ class Store:
                 "separator; name the lake dir (and its parents) without one"
             )
 
+    def owns(self, path: Path | str) -> bool:
+        """Whether `path` is, or would be, one of the files the lake manages: its manifest,
+        catalog, segments, lake.duckdb and the hidden files beside them (a file of yours in the
+        lake dir, such as the demo's report.html, is not)."""
+        relative = os.path.relpath(os.path.realpath(path), os.path.realpath(self.root))
+        if relative == ".":
+            return True
+        first = relative.split(os.sep, 1)[0]
+        if first == "..":
+            return False
+        return first in ("tables", "catalog", MANIFEST, DUCKDB_FILE) or first.startswith(".")
+
     @property
     def manifest_path(self) -> Path:
         return self.root / MANIFEST

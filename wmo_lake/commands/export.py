@@ -24,6 +24,7 @@ from wmo_lake.commands.options import (
     guard_options,
     lake_failure,
     lake_option,
+    refuse_lake_file,
     reward_options,
     selection_options,
     settings_from,
@@ -169,6 +170,7 @@ def datums(
     from wmo_lake.exports.datums import export_datums, summary
 
     format_for(out, None, ("parquet",), option="--out", writer="this export")
+    refuse_lake_file(out, lake, "--out")
     _run_export(
         "datums",
         export_datums,
@@ -259,6 +261,8 @@ def conversations(
     """
     from wmo_lake.exports.conversations import export_conversations, summary
 
+    fmt = format_for(out, fmt, ("jsonl", "parquet"), option="--out", writer="this export")
+    refuse_lake_file(out, lake, "--out")
     _run_export(
         "conversations",
         export_conversations,
@@ -272,7 +276,7 @@ def conversations(
         strict=strict,
         as_json=as_json,
         options=options,
-        fmt=format_for(out, fmt, ("jsonl", "parquet"), option="--out", writer="this export"),
+        fmt=fmt,
         episodes=episodes,
         outcome=outcome,
         subagents=subagents,

@@ -132,6 +132,14 @@ def format_for(
         fail(str(error), 2)
 
 
+def refuse_lake_file(path: Path, lake: Path, option: str) -> None:
+    """`file_formats.refuse_lake_file`, a refusal as a usage error (exit 2)."""
+    try:
+        file_formats.refuse_lake_file(path, lake, option=option)
+    except file_formats.FormatError as error:
+        fail(str(error), 2)
+
+
 def selection_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """--batch GLOB and --run RUN: which batches a command reads."""
     command = click.option(

@@ -14,6 +14,7 @@ from wmo_lake.commands.options import (
     fail_if_damaged,
     lake_failure,
     lake_option,
+    refuse_lake_file,
     setting_options,
     settings_from,
 )
@@ -76,6 +77,7 @@ def report(
         fail(f"--out {out.name}: the report is one HTML page; name it {out.stem}.html", 2)
     if not out.parent.is_dir():
         fail(f"--out {out}: directory {out.parent} does not exist", 2)
+    refuse_lake_file(out, lake, "--out")
     try:
         data = collect_report(lake, settings_from(options), runs=list(runs), batch_glob=batch_glob)
     except LakeError as error:

@@ -19,6 +19,7 @@ from wmo_lake.commands.options import (
     lake_hint,
     lake_option,
     output_options,
+    refuse_lake_file,
     setting_options,
     settings_from,
 )
@@ -149,6 +150,7 @@ def sql(
         fmt = fmt or "table"
     else:
         fmt = format_for(output, fmt, FORMATS, option="--output", writer="`wmo-lake sql`")
+        refuse_lake_file(output, lake, "--output")
     if not query.strip():
         fail("the query is empty", 2)
     if fmt == "parquet" and output is None:
