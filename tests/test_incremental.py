@@ -242,6 +242,43 @@ def _run_ingest(
 
 
 @pytest.mark.parametrize(
+    ("point", "committed"), [("mid_extract", False), ("before_duckdb_file", True)]
+)
+def test_ctrl_c_says_whether_the_ingest_had_committed(
+    tmp_path: Path, point: str, committed: bool
+) -> None:
+    """Ctrl-C after the manifest swap said `nothing was written or changed`, over a lake whose
+    new generation was in (and whose lake.duckdb, for a plain DuckDB client, was not)."""
+    runs = _tree(tmp_path, n_trials=2, prefix="old")
+    lake = tmp_path / "lake"
+    ingest([runs], lake, workers=1)
+    job_dir = runs / "exp" / "harbor" / "step-0001" / "job"
+    for i in range(3):
+        write_trial(job_dir, f"new__{i}", trial_id=f"new-{i}")
+    stopped = _run_ingest(runs, lake, {"WMO_LAKE_INTERRUPT_AT": point})
+    _, err = stopped.communicate(timeout=120)
+    assert stopped.returncode == 130, err
+    assert _counts(lake)["trials"] == (5 if committed else 2)
+    if committed:
+        assert err.strip() == (
+            f"interrupted after the commit: generation 2 is the lake at {lake}, but lake.duckdb "
+            "was not rebuilt (wmo-lake reads the lake as it is; for a plain DuckDB client, run "
+            "the same ingest again: it rebuilds lake.duckdb and changes nothing else)"
+        )
+    else:
+        assert err.strip() == "interrupted: nothing was written or changed"
+    rerun = _run_ingest(runs, lake)
+    out, err = rerun.communicate(timeout=120)
+    assert rerun.returncode == 0, err
+    assert ("nothing changed" in out) is committed
+    import duckdb
+
+    with duckdb.connect(str(lake / "lake.duckdb"), read_only=True) as db:
+        db.execute("SET file_search_path = ?", [str(lake)])
+        assert db.execute("SELECT count(*) FROM trials").fetchall() == [(5,)]
+
+
+@pytest.mark.parametrize(
     "point", ["mid_extract", "before_manifest", "after_manifest", "before_duckdb_file"]
 )
 def test_sigkill_leaves_a_readable_lake_and_rerun_completes(tmp_path: Path, point: str) -> None:

@@ -46,8 +46,9 @@ class LazyGroup(click.Group):
         writer renames its file into place only when complete, so nothing is half-written."""
         try:
             return super().invoke(ctx)
-        except KeyboardInterrupt:
-            self._interrupted()
+        except KeyboardInterrupt as error:
+            # (an ingest stopped once it had committed says what is in: InterruptedAfterCommit)
+            self._interrupted(getattr(error, "message", None))
         except Exception as error:
             from wmo_lake.output import query_interrupted
 
@@ -56,10 +57,10 @@ class LazyGroup(click.Group):
             self._interrupted()
 
     @staticmethod
-    def _interrupted() -> NoReturn:
+    def _interrupted(message: str | None = None) -> NoReturn:
         from wmo_lake.output import INTERRUPTED
 
-        click.echo(INTERRUPTED, err=True)
+        click.echo(message or INTERRUPTED, err=True)
         sys.exit(130)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:

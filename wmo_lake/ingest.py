@@ -38,6 +38,7 @@ from wmo_lake.store import (
     TRIAL,
     UNREADABLE,
     WALK,
+    InterruptedAfterCommit,
     Manifest,
     PartitionedFiles,
     Store,
@@ -242,22 +243,29 @@ def ingest(
                 for path, reals in under.items()
                 if not any(update.holds_trial(real) for real in reals)
             ]
-        except BaseException:
+        except BaseException as error:
             if update.commit is not None:
                 update.commit.abort()
+            if isinstance(error, KeyboardInterrupt) and update.summary.committed:
+                raise InterruptedAfterCommit(store.root, update.manifest.generation) from None
             raise
         from wmo_lake.lake import duckdb_file_current, ensure_duckdb_file
 
-        swept = update.sweep()
         try:
-            # (the manifest this ingest committed, or found unchanged: not read again)
-            if update.summary.committed or not duckdb_file_current(store, update.manifest):
-                crash_point("before_duckdb_file")
-                if head_start is not None:
-                    head_start.join()
-                ensure_duckdb_file(store, update.copies(readers.copies), update.manifest)
-        finally:
-            swept()
+            swept = update.sweep()
+            try:
+                # (the manifest this ingest committed, or found unchanged: not read again)
+                if update.summary.committed or not duckdb_file_current(store, update.manifest):
+                    crash_point("before_duckdb_file")
+                    if head_start is not None:
+                        head_start.join()
+                    ensure_duckdb_file(store, update.copies(readers.copies), update.manifest)
+            finally:
+                swept()
+        except KeyboardInterrupt:
+            if update.summary.committed:
+                raise InterruptedAfterCommit(store.root, update.manifest.generation) from None
+            raise
         store.clear_staging()
     update.summary.seconds = time.perf_counter() - started
     return update.summary

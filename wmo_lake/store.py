@@ -118,9 +118,12 @@ def segment_prefix(generation: int, token: str, label: str = "") -> str:
 
 def crash_point(name: str) -> None:
     """Fault injection for the crash tests: SIGKILL ourselves at a named point of a commit when
-    WMO_LAKE_CRASH_AT names it. Costs one dict lookup otherwise."""
+    WMO_LAKE_CRASH_AT names it, SIGINT (a Ctrl-C) when WMO_LAKE_INTERRUPT_AT does. Costs two
+    dict lookups otherwise."""
     if os.environ.get("WMO_LAKE_CRASH_AT") == name:
         os.kill(os.getpid(), 9)
+    if os.environ.get("WMO_LAKE_INTERRUPT_AT") == name:
+        os.kill(os.getpid(), 2)
 
 
 def pause_point() -> None:
@@ -191,6 +194,19 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         os.fsync(stream.fileno())
     os.replace(tmp, path)
     fsync_path(path.parent)
+
+
+class InterruptedAfterCommit(KeyboardInterrupt):
+    """Ctrl-C once a change of the lake was committed: its new generation is the lake's; what
+    was left undone is only lake.duckdb's rebuild (and the sweep of the replaced files)."""
+
+    def __init__(self, root: Path, generation: int) -> None:
+        super().__init__(root, generation)
+        self.message = (
+            f"interrupted after the commit: generation {generation} is the lake at {root}, but "
+            "lake.duckdb was not rebuilt (wmo-lake reads the lake as it is; for a plain DuckDB "
+            "client, run the same ingest again: it rebuilds lake.duckdb and changes nothing else)"
+        )
 
 
 class Store:
