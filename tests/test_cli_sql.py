@@ -642,3 +642,24 @@ def test_a_query_that_is_not_utf8_is_a_usage_error(lake: Path) -> None:
         assert result.exit_code == 2 and "Traceback" not in result.output, result.output
         assert "is not UTF-8 text" in result.output
     assert "(character 9)" in argued.output  # 'SELECT 1 ' is 9 characters
+
+
+@pytest.mark.parametrize(
+    "args", [["--format", "csv"], ["--format", "jsonl"], ["--format", "csv", "-o", "/dev/stdout"]]
+)
+def test_a_reader_that_stops_early_ends_the_command_quietly(lake: Path, args: list[str]) -> None:
+    """`wmo-lake sql ... | head -1`: DuckDB's COPY to the closed pipe failed, and the command
+    printed `Error: query failed: IO Error: ... Broken pipe`. It ends as click ends any command
+    whose stdout closed (as `stats` does): exit 1, nothing on stderr."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "wmo_lake.cli", "sql", "--lake", str(lake), *args]
+    query = "SELECT * FROM range(3000000)"
+    with subprocess.Popen([*command, query], stdout=subprocess.PIPE, stderr=subprocess.PIPE) as run:
+        assert run.stdout is not None and run.stderr is not None
+        assert run.stdout.read(10)
+        run.stdout.close()
+        errors = run.stderr.read().decode()
+        assert run.wait(timeout=60) == 1
+    assert errors == ""

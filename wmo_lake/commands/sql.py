@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import sys
 import warnings
 from pathlib import Path
@@ -202,6 +203,9 @@ def sql(
     except duckdb.InterruptException:
         raise  # Ctrl-C: one line, exit 130 (wmo_lake.cli)
     except duckdb.IOException as error:
+        if "Broken pipe" in str(error):  # (`| head`: the reader went away; DuckDB's COPY says so)
+            # as click ends any other command whose stdout closed: exit 1, no message
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe") from None
         if target is not None and output is not None and Path(target).name in str(error):
             fail(f"cannot write {output}: {error}")
         fail_if_damaged(lake)
