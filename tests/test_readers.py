@@ -181,3 +181,44 @@ def test_reader_processes_write_each_changed_job_once(tmp_path: Path) -> None:
     )
     assert len(step_1) == 1 and "-w" in step_1[0]  # a reader's: it read the job's trials
     assert len(step_2) == 1 and "-w" not in step_2[0]  # the ingest process's: no trial read
+
+
+# A reader whose segments the lake dir cannot take: every write fails as a full disk's does.
+FULL_DISK_SCRIPT = """
+import errno, sys
+import wmo_lake.readers as readers
+
+LAKE = sys.argv[2]
+
+def full(task, writer):
+    raise OSError(errno.ENOSPC, "No space left on device", LAKE + "/tables/x.parquet")
+
+readers.extract_to_segments = full  # (the readers are forked: they run this one)
+from wmo_lake.cli import main
+sys.argv = ["wmo-lake", "ingest", sys.argv[1], "--lake", sys.argv[2], "--workers", "2"]
+main()
+"""
+
+
+def test_a_reader_that_cannot_write_its_segments_is_the_ingests_own_write_failure(
+    tmp_path: Path,
+) -> None:
+    """A full lake disk under reader processes ended in `RuntimeError: a reader process failed`
+    with the reader's traceback; one process said `Error: cannot write the lake ...`. Both say
+    the latter now, and nothing is committed."""
+    import subprocess
+    import sys
+
+    _trials(tmp_path, 4)
+    lake = tmp_path / "lake"
+    done = subprocess.run(
+        [sys.executable, "-c", FULL_DISK_SCRIPT, str(tmp_path / "runs"), str(lake)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip() == (
+        f"Error: cannot write the lake at {lake}: {lake}/tables/x.parquet: No space left on device"
+    )
+    assert Store(lake).read_manifest().generation == 0

@@ -122,7 +122,8 @@ class Readers:
                 process.start()
         # Now that the readers are forked, this process may start threads: load what the commit
         # and lake.duckdb need while the readers work, instead of after them.
-        threading.Thread(target=_preload_commit_modules, daemon=True).start()
+        preload = threading.Thread(target=_preload_commit_modules, daemon=True)
+        preload.start()
         # Every chunk's number is queued now, so no reader waits on this process again: a
         # reader takes the next number when it is done with a chunk, while this process may be
         # busy (its first result imports pyarrow, ~0.15 s, which kept both readers waiting
@@ -146,6 +147,9 @@ class Readers:
                         ) from None
                     continue
                 kind, payload = message
+                if kind == "os_error":
+                    number, text, filename = payload
+                    raise OSError(number, text, filename) if number else OSError(text)
                 if kind == "error":
                     raise RuntimeError(
                         f"a reader process failed; nothing was committed:\n{payload}"
@@ -165,6 +169,11 @@ class Readers:
                 if process.is_alive() and finished < readers:
                     process.terminate()
                 process.join(timeout=5)
+            # An ingest that fails at once exits while the preload may still be inside DuckDB's
+            # first connect: the C++ runtime aborted the process at exit (SIGABRT, "FATAL:
+            # exception not rethrown") after the error was said. It takes ~0.1 s; done by now
+            # on any ingest that read a chunk.
+            preload.join(timeout=10)
 
 
 def _bytes_to_read(task: TrialTask) -> int:
@@ -318,6 +327,9 @@ def _reader_main(
             results.put(("trials", (number, summaries, job_summaries)))
         files = writer.close()
         results.put(("closed", (files, copies.copies)))
+    except OSError as error:  # its segments could not be written (a full or read-only lake dir):
+        # the ingest's own write failure, said as such, not a reader's traceback
+        results.put(("os_error", (error.errno, error.strerror or str(error), error.filename)))
     except BaseException:
         import traceback
 
