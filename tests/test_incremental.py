@@ -255,7 +255,13 @@ def test_ctrl_c_says_whether_the_ingest_had_committed(
     job_dir = runs / "exp" / "harbor" / "step-0001" / "job"
     for i in range(3):
         write_trial(job_dir, f"new__{i}", trial_id=f"new-{i}")
-    stopped = _run_ingest(runs, lake, {"WMO_LAKE_INTERRUPT_AT": point})
+    stopped = _run_ingest(
+        runs,
+        lake,
+        {"WMO_LAKE_INTERRUPT_AT": point},
+        # a shell's background job ignores SIGINT; the user's terminal does not
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     _, err = stopped.communicate(timeout=120)
     assert stopped.returncode == 130, err
     assert _counts(lake)["trials"] == (5 if committed else 2)
