@@ -50,6 +50,7 @@ def test_one_batch_sides_are_their_rollout_stats_rows(two_runs_lake: Path) -> No
         "batches": 1,
         "trials": a["trials"],
         "unreadable_trials": a["unreadable_trials"],
+        "batches_without_step": 0,
     }
 
 
@@ -164,7 +165,7 @@ def test_a_step_of_two_batches_is_pooled_as_the_run_is(two_batches_a_step: Path)
     text = compare(lake, "exp-a", "exp-b").output.splitlines()
     table = text[text.index("solve rate by step:") + 1 :]
     assert table[2].split() == ["0", "50.0%", "0.0%", "-50.0", "pt"]
-    assert table[3].split() == ["1", "100.0%", "-", "-"]
+    assert table[3].split() == ["1", "100.0%", "absent", "-"]  # exp-b has no step 1
 
 
 def test_a_side_that_selects_nothing_is_a_usage_error(two_runs_lake: Path) -> None:
@@ -233,6 +234,7 @@ def test_a_run_of_only_unreadable_trials_is_a_side(tmp_path: Path) -> None:
         "batches": 1,
         "trials": 0,
         "unreadable_trials": 1,
+        "batches_without_step": 0,
     }
     assert all(m["b"] is None and m["delta"] is None for m in result["metrics"])
     text = compare(tmp_path / "lake", "base", "crashed").output.splitlines()
@@ -242,3 +244,65 @@ def test_a_run_of_only_unreadable_trials_is_a_side(tmp_path: Path) -> None:
     )
     result = compare(tmp_path / "lake", "base", "nope")
     assert result.exit_code == 2 and "(runs: base, crashed;" in result.output
+
+
+def test_a_flip_of_one_pass_in_hundreds_never_reads_as_zero() -> None:
+    """A flip's rates keep what makes it a flip: 1 pass in 250 executed trials was '0%', the
+    same as none; now the rate cannot round to 0 and the counts are beside it."""
+    from wmo_lake.commands.compare import render_text
+
+    side = {"selection": "x", "kind": "run", "batches": 1, "trials": 250}
+    side |= {"unreadable_trials": 0, "batches_without_step": 0}
+    flip = {"task_id": "t1", "a_pass_rate": 0.0, "b_pass_rate": 1 / 250}
+    flip |= {"a_passed": 0, "a_executed": 250, "b_passed": 1, "b_executed": 250}
+    result = {
+        "a": side,
+        "b": side,
+        "metrics": [],
+        "flipped": {"fail_to_pass": [flip], "pass_to_fail": [], "only_in_a": [], "only_in_b": []},
+        "steps": [],
+    }
+    lines = render_text(result)
+    assert "  t1  0.0% (0 of 250) -> 0.4% (1 of 250)" in lines
+    flip |= {"b_pass_rate": 1 / 2500, "b_executed": 2500}
+    assert "  t1  0.0% (0 of 250) -> <0.1% (1 of 2500)" in render_text(result)
+
+
+def test_flips_carry_their_counts(two_runs_lake: Path) -> None:
+    """Each flip's counts are the cells' passed / executed trials of the task on each side."""
+    result = as_json(two_runs_lake, "exp-a", "exp-b")
+    flips = result["flipped"]["fail_to_pass"] + result["flipped"]["pass_to_fail"]
+    assert flips  # the lake is as designed
+    cells = {
+        (r["run"], r["task_id"]): r
+        for r in rows(
+            two_runs_lake,
+            "SELECT run, task_id, count(*) FILTER (WHERE NOT infra_failed) AS executed, "
+            "count(*) FILTER (WHERE NOT infra_failed AND passed) AS passed FROM cells GROUP BY ALL",
+        )
+    }
+    for flip in flips:
+        for side, run in (("a", "exp-a"), ("b", "exp-b")):
+            cell = cells[run, flip["task_id"]]
+            assert (flip[f"{side}_passed"], flip[f"{side}_executed"]) == (
+                cell["passed"],
+                cell["executed"],
+            )
+            assert flip[f"{side}_pass_rate"] == cell["passed"] / cell["executed"]
+
+
+def test_a_run_s_batches_without_a_step_are_said_under_the_step_table(tmp_path: Path) -> None:
+    """A run's batches without a step count in its figures but sit in no step's row: a line
+    says so (the table showed 100% at every step beside a pooled 50%, with no word why)."""
+    for run, reward in (("exp-a", 1.0), ("exp-b", 0.0)):
+        write_trial(
+            write_job(tmp_path / "runs" / run / "harbor" / "step-0000" / "job"), "t__1", reward=1.0
+        )
+        write_trial(write_job(tmp_path / "runs" / run / "harbor" / "loose"), "t__1", reward=reward)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    result = as_json(tmp_path / "lake", "exp-a", "exp-b")
+    assert result["a"]["batches_without_step"] == result["b"]["batches_without_step"] == 1
+    assert [s["step"] for s in result["steps"]] == [0]
+    text = compare(tmp_path / "lake", "exp-a", "exp-b").output.splitlines()
+    assert "A's 1 batch without a step is in its figures above, in no step of this table" in text
+    assert "B's 1 batch without a step is in its figures above, in no step of this table" in text

@@ -18,6 +18,7 @@ from run_shapes import write_split_step_run
 from wmo_lake.cli import cli
 from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect
+from wmo_lake.output import percent_text
 from wmo_lake.report.data import collect_report
 from wmo_lake.report.page import STOP_COLORS, _run_style, _step_ticks, heatmap_figures
 
@@ -83,6 +84,14 @@ def page(two_runs_lake: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
 def lake_rows(lake: Path, sql: str) -> list[dict[str, Any]]:
     relation = connect(lake).sql(sql)
     return [dict(zip(relation.columns, row, strict=True)) for row in relation.fetchall()]
+
+
+def tokens_per_step(lake: Path) -> dict[int, dict[str, Any]]:
+    """Prompt and sampled tokens of each step's spans (only the steps that have spans)."""
+    sql = (
+        "SELECT step, sum(prompt_len) AS prompt, sum(n_sampled) AS sampled FROM spans GROUP BY step"
+    )
+    return {r["step"]: r for r in lake_rows(lake, sql)}
 
 
 def points(trace: dict[str, Any]) -> dict[str, Any]:
@@ -239,6 +248,11 @@ def test_heatmap_is_cells_pass_rate_ordered_by_trend(page: str, two_runs_lake: P
         for step, z in zip(steps, row, strict=True):
             expected = cells.get((f"exp-a/harbor/step-{step:04d}/job", task))
             assert z == pytest.approx(expected) if expected is not None else z is None
+    # the hover's text is the rate as the CLI prints it (plotly's '.0%' rounded 0.4% to 0%)
+    assert heatmap["hovertemplate"].endswith(": %{text}<extra></extra>")
+    assert heatmap["text"] == [
+        ["" if z is None else percent_text(z) for z in row] for row in heatmap["z"]
+    ]
     # most improved first: task-5 (0% until step 3, then ~80%) above task-4 (regresses)
     order = heatmap["y"]
     assert order.index("task-5") < order.index("task-4")
@@ -294,14 +308,7 @@ def test_every_per_step_chart_pools_a_step_of_two_batches(tmp_path: Path) -> Non
     assert raw["y"] == [2 / 6, 1 / 3]
     shares = [trace["y"] for trace in figures["stop-exp-s"]["data"]]
     assert [sum(column) for column in zip(*shares, strict=True)] == pytest.approx([1.0, 1.0])
-    per_step = {
-        r["step"]: r
-        for r in lake_rows(
-            tmp_path / "lake",
-            "SELECT step, sum(prompt_len) AS prompt, sum(n_sampled) AS sampled FROM spans "
-            "GROUP BY step",
-        )
-    }
+    per_step = tokens_per_step(tmp_path / "lake")
     [prompt] = figures["tokens-prompt_tokens"]["data"]
     assert prompt["y"] == [per_step[0]["prompt"], per_step[1]["prompt"]]
     [sampled] = figures["tokens-sampled_tokens"]["data"]
@@ -313,6 +320,33 @@ def test_every_per_step_chart_pools_a_step_of_two_batches(tmp_path: Path) -> Non
         .fetchall()
     )
     assert datums["datums"][0] == datums_0
+
+
+def test_tokens_of_a_step_without_spans_are_a_gap_not_zero(tmp_path: Path) -> None:
+    """A step whose trials recorded no token spans did not use 0 tokens: its token points are
+    gaps, as its turns per trial already were; a step of two job dirs sums the one that has
+    spans (they were drawn as 0 and as that sum alike)."""
+    run = tmp_path / "runs" / "exp-t" / "harbor"
+    for batch, spans in (
+        ("step-0000/job", True),
+        ("step-0001/job", False),
+        ("step-0002/job", True),
+        ("step-0002/job-b", False),
+    ):
+        job = write_job(run / batch)
+        write_trial(job, "t__1", reward=1.0, **({} if spans else {"rollout_details": None}))
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    out = tmp_path / "r.html"
+    assert report(tmp_path / "lake", out).exit_code == 0
+    figures = figures_of(out.read_text())
+    per_step = tokens_per_step(tmp_path / "lake")
+    assert sorted(per_step) == [0, 2]  # the tree is as designed
+    [prompt] = figures["tokens-prompt_tokens"]["data"]
+    assert prompt["y"] == [per_step[0]["prompt"], None, per_step[2]["prompt"]]
+    [sampled] = figures["tokens-sampled_tokens"]["data"]
+    assert sampled["y"] == [per_step[0]["sampled"], None, per_step[2]["sampled"]]
+    [turns] = figures["tokens-turns_per_trial"]["data"]
+    assert turns["y"][1] is None
 
 
 def test_a_batch_without_a_step_changes_only_its_own_runs_charts(tmp_path: Path) -> None:

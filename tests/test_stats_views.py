@@ -108,7 +108,7 @@ def test_sparkline() -> None:
 
 def test_sparkline_per_metric_with_gaps(two_runs_lake: Path) -> None:
     output = stats(two_runs_lake).output
-    section = output.split("exp-a: 6 batches, per metric across steps\n", 1)[1]
+    section = output.split("exp-a: 6 steps, per metric across steps\n", 1)[1]
     solve = next(line for line in section.splitlines() if "solve rate (passed / executed)" in line)
     spark = solve.split(")", 1)[1].strip().split("  ")[0]
     assert len(spark) == 6 and spark[4] == " "  # step 4 executed nothing: a gap, not ▁
@@ -214,6 +214,34 @@ def test_by_task_pools_the_batches_of_a_step(tmp_path: Path) -> None:
     ]
 
 
+def test_sparklines_pool_the_batches_of_a_step(tmp_path: Path) -> None:
+    """A step of two job dirs is one value of each sparkline, their trials pooled as the report
+    and compare pool a step (it was one character per job dir, the first value one job dir's
+    66.7% where the step's is 33.3%)."""
+    write_split_step_run(tmp_path / "runs")
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    output = stats(tmp_path / "lake").output
+    section = output.split("exp-s: 2 steps (3 batches), per metric across steps\n", 1)[1]
+    solve = next(line for line in section.splitlines() if "solve rate (passed / executed)" in line)
+    spark = solve.split(")", 1)[1].strip().split("  ")[0]
+    per_step = rows(
+        tmp_path / "lake",
+        "SELECT count(*) FILTER (WHERE passed AND NOT infra_failed) "
+        "/ count(*) FILTER (WHERE NOT infra_failed) AS rate "
+        "FROM trial_records WHERE run = 'exp-s' GROUP BY step ORDER BY step",
+    )
+    first, last = (r["rate"] for r in per_step)
+    assert (first, last) == (2 / 6, 1 / 3)  # the tree is as designed
+    assert spark == sparkline([first, last], 0.0, 1.0)
+    assert solve.endswith(f"{100 * first:.1f}% -> {100 * last:.1f}%")
+    compared = json.loads(
+        CliRunner()
+        .invoke(cli, ["compare", "--lake", str(tmp_path / "lake"), "exp-s", "exp-s", "--json"])
+        .output
+    )
+    assert [s["solve_rate_a"] for s in compared["steps"]] == [first, last]
+
+
 def write_stepless_jobs(root: Path) -> None:
     """Two job dirs of one name outside any run's steps (batches a/rollouts, b/rollouts): task-x
     passes in a, fails in b."""
@@ -246,3 +274,17 @@ def test_a_batch_without_a_step_changes_only_its_own_runs_matrix(tmp_path: Path)
         ("exp-s", "task-n", [f"{SPLIT}/job", f"{SPLIT}/job-b"]),
         ("exp-s", "task-n", ["exp-s/harbor/step-0001/job"]),
     ]
+
+
+def test_by_task_cells_never_round_a_pass_to_zero() -> None:
+    """A task that passed once in 250 trials is solved: its cell is '<1%', not '0%' (a task that
+    never passed); 249 of 250 is '>99%', not '100%'."""
+    from wmo_lake.report.data import TaskTrend
+    from wmo_lake.stats_views import task_matrix_lines
+
+    rows = [
+        {"run": "exp", "step": step, "batch": f"exp/harbor/step-000{step}/job"} for step in (0, 1)
+    ]
+    trends = {"exp": [TaskTrend("exp", "t1", [1 / 250, 249 / 250], 0.0, 0.5)]}
+    [line] = [line for line in task_matrix_lines(rows, trends) if line.startswith("t1")]
+    assert line.split()[-2:] == ["<1%", ">99%"]

@@ -74,6 +74,8 @@ class Side:
             "batches": len(self.batches),
             "trials": self.metrics["trials"],
             "unreadable_trials": self.metrics["unreadable_trials"],
+            # in the side's figures, but in no row of the step-by-step table
+            "batches_without_step": sum(1 for batch in self.batches if batch["step"] is None),
         }
 
 
@@ -113,7 +115,15 @@ def flips(a: Side, b: Side) -> dict[str, Any]:
     executed_b = {t for t, v in b.tasks.items() if v["executed"]}
     for task in sorted(executed_a & executed_b):
         ta, tb = a.tasks[task], b.tasks[task]
-        entry = {"task_id": task, "a_pass_rate": _rate(ta), "b_pass_rate": _rate(tb)}
+        entry = {
+            "task_id": task,
+            "a_pass_rate": _rate(ta),
+            "b_pass_rate": _rate(tb),
+            "a_passed": ta["passed"],
+            "a_executed": ta["executed"],
+            "b_passed": tb["passed"],
+            "b_executed": tb["executed"],
+        }
         if ta["passed"] == 0 and tb["passed"] > 0:
             to_pass.append(entry)
         elif ta["passed"] > 0 and tb["passed"] == 0:

@@ -50,6 +50,19 @@ NUMERIC_TYPES = {
 }
 
 
+def percent_text(rate: float, digits: int = 1) -> str:
+    """A rate in [0, 1] as a percentage with `digits` decimals, whose rounding never reaches 0%
+    from above nor 100% from below: 1 pass in 2,500 trials is '<0.1%', not '0.0%' (which reads
+    as never solved), and 2,499 is '>99.9%'."""
+    text = f"{100 * rate:.{digits}f}%"
+    smallest = f"{10**-digits:.{digits}f}"
+    if rate > 0 and float(text[:-1]) == 0:
+        return f"<{smallest}%"
+    if rate < 1 and float(text[:-1]) >= 100:
+        return f">{100 - 10**-digits:.{digits}f}%"
+    return text
+
+
 def _plain(value: Any) -> Any:
     """A JSON-ready copy of a value DuckDB returned (maps come back as dicts already)."""
     if isinstance(value, dict):

@@ -18,7 +18,7 @@ import duckdb
 
 from wmo_lake.background import Background
 from wmo_lake.lake import connect
-from wmo_lake.output import render_table, rows_as_dicts
+from wmo_lake.output import percent_text, render_table, rows_as_dicts
 
 # Batches in run/step order; a filter left as NULL matches everything. Bound, never pasted.
 STATS_QUERY = """
@@ -199,7 +199,7 @@ def notes_for(
                 else ""
             )
             notes.append(
-                f"{batch}: scaffold loss {100.0 * row['scaffold_loss_rate']:.1f}%: trials that "
+                f"{batch}: scaffold loss {percent_text(row['scaffold_loss_rate'])}: trials that "
                 f"never reached an explicit submit ({losses}); their rewards measure the cutoff"
                 f"{of_which}"
             )
@@ -213,7 +213,7 @@ def notes_for(
 
 def percent(value: float, denominator: int) -> str:
     """A rate as a percentage; '-' when its denominator is empty (a null measurement)."""
-    return f"{100.0 * value:.1f}%" if denominator else NO_MEASUREMENT
+    return percent_text(value) if denominator else NO_MEASUREMENT
 
 
 def _with_stop_reason(row: dict[str, Any]) -> int:
@@ -226,7 +226,7 @@ def _scaffold_cell(row: dict[str, Any]) -> str:
     """The scaffold loss rate, with the verifier's part of it when there is one."""
     cell = percent(row["scaffold_loss_rate"], _with_stop_reason(row))
     verifier_part = row.get("verifier_scaffold_loss_rate") or 0.0
-    return f"{cell} ({100.0 * verifier_part:.1f}% verifier)" if verifier_part > 0 else cell
+    return f"{cell} ({percent_text(verifier_part)} verifier)" if verifier_part > 0 else cell
 
 
 def table_cells(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:

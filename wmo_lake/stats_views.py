@@ -16,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Collection
 from typing import Any
 
+from wmo_lake.output import percent_text
 from wmo_lake.report.data import (
     METRICS,
     NO_RUN,
@@ -23,6 +24,7 @@ from wmo_lake.report.data import (
     batch_labels,
     columns_of,
     measured,
+    pooled_counts,
     series_label,
     series_of,
     x_mode_of,
@@ -172,26 +174,37 @@ def sparkline(
 def _shown(value: float | int | None, percent: bool) -> str:
     if value is None:
         return "-"
-    return f"{100 * value:.1f}%" if percent else str(value)
+    return percent_text(value) if percent else str(value)
 
 
-def sparkline_lines(rows: list[dict[str, Any]], with_stop_reason: dict[str, int]) -> list[str]:
-    """Per run with two or more batches, one line per metric: its sparkline across steps (a gap
-    for a null measurement), the first and last measured values. Rates are drawn on 0..100%."""
-    by_run: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in rows:
-        by_run[series_label(row["run"])].append(row)
+def sparkline_lines(
+    rows: list[dict[str, Any]],
+    with_stop_reason: dict[str, int],
+    counts: dict[str, dict[str, Any]],
+) -> list[str]:
+    """Per run with two or more steps, one line per metric: its sparkline across the run's steps
+    (a gap for a null measurement), the first and last measured values; a step of several
+    batches is one value, their trials pooled as the report and `compare` pool them (`counts`:
+    those batches' BATCH_COUNTS rows). A run with a batch without a step goes batch by batch, as
+    its report line does. Rates are drawn on 0..100%."""
     lines: list[str] = []
     width = max(len(m.label) for m in METRICS)
-    for run, run_rows in by_run.items():
-        if len(run_rows) < 2:
+    for run, run_rows in series_of(rows).items():
+        x_mode = x_mode_of(run_rows)
+        columns = columns_of(run_rows, x_mode)
+        if len(columns) < 2:
             continue
-        lines.append(f"{run}: {len(run_rows)} batches, per metric across steps")
+        noun = "steps" if x_mode == "step" else "batches"
+        pooled = f" ({len(run_rows)} batches)" if len(run_rows) != len(columns) else ""
+        lines.append(f"{run}: {len(columns)} {noun}{pooled}, per metric across {noun}")
+        points = [
+            {**c[0], "with_stop_reason": with_stop_reason.get(c[0]["batch"], 0)}
+            if len(c) == 1
+            else pooled_counts(counts, c)
+            for c in columns
+        ]
         for metric in METRICS:
-            values = [
-                measured({**r, "with_stop_reason": with_stop_reason.get(r["batch"], 0)}, metric.key)
-                for r in run_rows
-            ]
+            values = [measured(point, metric.key) for point in points]
             line = sparkline(values, 0.0, 1.0) if metric.percent else sparkline(values, 0.0)
             present = [v for v in values if v is not None]
             ends = (
@@ -256,7 +269,7 @@ def task_matrix_lines(
         )
         names = ["task", *(t.task_id for t in tasks)]
         lines_of = [sparkline(t.pass_rates, 0.0, 1.0) for t in tasks]
-        cells = [["-" if v is None else f"{100 * v:.0f}%" for v in t.pass_rates] for t in tasks]
+        cells = [["-" if v is None else percent_text(v, 0) for v in t.pass_rates] for t in tasks]
         shown = len(steps)
         if width is not None:
             used = max(map(len, names)) + COLUMN_GAP + max(map(len, ["trend", *lines_of]))

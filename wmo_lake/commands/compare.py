@@ -20,11 +20,16 @@ from wmo_lake.commands.options import (
 )
 from wmo_lake.store import LakeError
 
+# a step one run has no batch at, told from '-', a step whose batches executed no trial
+ABSENT = "absent"
+
 
 def _value(value: float | int | None, percent: bool) -> str:
     if value is None:
         return "-"
-    return f"{100 * value:.1f}%" if percent else str(value)
+    from wmo_lake.output import percent_text
+
+    return percent_text(value) if percent else str(value)
 
 
 def _delta(value: float | int | None, percent: bool) -> str:
@@ -91,9 +96,9 @@ def render_text(result: dict[str, Any], width: int | None = None) -> list[str]:
         lines.append("")
         lines.append(f"flipped {title} ({len(tasks)}):")
         for t in tasks:
-            lines.append(
-                f"  {t['task_id']}  {100 * t['a_pass_rate']:.0f}% -> {100 * t['b_pass_rate']:.0f}%"
-            )
+            a_rate = f"{_value(t['a_pass_rate'], True)} ({t['a_passed']} of {t['a_executed']})"
+            b_rate = f"{_value(t['b_pass_rate'], True)} ({t['b_passed']} of {t['b_executed']})"
+            lines.append(f"  {t['task_id']}  {a_rate} -> {b_rate}")
     for key, side in (("only_in_a", "A"), ("only_in_b", "B")):
         if flipped[key]:
             lines.append(
@@ -104,13 +109,20 @@ def render_text(result: dict[str, Any], width: int | None = None) -> list[str]:
         steps = [
             [
                 str(s["step"]),
-                _value(s["solve_rate_a"], True),
-                _value(s["solve_rate_b"], True),
+                _value(s["solve_rate_a"], True) if s["a"] else ABSENT,
+                _value(s["solve_rate_b"], True) if s["b"] else ABSENT,
                 _delta(s["solve_rate_delta"], True),
             ]
             for s in result["steps"]
         ]
         lines += _table(["step", "A", "B", "B - A"], steps, width, "use --json")
+        for label, side in (("A", a), ("B", b)):
+            if side["batches_without_step"]:
+                n = side["batches_without_step"]
+                lines.append(
+                    f"{label}'s {n} batch{'es' if n != 1 else ''} without a step "
+                    f"{'are' if n != 1 else 'is'} in its figures above, in no step of this table"
+                )
     return lines
 
 
@@ -128,8 +140,11 @@ def compare(lake: Path, a: str, b: str, as_json: bool, **options: Any) -> None:
     Each side's metrics are the rollout_stats rules over its trials pooled (one batch: exactly
     its rollout_stats row); '-' is a null measurement (an empty denominator). A task is solved
     on a side when one of its executed trials passed there; it flipped when it is solved on one
-    side and failed (executed, never passed) on the other. Two runs also get their solve rates
-    step by step, a side's batches at a step pooled. Rates in --json are fractions, deltas B - A.
+    side and failed (executed, never passed) on the other; each flip shows its pass rate and
+    passed / executed trials on both sides. Two runs also get their solve rates step by step, a
+    side's batches at a step pooled ('absent': the run has no batch at that step; a batch without
+    a step counts in the side's figures, not in that table). Rates in --json are fractions, deltas
+    B - A.
 
     \b
     Examples:

@@ -162,7 +162,7 @@ def _print_table(
     batch_glob: str | None,
     run: str | None,
     notes_mode: str,
-    details: tuple[dict[str, int], Any] | None,
+    details: tuple[dict[str, int], Any, dict[str, dict[str, Any]]] | None,
 ) -> None:
     from wmo_lake import stats_views
 
@@ -186,7 +186,7 @@ def _print_table(
         for note in notes:
             click.echo(f"note: {note}")
     if details is not None:
-        sparklines = stats_views.sparkline_lines(report.rows, details[0])
+        sparklines = stats_views.sparkline_lines(report.rows, details[0], details[2])
         if sparklines:
             click.echo("")
             for line in sparklines:

@@ -303,7 +303,8 @@ def _summed_maps(maps: list[dict[str, int]]) -> dict[str, int]:
 def point_of(column: list[dict[str, Any]], counts: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """One x of a series, what every per-step chart plots: a batch's row as it is, or a step's
     batches pooled as `compare` pools a step (rates from the summed counts, `pooled_counts`;
-    counts, stop reasons, tokens, datum figures and problems summed). `batch` is then the
+    counts, stop reasons, tokens, datum figures and problems summed; tokens and datum figures
+    over the batches that have them, None when none has). `batch` is then the
     batches joined by ' + ' (the point's hover label) and `batches` lists them."""
     batches = [row["batch"] for row in column]
     if len(column) == 1:
@@ -314,7 +315,9 @@ def point_of(column: list[dict[str, Any]], counts: dict[str, dict[str, Any]]) ->
         "run": column[0]["run"],
         "step": column[0]["step"],
     }
-    point.update((key, sum(row[key] for row in column)) for key in SUMMED)
+    for key in SUMMED:  # over the batches that measured them (None: none did)
+        values = [row[key] for row in column if row[key] is not None]
+        point[key] = sum(values) if values else None
     point.update(pooled_counts(counts, column))
     point["stop_reason_counts"] = _summed_maps([row["stop_reason_counts"] for row in column])
     point["problems"] = _summed_maps([row["problems"] for row in column])
@@ -471,10 +474,11 @@ def _collect(
     for row in stats:
         batch = row["batch"]
         row["with_stop_reason"] = denominators.get(batch, {}).get("with_stop_reason", 0)
+        # None, not 0, for a batch without spans: its tokens were not measured (a gap)
         token_row = tokens.get(batch, {})
-        row["turns"] = token_row.get("turns", 0)
-        row["prompt_tokens"] = token_row.get("prompt_tokens", 0)
-        row["sampled_tokens"] = token_row.get("sampled_tokens", 0)
+        row["turns"] = token_row.get("turns")
+        row["prompt_tokens"] = token_row.get("prompt_tokens")
+        row["sampled_tokens"] = token_row.get("sampled_tokens")
         datum = datum_rows.get(batch)
         for key in DATUM_KEYS:
             row[f"datum_{key}"] = None if datum is None else datum[key]
@@ -555,9 +559,10 @@ def stats_details(
     rows: list[dict[str, Any]],
     *,
     with_tasks: bool,
-) -> tuple[dict[str, int], dict[str, list[TaskTrend]]]:
+) -> tuple[dict[str, int], dict[str, list[TaskTrend]], dict[str, dict[str, Any]]]:
     """For `wmo-lake stats`: each batch's trials with a stop reason (scaffold loss's
-    denominator) and, with_tasks, each run's tasks with their pass rate per batch."""
+    denominator); with_tasks, each run's tasks with their pass rate per step; and the
+    BATCH_COUNTS rows of the batches that share a step, which its sparklines pool."""
     settings = {k: v for k, v in (settings or {}).items() if v is not None}
     con = connect(lake, settings)
     try:
@@ -570,6 +575,13 @@ def stats_details(
         if with_tasks:
             task_cells = rows_as_dicts(con.sql(TASK_CELLS, params=params))
             trends = task_trends(series_of(rows), task_cells)[0]
-        return denominators, trends
+        shared = [
+            row["batch"]
+            for series in series_of(rows).values()
+            for column in columns_of(series, x_mode_of(series))
+            if len(column) > 1
+            for row in column
+        ]
+        return denominators, trends, batch_counts(con, shared) if shared else {}
     finally:
         con.close()

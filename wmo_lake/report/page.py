@@ -20,6 +20,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from wmo_lake.output import percent_text
 from wmo_lake.report.data import (
     METRICS,
     Flip,
@@ -220,10 +221,19 @@ def metric_figures(data: ReportData) -> list[dict[str, Any]]:
 
 
 def token_figures(data: ReportData) -> list[dict[str, Any]]:
-    """Prompt and sampled tokens per step, and sampled turns per trial with spans."""
+    """Prompt and sampled tokens per step, and sampled turns per trial with spans; a step none
+    of whose trials recorded spans is a gap (its tokens were not measured, not 0)."""
     specs = [
-        ("prompt_tokens", "prompt tokens per step (all turns)", lambda r: r["prompt_tokens"]),
-        ("sampled_tokens", "sampled tokens per step", lambda r: r["sampled_tokens"]),
+        (
+            "prompt_tokens",
+            "prompt tokens per step (all turns of the trials with spans)",
+            lambda r: r["prompt_tokens"],
+        ),
+        (
+            "sampled_tokens",
+            "sampled tokens per step (trials with spans)",
+            lambda r: r["sampled_tokens"],
+        ),
         (
             "turns_per_trial",
             "sampled turns per trial (trials with spans)",
@@ -234,7 +244,12 @@ def token_figures(data: ReportData) -> list[dict[str, Any]]:
     for key, title, value in specs:
         traces = [
             _line_trace(
-                data, label, i, key, rows, [value(r) if r["trials"] else None for r in rows]
+                data,
+                label,
+                i,
+                key,
+                rows,
+                [value(r) if r["trials_with_spans"] else None for r in rows],
             )
             for i, (label, rows) in enumerate(data.points.items())
         ]
@@ -433,7 +448,11 @@ def heatmap_figures(data: ReportData) -> list[dict[str, Any]]:
                             "colorbar": {"title": {"text": "pass rate"}, "tickformat": ".0%"},
                             "hoverongaps": False,
                             "meta": {"metric": "task_pass_rate", "series": label},
-                            "hovertemplate": "%{y}<br>" + axis + " %{x}: %{z:.0%}<extra></extra>",
+                            # (plotly's own '.0%' made 1 pass in 250 trials '0%': unsolved)
+                            "text": [
+                                ["" if v is None else percent_text(v) for v in rates] for rates in z
+                            ],
+                            "hovertemplate": "%{y}<br>" + axis + " %{x}: %{text}<extra></extra>",
                         }
                     ],
                     "layout": _layout(
@@ -489,7 +508,7 @@ def _text(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        return f"{value:.1%}" if 0 <= value <= 1 else f"{value:g}"
+        return percent_text(value) if 0 <= value <= 1 else f"{value:g}"
     return str(value)
 
 
