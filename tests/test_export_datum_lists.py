@@ -150,6 +150,7 @@ def test_the_manifest_counts_what_was_written(lake: Path, tmp_path: Path) -> Non
         "tokens": sum(len(t) for t in table.column("model_input_tokens").to_pylist()),
         "loss_tokens": int(sum(sum(m) for m in table.column("loss_mask").to_pylist())),
         "fragments": sum(1 for i in table.column("fragment_index").to_pylist() if i > 0),
+        "batches": len(set(table.column("batch").to_pylist())),
     }
 
 

@@ -21,6 +21,7 @@ from wmo_lake.cli import cli
 from wmo_lake.exports.datums import load_verified, to_tinker
 from wmo_lake.exports.discipline import ExportError
 from wmo_lake.ingest import ingest
+from wmo_lake.lake import connect
 
 STEP1 = "r/harbor/step-0001/job-1"
 STEP2 = "r/harbor/step-0002/job-2"
@@ -93,7 +94,10 @@ def test_exports_train_datums_with_a_full_manifest(
     out = tmp_path / "d.parquet"
     result = run("--lake", lake, "--out", out, "--tasks", registry)
     assert result.exit_code == 0, result.output
-    assert "wrote 4 datums (17 tokens, 7 trained) from 2 batch(es)" in result.output
+    assert (
+        "wrote 4 datums (17 tokens, 7 trained, 1 fragment) from 2 of 2 batch(es) in scope"
+        in result.output
+    )
     assert "excluded: overflow_episodes 1, split_dev 1, split_holdout 1" in result.output
 
     table = pq.read_table(out)
@@ -158,7 +162,13 @@ def test_exports_train_datums_with_a_full_manifest(
         "loss_tokens": 9,  # 5 + 1 + 1 + 1 + 1
         "context_tokens": 12,  # (12 + 3 + 2 + 2 + 2) - 9
     }
-    assert manifest["exported"] == {"rows": 4, "tokens": 17, "loss_tokens": 7, "fragments": 1}
+    assert manifest["exported"] == {
+        "rows": 4,
+        "tokens": 17,
+        "loss_tokens": 7,
+        "fragments": 1,
+        "batches": 2,
+    }
 
 
 def test_json_prints_the_manifest(lake: Path, registry: Path, tmp_path: Path) -> None:
@@ -229,6 +239,39 @@ def test_filters(
     assert result.exit_code == 0, result.output
     rows = pq.read_table(out).to_pylist()
     assert [(r["batch"], r["trial_name"], r["fragment_index"]) for r in rows] == expected
+
+
+def test_the_summary_tells_the_written_rows_from_the_scope(lake: Path, tmp_path: Path) -> None:
+    """The first line counts what the file holds; the datum_stats line is the whole scope,
+    said as such; `excluded` counts what --where left out (it said `none`, and the fragments
+    line read as the file's)."""
+    out = tmp_path / "d.parquet"
+    where = "fragment_index = 0 AND step = 1"
+    result = run("--lake", lake, "--out", out, "--no-split-guard", "--where", where)
+    assert result.exit_code == 0, result.output
+    written = pq.read_table(out).to_pylist()
+    con = connect(lake)
+    (in_scope,) = con.execute("SELECT count(*) FROM datums").fetchone() or (0,)
+    fragments, batches = con.execute(
+        "SELECT sum(fragments), count(*) FROM datum_stats"
+    ).fetchone() or (0, 0)
+    assert 0 < len(written) < in_scope and all(r["fragment_index"] == 0 for r in written)
+    tokens = sum(len(r["model_input_tokens"]) for r in written)
+    trained = sum(sum(r["loss_mask"]) for r in written)
+    lines = result.output.splitlines()
+    assert lines[0].startswith(
+        f"wrote {len(written)} datums ({tokens} tokens, {trained:.0f} trained, 0 fragments) "
+        f"from 1 of {batches} batch(es) in scope to "
+    )
+    assert (
+        f"in scope, before --where and the split guard: {in_scope} datums, {fragments} of "
+        "them fragments" in result.output
+    )
+    [excluded] = [line for line in lines if line.startswith("excluded: ")]
+    assert f"where {in_scope - len(written)}" in excluded.split(": ", 1)[1].split(", ")
+    manifest = json.loads(companion(out).read_text(encoding="utf-8"))
+    assert manifest["exported"]["batches"] == 1 and manifest["exported"]["fragments"] == 0
+    assert manifest["excluded"]["where"] == in_scope - len(written)
 
 
 @pytest.mark.parametrize(

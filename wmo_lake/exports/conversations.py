@@ -244,9 +244,9 @@ def summary(manifest: Mapping[str, Any], out: Path) -> str:
     without = trials.get("without_episodes", {})
     return "\n".join(
         [
-            f"wrote {manifest['rows']} conversations ({manifest.get('format')}) from "
-            f"{trials.get('in_scope', 0)} trials in {len(manifest.get('sources', []))} "
-            f"batch(es) to {out}",
+            f"wrote {manifest['rows']} conversations ({manifest.get('format')}) to {out}; in "
+            f"scope: {trials.get('in_scope', 0)} trials in {len(manifest.get('sources', []))} "
+            "batch(es)",
             *summary_lines(manifest, out),
             f"trials without episodes: {without.get('no_trajectory', 0)} without a trajectory "
             f"(oracle / nop), {without.get('no_agent_turns', 0)} without an agent step",

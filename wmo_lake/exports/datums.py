@@ -32,6 +32,7 @@ from wmo_lake.exports.discipline import (
     scope_condition,
     summary_lines,
 )
+from wmo_lake.output import percent_text
 from wmo_lake.settings import SETTINGS
 
 if TYPE_CHECKING:  # polars and numpy load when a dataset is read back (~0.4 s the export skips)
@@ -216,6 +217,8 @@ def export_datums(
         def read_stats() -> None:
             stats["batches"] = batches = _batches(con, scope)
             stats["totals"] = totals = _stats_totals(batches)
+            if where:  # the scope's datums --where left out (the guard's are counted apart)
+                excluded["where"] = totals["datums"] - len(tasks_of_rows)
             for reason in ("overflow", "overlong"):
                 if totals[f"{reason}_drops"]:
                     excluded[f"{reason}_episodes"] = totals[f"{reason}_drops"]
@@ -227,6 +230,7 @@ def export_datums(
             "tokens": sum(rows.column("n_tokens").to_pylist()),
             "loss_tokens": sum(rows.column("loss_tokens").to_pylist()),
             "fragments": sum(1 for i in rows.column("fragment_index").to_pylist() if i > 0),
+            "batches": len(set(rows.column("batch").to_pylist())),
         }
         if not written["rows"]:
             read_stats()
@@ -264,16 +268,22 @@ def export_datums(
 
 
 def summary(manifest: Mapping[str, Any], out: Path) -> str:
-    """What `wmo-lake export datums` prints: rows and tokens, the guard, fragments and drops."""
+    """What `wmo-lake export datums` prints: what was written (rows, tokens, fragments, the
+    batches they came from), the guard, then `datum_stats` over the whole scope, before --where
+    and the split guard, said as such, and what was left out of the file."""
     written = manifest.get("exported", {})
     stats = manifest.get("datum_stats", {})
+    sources = len(manifest.get("sources", []))
+    rate = percent_text(stats.get("fragmentation_rate", 0.0))
+    fragments = written.get("fragments", 0)
     lines = [
         f"wrote {manifest['rows']} datums ({written.get('tokens', 0)} tokens, "
-        f"{written.get('loss_tokens', 0)} trained) from {len(manifest.get('sources', []))} "
-        f"batch(es) to {out}",
+        f"{written.get('loss_tokens', 0)} trained, {fragments} "
+        f"fragment{'s' if fragments != 1 else ''}) "
+        f"from {written.get('batches', sources)} of {sources} batch(es) in scope to {out}",
         *summary_lines(manifest, out),
-        f"fragments: {stats.get('fragments', 0)} of {stats.get('datums', 0)} datums "
-        f"({100 * stats.get('fragmentation_rate', 0.0):.1f}%); dropped episodes: "
+        f"in scope, before --where and the split guard: {stats.get('datums', 0)} datums, "
+        f"{stats.get('fragments', 0)} of them fragments ({rate}); dropped episodes: "
         f"{stats.get('overflow_drops', 0)} overflow, {stats.get('overlong_drops', 0)} overlong",
         "excluded: " + excluded_text(manifest),
     ]
