@@ -487,6 +487,42 @@ def test_csv_on_the_arrow_path_has_duckdbs_text_for_every_type(lake: Path, tmp_p
     assert list(csv.reader(io.StringIO(streamed.stdout))) == copied
 
 
+def test_a_uhugeint_past_2_to_the_127_keeps_its_value_in_csv(lake: Path, tmp_path: Path) -> None:
+    """Arrow's CSV writer printed a UHUGEINT's 128 bits as signed (its maximum as -1); both
+    paths now write DuckDB's own digits."""
+    query = (
+        "SELECT 340282366920938463463374607431768211455::UHUGEINT AS top, "
+        "170141183460469231731687303715884105728::UHUGEINT AS half, 7::UHUGEINT AS small"
+    )
+    expected = [
+        "340282366920938463463374607431768211455",
+        "170141183460469231731687303715884105728",
+    ]
+    streamed = _sql(lake, query, "--format", "csv")
+    assert streamed.exit_code == 0, streamed.output
+    assert list(csv.reader(io.StringIO(streamed.stdout)))[1] == [*expected, "7"]
+    out = tmp_path / "copied.csv"
+    assert _sql(lake, query, "-o", str(out)).exit_code == 0
+    assert list(csv.reader(out.open(newline="")))[1] == [*expected, "7"]
+
+
+def test_control_characters_in_a_table_cell_are_drawn_as_escapes(lake: Path) -> None:
+    """An agent's terminal output holds carriage returns and ANSI colours: drawn raw they would
+    rewrite the terminal (or were dropped: 'ab\\rcd' showed 'abcd'), and U+2028 or \\x1e split
+    the row in two. Each is now its escape, in the cell, on the row's one line."""
+    query = (
+        "SELECT 'ab' || chr(13) || 'cd' AS cr, chr(27) || '[31mred' AS ansi, "
+        "'x' || chr(8232) || 'y' || chr(30) || 'z' AS splits, 'a' || chr(9) || 'b' AS tab, "
+        "'é ☃' AS plain"
+    )
+    result = _sql(lake, query)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert len(lines) == 3, lines  # header, rule, the one row
+    assert lines[2].split() == ["ab\\rcd", "\\x1b[31mred", "x\\u2028y\\x1ez", "a\\tb", "é", "☃"]
+    assert "\x1b" not in result.stdout and "\r" not in result.stdout
+
+
 def _plain_json(value: object) -> object:
     """A fetched DuckDB value as JSON would hold it (maps and structs as objects)."""
     if isinstance(value, dict):

@@ -138,7 +138,9 @@ def _as_csv_ready(relation: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
     def cell(c: str, t: str) -> str:
         if t in NESTED_TYPES:
             return f"to_json({c})::VARCHAR"
-        return c if t in NUMERIC_TYPES or t == "boolean" else f"{c}::VARCHAR"
+        # (a UHUGEINT too: Arrow's CSV writer prints its 128 bits as signed, 2^127 as negative)
+        keep = (t in NUMERIC_TYPES and t != "uhugeint") or t == "boolean"
+        return c if keep else f"{c}::VARCHAR"
 
     return _project(relation, cell)
 
@@ -642,6 +644,7 @@ def render_table(
     file = file if file is not None else sys.stdout
     right_aligned = right_aligned or [False] * len(headers)
     # measured as drawn: escaped (a newline takes two columns as `\n`), a wide character two
+    headers = [_escape(header) for header in headers]
     rows = [[_escape(cell) for cell in row] for row in rows]
     widths = [
         max([cell_len(header), *(cell_len(row[i]) for row in rows)])
@@ -714,5 +717,13 @@ def _fit(headers: Sequence[str], natural: list[int], width: int) -> tuple[list[i
     return widths + natural[kept:], kept
 
 
+# A cell's control characters drawn as escapes: a terminal would act on them (a carriage return
+# or an ANSI sequence in an agent's terminal output rewrites what it shows), rich drops some,
+# and str.splitlines() breaks a row at others (\x1c-\x1e, \x85, U+2028, U+2029).
+_CONTROL_ESCAPES = {code: f"\\x{code:02x}" for code in [*range(0x20), *range(0x7F, 0xA0)]}
+_CONTROL_ESCAPES |= {ord("\n"): "\\n", ord("\t"): "\\t", ord("\r"): "\\r"}
+_CONTROL_ESCAPES |= {0x2028: "\\u2028", 0x2029: "\\u2029"}
+
+
 def _escape(cell: str) -> str:
-    return cell.replace("\n", "\\n").replace("\t", " ")
+    return cell.translate(_CONTROL_ESCAPES)
