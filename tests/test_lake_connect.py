@@ -260,3 +260,37 @@ def test_a_connection_held_in_the_process_does_not_hide_a_newer_generation(
     assert fresh.execute("SELECT count(*) FROM rollout_stats").fetchall() == [(2,)]
     # the held connection reads the generation it opened, as a snapshot
     assert held.execute("SELECT count(*) FROM trials").fetchall() == [(2,)]
+
+
+def test_times_are_shown_and_cut_in_utc_whatever_the_machines_zone(lake: Path) -> None:
+    """The lake's times are UTC instants. Shown in the machine's zone, a trial that started
+    2026-11-29 19:19 UTC was on 2026-11-30 (hour 4) under TZ=Asia/Tokyo, and Spark (whose
+    session is UTC) said the 29th: the connection's TimeZone is UTC."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    query = (
+        "SELECT started_at::VARCHAR, started_at::DATE::VARCHAR, hour(started_at) "
+        "FROM trials WHERE started_at IS NOT NULL ORDER BY started_at LIMIT 1"
+    )
+    script = (
+        "import json, sys, wmo_lake as wl; "
+        f"print(json.dumps(wl.connect(sys.argv[1]).execute({query!r}).fetchall()))"
+    )
+    rows = {
+        zone: json.loads(
+            subprocess.run(
+                [sys.executable, "-c", script, str(lake)],
+                env={**os.environ, "TZ": zone},
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        )
+        for zone in ("UTC", "Asia/Tokyo", "America/Los_Angeles")
+    }
+    [[shown, day, hour]] = rows["Asia/Tokyo"]
+    assert rows["UTC"] == rows["Asia/Tokyo"] == rows["America/Los_Angeles"], rows
+    assert shown.endswith("+00") and day == shown[:10] and hour == int(shown[11:13])

@@ -290,6 +290,36 @@ def test_sql_command_on_spark(spark: Any, lakes: dict[str, Path], on_spark: OnSp
     assert len(json.loads(limited.stdout)) == 2
 
 
+def test_spark_and_duckdb_draw_times_alike_in_any_zone(lakes: dict[str, Path]) -> None:
+    """Spark's session reads times in UTC; its result was drawn by a DuckDB in the machine's
+    zone, so under TZ=Asia/Tokyo a row said 04:19+09 beside a date and hour Spark took in UTC
+    (the 29th, 19). Both engines now draw the same text, in UTC."""
+    import os
+    import subprocess
+    import sys
+
+    query = (
+        "SELECT trial_name, started_at, CAST(started_at AS DATE) AS day, hour(started_at) AS h "
+        "FROM trials WHERE started_at IS NOT NULL ORDER BY trial_name"
+    )
+    outputs = {}
+    for engine in ("duckdb", "spark"):
+        args = ["sql", "--lake", str(lakes["real"]), "--format", "csv", query]
+        outputs[engine] = subprocess.run(
+            [sys.executable, "-m", "wmo_lake.cli", *args, "--engine", engine],
+            env={**os.environ, "TZ": "Asia/Tokyo"},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.splitlines()
+    assert len(outputs["duckdb"]) > 2, outputs
+    import csv
+
+    for _name, started, day, hour in list(csv.reader(outputs["spark"]))[1:]:
+        assert started.endswith("+00") and day == started[:10] and int(hour) == int(started[11:13])
+    assert list(csv.reader(outputs["spark"])) == list(csv.reader(outputs["duckdb"]))
+
+
 def test_register_warns_of_a_reward_key_no_trial_has(
     spark: Any, lakes: dict[str, Path], on_spark: OnSpark
 ) -> None:

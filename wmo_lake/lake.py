@@ -172,7 +172,7 @@ TEMP_DIRECTORY_ENV = "WMO_LAKE_TEMP_DIR"
 
 def engine_config() -> dict[str, str]:
     """DuckDB settings every lake connection gets: memory_limit (WMO_LAKE_MEMORY_LIMIT, default
-    4GB), parquet_metadata_cache, and the temp_directory it spills to (WMO_LAKE_TEMP_DIR,
+    4GB), parquet_metadata_cache, the temp_directory it spills to (WMO_LAKE_TEMP_DIR,
     default a per-user dir under the system temp dir: readers need no write access to the
     lake). `SET memory_limit` in a query changes it for that connection."""
     import tempfile
@@ -187,6 +187,20 @@ def engine_config() -> dict[str, str]:
         # change under a name (every commit writes new ones), so their footers are read once
         "parquet_metadata_cache": "true",
     }
+
+
+# Names of UTC a machine's zone may already have (kept as they are: a connection's times then
+# read exactly as a plain DuckDB client's on that machine, time zone name included).
+UTC_NAMES = frozenset({"UTC", "Etc/UTC", "Etc/Universal", "Universal", "Etc/Zulu", "Zulu"})
+
+
+def times_in_utc(con: duckdb.DuckDBPyConnection) -> None:
+    """The lake's times are UTC instants: shown, cast to a date and truncated in UTC, as Spark's
+    session is, not in each machine's own zone (a trial's day moved with $TZ). A zone that
+    already is UTC is left as named."""
+    ((zone,),) = con.execute("SELECT current_setting('TimeZone')").fetchall()
+    if zone not in UTC_NAMES:
+        con.execute("SET TimeZone = 'UTC'")
 
 
 def apply_engine_config(con: duckdb.DuckDBPyConnection) -> None:
@@ -253,6 +267,7 @@ def connect(
     if con is None:
         con = connect_private_copy(store, manifest)
     apply_engine_config(con)
+    times_in_utc(con)
     # Both doors' views name their files relative to the lake dir, wherever that is now (the
     # setting is per connection: lake.duckdb does not keep it).
     root = str(store.root.resolve())

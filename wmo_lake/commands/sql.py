@@ -24,7 +24,7 @@ from wmo_lake.commands.options import (
     setting_options,
     settings_from,
 )
-from wmo_lake.lake import connect
+from wmo_lake.lake import connect, times_in_utc
 from wmo_lake.output import (
     FORMATS,
     OutputFile,
@@ -332,7 +332,10 @@ def run_on_spark(
         result = session.sql(statements[-1])
         # (limited on Spark: only those rows come back to the driver)
         table = (result if limit is None else result.limit(limit)).toArrow()
-        write_result(duckdb.connect().from_arrow(table), fmt, output, sys.stdout)
+        # drawn by DuckDB in UTC, as Spark's session (and every lake connection) reads times
+        drawer = duckdb.connect()
+        times_in_utc(drawer)
+        write_result(drawer.from_arrow(table), fmt, output, sys.stdout)
     except LakeError as error:
         fail(str(error))
     except ValueError as error:
