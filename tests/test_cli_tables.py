@@ -67,6 +67,21 @@ def test_schema_shows_columns_types_and_meaning(lake: Path) -> None:
     assert "stop_reason_counts" in text and "map reason -> count" in text
 
 
+def test_a_view_column_is_not_given_an_unrelated_tables_meaning(lake: Path) -> None:
+    """A view column the reference leaves blank borrows the meaning of a table column of the same
+    name (batch, trial_name, ...); these differ from their namesakes, so they say their own
+    (episodes.started_at read as jobs.started_at's 'not read as UTC', cost_usd as the agent's
+    total from result.json, spans_full.source as the trial's dataset)."""
+    result = _run("schema", "episodes", "--lake", str(lake), "--json")
+    rows = {row["column"]: row["meaning"] for row in json.loads(result.stdout)}
+    assert rows["started_at"] == "its earliest step `timestamp`, UTC"
+    assert "not `trials.cost_usd`" in rows["cost_usd"]
+    assert rows["prompt_tokens"].startswith("its steps' `metrics.prompt_tokens` summed")
+    spans = json.loads(_run("schema", "spans_full", "--lake", str(lake), "--json").stdout)
+    [source] = [row["meaning"] for row in spans if row["column"] == "source"]
+    assert source.startswith("`rollout_details` or `sink`")
+
+
 def test_schema_of_an_unknown_name_suggests(lake: Path) -> None:
     result = _run("schema", "trial", "--lake", str(lake))
     assert result.exit_code == 2
