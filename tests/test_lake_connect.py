@@ -294,3 +294,25 @@ def test_times_are_shown_and_cut_in_utc_whatever_the_machines_zone(lake: Path) -
     [[shown, day, hour]] = rows["Asia/Tokyo"]
     assert rows["UTC"] == rows["Asia/Tokyo"] == rows["America/Los_Angeles"], rows
     assert shown.endswith("+00") and day == shown[:10] and hour == int(shown[11:13])
+
+
+@pytest.mark.parametrize(
+    ("tz", "utc"),
+    [
+        ("UTC", True),
+        (":/usr/share/zoneinfo/Etc/UTC", True),
+        ("Etc/UTC", True),
+        ("Asia/Tokyo", False),
+        ("Europe/London", False),  # UTC+0 in winter, not UTC
+        ("", False),
+    ],
+)
+def test_the_machines_zone_is_read_without_duckdb(
+    tz: str, utc: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A zone that is UTC by name is left as named (no ICU load, no renamed zone); any other is
+    set to UTC."""
+    from wmo_lake.lake import _machine_zone_is_utc
+
+    monkeypatch.setenv("TZ", tz)
+    assert _machine_zone_is_utc() is utc
