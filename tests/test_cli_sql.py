@@ -403,6 +403,31 @@ def test_the_table_fits_the_terminal_width(lake: Path) -> None:
     assert str(lake.parent / "runs" / "job" / "a__1") in wide.stdout
 
 
+def test_a_number_is_shown_whole_or_left_out_never_cut(lake: Path) -> None:
+    """Cut to fit the width, 1234567890123.456 read '1234567890…', right-aligned among numbers
+    as a smaller one. A number column is now whole, or left out and named under the table; text
+    is what gets cut."""
+    query = (
+        "SELECT repeat('t', 60) AS text, 1234567890123.456 AS n, "
+        "-98765432109876543210 AS big, 7 AS small"
+    )
+    for width in (24, 30, 45, 60):
+        result = CliRunner().invoke(
+            cli, ["sql", query, "--lake", str(lake)], env={"COLUMNS": str(width)}
+        )
+        assert result.exit_code == 0, result.output
+        lines = result.stdout.splitlines()
+        header, row = lines[0].split(), lines[2].split()
+        shown = dict(zip(header, row, strict=True))
+        expected = {"n": "1234567890123.456", "big": "-98765432109876543210", "small": "7"}
+        for name, value in expected.items():
+            if name in shown:
+                assert shown[name] == value, (width, lines)
+            else:
+                assert name in lines[-1] and "not shown" in lines[-1], (width, lines)
+        assert shown["text"].endswith("…"), (width, lines)
+
+
 def test_piped_cells_with_newlines_or_wide_characters_are_whole(lake: Path) -> None:
     """Columns were sized before a newline became `\\n` (two columns) and by len(), not the
     columns a wide character takes, so the cell was cut by one `…` per newline or wide one."""

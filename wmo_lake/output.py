@@ -633,9 +633,10 @@ def render_table(
 ) -> None:
     """Draw rows of text cells as one table (rich), headers never wrapped or cut.
 
-    With a `width` (see `terminal_width`), long cells are cut with an ellipsis and columns that
-    still do not fit are left out, named in a line under the table with `narrower` (how to see
-    them: what the calling command offers); without one, every cell is printed whole."""
+    With a `width` (see `terminal_width`), long cells are cut with an ellipsis (a right-aligned
+    column, a number, never is) and columns that still do not fit are left out, named in a line
+    under the table with `narrower` (how to see them: what the calling command offers); without
+    one, every cell is printed whole."""
     from rich import box
     from rich.cells import cell_len
     from rich.console import Console
@@ -652,7 +653,7 @@ def render_table(
     ]
     kept = len(headers)
     if width is not None:
-        widths, kept = _fit(headers, widths, width)
+        widths, kept = _fit(headers, widths, width, right_aligned)
     table = Table(
         box=box.SIMPLE_HEAD,
         show_edge=False,
@@ -695,12 +696,19 @@ def render_table(
     file.write("".join(line + "\n" for line in lines))
 
 
-def _fit(headers: Sequence[str], natural: list[int], width: int) -> tuple[list[int], int]:
+def _fit(
+    headers: Sequence[str], natural: list[int], width: int, whole: Sequence[bool]
+) -> tuple[list[int], int]:
     """Column widths that fit `width` (the widest cut first, never below its header or
-    MIN_CELL), and how many columns fit at all (the rest are left out)."""
+    MIN_CELL), and how many columns fit at all (the rest are left out). A `whole` column (a
+    number: cut, 1234567890123.456 read '1234567890…', a smaller number) is never cut: it is
+    shown whole or left out."""
     from rich.cells import cell_len
 
-    floors = [max(cell_len(h), min(n, MIN_CELL)) for h, n in zip(headers, natural, strict=True)]
+    floors = [
+        n if keep else max(cell_len(h), min(n, MIN_CELL))
+        for h, n, keep in zip(headers, natural, whole, strict=True)
+    ]
     kept, used = 0, 0
     for floor in floors:
         if kept and used + COLUMN_GAP + floor > width:
