@@ -75,7 +75,7 @@ def test_errors_speak_python(lake: Path, tmp_path: Path) -> None:
     assert "batch=" in str(nothing.value) and "--batch" not in str(nothing.value)
     with pytest.raises(LakeError) as setting:
         wl.stats(lake, max_turns=0)
-    assert "(max_turns=) must be a positive integer" in str(setting.value)
+    assert "(max_turns) must be a positive integer" in str(setting.value)
 
 
 def test_exports_and_loads(lake: Path, tmp_path: Path) -> None:
@@ -149,3 +149,68 @@ def test_export_file_names_follow_the_clis_rule(lake: Path, tmp_path: Path) -> N
 def test_a_query_with_no_statement_is_a_clear_error(lake: Path, sql: str) -> None:
     with pytest.raises(ValueError, match=r"^query\(\): "):
         wl.query(lake, sql)
+
+
+def test_a_query_that_would_write_a_file_is_refused(lake: Path) -> None:
+    """The lake is read-only to query(): a COPY TO wrote any file, the lake's own manifest
+    too (the lake was then unreadable); a SET returns no rows to give."""
+    manifest = (lake / "manifest.json").read_bytes()
+    with pytest.raises(ValueError, match=r"^query\(\): COPY would write a file"):
+        wl.query(lake, f"COPY (SELECT 1 AS x) TO '{lake / 'manifest.json'}' (FORMAT csv)")
+    assert (lake / "manifest.json").read_bytes() == manifest
+    with pytest.raises(ValueError, match=r"returns no rows"):
+        wl.query(lake, "SET VARIABLE wmo_max_tokens = 3")
+    assert wl.query(lake, "SET VARIABLE n = 3; SELECT getvariable('n') AS n")["n"].to_list() == [3]
+
+
+def test_values_reach_polars_unchanged(lake: Path) -> None:
+    """DuckDB hands a UHUGEINT to Arrow as a signed 128-bit value (2^128 - 1 came out -1): it
+    is now Decimal(38, 0), exact, or an error past 10^38; and a time zone that is UTC by another
+    name ('Etc/UTC', a UTC machine's) is 'UTC', one dtype on every machine."""
+    import duckdb
+
+    frame = wl.query(lake, "SELECT 5::UHUGEINT AS small, 10::UBIGINT AS u")
+    assert frame["small"].to_list() == [5] and frame["u"].to_list() == [10]
+    with pytest.raises(duckdb.ConversionException):
+        wl.query(lake, "SELECT 340282366920938463463374607431768211455::UHUGEINT AS top")
+    assert wl.trials(lake).schema["started_at"] == pl.Datetime("us", "UTC")
+
+
+def test_conversations_load_with_the_types_they_were_written_with(tmp_path: Path) -> None:
+    """load_conversations guessed its dtypes from the first rows: 40 trials without a reward
+    (the verifier never ran) before a passing one made `reward` a Null column, and the 1.0
+    after them failed the load (polars' ComputeError), from a file that verified."""
+    import json
+
+    job = write_job(tmp_path / "runs" / "exp" / "harbor" / "step-0001" / "job")
+    for i in range(40):  # the verifier never ran: no reward; each its own conversation
+        trial = write_trial(job, f"a{i:02d}__1", trial_id=f"a{i}", verifier_result=None)
+        path = trial / "agent" / "trajectory.json"
+        trajectory = json.loads(path.read_text())
+        trajectory["steps"][0]["message"] += f" (variant {i})"
+        path.write_text(json.dumps(trajectory))
+    write_trial(job, "z__1", trial_id="z", reward=1.0)
+    wl.ingest(tmp_path / "runs", lake=tmp_path / "lake", workers=1)
+    for out in (tmp_path / "c.jsonl", tmp_path / "c.parquet"):
+        manifest = wl.export_conversations(tmp_path / "lake", out, no_split_guard=True)
+        frame = wl.load_conversations(out)
+        assert frame.height == manifest["rows"] > 100
+        assert frame.schema["reward"] == pl.Float64 and frame.schema["episode"] == pl.Int64
+        assert frame["reward"].null_count() == frame.height - 3  # the passing trial's 3 turns
+        assert frame["reward"].drop_nulls().to_list() == [1.0, 1.0, 1.0]
+
+
+def test_ingest_into_a_file_names_the_argument(tmp_path: Path) -> None:
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ValueError, match=r"^ingest\(\): lake='.*afile' is a file; give a lake"):
+        wl.ingest(tmp_path / "runs", lake=tmp_path / "afile")
+
+
+@pytest.mark.parametrize("out", ["o.jsonl", "o.csv", "o"])
+def test_a_format_the_export_does_not_write_is_named_as_such(
+    lake: Path, tmp_path: Path, out: str
+) -> None:
+    """fmt='csv' was answered by the file name ('name it o.csv', also for o.csv itself)."""
+    with pytest.raises(ExportError, match=r"^fmt='csv' is not one of jsonl, parquet$"):
+        wl.export_conversations(lake, tmp_path / out, fmt="csv", no_split_guard=True)

@@ -691,7 +691,7 @@ def test_a_segment_deleted_by_hand_is_named_not_called_a_write(lake: Path) -> No
     assert "read-only" not in result.output
     rel = segment.relative_to(lake).as_posix()
     assert f"is missing 1 of its Parquet files ({rel})" in result.output
-    assert "ingest the runs again into a new --lake directory" in result.output
+    assert "ingest the runs again into a new lake directory" in result.output
 
 
 def test_a_query_that_is_not_utf8_is_a_usage_error(lake: Path) -> None:

@@ -207,7 +207,7 @@ def test_a_lake_of_an_older_format_says_what_to_do(tmp_path: Path) -> None:
     (lake / "manifest.json").write_text(
         json.dumps({"format": "wmo-lake", "format_version": 2, "generation": 1, "tables": {}})
     )
-    with pytest.raises(LakeError, match=r"format version 3.*ingest into a new --lake"):
+    with pytest.raises(LakeError, match=r"format version 3.*ingest into a new lake directory"):
         ingest([tmp_path], lake, workers=1)
 
 
@@ -242,7 +242,7 @@ def test_a_damaged_manifest_is_an_error_naming_it_and_what_to_do(
     with pytest.raises(LakeError) as raised:
         Store(lake).read_manifest()
     assert says in str(raised.value) and str(lake / "manifest.json") in str(raised.value)
-    assert "ingest the runs again into a new --lake directory" in str(raised.value)
+    assert "ingest the runs again into a new lake directory" in str(raised.value)
 
 
 def _view_sql(lake: Path, table: str) -> str:

@@ -69,6 +69,7 @@ def _pythonic(error: Exception, own: list[tuple[str, str]] | None = None) -> Exc
     for option, argument in [*(own or []), *_OPTION_AS_ARGUMENT, *settings]:
         space = "\\s?" if argument.endswith("=") else ""
         message = re.sub(rf"(?<![\w-]){re.escape(option)}(?![\w-]){space}", argument, message)
+    message = re.sub(r"\((\w+)=\)", r"(\1)", message)  # '(--max-tokens)': '(max_tokens)'
     message = re.sub(
         r"`wmo-lake (\w+)[^`]*`",
         lambda m: f"wmo_lake.{ {'sql': 'query'}.get(m.group(1), m.group(1)) }()",
@@ -140,6 +141,11 @@ def ingest(
     if isinstance(paths, str | Path):
         paths = [paths]
     folders = [Path(p) for p in paths]
+    if Path(lake).exists() and not Path(lake).is_dir():
+        raise ValueError(
+            f"ingest(): lake={str(lake)!r} is a file; give a lake directory (an existing lake, "
+            "or a path where one is to be made)"
+        )
     if not folders:
         raise ValueError("ingest() needs at least one path to a harbor run tree")
     for folder in folders:
@@ -188,19 +194,60 @@ def _query(
     batch: str | None = None,
     run: str | None = None,
 ) -> pl.DataFrame:
+    import duckdb
+
     if not sql.strip():
         raise ValueError("query(): the query is empty; give one SQL statement")
     con = _open(lake, settings, batch, run)
     try:
+        statements = con.extract_statements(sql)
+        for statement in statements:
+            # the database is read-only, but a COPY TO writes any file (the lake's own
+            # manifest too): refused, as `wmo-lake sql` refuses it
+            if statement.type in (duckdb.StatementType.COPY, duckdb.StatementType.EXPORT):
+                raise ValueError(
+                    f"query(): {statement.type.name} would write a file, and the lake is "
+                    "read-only to query(); write the DataFrame it returns instead "
+                    "(df.write_parquet(...)), or use `wmo-lake sql QUERY --output FILE`"
+                )
         result = con.sql(sql, params=params)
-        if result is None:  # only comments, or a statement that returns no rows (SET)
+        if result is None or statements[-1].type.name in _NO_ROWS:  # only comments; a SET
             raise ValueError(
                 f"query(): {sql.strip()[:60]!r} returns no rows: give a SELECT (a query that "
                 "is only comments is empty)"
             )
-        return result.pl()
+        return _polars(result)
     finally:
         con.close()
+
+
+def _polars(result: duckdb.DuckDBPyRelation) -> pl.DataFrame:
+    """The result as polars, with nothing changed on the way: a UHUGEINT (which DuckDB hands
+    to Arrow as a signed 128-bit value: 2^128 - 1 came out -1) as Decimal(38, 0), exact or an
+    error past 10^38; a time zone that is UTC by another name ('Etc/UTC', what a UTC machine
+    calls it) as 'UTC', so frames made on any machine share one dtype."""
+    import polars as pl
+
+    from wmo_lake.lake import UTC_NAMES
+    from wmo_lake.output import _quote
+
+    kinds = [str(kind).upper() for kind in result.types]
+    if "UHUGEINT" in kinds:
+        result = result.project(
+            ", ".join(
+                f"{_quote(name)}::DECIMAL(38, 0) AS {_quote(name)}"
+                if kind == "UHUGEINT"
+                else _quote(name)
+                for name, kind in zip(result.columns, kinds, strict=True)
+            )
+        )
+    frame = result.pl()
+    renamed = [
+        pl.col(name).dt.convert_time_zone("UTC")
+        for name, dtype in frame.schema.items()
+        if isinstance(dtype, pl.Datetime) and dtype.time_zone in UTC_NAMES - {"UTC"}
+    ]
+    return frame.with_columns(renamed) if renamed else frame
 
 
 @_speaking_python
@@ -211,6 +258,9 @@ def query(
     bound from `params`)."""
     return _query(lake, sql, params, settings)
 
+
+# Statements that return no rows: query() has nothing to give for them.
+_NO_ROWS = frozenset({"SET", "VARIABLE_SET", "TRANSACTION", "LOAD", "PREPARE"})
 
 _SCOPE = """
 WHERE ($batch_glob IS NULL OR batch GLOB $batch_glob) AND ($run IS NULL OR run = $run)
@@ -380,10 +430,19 @@ def load_conversations(path: str | Path, tasks: str | Path | None = None) -> pl.
     """A conversations export, verified against its manifest (and the registry `tasks`), as a
     DataFrame (`messages` a list of {role, content} structs)."""
     import polars as pl
+    import pyarrow as pa
 
     from wmo_lake.conversations import load_verified
+    from wmo_lake.exports.conversations import ROW_SCHEMA
 
-    return pl.DataFrame(load_verified(path, tasks=tasks))
+    rows = load_verified(path, tasks=tasks)
+    # typed as the export wrote them, not guessed from the first rows (a reward null in every
+    # early row was a Null column, then a 1.0 after them failed the load)
+    present = set(rows[0]) if rows else set(ROW_SCHEMA.names)
+    schema = pa.schema([field for field in ROW_SCHEMA if field.name in present])
+    frame = pl.from_arrow(pa.Table.from_pylist(rows, schema=schema))
+    assert isinstance(frame, pl.DataFrame)
+    return frame
 
 
 __all__ = [

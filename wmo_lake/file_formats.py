@@ -45,6 +45,8 @@ def format_for(
 def _format_for(
     path: Path, fmt: str | None, allowed: tuple[str, ...], *, option: str, writer: str
 ) -> str:
+    if fmt is not None and fmt not in allowed:  # (the CLI's choices stop it; the API's fmt=)
+        raise FormatError(f"--format {fmt!r} is not one of {', '.join(allowed)}")
     suffix = path.suffix.lower()
     named = EXTENSION_FORMATS.get(suffix)
     if suffix and named not in allowed:

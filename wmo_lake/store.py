@@ -255,7 +255,7 @@ class Store:
         if not self.exists():
             return Manifest()
         # what to do when the manifest is damaged: the run trees are the source of the lake
-        rebuild = "ingest the runs again into a new --lake directory"
+        rebuild = "ingest the runs again into a new lake directory"
         try:
             raw = json.loads(self.manifest_path.read_text(encoding="utf-8"))
         except OSError as error:
@@ -280,7 +280,7 @@ class Store:
             raise LakeError(
                 f"{self.root} is not a wmo-lake lake of format version {FORMAT_VERSION} "
                 f"(manifest says {raw.get('format')!r} {raw.get('format_version')!r}); "
-                "ingest into a new --lake directory (or delete this one and ingest its runs "
+                "ingest into a new lake directory (or delete this one and ingest its runs "
                 "again: format 3 partitions every table by run and step)"
             )
         for key, kind in (("generation", int), ("tables", dict)):
@@ -328,7 +328,7 @@ class Store:
             f"the lake at {self.root} is missing {len(missing)} of its Parquet files "
             f"({missing[0]}{', ...' if len(missing) > 1 else ''}): "
             "they were deleted or moved outside wmo-lake, and their rows with them; put them "
-            "back, or ingest the runs again into a new --lake directory"
+            "back, or ingest the runs again into a new lake directory"
         )
 
     def duckdb_stamp(self, manifest: Manifest, views: str) -> str:
