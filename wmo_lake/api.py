@@ -222,13 +222,10 @@ def _query(
 
 
 def _polars(result: duckdb.DuckDBPyRelation) -> pl.DataFrame:
-    """The result as polars, with nothing changed on the way: a UHUGEINT (which DuckDB hands
+    """The result as polars, with no value changed on the way: a UHUGEINT (which DuckDB hands
     to Arrow as a signed 128-bit value: 2^128 - 1 came out -1) as Decimal(38, 0), exact or an
-    error past 10^38; a time zone that is UTC by another name ('Etc/UTC', what a UTC machine
-    calls it) as 'UTC', so frames made on any machine share one dtype."""
-    import polars as pl
-
-    from wmo_lake.lake import UTC_NAMES
+    error past 10^38. (Times keep the connection's zone name, 'Etc/UTC' or 'UTC': the frame's
+    dtype is the one `wl.connect(...).sql(...).pl()` gives on the same machine.)"""
     from wmo_lake.output import _quote
 
     kinds = [str(kind).upper() for kind in result.types]
@@ -241,13 +238,7 @@ def _polars(result: duckdb.DuckDBPyRelation) -> pl.DataFrame:
                 for name, kind in zip(result.columns, kinds, strict=True)
             )
         )
-    frame = result.pl()
-    renamed = [
-        pl.col(name).dt.convert_time_zone("UTC")
-        for name, dtype in frame.schema.items()
-        if isinstance(dtype, pl.Datetime) and dtype.time_zone in UTC_NAMES - {"UTC"}
-    ]
-    return frame.with_columns(renamed) if renamed else frame
+    return result.pl()
 
 
 @_speaking_python
