@@ -172,7 +172,7 @@ TEMP_DIRECTORY_ENV = "WMO_LAKE_TEMP_DIR"
 
 def engine_config() -> dict[str, str]:
     """DuckDB settings every lake connection gets: memory_limit (WMO_LAKE_MEMORY_LIMIT, default
-    4GB), parquet_metadata_cache, the temp_directory it spills to (WMO_LAKE_TEMP_DIR,
+    4GB), parquet_metadata_cache, and the temp_directory it spills to (WMO_LAKE_TEMP_DIR,
     default a per-user dir under the system temp dir: readers need no write access to the
     lake). `SET memory_limit` in a query changes it for that connection."""
     import tempfile
