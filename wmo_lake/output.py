@@ -63,6 +63,14 @@ def percent_text(rate: float, digits: int = 1) -> str:
     return text
 
 
+def metric_text(value: float | int | None, percent: bool) -> str:
+    """A metric as the CLI prints it: a rate as `percent_text`, a count as it is, '-' for a
+    null measurement."""
+    if value is None:
+        return "-"
+    return percent_text(value) if percent else str(value)
+
+
 def _plain(value: Any) -> Any:
     """A JSON-ready copy of a value DuckDB returned (maps come back as dicts already)."""
     if isinstance(value, dict):

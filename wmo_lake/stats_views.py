@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Collection
 from typing import Any
 
-from wmo_lake.output import percent_text
+from wmo_lake.output import metric_text, percent_text
 from wmo_lake.report.data import (
     METRICS,
     NO_RUN,
@@ -171,12 +171,6 @@ def sparkline(
     return "".join(out)
 
 
-def _shown(value: float | int | None, percent: bool) -> str:
-    if value is None:
-        return "-"
-    return percent_text(value) if percent else str(value)
-
-
 def sparkline_lines(
     rows: list[dict[str, Any]],
     with_stop_reason: dict[str, int],
@@ -208,7 +202,7 @@ def sparkline_lines(
             line = sparkline(values, 0.0, 1.0) if metric.percent else sparkline(values, 0.0)
             present = [v for v in values if v is not None]
             ends = (
-                f"{_shown(present[0], metric.percent)} -> {_shown(present[-1], metric.percent)}"
+                " -> ".join(metric_text(v, metric.percent) for v in (present[0], present[-1]))
                 if present
                 else "no measurement"
             )

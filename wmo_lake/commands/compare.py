@@ -18,18 +18,11 @@ from wmo_lake.commands.options import (
     setting_options,
     settings_from,
 )
+from wmo_lake.output import metric_text
 from wmo_lake.store import LakeError
 
 # a step one run has no batch at, told from '-', a step whose batches executed no trial
 ABSENT = "absent"
-
-
-def _value(value: float | int | None, percent: bool) -> str:
-    if value is None:
-        return "-"
-    from wmo_lake.output import percent_text
-
-    return percent_text(value) if percent else str(value)
 
 
 def _delta(value: float | int | None, percent: bool) -> str:
@@ -84,8 +77,8 @@ def render_text(result: dict[str, Any], width: int | None = None) -> list[str]:
         rows.append(
             [
                 m["label"],
-                _value(m["a"], percent),
-                _value(m["b"], percent),
+                metric_text(m["a"], percent),
+                metric_text(m["b"], percent),
                 _delta(m["delta"], percent),
             ]
         )
@@ -96,8 +89,8 @@ def render_text(result: dict[str, Any], width: int | None = None) -> list[str]:
         lines.append("")
         lines.append(f"flipped {title} ({len(tasks)}):")
         for t in tasks:
-            a_rate = f"{_value(t['a_pass_rate'], True)} ({t['a_passed']} of {t['a_executed']})"
-            b_rate = f"{_value(t['b_pass_rate'], True)} ({t['b_passed']} of {t['b_executed']})"
+            a_rate = f"{metric_text(t['a_pass_rate'], True)} ({t['a_passed']} of {t['a_executed']})"
+            b_rate = f"{metric_text(t['b_pass_rate'], True)} ({t['b_passed']} of {t['b_executed']})"
             lines.append(f"  {t['task_id']}  {a_rate} -> {b_rate}")
     for key, side in (("only_in_a", "A"), ("only_in_b", "B")):
         if flipped[key]:
@@ -109,8 +102,8 @@ def render_text(result: dict[str, Any], width: int | None = None) -> list[str]:
         steps = [
             [
                 str(s["step"]),
-                _value(s["solve_rate_a"], True) if s["a"] else ABSENT,
-                _value(s["solve_rate_b"], True) if s["b"] else ABSENT,
+                metric_text(s["solve_rate_a"], True) if s["a"] else ABSENT,
+                metric_text(s["solve_rate_b"], True) if s["b"] else ABSENT,
                 _delta(s["solve_rate_delta"], True),
             ]
             for s in result["steps"]

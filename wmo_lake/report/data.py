@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,6 +145,15 @@ def batch_counts(con: duckdb.DuckDBPyConnection, batches: list[str]) -> dict[str
     rows = rows_as_dicts(con.sql(BATCH_COUNTS, params={"batches": batches}))
     counts.update((row["batch"], row) for row in rows)
     return counts
+
+
+def shared_step_counts(
+    con: duckdb.DuckDBPyConnection, columns: Iterable[list[list[dict[str, Any]]]]
+) -> dict[str, dict[str, Any]]:
+    """The BATCH_COUNTS rows of the batches that share a step with another (each series'
+    `columns_of`): only a step of several batches is pooled, one batch is its row as it is."""
+    shared = [row["batch"] for series in columns for c in series if len(c) > 1 for row in c]
+    return batch_counts(con, shared) if shared else {}
 
 
 def pooled_counts(
@@ -315,15 +325,12 @@ def point_of(column: list[dict[str, Any]], counts: dict[str, dict[str, Any]]) ->
         "run": column[0]["run"],
         "step": column[0]["step"],
     }
-    for key in SUMMED:  # over the batches that measured them (None: none did)
-        values = [row[key] for row in column if row[key] is not None]
-        point[key] = sum(values) if values else None
+    for key in [*SUMMED, *(f"datum_{key}" for key in DATUM_KEYS)]:
+        present = [row[key] for row in column if row[key] is not None]
+        point[key] = sum(present) if present else None  # (None: no batch measured it)
     point.update(pooled_counts(counts, column))
     point["stop_reason_counts"] = _summed_maps([row["stop_reason_counts"] for row in column])
     point["problems"] = _summed_maps([row["problems"] for row in column])
-    for key in DATUM_KEYS:
-        values = [row[f"datum_{key}"] for row in column if row[f"datum_{key}"] is not None]
-        point[f"datum_{key}"] = sum(values) if values else None
     return point
 
 
@@ -490,8 +497,7 @@ def _collect(
     x_modes = {label: x_mode_of(rows) for label, rows in series.items()}
     columns = {label: columns_of(rows, x_modes[label]) for label, rows in series.items()}
     # only a step of several batches is pooled (one batch's point is its row as it is)
-    shared = [row["batch"] for cs in columns.values() for c in cs if len(c) > 1 for row in c]
-    counts = batch_counts(con, shared) if shared else {}
+    counts = shared_step_counts(con, columns.values())
     points = {label: [point_of(c, counts) for c in cs] for label, cs in columns.items()}
     task_cells = rows_as_dicts(con.sql(TASK_CELLS, params=params))
     trends, regressions, newly_solved = task_trends(series, task_cells)
@@ -575,13 +581,7 @@ def stats_details(
         if with_tasks:
             task_cells = rows_as_dicts(con.sql(TASK_CELLS, params=params))
             trends = task_trends(series_of(rows), task_cells)[0]
-        shared = [
-            row["batch"]
-            for series in series_of(rows).values()
-            for column in columns_of(series, x_mode_of(series))
-            if len(column) > 1
-            for row in column
-        ]
-        return denominators, trends, batch_counts(con, shared) if shared else {}
+        columns = [columns_of(series, x_mode_of(series)) for series in series_of(rows).values()]
+        return denominators, trends, shared_step_counts(con, columns)
     finally:
         con.close()
