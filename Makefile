@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 DEMO_LAKE ?= lake
 DEMO_REPORT ?= $(DEMO_LAKE)/report.html
 
-.PHONY: help setup system-deps demo test test-fast lint typecheck bench screenshot clean
+.PHONY: help setup system-deps demo test test-fast lint typecheck bench screenshot lock clean
 
 help:
 	@echo "make demo   ingest fixtures/harbor into ./lake, print stats and a query, write the report"
@@ -16,12 +16,17 @@ help:
 	@echo "make lint   ruff check, ruff format --check, sqlfluff over sql/"
 	@echo "make typecheck  mypy over the package, the benchmarks and the reference implementations"
 	@echo "make bench  benchmarks (ratios against anchors measured in the same run)"
+	@echo "make lock   renew constraints.txt (the versions .venv installs) to the newest allowed"
 
-$(BIN)/wmo-lake: pyproject.toml
+EXTRAS := dev,tinker,harbor,report,spark
+
+# .venv gets the versions the tests last passed with (constraints.txt), so a fresh clone installs
+# what main was checked with, not whatever the registry holds that day; `make lock` renews them.
+$(BIN)/wmo-lake: pyproject.toml constraints.txt
 	@test -n "$(PYTHON)" || { echo "need Python >= 3.12 (python3.12 / python3.13 on PATH)"; exit 2; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,tinker,harbor,report,spark]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[$(EXTRAS)]'
 	@# byte-compiled as a wheel install would be (an editable install is not)
 	$(BIN)/python -m compileall -q wmo_lake
 	@touch $@
@@ -68,6 +73,17 @@ typecheck: setup
 
 bench: setup
 	$(BIN)/python -m bench
+
+# The newest versions pyproject.toml allows, resolved in a throwaway venv and written to
+# constraints.txt; then `make test` on them before committing the file.
+lock:
+	@test -n "$(PYTHON)" || { echo "need Python >= 3.12 (python3.12 / python3.13 on PATH)"; exit 2; }
+	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/pip install -q --upgrade pip
+	.lock-venv/bin/pip install -q -e '.[$(EXTRAS)]'
+	{ sed -n '/^#/p' constraints.txt; .lock-venv/bin/pip freeze --exclude-editable; } > constraints.new
+	mv constraints.new constraints.txt && rm -rf .lock-venv
+	@echo "constraints.txt renewed: run make test (it reinstalls .venv) before committing it"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache
