@@ -274,6 +274,26 @@ def test_the_summary_tells_the_written_rows_from_the_scope(lake: Path, tmp_path:
     assert manifest["excluded"]["where"] == in_scope - len(written)
 
 
+def test_a_label_two_job_dirs_share_counts_once(tmp_path: Path) -> None:
+    """Two run trees with the same run name (or a copy that took a job's trials over) leave two
+    job dirs with one batch label: the manifest's sources and scope totals count the batch once
+    (a join on the label repeated each batch once per job dir: 2 datums in scope, 2 sources)."""
+    for tree in ("a", "b"):
+        job = write_job(tmp_path / tree / "exp" / "harbor" / "step-0000" / "job")
+        write_trial(job, f"t__{tree}", trial_id=f"id-{tree}", reward=1.0, turns=ONE_TURN)
+        ingest([tmp_path / tree], tmp_path / "lake", workers=1)
+    out = tmp_path / "d.parquet"
+    result = run("--lake", tmp_path / "lake", "--out", out, "--no-split-guard")
+    assert result.exit_code == 0, result.output
+    (in_scope,) = connect(tmp_path / "lake").execute("SELECT count(*) FROM datums").fetchone()
+    assert in_scope == pq.read_metadata(out).num_rows == 2  # (both trials pooled in one batch)
+    assert f"from 1 of 1 batch(es) in scope to {out}" in result.output, result.output
+    assert f"in scope, before --where and the split guard: {in_scope} datums" in result.output
+    manifest = json.loads(companion(out).read_text(encoding="utf-8"))
+    assert [s["batch"] for s in manifest["sources"]] == ["exp/harbor/step-0000/job"]
+    assert manifest["sources"][0]["trials"] == 2 and manifest["datum_stats"]["datums"] == 2
+
+
 @pytest.mark.parametrize(
     ("options", "expected"),
     [

@@ -121,20 +121,16 @@ SELECT
     s.batch, s.run, s.step, t.trials,
     s.episodes, s.datums, s.fragments, s.overflow_drops, s.overlong_drops,
     s.loss_tokens, s.context_tokens,
-    CASE WHEN a.n_agents IS NULL THEN j.model_name
-        WHEN a.n_agents = 1 THEN a.agents[1].model_name END AS model_name,
-    CASE WHEN a.n_agents IS NULL THEN j.model_path
-        WHEN a.n_agents = 1 THEN a.agents[1].model_path END AS model_path,
-    CASE WHEN a.n_agents IS NULL THEN j.max_tokens
-        WHEN a.n_agents = 1 THEN a.agents[1].max_tokens END AS max_tokens,
-    CASE WHEN a.n_agents IS NULL THEN j.max_turns
-        WHEN a.n_agents = 1 THEN a.agents[1].max_turns END AS max_turns,
-    CASE WHEN a.n_agents IS NULL THEN j.context_limit
-        WHEN a.n_agents = 1 THEN a.agents[1].context_limit END AS context_limit,
+    CASE WHEN a.n_agents = 1 THEN a.agents[1].model_name END AS model_name,
+    CASE WHEN a.n_agents = 1 THEN a.agents[1].model_path END AS model_path,
+    CASE WHEN a.n_agents = 1 THEN a.agents[1].max_tokens END AS max_tokens,
+    CASE WHEN a.n_agents = 1 THEN a.agents[1].max_turns END AS max_turns,
+    CASE WHEN a.n_agents = 1 THEN a.agents[1].context_limit END AS context_limit,
     coalesce(a.agents, []) AS agents
 FROM datum_stats AS s
 JOIN trial_counts AS t USING (batch)
-LEFT JOIN jobs AS j USING (batch)
+-- (every batch with trials has its agents; no join on jobs by label, which holds a row per job
+-- dir: two dirs of one label, as two run trees of one run name leave, repeated the batch)
 LEFT JOIN agents AS a USING (batch)
 WHERE {scope_condition("s.batch", "s.run")}
 ORDER BY s.run NULLS LAST, s.step NULLS LAST, s.batch
