@@ -125,6 +125,16 @@ def test_stats_warns_of_a_reward_key_no_trial_has(lake: Path) -> None:
     assert CliRunner().invoke(cli, [*args, "--json", "--strict"]).exit_code == 1
 
 
+@pytest.mark.parametrize("view", [[], ["--by", "task"], ["--by", "task", "--json"], ["--json"]])
+def test_stats_warns_once(lake: Path, view: list[str]) -> None:
+    """The table and --by task also open a session for their sparklines and task trends: that
+    one's own check of the key printed the warning a second time."""
+    args = ["stats", "--lake", str(lake), "--reward-key", "scor", *view]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert result.stderr.count("reward key 'scor' occurs in no trial") == 1, result.stderr
+
+
 def test_the_warning_follows_the_scope(lake: Path) -> None:
     base = ["stats", "--lake", str(lake), "--strict"]
     assert CliRunner().invoke(cli, [*base, "--batch", "*step-0001*"]).exit_code == 0
