@@ -62,6 +62,17 @@ def test_steps_range_inclusive(two_runs_lake: Path) -> None:
         assert "--steps" in result.output
 
 
+def test_steps_that_select_nothing_are_named(two_runs_lake: Path) -> None:
+    """A range of steps no batch is in said so (it read "the lake ... has no trials yet", or
+    named only --run, which on its own selects batches)."""
+    alone = stats(two_runs_lake, "--steps", "100:200")
+    assert alone.exit_code == 0, alone.output
+    assert alone.stderr == "no batch matches --steps '100:200'\n"
+    with_run = stats(two_runs_lake, "--run", "exp-a", "--steps", "100:")
+    assert with_run.stderr == "no batch matches --run 'exp-a' --steps '100:'\n"
+    assert stats(two_runs_lake, "--run", "exp-a", "--steps", "100:", "--json").stdout == "[]\n"
+
+
 def test_parse_steps() -> None:
     assert parse_steps("10:20") == (10, 20)
     assert parse_steps("10:") == (10, None)

@@ -138,7 +138,8 @@ def stats(
     elif as_json:
         click.echo(json.dumps(report.rows, ensure_ascii=False, indent=2))
     else:
-        _print_table(report, lake, batch_glob, run, notes_mode, details)
+        given = (("--batch", batch_glob), ("--run", run), ("--steps", steps_text))
+        _print_table(report, lake, [(f, v) for f, v in given if v is not None], notes_mode, details)
     if strict and report.warnings:
         sys.exit(1)
 
@@ -159,21 +160,16 @@ def _print_tasks(
 def _print_table(
     report: StatsReport,
     lake: Path,
-    batch_glob: str | None,
-    run: str | None,
+    filters: list[tuple[str, str]],
     notes_mode: str,
     details: tuple[dict[str, int], Any, dict[str, dict[str, Any]]] | None,
 ) -> None:
     from wmo_lake import stats_views
 
-    if not report.rows:
-        filters = " ".join(
-            f"{flag} {_quoted(value)}"
-            for flag, value in (("--batch", batch_glob), ("--run", run))
-            if value is not None
-        )
+    if not report.rows:  # (--steps too: a batch without a step is in no range of steps)
+        given = " ".join(f"{flag} {_quoted(value)}" for flag, value in filters)
         click.echo(
-            f"no batch matches {filters}" if filters else f"the lake at {lake} has no trials yet",
+            f"no batch matches {given}" if given else f"the lake at {lake} has no trials yet",
             err=True,
         )
         return
