@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import warnings
 from pathlib import Path
 
@@ -133,7 +134,8 @@ def test_the_reward_key_warning_looks_at_the_selected_batches(
 def test_export_file_names_follow_the_clis_rule(lake: Path, tmp_path: Path) -> None:
     """An extension that names another format than the export writes is refused, as the CLI
     refuses it (never Parquet in a .csv); conversations take their format from it."""
-    with pytest.raises(ExportError, match=r"out=d.csv names a .csv file, which this export"):
+    named = f"out={tmp_path / 'd.csv'} names a .csv file, which this export does not write: "
+    with pytest.raises(ExportError, match=re.escape(f"{named}name it {tmp_path / 'd.parquet'}")):
         wl.export_datums(lake, tmp_path / "d.csv", no_split_guard=True)
     assert not (tmp_path / "d.csv").exists()
     wl.export_conversations(lake, tmp_path / "c.parquet", no_split_guard=True)

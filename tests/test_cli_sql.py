@@ -154,8 +154,17 @@ def test_an_output_name_that_lies_about_its_format_is_refused(lake: Path, tmp_pa
             ["-o", str(out / "r.csv"), "--format", "json"],
             "has the extension .csv but --format",
         ),
-        (["-o", str(out / "r.parquet"), "--format", "table"], "name it r.txt (without --format"),
-        (["-o", str(out / "r.xlsx")], "names a .xlsx file, which `wmo-lake sql` does not"),
+        (
+            ["-o", str(out / "r.parquet"), "--format", "table"],
+            f"--output {out / 'r.parquet'} has the extension .parquet but --format table was "
+            f"given: name it {out / 'r.txt'} (without --format",
+        ),
+        (  # (the hint keeps the directory: it named a file in the current one)
+            ["-o", str(out / "r.xlsx")],
+            f"--output {out / 'r.xlsx'} names a .xlsx file, which `wmo-lake sql` does not write: "
+            f"name it {out / 'r.txt'} (",
+        ),
+        (["-o", str(out / "r.csv.gz")], f"name it {out / 'r.csv'} ("),
     ]:
         result = _sql(lake, "SELECT 7 AS x", *args)
         assert result.exit_code == 2 and message in result.output, args

@@ -571,7 +571,8 @@ def test_usage_errors(two_runs_lake: Path, tmp_path: Path) -> None:
     assert result.exit_code == 2 and "does not exist" in result.output
     for name in ("r.pdf", "r"):  # HTML in a file named otherwise would lie about its content
         result = report(two_runs_lake, tmp_path / name)
-        assert result.exit_code == 2 and "one HTML page; name it r.html" in result.output
+        message = f"--out {tmp_path / name}: the report is one HTML page; name it "
+        assert result.exit_code == 2 and f"{message}{tmp_path / 'r.html'}\n" in result.output
         assert not (tmp_path / name).exists()
     result = CliRunner().invoke(cli, ["report", "--lake", str(two_runs_lake)])
     assert result.exit_code == 2 and "--out" in result.output

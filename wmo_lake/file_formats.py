@@ -52,7 +52,7 @@ def _format_for(
     if suffix and named not in allowed:
         taken = ", ".join(ext for ext, name in EXTENSION_FORMATS.items() if name in allowed)
         raise FormatError(
-            f"{option} {path.name} names a {suffix} file, which {writer} does not write: name "
+            f"{option} {path} names a {suffix} file, which {writer} does not write: name "
             f"it {_renamed(path, fmt, allowed)} (the extensions it takes: {taken}, or none for "
             f"{allowed[0]})"
         )
@@ -60,20 +60,20 @@ def _format_for(
         return named or allowed[0]
     if named is not None and named != fmt:
         raise FormatError(
-            f"{option} {path.name} has the extension {suffix} but --format {fmt} was given: "
-            f"name it {path.stem}.{_extension(fmt)} (without --format, what the extension says "
-            "is written)"
+            f"{option} {path} has the extension {suffix} but --format {fmt} was given: "
+            f"name it {path.with_suffix('.' + _extension(fmt))} (without --format, what the "
+            "extension says is written)"
         )
     return fmt
 
 
-def _renamed(path: Path, fmt: str | None, allowed: tuple[str, ...]) -> str:
-    """`path`'s name with an extension for `fmt` (or any allowed format when None):
-    r.csv.gz -> r.csv, r.xlsx -> r.txt."""
+def _renamed(path: Path, fmt: str | None, allowed: tuple[str, ...]) -> Path:
+    """`path` (in its own directory) with an extension for `fmt` (or any allowed format when
+    None): out/r.csv.gz -> out/r.csv, r.xlsx -> r.txt."""
     inner = EXTENSION_FORMATS.get(Path(path.stem).suffix.lower())
     if inner in allowed and fmt in (None, inner):
-        return path.stem
-    return f"{path.stem}.{_extension(fmt or allowed[0])}"
+        return path.with_suffix("")
+    return path.with_suffix(f".{_extension(fmt or allowed[0])}")
 
 
 def _extension(fmt: str) -> str:

@@ -74,7 +74,7 @@ def report(
     if out.exists() and out.is_dir():
         fail(f"--out {out} is a directory; give the HTML file to write", 2)
     if out.suffix.lower() not in (".html", ".htm"):  # a file's name never lies about its content
-        fail(f"--out {out.name}: the report is one HTML page; name it {out.stem}.html", 2)
+        fail(f"--out {out}: the report is one HTML page; name it {out.with_suffix('.html')}", 2)
     if not out.parent.is_dir():
         fail(f"--out {out}: directory {out.parent} does not exist", 2)
     refuse_lake_file(out, lake, "--out")
