@@ -294,9 +294,23 @@ def test_a_write_names_the_command_that_does_it(lake: Path, tmp_path: Path) -> N
     assert list(tmp_path.glob("other*")) == [] and not (tmp_path / "out.parquet").exists()
 
 
-def test_reading_other_files_is_refused(lake: Path) -> None:
-    result = _sql(lake, "SELECT * FROM read_csv('/etc/hostname')")
-    assert result.exit_code == 2 and "reads no other files" in result.output
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT * FROM read_csv('/etc/hostname')",
+        "SELECT count(*) FROM 'tables/trials/*/*/*.parquet'",  # (the lake's own, by a glob)
+    ],
+)
+def test_reading_other_files_is_refused_as_a_read(lake: Path, query: str) -> None:
+    """A read outside the lake's files is said as one: it was answered with the write advice
+    (ingest, forget, --output), which has nothing to do with it."""
+    result = _sql(lake, query)
+    assert result.exit_code == 2
+    assert (
+        "\nError: `wmo-lake sql` reads the lake's tables and views, not other files or globs ("
+    ) in result.output, result.output
+    assert "`wmo-lake tables` lists what there is to query" in result.output
+    assert "ingest" not in result.output and "--output" not in result.output
 
 
 def test_a_stale_duckdb_file_is_read_only_too(lake: Path) -> None:

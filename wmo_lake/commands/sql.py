@@ -72,6 +72,16 @@ def _read_only_message(what: str, ctx: click.Context, lake: Path) -> str:
     )
 
 
+def _confined_message(error: str) -> str:
+    """A read of a file that is not one of the lake's (a glob too: DuckDB lists a directory for
+    it): a read, so no advice about writing."""
+    return (
+        f"`wmo-lake sql` reads the lake's tables and views, not other files or globs ({error}). "
+        "`wmo-lake tables` lists what there is to query; for other files use DuckDB itself or "
+        "`wl.connect(LAKE)` in Python, whose file access is not confined"
+    )
+
+
 @click.command()
 @click.argument("query")
 @lake_option
@@ -212,7 +222,9 @@ def sql(
         fail(f"query failed: {error}")
     except duckdb.PermissionException as error:
         fail_if_damaged(lake)  # a missing segment is globbed for, outside allowed_paths
-        fail(_read_only_message(f"it reads no other files: {error}", ctx, lake), 2)
+        if statement.type in WRITERS:
+            fail(_read_only_message(f"it reads no other files: {error}", ctx, lake), 2)
+        fail(_confined_message(str(error)), 2)
     except duckdb.Error as error:
         if statement.type in WRITERS or "read-only mode" in str(error):
             fail(_read_only_message(f"{statement.type.name} refused: {error}", ctx, lake), 2)
