@@ -91,8 +91,9 @@ def cli() -> None:
     wmo-lake report --out report.html       one offline HTML page of a run across steps
     wmo-lake compare RUN_A RUN_B            metric deltas and tasks that flipped
 
-    The lake is also a DuckDB database: `cd lake && duckdb lake.duckdb` (its views name their
-    files relative to the lake dir: elsewhere, SET file_search_path = 'lake' first).
+    The lake is also a DuckDB database: `cd lake && duckdb lake.duckdb`, with a DuckDB at least
+    as new as the one that wrote it (its views name their files relative to the lake dir:
+    elsewhere, SET file_search_path = 'lake' first).
     """
     warnings.showwarning = _show_warning
 

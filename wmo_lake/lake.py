@@ -1,6 +1,6 @@
 """Opening a lake for queries: DuckDB views over the live Parquet files, then the `sql/` views.
 
-- `LAKE/lake.duckdb`: a database file any DuckDB client can open (`duckdb lake/lake.duckdb`),
+- `LAKE/lake.duckdb`: a database file any DuckDB client as new as its writer can open,
   rebuilt at every commit: the light tables' rows stored in it, kept incrementally, the heavy
   tables views over their files (wmo_lake.lakefile). Its file views must name their files in
   SQL (DuckDB cannot bind parameters in DDL), so one place quotes them (`sql_string`); they

@@ -5,7 +5,7 @@
                             segments: rows of the units one commit wrote, Hive-partitioned
     LAKE/catalog/run=<run>/step=<step>/<gen>-<id>.msgpack
                             one entry per ingested dir: its unit, fingerprint, problems
-    LAKE/lake.duckdb                   views over the live files, for any DuckDB client
+    LAKE/lake.duckdb                   views over the live files, for a DuckDB client
     LAKE/.lock                         held by the one ingest that may write
     LAKE/.staging/                     its copies of the stored tables' rows (stored_copies.py)
 
