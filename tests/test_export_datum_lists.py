@@ -299,10 +299,14 @@ def test_assemble_refuses_what_it_cannot_reproduce(
 
 
 def test_a_plan_row_matching_two_sequences_is_refused() -> None:
-    rows = pa.table({"batch": ["b", "b"], "trial_name": ["t", "t"], "fragment_index": [0, 0]})
-    with pytest.raises(datum_lists.Mismatch, match="two merged sequences"):
+    rows = pa.table(
+        {"batch": ["b"] * 2, "task_id": ["t"] * 2, "attempt": [1] * 2, "fragment_index": [0] * 2}
+    )
+    with pytest.raises(datum_lists.Mismatch, match="a datums row matches two merged sequences"):
         datum_lists.check_plan(rows)
     datum_lists.check_plan(rows.slice(0, 1))
+    # two trial dirs of one name under one batch label are two attempts: no mismatch
+    datum_lists.check_plan(rows.set_column(2, "attempt", pa.array([1, 2])))
 
 
 def test_a_chunk_reads_only_the_partitions_of_its_rows() -> None:

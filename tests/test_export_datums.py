@@ -294,6 +294,41 @@ def test_a_label_two_job_dirs_share_counts_once(tmp_path: Path) -> None:
     assert manifest["sources"][0]["trials"] == 2 and manifest["datum_stats"]["datums"] == 2
 
 
+def test_trial_dirs_of_one_name_under_one_label_count_once(tmp_path: Path, registry: Path) -> None:
+    """Two run trees of one run name whose trial dirs have the same names: the export's rows
+    were matched to their token lists by (batch, trial_name, fragment_index), which matched each
+    to both trials'; the file fell back to the view's rows, but the summary, `exported` and the
+    split guard's counts came from the doubled match (12 rows, twice the tokens). The file's
+    order is the same however the lake was built."""
+    for tree in ("a", "b"):
+        job = write_job(tmp_path / tree / "exp" / "harbor" / "step-0001" / "job")
+        for i in range(3):
+            write_trial(
+                job, f"t{i}__x", task_name="t/dev", trial_id=f"{tree}-{i}", turns=ISSUE_TURNS
+            )
+        ingest([tmp_path / tree], tmp_path / "lake", workers=1)
+    ingest([tmp_path / "a", tmp_path / "b"], tmp_path / "fresh", workers=1)
+    written = []
+    for lake in ("lake", "fresh"):
+        out = tmp_path / f"{lake}.parquet"
+        result = run("--lake", tmp_path / lake, "--out", out, "--no-split-guard")
+        assert result.exit_code == 0, result.output
+        rows = pq.read_table(out).to_pylist()
+        tokens = sum(len(r["model_input_tokens"]) for r in rows)
+        trained = sum(sum(r["loss_mask"]) for r in rows)
+        fragments = sum(r["fragment_index"] > 0 for r in rows)
+        assert (len(rows), fragments) == (12, 6)  # 6 trials of 2 datums (ISSUE_TURNS)
+        assert result.output.startswith(
+            f"wrote 12 datums ({tokens} tokens, {trained:.0f} trained, 6 fragments) from 1 of 1 "
+        ), result.output
+        manifest = json.loads(companion(out).read_text(encoding="utf-8"))
+        assert manifest["exported"]["rows"] == 12 and manifest["datum_stats"]["datums"] == 12
+        written.append(rows)
+    assert written[0] == written[1]
+    refused = run("--lake", tmp_path / "lake", "--out", tmp_path / "g.parquet", "--tasks", registry)
+    assert "excluded: {'split_dev': 12}" in refused.output, refused.output
+
+
 @pytest.mark.parametrize(
     ("options", "expected"),
     [

@@ -50,8 +50,8 @@ GRAINS: dict[str, tuple[tuple[str, ...], str]] = {
         "(SELECT 1 FROM datum_spans WHERE sequence_index > 0 AND NOT extends_previous "
         "AND prompt_prefix_len > 0)",
     ),
-    "datums": (
-        ("batch", "trial_name", "fragment_index"),
+    "datums": (  # (attempt, not trial_name: two dirs of one label may share a trial name)
+        ("batch", "task_id", "attempt", "fragment_index"),
         "(SELECT 1 FROM datum_episodes, range(n_datums) WHERE drop_reason IS NULL)",
     ),
     "datum_stats": (("batch",), "(SELECT DISTINCT batch FROM trials)"),

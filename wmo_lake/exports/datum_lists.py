@@ -30,11 +30,17 @@ if TYPE_CHECKING:
 # three lists, plus the trial_key of the row's merged sequence, its sequence_index and its span
 # range (a sequence is a run of consecutive spans, datum_spans), numbered as sql/datums.sql does
 # (the episode's sequences with a sampled token, in order). Joined to the view's rows by the
-# view's key (batch, trial_name, fragment_index), so the view alone says which rows there are.
+# view's key, so the view alone says which rows there are: (batch, task_id, attempt,
+# fragment_index), attempt being the trial's rank within its batch and task (from `cells`, as
+# datums has them; datum_episodes, which has them too, costs ~4% of an export more). Not
+# (batch, trial_name, ...): two job dirs of one batch label (two run trees of one run name) may
+# each hold a trial dir of the same name.
+DATUM_KEY = ("batch", "task_id", "attempt", "fragment_index")
 SEQUENCES = """
 SELECT
-    batch,
-    trial_name,
+    e.batch,
+    e.task_id,
+    e.attempt,
     trial_key,
     sequence_index,
     first_call,
@@ -44,8 +50,6 @@ SELECT
 FROM (
     SELECT
         trial_key,
-        any_value(batch) AS batch,
-        any_value(trial_name) AS trial_name,
         sequence_index,
         min(call_index) AS first_call,
         max(call_index) AS last_call,
@@ -53,7 +57,8 @@ FROM (
     FROM datum_spans
     GROUP BY trial_key, sequence_index
 ) AS q
-WHERE loss_tokens > 0
+JOIN cells AS e USING (trial_key)
+WHERE q.loss_tokens > 0
 """
 LIST_COLUMNS = ("model_input_tokens", "loss_mask", "sampled_logprobs")
 PLAN_COLUMNS = ("trial_key", "sequence_index", "first_call", "last_call")
@@ -87,7 +92,7 @@ def plan_sql(selected: str, order_by: str, columns: list[str]) -> str:
         f"WITH selected AS ({selected}), sequences AS ({SEQUENCES})\n"
         f"SELECT {names}, {', '.join(f'q.{c}' for c in PLAN_COLUMNS)}\n"
         "FROM selected AS d\n"
-        "LEFT JOIN sequences AS q USING (batch, trial_name, fragment_index)\n"
+        f"LEFT JOIN sequences AS q USING ({', '.join(DATUM_KEY)})\n"
         f"ORDER BY {order_by}"
     )
 
@@ -107,10 +112,9 @@ def chunks(n_tokens: list[int], budget: int | None = None) -> Iterator[tuple[int
 
 
 def check_plan(rows: pa.Table) -> None:
-    """Mismatch unless every plan row is one datums row: two trials under one (batch,
-    trial_name) would each match the other's rows."""
-    names = ("batch", "trial_name", "fragment_index")
-    keys = zip(*(rows.column(c).to_pylist() for c in names), strict=True)
+    """Mismatch unless every plan row is one datums row (a key that repeated would match each
+    of its rows to the other's sequence)."""
+    keys = zip(*(rows.column(c).to_pylist() for c in DATUM_KEY), strict=True)
     if len(set(keys)) != rows.num_rows:
         raise Mismatch("a datums row matches two merged sequences")
 

@@ -66,7 +66,9 @@ LOSSES = (*POLICY_LOSSES, "cross_entropy")
 
 LIST_COLUMNS = datum_lists.LIST_COLUMNS
 LIGHT_COLUMNS = [c for c in COLUMNS if c not in LIST_COLUMNS]
-ORDER_BY = "run NULLS LAST, step NULLS LAST, batch, trial_name, fragment_index"
+# (task_id and attempt break a tie of two trial dirs of one name under one batch label: the
+# same file however the lake was built)
+ORDER_BY = "run NULLS LAST, step NULLS LAST, batch, trial_name, task_id, attempt, fragment_index"
 ROW_GROUP_ROWS = 256  # rows per Parquet row group (and per record batch read from DuckDB)
 # Up to this many spans, the export's light queries run on one DuckDB thread: they are then
 # dozens of operators over a few thousand rows each, where a second thread only adds its setup
