@@ -356,3 +356,105 @@ def test_counts_read_as_harbors_pydantic_models_read_them(tmp_path: Path) -> Non
     joined = "\n".join(p[2] for p in problems)
     assert "n_cache_tokens is a number, expected an integer; the column is left null" in joined
     assert "read as 0.01" in joined and "read as 5" in joined
+
+
+DEEP = 10_000  # past every JSON reader's recursion limit (msgspec's, json's, pydantic's)
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize(
+    ("name", "kinds"),
+    [
+        ("result.json", ["invalid_json", "unreadable_trial"]),
+        ("agent/trajectory.json", ["invalid_json"]),
+        ("verifier/ctrf.json", ["invalid_json"]),
+        ("config.json", ["invalid_json"]),
+    ],
+)
+def test_json_nested_past_the_readers_limit_is_a_problem(
+    tmp_path: Path, name: str, kinds: list[str]
+) -> None:
+    """It raised RecursionError through the ingest, which committed nothing."""
+
+    def nest(trial_dir: Path) -> None:
+        text = (trial_dir / name).read_text()
+        (trial_dir / name).write_text(text.replace("{", '{"deep": ' + _nested(DEEP) + ",", 1))
+
+    summary, problems = _ingest_beside_a_good_trial(tmp_path, nest)
+    assert [p[0] for p in problems] == kinds
+    assert problems[0][1].endswith(name) and "nest" in problems[0][2]
+    assert summary.unreadable_trials == (name == "result.json")
+
+
+@pytest.mark.parametrize(
+    ("where", "change", "kinds"),
+    [
+        ("result.json", lambda d: d["agent_result"].update(cost_usd=10**400), ["wrong_type"]),
+        (
+            "result.json",
+            lambda d: d["agent_result"]["rollout_details"][0]["logprobs"][0].__setitem__(
+                0, 10**400
+            ),
+            ["malformed_spans"],
+        ),
+        ("ctrf", lambda d: d["results"]["tests"][0].update(duration=10**400), []),
+        (
+            "trajectory",
+            lambda d: d["steps"][-1].setdefault("metrics", {}).update(cost_usd=10**400),
+            ["wrong_type"],
+        ),
+    ],
+    ids=["cost_usd", "logprob", "ctrf-duration", "step-cost"],
+)
+def test_an_integer_past_a_doubles_range_is_not_a_crash(
+    tmp_path: Path, where: str, change, kinds: list[str]
+) -> None:
+    """float() of a 401-digit integer raised OverflowError through the ingest."""
+    files = {"ctrf": "verifier/ctrf.json", "trajectory": "agent/trajectory.json"}
+
+    def huge(trial_dir: Path) -> None:
+        path = trial_dir / files.get(where, where)
+        doc = json.loads(path.read_text())
+        change(doc)
+        path.write_text(json.dumps(doc))
+
+    summary, problems = _ingest_beside_a_good_trial(tmp_path, huge)
+    assert summary.trials_new == 2 and summary.unreadable_trials == 0
+    assert [p[0] for p in problems] == kinds
+
+
+def test_paths_recorded_in_files_that_no_path_can_be(tmp_path: Path) -> None:
+    """A NUL in a recorded token_sink_dir or task path (ValueError), a task path under a user
+    that does not exist (RuntimeError from expanduser): each raised through the ingest."""
+    job = write_job(tmp_path / "runs" / "job", token_sink_dir="/tmp/sinks\u0000x")
+    write_trial(job, "a__1", trial_id="a")
+    b = write_trial(job, "b__1", trial_id="b")
+    c = write_trial(job, "c__1", trial_id="c")
+    for trial_dir, path in ((b, "/tasks/he\u0000llo"), (c, "~nosuchuser-wmo/tasks/hello")):
+        _rewrite(trial_dir, lambda d, path=path: d["task_id"].update(path=path))
+    summary = ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    assert (summary.trials_new, summary.unreadable_trials) == (3, 0)
+    kinds = connect(tmp_path / "lake").execute("SELECT DISTINCT kind FROM problems").fetchall()
+    assert kinds == [("sink_dir_missing",)]
+
+
+def test_a_dir_whose_reading_raises_is_an_unreadable_trial(tmp_path: Path, monkeypatch) -> None:
+    """What no rule expects (a wmo-lake bug) costs that dir, said and counted, not the ingest."""
+    from wmo_lake import extract
+
+    read = extract.decode_trial_result
+
+    def trips_on_bad(data: bytes, path: Path, problems: object) -> object:
+        if "bad__1" in str(path):
+            raise KeyError("a surprise")
+        return read(data, path, problems)
+
+    monkeypatch.setattr(extract, "decode_trial_result", trips_on_bad)
+    summary, problems = _ingest_beside_a_good_trial(tmp_path, lambda d: None)
+    assert (summary.trials_new, summary.unreadable_trials) == (1, 1)
+    [(kind, path, message)] = problems
+    assert (kind, path) == ("extract_failed", str(tmp_path / "runs" / "job" / "bad__1"))
+    assert "could not be read: KeyError: 'a surprise'" in message

@@ -724,7 +724,9 @@ PROBLEMS = TableSpec(
             "`wrong_type`, `malformed_spans`, `unaligned_turns`, `logprob_mismatch`, "
             "`out_of_range`, `sink_corrupt`, `sink_dir_missing`, `not_ctrf`, `invalid_reward`, "
             "`coerced_reward`, `malformed_trajectory`, `missing_continuation`, `duplicate_trial`, "
-            "`symlink_loop`, `unreadable_dir`, `not_a_directory`, `not_utf8_name`, `name_too_long`",
+            "`symlink_loop`, `unreadable_dir`, `not_a_directory`, `not_utf8_name`, "
+            "`name_too_long`, `extract_failed` (a dir whose reading raised what no rule "
+            "expects: a wmo-lake bug)",
         ),
         Column(
             "message",

@@ -87,7 +87,7 @@ def _plain(data: bytes) -> CtrfReport | None:
         return None
     try:
         doc = _DECODER.decode(data)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return None
     results = doc.get("results") if isinstance(doc, dict) else None
     if not isinstance(results, dict) or (
@@ -146,11 +146,15 @@ def _validated(data: bytes, path: Path | str) -> CtrfReport:
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "the document"
         if first["type"] == "json_invalid":
+            why = (
+                "it nests deeper than a JSON reader recurses, which no CTRF writer does"
+                if "recursion limit" in first["msg"]
+                else "it was probably truncated while being written"
+            )
             return CtrfReport(
                 "unreadable",
                 "invalid_json",
-                f"{path} is not valid JSON ({first['msg']}); it was probably truncated while "
-                "being written" + NO_GRADE,
+                f"{path} is not valid JSON ({first['msg']}); {why}" + NO_GRADE,
             )
         return CtrfReport(
             "not_ctrf",

@@ -104,6 +104,22 @@ def _add_dir_problem(task: TrialTask, problems: ProblemLog) -> None:
         problems.add(problem.kind, where, problem.message)
 
 
+def _extract_failed(task: TrialTask, error: Exception) -> Extracted:
+    """A dir whose reading raised what no rule here expects (a wmo-lake bug: every bad input has
+    its own problem): an unreadable trial that says so, instead of an ingest that fails whole."""
+    problems = ProblemLog(
+        unit_key=f"dir:{task.real}", batch=task.batch, trial_name=Path(task.path).name
+    )
+    problems.add(
+        "extract_failed",
+        Path(task.path),
+        f"trial dir {task.path} could not be read: {type(error).__name__}: {error}. No rule "
+        "here expected this (please report it to wmo-lake with the dir's files); the dir has "
+        "no trials row and is counted in unreadable_trials",
+    )
+    return Extracted(UNREADABLE, problems.unit_key, tables=_problem_table(problems))
+
+
 def _problem_table(problems: ProblemLog) -> dict[str, pa.Table]:
     return {"problems": problems.table()} if problems.rows else {}
 
@@ -152,7 +168,12 @@ def read_task(task: TrialTask) -> Extracted:
 
     agent_names = agent_listing(task.path)
     fingerprint = trial_fingerprint(task, agent_names)
-    extracted = extract_trial(task, agent_names)
+    try:
+        extracted = extract_trial(task, agent_names)
+    except MemoryError:
+        raise
+    except Exception as error:  # one dir that trips the reading never aborts the batch
+        extracted = _extract_failed(task, error)
     if extracted.read_sink is not None:  # (its size and mtime taken after the read)
         fingerprint = with_read_sink(fingerprint, task, extracted.read_sink)
     extracted.fingerprint = fingerprint

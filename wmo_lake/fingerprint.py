@@ -32,7 +32,7 @@ TRIAL_FILES = (
 def _stat_token(path: Path | str) -> str:
     try:
         st = os.stat(path)
-    except OSError:
+    except (OSError, ValueError):  # (ValueError: a recorded path with a NUL in it)
         return "-"
     return f"{st.st_size}:{st.st_mtime_ns}"
 

@@ -109,12 +109,17 @@ def decode(data: bytes, path: Path | str, problems: ProblemSink | None = None) -
         return failure
     try:
         return _DECODER.decode(data)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):  # (nested deeper than msgspec recurses)
         pass
     try:
         value = json.loads(data.decode("utf-8"))  # (check_text has seen it is UTF-8)
     except (ValueError, RecursionError) as error:
-        if data.startswith(b"\xef\xbb\xbf"):
+        if isinstance(error, RecursionError):
+            why = (
+                "it nests arrays or objects deeper than a JSON reader recurses, which no harbor "
+                "file does: the file was not written by harbor; restore it"
+            )
+        elif data.startswith(b"\xef\xbb\xbf"):
             why = (
                 "it starts with a UTF-8 byte-order mark (BOM), which harbor never writes and "
                 "upstream's readers reject: the file was edited by hand; save it without the BOM"

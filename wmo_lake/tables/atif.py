@@ -91,7 +91,7 @@ def decode(
         return failure
     try:
         return _DECODER.decode(data)
-    except msgspec.DecodeError:  # (a ValidationError too: 1e400 is out of msgspec's range)
+    except (msgspec.DecodeError, RecursionError):  # (ValidationError too: 1e400 is out of range)
         pass
     plain = decode_plain(data, path, problems)
     if isinstance(plain, ReadFailure):

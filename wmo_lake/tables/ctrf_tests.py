@@ -15,7 +15,7 @@ from typing import Any
 from wmo_lake.columns import SPECS, arrow_schema
 from wmo_lake.ctrf import SUMMARY_COUNTS, read_ctrf
 from wmo_lake.pending import PendingRows
-from wmo_lake.tables.fields import ProblemLog
+from wmo_lake.tables.fields import ProblemLog, fits_double
 
 SCHEMA = arrow_schema(SPECS["tests"])
 
@@ -71,7 +71,9 @@ def table(report: Report, trial_key: str, batch: str, trial_name: str) -> Pendin
         names.append(name if isinstance(name, str) else None)
         durations.append(
             float(duration)
-            if isinstance(duration, int | float) and not isinstance(duration, bool)
+            if isinstance(duration, int | float)
+            and not isinstance(duration, bool)
+            and fits_double(duration)
             else None
         )
     return PendingRows(

@@ -166,6 +166,9 @@ class Fields:
         """A `float` field of a harbor pydantic model, read as that model reads it ("0.01")."""
         value = self.get(*keys)
         if value is None or (not isinstance(value, bool) and isinstance(value, int | float)):
+            if value is not None and not fits_double(value):
+                self._wrong(keys, value, "a number a double can hold")
+                return None
             return None if value is None else float(value)
         read = harbor_lax(value, float)
         if not isinstance(read, float):
@@ -189,6 +192,9 @@ class Fields:
             return None
         if isinstance(value, bool) or not isinstance(value, int | float):
             self._wrong(keys, value, "a number")
+            return None
+        if not fits_double(value):
+            self._wrong(keys, value, "a number a double can hold")
             return None
         return float(value)
 
@@ -259,9 +265,18 @@ def fits_int64(value: int) -> bool:
 
 
 def is_real_number(value: Any) -> bool:
-    """A JSON number that is not a bool and not NaN/inf."""
+    """A JSON number that is not a bool and not NaN/inf, nor an integer past a double's range."""
     return (
         not isinstance(value, bool)
         and isinstance(value, int | float)
-        and (isinstance(value, int) or math.isfinite(value))
+        and (fits_double(value) if isinstance(value, int) else math.isfinite(value))
     )
+
+
+def fits_double(value: int | float) -> bool:
+    """Whether float(value) is finite for a JSON integer (a 400-digit one raises OverflowError;
+    a float is always one)."""
+    return not isinstance(value, int) or -_DOUBLE_MAX <= value <= _DOUBLE_MAX
+
+
+_DOUBLE_MAX = 1.7976931348623157e308  # (sys.float_info.max)

@@ -24,7 +24,7 @@ import pyarrow as pa
 from wmo_lake.columns import SPECS, arrow_schema
 from wmo_lake.jsonfile import read_json
 from wmo_lake.pending import PendingRows
-from wmo_lake.tables.fields import ProblemLog, fits_int64, json_type_name
+from wmo_lake.tables.fields import ProblemLog, fits_double, fits_int64, json_type_name
 from wmo_lake.tables.prompt_text import PromptTurn
 from wmo_lake.tables.trial_result import CutDetail, RawDetail
 
@@ -95,7 +95,7 @@ def _float_lists(value: object) -> list[list[float]] | None:
             return None
         for item in row:
             kind = type(item)
-            if kind is not float and kind is not int:
+            if (kind is not float and kind is not int) or (kind is int and not fits_double(item)):
                 return None
         rows.append(row if all(type(item) is float for item in row) else [float(x) for x in row])
     return rows

@@ -105,7 +105,7 @@ def decode_trial_result(
     if typed is None:
         try:
             typed = _TYPED.decode(data)
-        except (msgspec.ValidationError, msgspec.DecodeError):
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
             return decode(data, path, problems)  # the slow, field-by-field checked path
     doc = msgspec.structs.asdict(typed)
     if doc.get("agent_result") is not None:
@@ -119,7 +119,7 @@ def _decode_around(rest: bytes, cut: CutPrompts, data: bytes) -> Any | None:
     lists aligned (every other case is for the whole decode, and its checks, to read)."""
     try:
         typed = _TYPED_CUT.decode(rest)
-    except (msgspec.ValidationError, msgspec.DecodeError):
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
         return None
     segments = None if typed.agent_result is None else typed.agent_result.rollout_details
     if not segments or segments[0].prompt_token_ids != _MARKER:

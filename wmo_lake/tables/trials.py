@@ -152,7 +152,11 @@ def _git_path(path: str) -> list[str] | None:
 def _local_name(path: str) -> str:
     name = _RESOLVED_NAMES.get(path)
     if name is None:  # the trials of a batch share a few task paths: resolve each once
-        name = _RESOLVED_NAMES[path] = Path(path).expanduser().resolve().name
+        try:
+            name = Path(path).expanduser().resolve().name
+        except (RuntimeError, ValueError, OSError):  # ~nosuchuser/..., a NUL: taken as written
+            name = PurePosixPath(path).name
+        _RESOLVED_NAMES[path] = name
     return name
 
 
