@@ -458,3 +458,29 @@ def test_a_dir_whose_reading_raises_is_an_unreadable_trial(tmp_path: Path, monke
     [(kind, path, message)] = problems
     assert (kind, path) == ("extract_failed", str(tmp_path / "runs" / "job" / "bad__1"))
     assert "could not be read: KeyError: 'a surprise'" in message
+
+
+def test_a_file_holding_json_null_is_a_problem_not_a_missing_file(tmp_path: Path) -> None:
+    """`null` read as absent, without a word, where `42` was reported."""
+
+    def null_trajectory(trial_dir: Path) -> None:
+        (trial_dir / "agent" / "trajectory.json").write_text("null")
+
+    _, problems = _ingest_beside_a_good_trial(tmp_path, null_trajectory)
+    assert [(p[0], Path(p[1]).name) for p in problems] == [
+        ("malformed_trajectory", "trajectory.json")
+    ]
+    assert "holds JSON null, expected an ATIF trajectory object" in problems[0][2]
+    job = tmp_path / "runs" / "job"
+    for name in ("config.json", "result.json"):
+        (job / name).write_text("null")
+    ingest([tmp_path / "runs"], tmp_path / "lake2", workers=1)
+    con = connect(tmp_path / "lake2")
+    assert con.execute("SELECT config_status, result_status FROM jobs").fetchall() == [
+        ("unreadable", "unreadable")
+    ]
+    kinds = con.execute("SELECT kind, path FROM problems WHERE trial_name IS NULL").fetchall()
+    assert sorted(kinds) == [
+        ("not_an_object", str(job / "config.json")),
+        ("not_an_object", str(job / "result.json")),
+    ]

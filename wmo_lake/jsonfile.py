@@ -183,11 +183,15 @@ def _replaced(text: str) -> str:
 
 
 def read_json(path: Path | str, problems: ProblemSink | None = None) -> Any | ReadFailure | None:
-    """Decoded JSON from `path`; None when missing; ReadFailure when unreadable."""
+    """Decoded JSON from `path`; None when missing; ReadFailure when unreadable, or when it holds
+    JSON `null` (which every file read here is not: it was read as missing, without a word)."""
     data = read_bytes(path)
     if data is None or isinstance(data, ReadFailure):
         return data
-    return decode(data, path, problems)
+    doc = decode(data, path, problems)
+    if doc is None:
+        return ReadFailure("not_an_object", f"{path} holds JSON null, expected an object")
+    return doc
 
 
 def to_json_text(value: Any) -> str:

@@ -106,7 +106,11 @@ def read(
     data = read_bytes(path)
     if data is None or isinstance(data, ReadFailure):
         return data, None
-    return decode(data, path, problems), len(data)
+    doc = decode(data, path, problems)
+    if doc is None:  # JSON null: a file that is there, not a missing one
+        why = f"{path} holds JSON null, expected an ATIF trajectory object"
+        return ReadFailure("malformed_trajectory", why), len(data)
+    return doc, len(data)
 
 
 def is_trajectory(doc: Any) -> bool:
