@@ -3,6 +3,7 @@ and paths no SQL quoting could survive."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -300,6 +301,18 @@ def test_a_dir_holding_trials_is_their_job_even_with_a_broken_result(
     assert con.execute("SELECT DISTINCT batch FROM trials").fetchall() == [("job",)]
 
 
+def _refuse_to_list(monkeypatch: pytest.MonkeyPatch, directory: Path) -> None:
+    """scandir refuses `directory`, as it does a chmod 000 dir for anyone but root."""
+    real_scandir = os.scandir
+
+    def scandir(path):  # type: ignore[no-untyped-def]
+        if path == str(directory):
+            raise PermissionError(13, "Permission denied", str(directory))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+
+
 def test_a_trial_dir_that_cannot_be_listed_is_an_unreadable_trial_of_its_batch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -310,14 +323,7 @@ def test_a_trial_dir_that_cannot_be_listed_is_an_unreadable_trial_of_its_batch(
     write_trial(job, "good__1")
     locked = write_trial(job, "locked__1")
     (locked / "result.json").unlink()
-    real_scandir = os.scandir
-
-    def scandir(path):  # type: ignore[no-untyped-def]
-        if path == str(locked):
-            raise PermissionError(13, "Permission denied", str(locked))
-        return real_scandir(path)
-
-    monkeypatch.setattr(os, "scandir", scandir)
+    _refuse_to_list(monkeypatch, locked)
     summary = ingest([tmp_path], tmp_path / "lake", workers=1)
     assert (summary.trials_new, summary.unreadable_trials) == (1, 1)
     con = connect(tmp_path / "lake")
@@ -330,3 +336,133 @@ def test_a_trial_dir_that_cannot_be_listed_is_an_unreadable_trial_of_its_batch(
     ]
     assert "Permission denied" in rows[1][3] and "cannot be listed" in rows[2][3]
     assert con.execute("SELECT unreadable_trials FROM rollout_stats").fetchall() == [(1,)]
+
+
+def _counts(tmp_path: Path, root: Path) -> tuple[int, int, list[tuple[str, str, str]]]:
+    """(trials read, unreadable trials, the problems' (kind, batch, path)) of a fresh ingest."""
+    summary = ingest([root], tmp_path / "lake", workers=1)
+    problems = connect(tmp_path / "lake").execute(
+        "SELECT kind, batch, path FROM problems ORDER BY path, kind"
+    )
+    return summary.trials_new, summary.unreadable_trials, problems.fetchall()
+
+
+def _job_of_three(root: Path) -> tuple[Path, Path]:
+    """A job dir of three trials; (the job dir, the trial the case breaks)."""
+    job = write_job(root / "job")
+    write_trial(job, "a__1")
+    victim = write_trial(job, "b__1")
+    write_trial(job, "c__1")
+    return job, victim
+
+
+@pytest.mark.parametrize("result", [None, b"{"], ids=["no-result", "truncated-result"])
+def test_a_broken_trial_counts_when_its_job_is_known_only_by_its_trials(
+    tmp_path: Path, result: bytes | None
+) -> None:
+    """The job's own config.json is broken, so only its readable trials show it is a job dir:
+    a sibling whose config.json and result.json cannot be read is still one of its trials,
+    counted as unreadable, not walked past (nothing named it) or left uncounted."""
+    job, victim = _job_of_three(tmp_path / "runs")
+    (job / "config.json").write_bytes(b'{"job_name": "x", ')
+    (victim / "config.json").write_bytes(b"{")
+    if result is None:
+        (victim / "result.json").unlink()
+    else:
+        (victim / "result.json").write_bytes(result)
+    trials, unreadable, problems = _counts(tmp_path, tmp_path / "runs")
+    assert (trials, unreadable) == (2, 1)
+    victim_problems = [row for row in problems if row[2].startswith(str(victim))]
+    assert ("unreadable_trial", "job", str(victim)) in victim_problems
+    assert ("invalid_json", "job", str(victim / "config.json")) in victim_problems
+
+
+def test_a_trial_dir_without_config_whose_result_is_broken_counts_in_its_job(
+    tmp_path: Path,
+) -> None:
+    """Harbor puts only trial dirs in a job dir: one that lost its config.json and whose
+    result.json is truncated is an unreadable trial of the batch, said as such."""
+    _, victim = _job_of_three(tmp_path / "runs")
+    (victim / "config.json").unlink()
+    (victim / "result.json").write_bytes(b'{"trial_name": "b__1", ')
+    trials, unreadable, problems = _counts(tmp_path, tmp_path / "runs")
+    assert (trials, unreadable) == (2, 1)
+    assert problems == [
+        ("unreadable_trial", "job", str(victim)),
+        ("invalid_json", "job", str(victim / "result.json")),
+    ]
+    message = connect(tmp_path / "lake").execute(
+        "SELECT message FROM problems WHERE kind = 'unreadable_trial'"
+    )
+    assert "no config.json" in message.fetchone()[0]
+
+
+def test_a_result_that_is_a_trials_makes_its_dir_a_trial_whatever_its_config_says(
+    tmp_path: Path,
+) -> None:
+    """A trial dir whose config.json looks like a JobConfig, beside a valid TrialResult: the
+    result.json decides (README, Discovery), so the trial is read, not taken for an empty job."""
+    _, victim = _job_of_three(tmp_path / "runs")
+    dump(victim / "config.json", {"job_name": "x", "agents": [{"name": "terminus-2"}]})
+    trials, unreadable, _ = _counts(tmp_path, tmp_path / "runs")
+    assert (trials, unreadable) == (3, 0)
+    con = connect(tmp_path / "lake")
+    assert con.execute("SELECT count(*) FROM jobs").fetchone() == (1,)
+    names = con.execute("SELECT trial_name FROM trials ORDER BY 1").fetchall()
+    assert names == [("a__1",), ("b__1",), ("c__1",)]
+
+
+def test_a_job_config_with_a_stray_trial_name_still_holds_its_trials(tmp_path: Path) -> None:
+    """A JobConfig that also has a trial_name key is ambiguous; the dir holds trial dirs, so it
+    is their job dir and each of its trials is read, not one unreadable trial in their place."""
+    job, _ = _job_of_three(tmp_path / "runs")
+    config = json.loads((job / "config.json").read_text())
+    dump(job / "config.json", {**config, "trial_name": "x"})
+    trials, unreadable, _ = _counts(tmp_path, tmp_path / "runs")
+    assert (trials, unreadable) == (3, 0)
+    batches = connect(tmp_path / "lake").execute("SELECT DISTINCT batch FROM trials")
+    assert batches.fetchall() == [("job",)]
+
+
+def test_an_unlistable_dir_counts_in_a_job_known_only_by_its_trials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job, victim = _job_of_three(tmp_path / "runs")
+    (job / "config.json").write_bytes(b"{")
+    (victim / "result.json").unlink()
+    _refuse_to_list(monkeypatch, victim)
+    trials, unreadable, problems = _counts(tmp_path, tmp_path / "runs")
+    assert (trials, unreadable) == (2, 1)
+    assert ("unreadable_dir", "job", str(victim)) in problems
+
+
+def test_a_dir_with_a_broken_config_outside_any_job_is_not_a_trial(tmp_path: Path) -> None:
+    """Without a job dir around it (no JobConfig, no sibling trial), a dir whose config.json
+    cannot be read is some other tool's: no trial is counted for it."""
+    _job_of_three(tmp_path / "runs")
+    other = tmp_path / "runs" / "notes"
+    other.mkdir()
+    (other / "config.json").write_bytes(b"{")
+    trials, unreadable, problems = _counts(tmp_path, tmp_path / "runs")
+    assert (trials, unreadable) == (3, 0)
+    assert not [row for row in problems if row[2].startswith(str(other))]
+
+
+def test_a_dir_is_read_again_when_a_new_sibling_proves_its_parent_a_job(tmp_path: Path) -> None:
+    """Whether a broken dir counts as a trial can change with no file of its own changing: the
+    job dir's config.json is broken, and only a readable trial beside it, written later, shows
+    the parent is a job dir. The next ingest reads the broken dir again and counts it."""
+    job = write_job(tmp_path / "runs" / "job")
+    (job / "config.json").write_bytes(b"{")
+    broken = job / "b__1"
+    broken.mkdir()
+    (broken / "config.json").write_bytes(b"{")
+    (broken / "result.json").write_bytes(b"{")
+    first = ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    assert (first.trials_new, first.unreadable_trials) == (0, 0)
+    write_trial(job, "a__1")
+    second = ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    assert (second.trials_new, second.unreadable_trials) == (1, 1)
+    con = connect(tmp_path / "lake")
+    stats = con.execute("SELECT trials, unreadable_trials FROM rollout_stats")
+    assert stats.fetchall() == [(1, 1)]

@@ -43,7 +43,7 @@ MAP_STRING_STRING = "map<string, string>"
 
 # Bump for a change of extraction the specs do not show (a fixed bug, a new reading of a field):
 # the extract version is this and the specs' digest.
-EXTRACT_LOGIC_VERSION = "12"  # 2: trajectories / steps / tool_calls; 3: collection paths;
+EXTRACT_LOGIC_VERSION = "13"  # 2: trajectories / steps / tool_calls; 3: collection paths;
 # 4: rewards as harbor's TrialResult reads them; a byte-order mark is not JSON; sink lines lax;
 # a CTRF summary count past 64 bits leaves the summary out; n_episodes past 64 bits clamped;
 # 5: a broken trial config.json, a trace that is no object and a time that is none are problems;
@@ -55,6 +55,8 @@ EXTRACT_LOGIC_VERSION = "12"  # 2: trajectories / steps / tool_calls; 3: collect
 # 11: kwargs.max_turns read as Terminus2Options reads it (pydantic, lax: "5" and 5.0 are 5)
 # 12: the manifest records the rules each partition was read under (a lake without that record
 # is older: its next ingest reads everything again, so the record is complete from then on)
+# 13: a broken dir in a job dir known only by its other trials counts as an unreadable trial, a
+# result.json with trial_name makes its dir a trial whatever its config.json says
 
 
 @dataclass(frozen=True)

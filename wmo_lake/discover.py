@@ -1,24 +1,26 @@
 """Finding trial dirs under a PATH, at any depth, without hanging on symlink loops.
 
-A *trial dir* is a directory whose `result.json` is a TrialResult (it has `trial_name`); a
-directory whose `config.json` is trial-shaped is one even when its result is missing (an
-*unreadable trial*), and so is a directory with a `config.json` that is not a JobConfig inside a
-job dir (harbor's layout puts only trials there): when that config.json cannot be read either,
-the trial is still counted, not skipped. Its *job dir* is its parent. A directory with harbor's
-JobConfig `config.json` (or only a JobResult `result.json`) is a job dir even with no trials (an
-empty batch), and so is a directory that holds trial dirs: its own result.json is then its
-JobResult, read with the job, not a candidate trial. Discovery reads only the small
-`config.json`s; whether a `result.json` really is a trial is decided when it is parsed. Each
-job's collection path and sink dir come from its config's first agent, and each trial's from the
-agent its own config.json records, when that is another (a job of several agents); a trial whose
-config.json records no agent is decided when its result.json is read (`wmo_lake/collection.py`).
+A *trial dir* is a directory whose `result.json` is a TrialResult (it has `trial_name`), whatever
+its config.json says; a directory whose `config.json` is trial-shaped is one even when its result
+is missing (an *unreadable trial*), and so is a directory with a `config.json` that is not a
+JobConfig inside a job dir (harbor's layout puts only trials there): when that config.json cannot
+be read either, the trial is still counted, not skipped (also when the job dir shows as one only by
+its other trials, its own config.json broken: `_settle`). Its *job dir* is its parent. A directory
+with harbor's JobConfig `config.json` (or only a JobResult `result.json`) is a job dir even with no
+trials (an empty batch), and so is a directory that holds trial dirs: its own result.json is then
+its JobResult, read with the job, not a candidate trial. Discovery reads only the small
+`config.json`s (and the result.json of a job dir with no trials); whether a `result.json` really is
+a trial is decided when it is parsed. Each job's collection path and sink dir come from its
+config's first agent, and each trial's from the agent its own config.json records, when that is
+another (a job of several agents); a trial whose config.json records no agent is decided when its
+result.json is read (`wmo_lake/collection.py`).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -94,6 +96,9 @@ class Candidate:
     dir_problem: DirProblem | None = None  # why it is a trial dir though nothing said so
     agent: dict[str, Any] | None = None  # the agent its config.json records (harbor's AgentConfig)
     own: Collection | None = None  # that agent's collection when not the job's
+    # a dir with a result.json and no config.json in a job dir: a trial when its result.json
+    # cannot be read (counted as unreadable), not one when it reads as something else
+    in_job_dir: bool = False
 
     @property
     def collection(self) -> Collection:
@@ -115,6 +120,7 @@ class TrialTask:
     dir_problem: DirProblem | None = None
     agent: dict[str, Any] | None = None  # the agent its config.json records
     own: Collection | None = None  # that agent's collection when not the job's
+    in_job_dir: bool = False  # (Candidate.in_job_dir)
 
     @classmethod
     def of(cls, candidate: Candidate) -> TrialTask:
@@ -131,6 +137,7 @@ class TrialTask:
             candidate.dir_problem,
             candidate.agent,
             candidate.own,
+            candidate.in_job_dir,
         )
 
     @property
@@ -239,11 +246,20 @@ def _run_anchor(parts: tuple[str, ...]) -> int | None:
 
 def _is_job_config(doc: Any) -> bool:
     """harbor's JobConfig (trial configs carry `trial_name`; defaults may be omitted)."""
-    return (
-        isinstance(doc, dict)
-        and "trial_name" not in doc
-        and any(key in doc for key in ("job_name", "jobs_dir", "agents"))
-    )
+    return isinstance(doc, dict) and "trial_name" not in doc and _has_job_fields(doc)
+
+
+def _has_job_fields(doc: dict[str, Any]) -> bool:
+    """Fields only harbor's JobConfig has (its TrialConfig has `agent`, `trials_dir`, `job_id`)."""
+    return any(key in doc for key in ("job_name", "jobs_dir", "agents"))
+
+
+def _is_trial_result(directory: str) -> bool:
+    """Whether `directory`'s result.json is a TrialResult (a non-empty string `trial_name`)."""
+    data = read_bytes(f"{directory}/result.json")
+    doc = decode(data, Path(directory, "result.json")) if isinstance(data, bytes) else None
+    name = doc.get("trial_name") if isinstance(doc, dict) else None
+    return isinstance(name, str) and bool(name)
 
 
 def _is_job_result(path: Path) -> bool:
@@ -350,6 +366,8 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
         return found
     visited: set[str] = set()
     job_dirs: set[str] = set()  # the dirs walked that are job dirs by their own files
+    job_parents: dict[str, tuple[str, str | None]] = {}  # their real path -> (path, parent)
+    unsettled: dict[int, str] = {}  # candidates (by index) whose parent may prove a job dir
     # (path, the real paths of its ancestors, its real path when known, its parent's path or
     # None for the root): a link back into an ancestor is a loop. A dir that is not a symlink is
     # its parent's real path + its name, so only links (and the root) pay for
@@ -394,60 +412,109 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
                         continue
         except OSError as error:
             why = f"cannot list {directory}: {error.strerror or error}"
-            if parent in job_dirs:  # in a job dir: a trial of its batch, counted as unreadable
-                unlisted = DirProblem("unreadable_dir", why)
-                found.candidates.append(
-                    Candidate(Path(directory), real, job_at(parent), True, directory, unlisted)
-                )
-            else:
+            if parent is None:
                 found.problems.append(
                     WalkProblem(directory, "unreadable_dir", f"{why}; its trials were skipped")
                 )
+                continue
+            # in a job dir, a trial of its batch, counted as unreadable (settled after the walk
+            # when its parent is not yet known as one)
+            if parent not in job_dirs:
+                unsettled[len(found.candidates)] = _UNLISTED
+            unlisted = DirProblem("unreadable_dir", why)
+            found.candidates.append(
+                Candidate(Path(directory), real, job_at(parent), True, directory, unlisted)
+            )
             continue
         path = Path(directory)
-        config = read_json(f"{directory}/config.json") if "config.json" in names else None
+        has_config, has_result = "config.json" in names, "result.json" in names
+        config = read_json(f"{directory}/config.json") if has_config else None
         job_config = _is_job_config(config)
         trial_config = isinstance(config, dict) and "trial_name" in config
-        # In a job dir, a config.json that is no JobConfig is a trial's, even when it cannot be
-        # read: the dir is counted as a trial (an unreadable one without its result), not skipped.
-        trial_dir = trial_config or (
-            "config.json" in names and not job_config and parent in job_dirs
-        )
+        also_job = trial_config and isinstance(config, dict) and _has_job_fields(config)
         if job_config:
             configs[directory] = config  # its trials, walked next, read it from here
-        if job_config or (
-            "config.json" not in names
-            and "result.json" in names
-            and _is_job_result(path / "result.json")
-        ):
+        if job_config or (not has_config and has_result and _is_job_result(path / "result.json")):
             found.jobs.append(job_at(directory, path))
             job_dirs.add(directory)
-        elif trial_dir or "result.json" in names:
+            job_parents[real] = (directory, parent)
+        elif has_config or has_result:
+            # A trial dir for sure when its config.json is a TrialConfig, or when it has a
+            # config.json (even one that cannot be read) in a job dir: harbor puts only trial
+            # dirs there. Otherwise it waits for the walk to end (`_settle`).
+            settled = not also_job and (trial_config or (has_config and parent in job_dirs))
+            if not settled:
+                reason = _ALSO_JOB if also_job else _CONFIG if has_config else _RESULT_ONLY
+                reason = _CONFIG_ONLY if reason == _CONFIG and not has_result else reason
+                unsettled[len(found.candidates)] = reason
             # (the root's job dir was not walked: it is the root's parent)
             job = job_at(parent) if parent is not None else job_at(str(path.parent), path.parent)
             config_path = f"{directory}/config.json"
-            problem = _config_problem(config, config_path) if "config.json" in names else None
+            problem = _config_problem(config, config_path) if has_config else None
             agent = config.get("agent") if trial_config and isinstance(config, dict) else None
             agent = agent if isinstance(agent, dict) else None
             own = None if agent is None else own_collection(job, agent)
             found.candidates.append(
-                Candidate(path, real, job, trial_dir, directory, problem, agent, own)
+                Candidate(path, real, job, settled or also_job, directory, problem, agent, own)
             )
-            if trial_dir:
+            if settled:
                 continue  # a trial dir holds no trials
         inner = ancestors | {real}
         # Real dirs before links (a tree reached both ways is labelled by its real place), each
         # in name order; the stack pops the last pushed first.
         for _, _, subdir, known in sorted(subdirs, reverse=True):
             stack.append((subdir, inner, known, directory))
-    # A candidate that holds trial dirs is their job dir (its result.json, unreadable as a
-    # JobResult or with no config.json beside it, is read and reported with the job).
-    holding = {candidate.job.real for candidate in found.candidates}
-    found.candidates = [
-        c for c in found.candidates if c.trial_shaped_config or c.real not in holding
-    ]
+    holding = {c.job.real for c in found.candidates}
+    for real, (directory, parent) in job_parents.items():
+        # an empty job dir whose result.json is a trial's is that trial (the result.json decides)
+        if real in holding or not _is_trial_result(directory):
+            continue
+        job = job_at(parent) if parent is not None else job_at(str(Path(directory).parent))
+        found.jobs = [other for other in found.jobs if other.real != real]
+        found.candidates.append(Candidate(Path(directory), real, job, True, directory))
+    _settle(found, unsettled)
     _leave_out_oversized_partitions(found)
     return found
+
+
+# Why a candidate waits for the walk to end: its parent is not (yet) known as a job dir.
+_RESULT_ONLY = "result_only"  # a result.json and no config.json
+_CONFIG = "config"  # a config.json that is neither a TrialConfig nor a JobConfig, a result.json
+_CONFIG_ONLY = "config_only"  # such a config.json and no result.json
+_UNLISTED = "unlisted"  # a dir that cannot be listed
+_ALSO_JOB = "also_job"  # a config.json with trial_name that also has a JobConfig's fields
+
+
+def _settle(found: Discovery, unsettled: dict[int, str]) -> None:
+    """Decide the candidates the walk could not: a dir inside a job dir is one of its trials
+    (counted, as unreadable when nothing in it can be read), and a dir whose parent is a job dir
+    only shows once the walk has met that parent's trials (its own config.json broken). A dir that
+    holds trial dirs is their job dir (its result.json, unreadable as a JobResult or with no
+    config.json beside it, is read and reported with the job)."""
+    holding = {c.job.real for c in found.candidates}
+    proven = {job.real for job in found.jobs} | {
+        c.job.real for index, c in enumerate(found.candidates) if index not in unsettled
+    }
+    kept: list[Candidate] = []
+    for index, candidate in enumerate(found.candidates):
+        reason = unsettled.get(index)
+        if reason is None or (reason == _ALSO_JOB and candidate.real not in holding):
+            kept.append(candidate)
+        elif candidate.real in holding:
+            continue  # a job dir, of the trial dirs inside it
+        elif candidate.job.real in proven and reason == _RESULT_ONLY:
+            kept.append(replace(candidate, in_job_dir=True))
+        elif candidate.job.real in proven:
+            kept.append(replace(candidate, trial_shaped_config=True))
+        elif reason == _UNLISTED:
+            why = candidate.dir_problem.message if candidate.dir_problem else ""
+            found.problems.append(
+                WalkProblem(candidate.text, "unreadable_dir", f"{why}; its trials were skipped")
+            )
+        elif reason != _CONFIG_ONLY:
+            kept.append(candidate)  # a trial if its result.json says so, read to see
+        # (a config.json alone outside any job dir: some other tool's, not a trial)
+    found.candidates = kept
 
 
 def _leave_out_oversized_partitions(found: Discovery) -> None:

@@ -66,10 +66,16 @@ class Extracted:
 
 
 def _not_a_trial(
-    task: TrialTask, problems: ProblemLog, kind: str, path: Path, message: str
+    task: TrialTask,
+    problems: ProblemLog,
+    kind: str,
+    path: Path,
+    message: str,
+    unreadable: bool = False,
 ) -> Extracted:
-    """A dir whose result.json could not be read as a trial's."""
-    if task.trial_shaped_config:
+    """A dir whose result.json could not be read as a trial's (`unreadable`: could not be read
+    at all, so a dir in a job dir counts as a trial though it has no config.json to say so)."""
+    if task.trial_shaped_config or (unreadable and task.in_job_dir):
         problems.add(kind, path, message)
         _add_dir_problem(task, problems)
         dir_kind = task.dir_problem.kind if task.dir_problem is not None else None
@@ -77,11 +83,12 @@ def _not_a_trial(
             why = "no readable result.json: the dir itself cannot be listed"
             advice = "Make it readable and ingest again"
         else:
-            why = (
-                "a trial config.json but no readable result.json"
-                if dir_kind is None
-                else "no readable result.json, and its config.json cannot be read either"
-            )
+            if dir_kind is not None:
+                why = "no readable result.json, and its config.json cannot be read either"
+            elif os.path.exists(f"{task.path}/config.json"):
+                why = "a trial config.json but no readable result.json"
+            else:  # (in a job dir, where harbor puts only trial dirs)
+                why = "no readable result.json and no config.json"
             advice = (
                 "If the trial is still running, re-ingest after it finishes; otherwise re-run it"
             )
@@ -197,10 +204,10 @@ def extract_trial(task: TrialTask, agent_names: list[str] | None = None) -> Extr
             f"{result_path} does not exist" if task.trial_shaped_config else "",
         )
     if isinstance(data, ReadFailure):
-        return _not_a_trial(task, problems, data.kind, result_path, data.message)
+        return _not_a_trial(task, problems, data.kind, result_path, data.message, True)
     doc: Any = decode_trial_result(data, result_path, problems)
     if isinstance(doc, ReadFailure):
-        return _not_a_trial(task, problems, doc.kind, result_path, doc.message)
+        return _not_a_trial(task, problems, doc.kind, result_path, doc.message, True)
     if not isinstance(doc, dict):
         return _not_a_trial(
             task,

@@ -70,6 +70,9 @@ def trial_fingerprint(
     collection = candidate.collection
     directory = str(candidate.path)  # plain strings: pathlib's joins cost more than the stats
     parts = [EXTRACT_VERSION, job.batch, str(job.run), str(job.step), *_collection(collection)]
+    # how discovery took it decides how a broken result.json counts, and can change with no file
+    # of its own changing (a sibling trial dir proves its parent a job dir)
+    parts.append(f"shape={candidate.trial_shaped_config:d}{candidate.in_job_dir:d}")
     parts += [f"{name}={_stat_token(f'{directory}/{name}')}" for name in TRIAL_FILES]
     if agent_names is None:
         agent_names = agent_listing(directory)
