@@ -93,6 +93,18 @@ def test_labels_without_harbor_or_step() -> None:
         )
 
 
+@pytest.mark.parametrize("name", ["step-\u0663", "step-0003\n", "step-\uff13"])
+def test_a_step_is_ascii_digits_only(name: str) -> None:
+    """`step-` and ASCII digits, the whole name: an Arabic-Indic or full-width digit, or a
+    trailing newline, is no step number (int() would read both digit forms as 3)."""
+    assert job_labels(Path(f"/r/{name}/j"), Path("/r")) == (f"{name}/j", None, None)
+    assert job_labels(Path(f"/r/x/harbor/{name}/j"), Path("/r")) == (
+        f"x/harbor/{name}/j",
+        "x",
+        None,
+    )
+
+
 def test_any_depth_and_trial_dirs_are_not_searched_further(tmp_path: Path) -> None:
     deep = write_job(tmp_path / "a" / "b" / "c" / "d" / "job")
     write_trial(deep, "deep__1")

@@ -37,7 +37,7 @@ from wmo_lake.collection import (
 from wmo_lake.jsonfile import ReadFailure, decode, read_bytes, read_json
 from wmo_lake.store import NAME_MAX_BYTES, oversized_partition_dir
 
-_STEP = re.compile(r"^step-(\d+)$")
+_STEP = re.compile(r"step-([0-9]+)")  # (fullmatch: ASCII digits, the whole name)
 _STEP_MAX = 2**63 - 1  # the `step` column is 64-bit (tables.fields would import this module back)
 JOB_RESULT_PEEK_BYTES = 2**20  # a JobResult is small; a bigger result.json is a trial's
 
@@ -205,7 +205,7 @@ def job_labels(job_dir: Path, root: Path) -> tuple[str, str | None, int | None]:
     else:
         batch = absolute.name or Path(os.path.realpath(absolute)).name
     if anchor is not None:  # run and step from the anchor: a job named step-0009 or harbor
-        step_match = _STEP.match(parts[anchor + 2])  # under it labels nothing
+        step_match = _STEP.fullmatch(parts[anchor + 2])  # under it labels nothing
         return batch, parts[anchor], _step_number(step_match) if step_match else None
     run = None
     for index in range(len(parts) - 1, 0, -1):
@@ -214,7 +214,7 @@ def job_labels(job_dir: Path, root: Path) -> tuple[str, str | None, int | None]:
             break
     step = None
     for part in reversed(parts):
-        match = _STEP.match(part)
+        match = _STEP.fullmatch(part)
         if match:
             step = _step_number(match)
             break
@@ -230,7 +230,7 @@ def _step_number(match: re.Match[str]) -> int | None:
 def oversized_step_dir(job_dir: Path) -> str | None:
     """The first `step-N` component of `job_dir` whose N no 64-bit `step` holds, or None."""
     for part in job_dir.parts:
-        match = _STEP.match(part)
+        match = _STEP.fullmatch(part)
         if match and _step_number(match) is None:
             return part
     return None
@@ -239,7 +239,7 @@ def oversized_step_dir(job_dir: Path) -> str | None:
 def _run_anchor(parts: tuple[str, ...]) -> int | None:
     """Index of <run> in a path holding <run>/harbor/step-NNNN/<job...> (the last such), or None."""
     for index in range(len(parts) - 3, 1, -1):
-        if parts[index] == "harbor" and _STEP.match(parts[index + 1]):
+        if parts[index] == "harbor" and _STEP.fullmatch(parts[index + 1]):
             return index - 1
     return None
 
