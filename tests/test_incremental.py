@@ -147,6 +147,37 @@ def test_a_copy_taking_a_trial_over_is_counted_once_in_the_summary(tmp_path: Pat
     again = ingest([runs], lake, workers=1)
     counts = (again.trials_new, again.trials_replaced, again.trials_unchanged)
     assert (counts, again.problems, again.committed) == ((0, 0, 1), 1, False)
+    # the original dir, walked each time, is said as held by another dir, as a fresh ingest
+    # of the same tree says of the dir it finds second
+    fresh = ingest([runs], tmp_path / "fresh", workers=1)
+    held = [summary.trials_held_elsewhere for summary in (took_over, again, fresh)]
+    assert held == [1, 1, 1]
+    assert "1 trial dir whose trial another dir holds" in again.line()
+
+
+@pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "reader-processes"])
+def test_a_tree_a_copy_took_over_is_said_as_held_elsewhere_not_as_no_trials(
+    tmp_path: Path, workers: int
+) -> None:
+    """After a copy of a run tree took its trials over, ingesting the original again walks
+    its trial dirs and stores nothing from them: the summary says so, instead of "0 trials"
+    as if the tree held none."""
+    runs = _tree(tmp_path, n_trials=2)
+    lake = tmp_path / "lake"
+    ingest([runs], lake, workers=workers)
+    copy = tmp_path / "copy"
+    shutil.copytree(runs, copy)
+    took_over = ingest([copy], lake, workers=workers)
+    assert (took_over.trials_replaced, took_over.trials_held_elsewhere) == (2, 0)
+    again = ingest([runs], lake, workers=workers)
+    counts = (again.trials_new, again.trials_replaced, again.trials_unchanged)
+    assert (counts, again.trials_held_elsewhere) == ((0, 0, 0), 2)
+    said = "0 trials (0 new, 0 replaced, 0 unchanged) in 1 jobs, 2 trial dirs whose trials other"
+    assert said in again.line()
+    assert _counts(lake)["trials"] == 2
+    # a plain ingest of the copy: its own trials, nothing held elsewhere
+    mine = ingest([copy], lake, workers=workers)
+    assert (mine.trials_unchanged, mine.trials_held_elsewhere) == (2, 0)
 
 
 def test_a_trial_two_dirs_hold_is_the_first_dirs_in_the_walk_whichever_reader_answers_first(

@@ -67,6 +67,9 @@ class IngestSummary:
     trials_replaced: int = 0
     trials_unchanged: int = 0
     unreadable_trials: int = 0
+    # trial dirs walked whose trial the lake holds from another dir (a copy that took it over,
+    # or a duplicate): not in `trials`, and said, so a tree a copy took over is not "0 trials"
+    trials_held_elsewhere: int = 0
     problems: int = 0
     jobs: int = 0
     seconds: float = 0.0
@@ -94,10 +97,19 @@ class IngestSummary:
         return (
             f"{trials} trials ({self.trials_new} new, {self.trials_replaced} replaced, "
             f"{self.trials_unchanged} unchanged{pruned}) in {self.jobs} jobs, "
+            f"{self._held_elsewhere()}"
             f"{self.unreadable_trials} unreadable trials, {self.problems} problems"
             f" -> {self.lake} generation {self.generation}"
             f"{'' if self.committed else ' (nothing changed)'} in {self.seconds:.1f}s"
         )
+
+    def _held_elsewhere(self) -> str:
+        n = self.trials_held_elsewhere
+        if not n:
+            return ""
+        if n == 1:
+            return "1 trial dir whose trial another dir holds, "
+        return f"{n} trial dirs whose trials other dirs hold, "
 
     def _and_jobs(self) -> str:
         return f" and {self.pruned_jobs} job dir(s)" if self.pruned_jobs else ""
@@ -318,6 +330,7 @@ class LakeUpdate:
         self.restored: set[str] = set()  # duplicated keys re-stored through this process
         self.tasks: dict[str, TrialTask] = {}  # real path -> task, of the dirs read
         self.counted_unchanged: set[str] = set()  # dirs whose trial `unchanged` counted
+        self.counted_elsewhere: set[str] = set()  # dirs `trials_held_elsewhere` counts
         self.touched: set[str] = set()  # partitions whose catalog entries change
         self.commit: Commit | None = None
         self.catalog_only = False  # a catalog entry was dropped that no rows belong to
@@ -407,6 +420,8 @@ class LakeUpdate:
         if entry.kind == TRIAL and entry.unit_key is not None:
             self.summary.trials_unchanged += 1
             self.counted_unchanged.add(candidate.real)
+        elif is_shadow(entry):
+            self._held_elsewhere(candidate.real)
         self.summary.unreadable_trials += entry.kind == UNREADABLE
         self.summary.problems += _problems_held(entry)
         return True
@@ -419,6 +434,9 @@ class LakeUpdate:
         commit = self._commit()
         owner = self.owner  # who holds each unit, over the whole catalog
         self._load_entry(task.real)  # this dir's old entry, wherever it is
+        if task.real in self.counted_elsewhere:  # a shadow read again: counted by what it holds
+            self.counted_elsewhere.discard(task.real)
+            self.summary.trials_held_elsewhere -= 1
         partition = partition_of(task.run, task.step)
         old = self.catalog.get(task.real)
         if old is not None:
@@ -436,6 +454,7 @@ class LakeUpdate:
             if written:
                 self._store_once(extracted.unit_key, first_source, partition)
             extracted = duplicate(task, extracted, first_source)
+            self._held_elsewhere(task.real)
         key, kind = extracted.unit_key, extracted.kind
         if kind == TRIAL:
             previous_source = owner.get(key)
@@ -444,12 +463,15 @@ class LakeUpdate:
                 previous = self.catalog[previous_source]  # its rows may be in another step
                 commit.remove_units([key], previous.partition)
                 self.touched.add(previous.partition)
-                if previous_source in self.counted_unchanged:  # its rows go: not counted twice
+                walked = previous_source in self.counted_unchanged
+                if walked:  # its rows go: not counted twice
                     self.counted_unchanged.discard(previous_source)
                     self.summary.trials_unchanged -= 1
                     self.summary.problems -= previous.n_problems
                 if os.path.lexists(previous_source):
                     previous.unit_key = None  # a copy: kept, so it is not read again as new
+                    if walked:
+                        self._held_elsewhere(previous_source)
                 else:  # moved here: an entry left for it would be "pruned" by every --prune
                     del self.catalog[previous_source]
             replaced = previous_source is not None or (old is not None and old.kind == TRIAL)
@@ -477,6 +499,12 @@ class LakeUpdate:
             extracted.read_sink,
         )
         self.touched.add(partition)
+
+    def _held_elsewhere(self, real: str) -> None:
+        """Count a walked trial dir whose trial the lake holds from another dir."""
+        if real not in self.counted_elsewhere:
+            self.counted_elsewhere.add(real)
+            self.summary.trials_held_elsewhere += 1
 
     def shadows_to_read(
         self, candidates: dict[str, tuple[Candidate, str | None]]
