@@ -426,6 +426,32 @@ def test_an_integer_past_a_doubles_range_is_not_a_crash(
     assert [p[0] for p in problems] == kinds
 
 
+@pytest.mark.parametrize(
+    ("field", "kinds"),
+    [
+        ("prompt_token_ids", ["malformed_spans"]),
+        ("completion_token_ids", ["malformed_spans"]),
+        ("logprobs", []),  # inf, a float: the seed's _float_lists takes it
+    ],
+)
+def test_a_number_past_a_doubles_range_in_the_rollout_lists_is_not_a_crash(
+    tmp_path: Path, field: str, kinds: list[str]
+) -> None:
+    """`1e400` among the token ids: the checked path decoded each list with msgspec, which
+    refuses a number out of a double's range, and the trial was lost as extract_failed. The
+    seed's json.loads reads it as inf: no token id, and a logprob."""
+
+    def huge(trial_dir: Path) -> None:
+        path = trial_dir / "result.json"
+        doc = json.loads(path.read_text())
+        doc["agent_result"]["rollout_details"][0][field][0][0] = 987654321
+        path.write_text(json.dumps(doc).replace("987654321", "1e400"))
+
+    summary, problems = _ingest_beside_a_good_trial(tmp_path, huge)
+    assert summary.trials_new == 2 and summary.unreadable_trials == 0
+    assert [p[0] for p in problems] == kinds
+
+
 def test_paths_recorded_in_files_that_no_path_can_be(tmp_path: Path) -> None:
     """A NUL in a recorded token_sink_dir or task path (ValueError), a task path under a user
     that does not exist (RuntimeError from expanduser): each raised through the ingest."""

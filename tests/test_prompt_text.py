@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from conftest import FIXTURES
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from wmo_lake.columns import result_fields
@@ -208,6 +208,8 @@ MUTATIONS = b'[]{},:0123456789 \n\t\x0c"-.e'
 
 
 @settings(max_examples=400, deadline=None)
+# (found by it: a `1e537` the edits spelled among the ids, which msgspec refused to decode)
+@example(seed=447, indent=None, edits=[(0.0703125, "replace", 23), (0.0703125, "insert", 7)])
 @given(
     seed=st.integers(0, 2**32),
     indent=st.sampled_from([None, 4]),

@@ -56,7 +56,8 @@ EXTRACT_LOGIC_VERSION = "13"  # 2: trajectories / steps / tool_calls; 3: collect
 # 12: the manifest records the rules each partition was read under (a lake without that record
 # is older: its next ingest reads everything again, so the record is complete from then on)
 # 13: a broken dir in a job dir known only by its other trials counts as an unreadable trial, a
-# result.json with trial_name makes its dir a trial whatever its config.json says
+# result.json with trial_name makes its dir a trial whatever its config.json says; a token id
+# past a double's range (1e400) is malformed spans, not an extract_failed trial
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ shares with the previous turn's prompt + sampled tokens, and `prompt_new_ids`, t
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -408,11 +409,20 @@ def _whole(items: bytes) -> StoredTurn:
     return StoredTurn(len(ids), 0, ids, [], [])
 
 
+def _decode_raw(raw: msgspec.Raw) -> Any:
+    """One list as the whole-file decode reads it (`jsonfile.decode`): msgspec refuses a number
+    past a double's range (1e400), which json reads as inf (then no token id: malformed)."""
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return json.loads(bytes(raw))
+
+
 def _from_raw_checked(detail: RawDetail, path: Path, problems: ProblemLog) -> Spans:
     """The seed's field-by-field checks on the decoded lists (the slow path, for odd input)."""
 
     def decoded(raws: list[msgspec.Raw] | None) -> Any:
-        return None if raws is None else [msgspec.json.decode(raw) for raw in raws]
+        return None if raws is None else [_decode_raw(raw) for raw in raws]
 
     return _checked_turns(
         _int_lists(decoded(detail.prompt_token_ids)),
