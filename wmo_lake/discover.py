@@ -491,9 +491,15 @@ def _settle(found: Discovery, unsettled: dict[int, str]) -> None:
     only shows once the walk has met that parent's trials (its own config.json broken). A dir that
     holds trial dirs is their job dir (its result.json, unreadable as a JobResult or with no
     config.json beside it, is read and reported with the job)."""
-    holding = {c.job.real for c in found.candidates}
     proven = {job.real for job in found.jobs} | {
         c.job.real for index, c in enumerate(found.candidates) if index not in unsettled
+    }
+    # (a dir that is a trial only in a job dir holds no trial elsewhere: a config.json in a
+    # trial's artifacts/ does not make the trial a job dir)
+    holding = {
+        c.job.real
+        for index, c in enumerate(found.candidates)
+        if unsettled.get(index) not in (_CONFIG_ONLY, _UNLISTED) or c.job.real in proven
     }
     kept: list[Candidate] = []
     for index, candidate in enumerate(found.candidates):
