@@ -480,15 +480,17 @@ def test_a_dir_is_read_again_when_a_new_sibling_proves_its_parent_a_job(tmp_path
     assert stats.fetchall() == [(1, 1)]
 
 
-def test_a_config_in_the_artifacts_of_a_trial_without_one_leaves_it_a_trial(
+def test_files_in_the_artifacts_of_a_trial_without_a_config_leave_it_a_trial(
     tmp_path: Path,
 ) -> None:
-    """A trial dir that lost its config.json is walked into; a config.json its artifacts hold
-    (the agent's workspace, copied out) is no trial of it, and does not make it a job dir."""
+    """A trial dir that lost its config.json is walked into; a config.json or result.json its
+    artifacts hold (the agent's workspace, copied out) is no trial, and does not make it a job
+    dir (dropped, its own trial lost without a word)."""
     _, victim = _job_of_three(tmp_path / "runs")
     (victim / "config.json").unlink()
     dump(victim / "artifacts" / "config.json", {"model": "x"})
     (victim / "artifacts" / "app").mkdir()
     (victim / "artifacts" / "app" / "config.json").write_bytes(b"{")
+    dump(victim / "verifier" / "result.json", {"passed": 3})
     trials, unreadable, problems = _counts(tmp_path, tmp_path / "runs")
     assert (trials, unreadable, problems) == (3, 0, [])

@@ -494,12 +494,13 @@ def _settle(found: Discovery, unsettled: dict[int, str]) -> None:
     proven = {job.real for job in found.jobs} | {
         c.job.real for index, c in enumerate(found.candidates) if index not in unsettled
     }
-    # (a dir that is a trial only in a job dir holds no trial elsewhere: a config.json in a
-    # trial's artifacts/ does not make the trial a job dir)
+    # A dir holds trial dirs when one is a trial by its own config.json, or in a dir proven a
+    # job: a config.json or result.json in the artifacts/ of a trial that lost its config.json
+    # (walked into) does not make that trial a job dir, to be dropped.
     holding = {
         c.job.real
         for index, c in enumerate(found.candidates)
-        if unsettled.get(index) not in (_CONFIG_ONLY, _UNLISTED) or c.job.real in proven
+        if unsettled.get(index) in (None, _ALSO_JOB) or c.job.real in proven
     }
     kept: list[Candidate] = []
     for index, candidate in enumerate(found.candidates):
