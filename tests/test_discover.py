@@ -494,3 +494,65 @@ def test_files_in_the_artifacts_of_a_trial_without_a_config_leave_it_a_trial(
     dump(victim / "verifier" / "result.json", {"passed": 3})
     trials, unreadable, problems = _counts(tmp_path, tmp_path / "runs")
     assert (trials, unreadable, problems) == (3, 0, [])
+
+
+def test_a_job_with_a_broken_config_inside_a_job_is_the_job_of_its_trials(tmp_path: Path) -> None:
+    """A dir with a broken config.json in a job dir is taken for a trial only when it holds no
+    trial dirs: one that does is a job of its own (nested), and its trials are read."""
+    job = write_job(tmp_path / "runs" / "job")
+    write_trial(job, "a__1")
+    inner = write_job(job / "inner")
+    write_trial(inner, "x__1")
+    write_trial(inner, "y__1")
+    (inner / "config.json").write_bytes(b'{"job_name": "in')
+    trials, unreadable, problems = _counts(tmp_path, tmp_path / "runs")
+    assert (trials, unreadable) == (3, 0)
+    assert problems == [("invalid_json", "job/inner", str(inner / "config.json"))]
+
+
+def test_a_stray_trial_dir_in_a_runs_dir_makes_no_job_of_it(tmp_path: Path) -> None:
+    """A trial dir lying loose in a runs dir (no files of its own) does not make the runs dir a
+    job dir whose other dirs, another tool's, would count as its unreadable trials."""
+    runs = tmp_path / "runs"
+    write_trial(write_job(runs / "job"), "a__1")
+    write_trial(runs, "loose__1")
+    dump(runs / "mlflow" / "config.json", {"lr": 0.1})
+    (runs / "cache").mkdir()
+    (runs / "cache" / "result.json").write_bytes(b'{"hits": ')
+    trials, unreadable, _ = _counts(tmp_path, runs)
+    assert (trials, unreadable) == (2, 0)
+
+
+@pytest.mark.parametrize("stray", ["trial_name", None], ids=["stray-trial-name", "plain"])
+def test_a_job_holding_only_a_broken_trial_counts_it(tmp_path: Path, stray: str | None) -> None:
+    """A JobConfig with a stray trial_name, holding one broken trial dir (config.json cut short,
+    no result.json), is that trial's job, as a plain JobConfig is: one unreadable trial."""
+    job = write_job(tmp_path / "runs" / "job")
+    if stray:
+        config = json.loads((job / "config.json").read_text())
+        dump(job / "config.json", {**config, stray: "x"})
+    broken = job / "b__1"
+    broken.mkdir()
+    (broken / "config.json").write_bytes(b"{")
+    trials, unreadable, problems = _counts(tmp_path, tmp_path / "runs")
+    assert (trials, unreadable) == (0, 1)
+    assert ("unreadable_trial", "job", str(broken)) in problems
+
+
+@pytest.mark.parametrize("name", ["result.json", "config.json"])
+@pytest.mark.parametrize("config", ["job-shaped", "trial-with-agents"])
+def test_a_trial_with_a_job_like_config_and_files_in_its_artifacts_is_read(
+    tmp_path: Path, name: str, config: str
+) -> None:
+    """A trial dir whose config.json reads as a JobConfig (or as a TrialConfig with a JobConfig's
+    `agents`) is walked into; a file of another tool in its artifacts/ does not make it a job,
+    empty or of broken trials: its result.json, a TrialResult, decides."""
+    _, victim = _job_of_three(tmp_path / "runs")
+    if config == "job-shaped":
+        dump(victim / "config.json", {"job_name": "x", "agents": [{"name": "terminus-2"}]})
+    else:
+        trial_config = json.loads((victim / "config.json").read_text())
+        dump(victim / "config.json", {**trial_config, "agents": [{"name": "terminus-2"}]})
+    dump(victim / "artifacts" / name, {"model": "x"})
+    trials, unreadable, problems = _counts(tmp_path, tmp_path / "runs")
+    assert (trials, unreadable, problems) == (3, 0, [])

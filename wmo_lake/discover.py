@@ -439,10 +439,10 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
             job_dirs.add(directory)
             job_parents[real] = (directory, parent)
         elif has_config or has_result:
-            # A trial dir for sure when its config.json is a TrialConfig, or when it has a
-            # config.json (even one that cannot be read) in a job dir: harbor puts only trial
-            # dirs there. Otherwise it waits for the walk to end (`_settle`).
-            settled = not also_job and (trial_config or (has_config and parent in job_dirs))
+            # A trial dir for sure when its config.json is a TrialConfig. Otherwise it waits for
+            # the walk to end (`_settle`), walked into: one in a job dir is a trial of it (harbor
+            # puts only trial dirs there) unless it holds trial dirs (a job with a broken config).
+            settled = trial_config and not also_job
             if not settled:
                 reason = _ALSO_JOB if also_job else _CONFIG if has_config else _RESULT_ONLY
                 reason = _CONFIG_ONLY if reason == _CONFIG and not has_result else reason
@@ -464,14 +464,32 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
         # in name order; the stack pops the last pushed first.
         for _, _, subdir, known in sorted(subdirs, reverse=True):
             stack.append((subdir, inner, known, directory))
-    holding = {c.job.real for c in found.candidates}
+    # A dir whose config.json reads as a JobConfig (or as one and a TrialConfig) and that holds
+    # no trial dir by its own config.json: its result.json decides. A trial's makes it that
+    # trial, and what it holds its files; otherwise it is a job dir (perhaps of broken trials).
+    sure_parents = {
+        c.job.real for index, c in enumerate(found.candidates) if index not in unsettled
+    }
+    trial_dirs: set[str] = set()  # the dirs found to be trials so
+    for index, candidate in enumerate(found.candidates):
+        if unsettled.get(index) != _ALSO_JOB:
+            continue
+        if candidate.real not in sure_parents and _is_trial_result(candidate.text):
+            del unsettled[index]
+            trial_dirs.add(candidate.real)
+        else:
+            unsettled[index] = _DROPPED
+            found.jobs.append(job_at(candidate.text, candidate.path))
     for real, (directory, parent) in job_parents.items():
-        # an empty job dir whose result.json is a trial's is that trial (the result.json decides)
-        if real in holding or not _is_trial_result(directory):
+        if real in sure_parents or not _is_trial_result(directory):
             continue
         job = job_at(parent) if parent is not None else job_at(str(Path(directory).parent))
         found.jobs = [other for other in found.jobs if other.real != real]
         found.candidates.append(Candidate(Path(directory), real, job, True, directory))
+        trial_dirs.add(real)
+    for index, candidate in enumerate(found.candidates):
+        if candidate.job.real in trial_dirs:
+            unsettled[index] = _DROPPED
     _settle(found, unsettled)
     _leave_out_oversized_partitions(found)
     return found
@@ -483,6 +501,7 @@ _CONFIG = "config"  # a config.json that is neither a TrialConfig nor a JobConfi
 _CONFIG_ONLY = "config_only"  # such a config.json and no result.json
 _UNLISTED = "unlisted"  # a dir that cannot be listed
 _ALSO_JOB = "also_job"  # a config.json with trial_name that also has a JobConfig's fields
+_DROPPED = "dropped"  # no trial: a job dir after all, or a dir inside a trial dir
 
 
 def _settle(found: Discovery, unsettled: dict[int, str]) -> None:
@@ -491,8 +510,14 @@ def _settle(found: Discovery, unsettled: dict[int, str]) -> None:
     only shows once the walk has met that parent's trials (its own config.json broken). A dir that
     holds trial dirs is their job dir (its result.json, unreadable as a JobResult or with no
     config.json beside it, is read and reported with the job)."""
+    # A job dir by its own files, or by a trial dir inside it (a TrialConfig) when it has files
+    # of its own (a broken config.json or result.json): a run dir holding a stray trial dir is
+    # no job, whose other dirs (another tool's) would count as its trials.
+    with_files = {c.real for c in found.candidates} | {job.real for job in found.jobs}
     proven = {job.real for job in found.jobs} | {
-        c.job.real for index, c in enumerate(found.candidates) if index not in unsettled
+        c.job.real
+        for index, c in enumerate(found.candidates)
+        if index not in unsettled and c.job.real in with_files
     }
     # A dir holds trial dirs when one is a trial by its own config.json, or in a dir proven a
     # job: a config.json or result.json in the artifacts/ of a trial that lost its config.json
@@ -500,13 +525,15 @@ def _settle(found: Discovery, unsettled: dict[int, str]) -> None:
     holding = {
         c.job.real
         for index, c in enumerate(found.candidates)
-        if unsettled.get(index) in (None, _ALSO_JOB) or c.job.real in proven
+        if index not in unsettled or (c.job.real in proven and unsettled[index] != _DROPPED)
     }
     kept: list[Candidate] = []
     for index, candidate in enumerate(found.candidates):
         reason = unsettled.get(index)
-        if reason is None or (reason == _ALSO_JOB and candidate.real not in holding):
+        if reason is None:
             kept.append(candidate)
+        elif reason == _DROPPED:
+            continue
         elif candidate.real in holding:
             continue  # a job dir, of the trial dirs inside it
         elif candidate.job.real in proven and reason == _RESULT_ONLY:
