@@ -298,3 +298,37 @@ def test_every_command_names_a_segment_deleted_by_hand(tmp_path: Path) -> None:
         assert result.exit_code == 1 and "Traceback" not in result.output, (args, result.output)
         assert f"the lake at {lake} is missing 2 of its Parquet files" in result.output, args
     assert sorted(p.name for p in tmp_path.iterdir()) == ["lake"]  # no output was written
+
+
+def test_a_signal_while_the_copy_thread_starts_still_ends_the_process_cleanly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SIGTERM can land while Thread.start waits for the COPY's thread to run (seen under load:
+    exit 1, from a close() of the connection the COPY was busy on). It must end the process as
+    one landing during the wait does: the partial file removed, exit 143."""
+    import threading
+
+    import duckdb
+
+    from wmo_lake import output
+
+    real_start = threading.Thread.start
+
+    def start_then_signal(self: threading.Thread) -> None:
+        real_start(self)
+        if self.name == "wmo-lake-copy":
+            raise SystemExit(143)  # what the SIGTERM handler raises
+
+    class Exited(Exception):
+        pass
+
+    def exit_now(code: int) -> None:
+        raise Exited(code)
+
+    monkeypatch.setattr(threading.Thread, "start", start_then_signal)
+    monkeypatch.setattr(os, "_exit", exit_now)
+    aborted: list[bool] = []
+    con = duckdb.connect()
+    with pytest.raises(Exited) as ended:
+        output._execute_interruptibly(con, "SELECT 1", lambda: aborted.append(True))
+    assert (ended.value.args, aborted) == ((143,), [True])

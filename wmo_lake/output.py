@@ -529,9 +529,10 @@ def _execute_interruptibly(
     line and ends the process there (exit 130, or 143 for SIGTERM) with the COPY unfinished."""
     from wmo_lake.background import Background
 
-    copy = Background(lambda: con.execute(sql), "wmo-lake-copy")
     try:
-        copy.wait(poll=0.1)
+        # (started inside the try: a signal while Thread.start waits for the thread to run
+        # would otherwise unwind to a close() of the connection the COPY is busy on: exit 1)
+        Background(lambda: con.execute(sql), "wmo-lake-copy").wait(poll=0.1)
     except (KeyboardInterrupt, SystemExit) as stop:
         if on_abort is not None:
             on_abort()
