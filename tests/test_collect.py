@@ -429,8 +429,89 @@ def test_a_job_result_cut_off_mid_write_is_removed_so_harbor_can_resume(
     job_result.write_bytes(job_result.read_bytes()[:cut_to])  # killed while harbor rewrote it
 
     state = prepare_job_dir(plan)
-    assert not job_result.exists() and state.removed == ["result.json"]
+    assert not job_result.exists() and state.removed_job_result
+    assert state.removed == []  # (no trial dir: it was said as one, "removed 1 interrupted")
     assert state.done_trials == 6 and not state.finished
+
+
+def test_a_whole_result_harbor_refuses_is_kept_and_named_not_removed(tmp_path: Path) -> None:
+    """Only a result.json cut off mid-write is removed with its trial dir: one that is whole
+    JSON but fails this harbor's TrialResult (another version's, or edited) is a finished
+    trial's, refused by name with what to do, and nothing is deleted."""
+    plan = plan_step(TEMPLATE, tmp_path / "runs" / "exp1", 0, sets=[KIT_TASKS])
+    shutil.copytree(KIT_JOB, plan.job_dir)
+    trial = sorted(p for p in plan.job_dir.iterdir() if p.is_dir())[0]
+    result = json.loads((trial / "result.json").read_text())
+    result["started_at"] = "yesterday"
+    (trial / "result.json").write_text(json.dumps(result))
+    with pytest.raises(CollectError) as refused:
+        prepare_job_dir(plan)
+    message = str(refused.value)
+    assert str(trial / "result.json") in message and "started_at" in message
+    assert "move its trial dir away" in message
+    assert (trial / "agent").is_dir() and (trial / "result.json").exists()
+
+
+def _complete_step(tmp_path: Path) -> Path:
+    """The kit's finished job (2 tasks x 3 attempts) as step 0, recorded under the config
+    `_collect_complete` plans, so collect finds it complete and does not start harbor."""
+    plan = plan_step(
+        TEMPLATE,
+        tmp_path / "runs" / "exp1",
+        0,
+        task_ids=["hello-file", "no-reward"],
+        attempts=3,
+        sets=[KIT_TASKS],
+    )
+    shutil.copytree(KIT_JOB, plan.job_dir)
+    (plan.job_dir / "config.json").write_text(plan.config.model_dump_json(indent=4))
+    return plan.job_dir
+
+
+def _collect_complete(tmp_path: Path, *tasks: str) -> tuple[int, str]:
+    """collect --json of step 0 (`_complete_step`): its exit code, and its stdout or errors."""
+    named = [arg for task in tasks or ("hello-file", "no-reward") for arg in ("--task", task)]
+    run = ["--run-dir", str(tmp_path / "runs" / "exp1"), "--lake", str(tmp_path / "lake")]
+    args = ["collect", "--template", str(TEMPLATE), "--step", "0", *run, "--set", KIT_TASKS]
+    result = CliRunner().invoke(cli, [*args, "--attempts", "3", "--json", *named])
+    return result.exit_code, result.stdout if result.exit_code == 0 else result.output
+
+
+def test_a_trial_dir_gone_from_the_step_leaves_the_lake_with_it(tmp_path: Path) -> None:
+    """A trial dir the lake took in (an ingest while the step ran) and that is gone since
+    (harbor, or collect itself, removed it to run the trial again) is pruned by collect's ingest
+    of the step: the step's stats count the trials on disk, each once."""
+    job_dir = _complete_step(tmp_path)
+    extra = job_dir / "hello-file__ExtraXY"
+    shutil.copytree(job_dir / "hello-file__36A2F8u", extra)
+    result = json.loads((extra / "result.json").read_text())
+    result.update(id="an-interrupted-twin", trial_name=extra.name)
+    (extra / "result.json").write_text(json.dumps(result))
+    runner = CliRunner()
+    ingested = runner.invoke(
+        cli, ["ingest", str(tmp_path / "runs"), "--lake", str(tmp_path / "lake")]
+    )
+    assert ingested.exit_code == 0 and ingested.output.startswith("7 trials"), ingested.output
+    shutil.rmtree(extra)
+    code, output = _collect_complete(tmp_path)
+    assert code == 0, output
+    report = json.loads(output)
+    assert report["harbor_ran"] is False
+    assert (report["stats"]["trials"], report["ingest"]["pruned_trials"]) == (6, 1)
+
+
+def test_the_same_tasks_named_another_way_resume_the_step(tmp_path: Path) -> None:
+    """A step resumes under the tasks it started with however they are named: by task dir
+    path (the template's task, not a new entry), or in another order."""
+    _complete_step(tmp_path)
+    for tasks in (
+        (str(TASKS / "hello-file"), str(TASKS / "no-reward")),
+        ("no-reward", "hello-file"),
+        ("e2e/no-reward", str(TASKS / "hello-file")),
+    ):
+        code, output = _collect_complete(tmp_path, *tasks)
+        assert code == 0, (tasks, output)
+        assert json.loads(output)["harbor_ran"] is False
 
 
 # ----------------------------------------------------------------------------- without harbor

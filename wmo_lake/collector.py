@@ -13,7 +13,9 @@ Resuming is harbor's own: the job dir is keyed by the step, and `Job` keeps ever
 result.json it can read and re-runs the rest. Before handing a dir back to harbor, the two kinds of
 trial dir it would otherwise keep or double are removed, as `harbor job resume` does: a trial
 cancelled by an interrupt (CancelledError), and one whose result.json was cut off mid-write (harbor
-skips it and runs a fresh trial beside it). A step whose every trial is done is not run again.
+skips it and runs a fresh trial beside it); a whole result.json this harbor refuses is a finished
+trial's, never removed (the step is refused, naming it). A step whose every trial is done is not
+run again. The step's job dir is ingested with --prune, so a removed trial dir leaves the lake.
 
 harbor is the optional extra `wmo-lake[harbor]`, imported only here and only when called, so
 `ingest`, `sql`, `stats` and the exports work without it.
@@ -301,16 +303,19 @@ def select_tasks(
     from harbor.models.trial.config import TaskConfig
 
     by_name: dict[str, TaskConfig] = {}
+    by_path: dict[Path, TaskConfig] = {}  # (a task dir given by its path is the template's task)
     for task in tasks:
         for name in task_names(task):
             by_name.setdefault(name, task)
+        if task.path is not None and not task.is_git_task():
+            by_path.setdefault(Path(os.path.abspath(Path(task.path).expanduser())), task)
     chosen: list[TaskConfig] = []
     unknown: list[str] = []
     for name in wanted:
         task = by_name.get(name)
         if task is None:
             local = _task_dir(name)
-            task = TaskConfig(path=local) if local is not None else None
+            task = None if local is None else by_path.get(local) or TaskConfig(path=local)
         if task is None:
             unknown.append(name)
         elif task not in chosen:
@@ -435,7 +440,8 @@ class JobDirState:
     exists: bool = False
     done_trials: int = 0
     finished: bool = False
-    removed: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)  # the trial dirs removed
+    removed_job_result: bool = False  # the job's result.json, cut off (harbor rebuilds it)
 
 
 def _config_differences(recorded: Any, planned: Any, where: str = "") -> list[str]:
@@ -455,6 +461,15 @@ def _config_differences(recorded: Any, planned: Any, where: str = "") -> list[st
     return [] if recorded == planned else [f"{where}: {recorded!r} -> {planned!r}"]
 
 
+def _same_tasks(recorded: Sequence[Any], planned: Sequence[Any]) -> bool:
+    """The same task entries, in any order (harbor's resume check wants the recorded order)."""
+
+    def entries(tasks: Sequence[Any]) -> list[str]:
+        return sorted(json.dumps(t.model_dump(mode="json"), sort_keys=True) for t in tasks)
+
+    return len(recorded) == len(planned) and entries(recorded) == entries(planned)
+
+
 def check_recorded_config(plan: StepPlan) -> None:
     """A job dir written under another config cannot be resumed by this one: say where they
     differ (harbor would refuse with FileExistsError, naming nothing)."""
@@ -472,6 +487,8 @@ def check_recorded_config(plan: StepPlan) -> None:
         ) from error
     recorded.jobs_dir = plan.config.jobs_dir
     recorded.job_name = plan.config.job_name
+    if _same_tasks(recorded.tasks, plan.config.tasks):  # named in another order: the step's own
+        plan.config = plan.config.model_copy(update={"tasks": recorded.tasks})
     if recorded == plan.config:
         return
     exclude = {"job_name", "debug"}
@@ -505,7 +522,15 @@ def prepare_job_dir(plan: StepPlan) -> JobDirState:
             continue  # harbor removes a trial dir without result.json itself
         try:
             result = TrialResult.model_validate_json(result_path.read_bytes())
-        except (OSError, ValidationError):
+        except OSError as error:
+            raise CollectError(
+                f"cannot read {result_path} ({error.strerror or error}), so whether that trial "
+                "finished is unknown; make it readable (or move the dir away) and run the same "
+                "command again"
+            ) from error
+        except ValidationError as error:
+            if not _cut_off(error):
+                raise CollectError(_not_a_trial_result(result_path, error)) from error
             shutil.rmtree(trial_dir)  # cut off mid-write: harbor would run a twin beside it
             state.removed.append(trial_dir.name)
             continue
@@ -524,9 +549,26 @@ def prepare_job_dir(plan: StepPlan) -> JobDirState:
         # harbor rewrites the job's result.json in place (truncate, then write), so a kill can cut
         # it off; harbor refuses to resume over it but rebuilds it from the trial dirs when absent.
         job_result_path.unlink()
-        state.removed.append(job_result_path.name)
+        state.removed_job_result = True
         state.finished = False
     return state
+
+
+def _cut_off(error: Any) -> bool:
+    """Whether a result.json's ValidationError is JSON cut off (or no JSON at all), not a whole
+    document this harbor's TrialResult refuses."""
+    return all(detail.get("type") == "json_invalid" for detail in error.errors())
+
+
+def _not_a_trial_result(path: Path, error: Any) -> str:
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first.get("loc", ())) or "(the document)"
+    return (
+        f"{path} is whole JSON but not this harbor's TrialResult ({where}: {first.get('msg')}): "
+        "written by another harbor version, or edited. It is not removed (only a result.json "
+        "cut off mid-write is): restore it, or move its trial dir away to run that trial "
+        "again, then run the same command again"
+    )
 
 
 # ----------------------------------------------------------------------------- running
@@ -724,7 +766,9 @@ def collect(
         if not complete:
             run_job(plan, state.done_trials, on_trial_done)
         try:
-            summary = ingest([plan.job_dir], Path(lake))
+            # (pruned: a trial dir removed above, or by harbor, leaves the lake with it, so the
+            # step's stats count the trials on disk, each once)
+            summary = ingest([plan.job_dir], Path(lake), prune=True)
         except OSError as error:  # a read-only or full lake dir: the step's trials are kept
             raise LakeError(
                 f"step {step}'s trials are kept in {plan.job_dir}, but the lake at {lake} "

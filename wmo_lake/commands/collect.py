@@ -130,6 +130,8 @@ def collect(
         )
         if state.removed:
             line += f"; removed {len(state.removed)} interrupted trial dir(s)"
+        if state.removed_job_result:
+            line += "; removed the job's cut-off result.json (harbor writes it again)"
         if state.done_trials >= plan.trials_planned and state.finished:
             line += "; already complete, not run again"
         elif state.done_trials:
