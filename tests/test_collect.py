@@ -281,6 +281,7 @@ def test_set_reaches_into_mappings_and_lists_with_yaml_values() -> None:
         ("agents.x=1", "not an index"),
         ("max_turns", "expected KEY=VALUE"),
         ("agents.0.name.first=1", "not a mapping or list"),
+        ("agents.0.kwargs..max_turns=3", "an empty name between dots"),
     ],
 )
 def test_set_errors_say_what_is_there(assignment: str, says: str) -> None:
@@ -313,7 +314,39 @@ def test_from_python_collect_errors_name_its_arguments_not_cli_options(
     assert not (tmp_path / "runs").exists()  # nothing ran
 
 
+@pytest.mark.parametrize(
+    ("sets", "says"),
+    [
+        (["agents=[]"], "runs no agent (its agents list is empty)"),
+        (["job_name=../../step-0009/rollouts"], "is not a plain dir name"),
+        (["job_name=.."], "is not a plain dir name"),
+        (["tasks=[{path: /nonexistent/task}]"], "/nonexistent/task, which is not a directory"),
+    ],
+    ids=["no-agent", "job-name-a-path", "job-name-dotdot", "task-path-missing"],
+)
+def test_a_template_harbor_would_fail_on_later_is_a_usage_error_now(
+    tmp_path: Path, sets: list[str], says: str
+) -> None:
+    """JobConfig accepts these, and harbor failed on them (exit 1) or ran a step of 0 trials,
+    or put the step's job in another step's dir: each is refused before anything runs."""
+    extra = [arg for item in [KIT_TASKS, *sets] for arg in ("--set", item)]
+    code, output = _collect(tmp_path, *extra)
+    assert code == 2 and says in output, output
+    assert not (tmp_path / "lake").exists()
+
+
 # ----------------------------------------------------------------------------- the step's dir
+
+
+def test_a_step_dir_holding_another_job_is_refused(tmp_path: Path) -> None:
+    """A step is one job: the same step under another job_name would be a second batch of the
+    step beside the first, so it is refused, naming the job the step holds."""
+    _complete_step(tmp_path)
+    code, output = _collect_complete(tmp_path)
+    assert code == 0, output
+    code, output = _collect(tmp_path, "--set", KIT_TASKS, "--set", "job_name=rollouts-v2")
+    assert code == 2
+    assert "already holds the job 'rollouts'" in output and "job_name" in output
 
 
 def test_a_step_dir_of_another_config_is_refused_naming_what_differs(tmp_path: Path) -> None:

@@ -126,6 +126,11 @@ def apply_sets(raw: dict[str, Any], assignments: Iterable[str]) -> dict[str, Any
         except yaml.YAMLError:
             value = text
         parts = key.strip().split(".")
+        if not all(parts):
+            raise CollectError(
+                f"--set {key}: an empty name between dots; write the dotted path of a field, "
+                "e.g. agents.0.kwargs.max_turns=8"
+            )
         node: Any = raw
         for depth, part in enumerate(parts):
             where = ".".join(parts[: depth + 1])
@@ -375,6 +380,7 @@ def plan_step(
     if attempts is not None:
         raw["n_attempts"] = attempts
     config = _absolute_local_paths(validate_template(raw, template))
+    _check_job_shape(config, template)
     resolved = _resolve_tasks(config, template)
     wanted = list(task_ids) or (read_task_ids(tasks_file) if tasks_file is not None else [])
     if wanted:
@@ -389,7 +395,30 @@ def plan_step(
             f"the job template {template} names no tasks: give it `datasets: [{{path: DIR}}]` "
             "or `tasks: [{path: TASK_DIR}]`, or pass --task TASK_DIR"
         )
+    for task in selected:  # (harbor would fail on it after the plan was said)
+        if task.path is not None and not task.is_git_task() and not Path(task.path).is_dir():
+            raise CollectError(
+                f"the job template {template} names the task dir {task.path}, which is not a "
+                "directory: check its tasks[].path"
+            )
     return StepPlan(config, step, [task_names(t)[0] for t in selected])
+
+
+def _check_job_shape(config: JobConfig, template: Path | str) -> None:
+    """What JobConfig accepts but a step cannot be: no agent, or a job_name that is a path (the
+    job dir would lie outside the step's dir, or in another step's)."""
+    if not config.agents:
+        raise CollectError(
+            f"the job template {template} runs no agent (its agents list is empty): give it "
+            "agents: [{name: ..., model_name: ...}]"
+        )
+    name = config.job_name
+    if not name or name in (".", "..") or "/" in name or os.sep in name:
+        raise CollectError(
+            f"job_name {name!r} is not a plain dir name: the step's job dir is "
+            f"RUN_DIR/harbor/step-NNNN/JOB_NAME; give a name without '/' (default: "
+            f"{DEFAULT_JOB_NAME})"
+        )
 
 
 # ----------------------------------------------------------------------------- the job dir
@@ -472,9 +501,24 @@ def _same_tasks(recorded: Sequence[Any], planned: Sequence[Any]) -> bool:
 
 def check_recorded_config(plan: StepPlan) -> None:
     """A job dir written under another config cannot be resumed by this one: say where they
-    differ (harbor would refuse with FileExistsError, naming nothing)."""
+    differ (harbor would refuse with FileExistsError, naming nothing). Nor can a step dir that
+    holds another job (another job_name): the step would be two batches."""
     from harbor.models.job.config import JobConfig
 
+    others = sorted(
+        entry.name
+        for entry in Path(plan.config.jobs_dir).iterdir()
+        if entry.is_dir()
+        and entry.name != plan.config.job_name
+        and (entry / "config.json").exists()
+    )
+    if others:
+        raise CollectError(
+            f"step {plan.step}'s dir {plan.config.jobs_dir} already holds the job "
+            f"{others[0]!r}, collected under another job_name (this one is "
+            f"{plan.config.job_name!r}); a step is one job: use the job_name it started with, "
+            "or collect into a new --step or --run-dir"
+        )
     path = plan.job_dir / "config.json"
     if not path.exists():
         return
