@@ -590,3 +590,47 @@ def test_importing_wmo_lake_does_not_import_harbor() -> None:
     code = "import sys, wmo_lake, wmo_lake.cli; print('harbor' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_the_reward_key_warning_counts_the_steps_trials_not_the_lakes(tmp_path: Path) -> None:
+    """collect reports one step: a reward key none of its trials has is said once, with the
+    keys its own trials have and their counts, not the whole lake's."""
+    from harbor_shapes import write_job, write_trial
+
+    from wmo_lake.ingest import ingest
+
+    other = write_job(tmp_path / "other" / "job")
+    for i in range(4):
+        write_trial(other, f"t__{i}", trial_id=f"other-{i}")
+    ingest([tmp_path / "other"], tmp_path / "lake", workers=1)
+    _complete_step(tmp_path)
+    code, output = _collect_complete(tmp_path, "hello-file", "no-reward")
+    assert code == 0, output
+    named = [arg for task in ("hello-file", "no-reward") for arg in ("--task", task)]
+    run = ["--run-dir", str(tmp_path / "runs" / "exp1"), "--lake", str(tmp_path / "lake")]
+    args = ["collect", "--template", str(TEMPLATE), "--step", "0", *run, "--set", KIT_TASKS]
+    result = CliRunner().invoke(cli, [*args, "--attempts", "3", *named, "--reward-key", "nope"])
+    assert result.exit_code == 0, result.output
+    warned = [line for line in result.stderr.splitlines() if "reward key 'nope'" in line]
+    assert len(warned) == 1, result.stderr
+    assert "'reward' (3 trials)" in warned[0], warned[0]
+
+
+def test_a_step_collected_through_a_symlinked_run_dir_keeps_its_batch(tmp_path: Path) -> None:
+    """The run dir is taken by its real place, as `ingest` of the dir above labels it: the same
+    step collected again through an alias of the run dir is the same batch, its trials
+    unchanged, not replaced under a second label."""
+    _complete_step(tmp_path)
+    code, output = _collect_complete(tmp_path)
+    assert code == 0, output
+    first = json.loads(output)
+    (tmp_path / "alias").symlink_to(tmp_path / "runs" / "exp1", target_is_directory=True)
+    named = [arg for task in ("hello-file", "no-reward") for arg in ("--task", task)]
+    run = ["--run-dir", str(tmp_path / "alias"), "--lake", str(tmp_path / "lake")]
+    args = ["collect", "--template", str(TEMPLATE), "--step", "0", *run, "--set", KIT_TASKS]
+    result = CliRunner().invoke(cli, [*args, "--attempts", "3", "--json", *named])
+    assert result.exit_code == 0, result.output
+    again = json.loads(result.stdout)
+    assert again["batch"] == first["batch"] == "exp1/harbor/step-0000/rollouts"
+    ingested = again["ingest"]
+    assert (ingested["trials_unchanged"], ingested["trials_replaced"]) == (6, 0)

@@ -375,7 +375,9 @@ def plan_step(
     if task_ids and tasks_file is not None:
         raise CollectError("give the tasks either as --tasks FILE or as --task ID, not both")
     raw = apply_sets(load_template(template), sets)
-    raw["jobs_dir"] = str(jobs_dir_for(run_dir, step))
+    # the run dir by its real place, as an ingest of the dir above it labels it: a step collected
+    # through a symlinked alias keeps its batch label (its trials are not "replaced" under another)
+    raw["jobs_dir"] = str(jobs_dir_for(os.path.realpath(run_dir), step))
     raw.setdefault("job_name", DEFAULT_JOB_NAME)
     if attempts is not None:
         raw["n_attempts"] = attempts
@@ -717,11 +719,12 @@ def step_report(
     with_spans: bool = False,
 ) -> StepReport:
     """The stats, records and notes of the batch the lake holds for `job_dir`."""
+    from wmo_lake.checks import warn_on_unused_reward_key
     from wmo_lake.lake import connect
     from wmo_lake.output import rows_as_dicts
     from wmo_lake.stats import collect_stats
 
-    con = connect(lake, settings)
+    con = connect(lake, settings, check=False)  # (the reward key is checked in the step's scope)
     try:
         found = con.execute(
             "SELECT batch FROM jobs WHERE job_key = ?", [f"job:{os.path.realpath(job_dir)}"]
@@ -729,6 +732,7 @@ def step_report(
         if not found:
             raise CollectError(f"the lake at {lake} holds no job {job_dir} after the ingest")
         batch = found[0][0]
+        warn_on_unused_reward_key(con, batch_glob=_glob_literal(batch))
         stats = con.sql("SELECT * FROM rollout_stats WHERE batch = $batch", params={"batch": batch})
         stats_frame = stats.pl()
         rows = rows_as_dicts(stats)
