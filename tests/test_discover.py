@@ -448,16 +448,22 @@ def test_an_unlistable_dir_counts_in_a_job_known_only_by_its_trials(
     assert ("unreadable_dir", "job", str(victim)) in problems
 
 
-def test_a_dir_with_a_broken_config_outside_any_job_is_not_a_trial(tmp_path: Path) -> None:
+def test_a_dir_with_a_broken_config_outside_any_job_is_said_not_counted(tmp_path: Path) -> None:
     """Without a job dir around it (no JobConfig, no sibling trial), a dir whose config.json
-    cannot be read is some other tool's: no trial is counted for it."""
+    cannot be read may be a job that died as it started, or another tool's: no trial or job is
+    counted for it, and the file is said (a readable one of another tool's is not)."""
     _job_of_three(tmp_path / "runs")
-    other = tmp_path / "runs" / "notes"
-    other.mkdir()
-    (other / "config.json").write_bytes(b"{")
+    crashed = tmp_path / "runs" / "crashed"
+    crashed.mkdir()
+    (crashed / "config.json").write_bytes(b'{"job_name": "cra')
+    dump(tmp_path / "runs" / "mlflow" / "config.json", {"lr": 0.1})
     trials, unreadable, problems = _counts(tmp_path, tmp_path / "runs")
     assert (trials, unreadable) == (3, 0)
-    assert not [row for row in problems if row[2].startswith(str(other))]
+    assert problems == [("invalid_json", None, str(crashed / "config.json"))]
+    con = connect(tmp_path / "lake")
+    assert con.execute("SELECT count(*) FROM jobs").fetchone() == (1,)
+    message = con.execute("SELECT message FROM problems").fetchone()[0]
+    assert "was not ingested" in message
 
 
 def test_a_dir_is_read_again_when_a_new_sibling_proves_its_parent_a_job(tmp_path: Path) -> None:

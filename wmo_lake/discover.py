@@ -527,6 +527,9 @@ def _settle(found: Discovery, unsettled: dict[int, str]) -> None:
         for index, c in enumerate(found.candidates)
         if index not in unsettled or (c.job.real in proven and unsettled[index] != _DROPPED)
     }
+    candidates = {
+        c.real for index, c in enumerate(found.candidates) if unsettled.get(index) != _DROPPED
+    }
     kept: list[Candidate] = []
     for index, candidate in enumerate(found.candidates):
         reason = unsettled.get(index)
@@ -547,8 +550,40 @@ def _settle(found: Discovery, unsettled: dict[int, str]) -> None:
             )
         elif reason != _CONFIG_ONLY:
             kept.append(candidate)  # a trial if its result.json says so, read to see
-        # (a config.json alone outside any job dir: some other tool's, not a trial)
+        elif (failed := _config_read_failure(candidate)) and not _inside(
+            candidate.real, candidates
+        ):
+            # a config.json alone outside any job dir that cannot be read: a job that died as it
+            # started, perhaps, or another tool's; said, not counted as a trial or a job (one in
+            # a dir read as a trial is that trial's file: its artifacts/, say)
+            found.problems.append(
+                WalkProblem(
+                    f"{candidate.text}/config.json",
+                    failed.kind,
+                    f"{failed.message}. Nothing beside it (no result.json, no "
+                    "trial dirs) says whether its dir is a harbor job or trial, so the dir was "
+                    "not ingested: restore the file, or ignore this if the dir is not harbor's",
+                )
+            )
+        # (a readable config.json alone outside any job dir: some other tool's, not a trial)
     found.candidates = kept
+
+
+def _config_read_failure(candidate: Candidate) -> DirProblem | None:
+    """Why its config.json could not be read at all (not: a JSON array or value was read)."""
+    problem = candidate.dir_problem
+    readable = problem is None or problem.kind in ("not_an_object", "unreadable_dir")
+    return None if readable else problem
+
+
+def _inside(real: str, dirs: set[str]) -> bool:
+    """Whether a dir above `real` is one of `dirs`."""
+    parent = os.path.dirname(real)
+    while parent != real:
+        if parent in dirs:
+            return True
+        real, parent = parent, os.path.dirname(parent)
+    return False
 
 
 def _leave_out_oversized_partitions(found: Discovery) -> None:
