@@ -273,7 +273,8 @@ def _run_ingest(
 
 
 @pytest.mark.parametrize(
-    ("point", "committed"), [("mid_extract", False), ("before_duckdb_file", True)]
+    ("point", "committed"),
+    [("mid_extract", False), ("after_manifest", True), ("before_duckdb_file", True)],
 )
 def test_ctrl_c_says_whether_the_ingest_had_committed(
     tmp_path: Path, point: str, committed: bool

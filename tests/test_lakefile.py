@@ -610,3 +610,41 @@ def test_an_ingest_reads_the_manifest_once_and_builds_from_the_one_it_committed(
     ingest([runs], lake, workers=1)  # nothing changed: nothing built, the manifest read once
     assert (len(reads), built) == (1, [])
     _check(lake, tmp_path)
+
+
+def test_a_full_disk_while_copying_lake_duckdb_says_the_generation_is_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The build starts from a copy of the current lake.duckdb (shutil.copyfile): ENOSPC there
+    is an OSError, not one of DuckDB's, and it left the partial file and a bare "cannot write
+    the lake" error over a generation that was committed."""
+    import errno
+
+    from wmo_lake.lake import ensure_duckdb_file
+    from wmo_lake.store import LakeError
+
+    runs = tmp_path / "runs"
+    write_trial(_job(runs, 1), "a__1", turns=TURNS)
+    ingest([runs], tmp_path / "lake", workers=1)
+    write_trial(_job(runs, 2), "b__1", turns=TURNS)
+    building = tmp_path / "lake" / f".{DUCKDB_FILE}.building"
+
+    def full(src, dst, *args, **kwargs):  # type: ignore[no-untyped-def]
+        Path(dst).write_bytes(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+
+    monkeypatch.setattr(shutil, "copyfile", full)
+    with pytest.raises(LakeError) as failed:
+        ingest([runs], tmp_path / "lake", workers=1)
+    assert "generation 2 of the lake" in str(failed.value) and "is committed" in str(failed.value)
+    assert not building.exists()
+    monkeypatch.undo()
+    store = Store(tmp_path / "lake")
+    ensure_duckdb_file(store)
+    assert _rows_of(tmp_path / "lake") == 2
+
+
+def _rows_of(lake: Path) -> int:
+    with duckdb.connect(str(lake / DUCKDB_FILE), read_only=True) as con:
+        con.execute("SET file_search_path = ?", [str(lake)])
+        return con.execute("SELECT count(*) FROM trials").fetchone()[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ from harbor_shapes import write_job, write_trial
 
 from wmo_lake.cli import cli
 from wmo_lake.ingest import ingest
-from wmo_lake.lake import connect
+from wmo_lake.lake import connect, duckdb_file_current
 from wmo_lake.store import Store
 
 STEP1 = "exp/harbor/step-0001/job"
@@ -114,6 +115,67 @@ def test_forget_is_atomic(lake: Path) -> None:
     )
     assert crashed.returncode != 0
     assert _everything(lake) == before
+
+
+def _forget_in_a_process(lake: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "wmo_lake.cli", "forget", "--batch", "exp/*"]
+    return subprocess.run(
+        [*command, "--lake", str(lake)],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        # a shell's background job ignores SIGINT; the user's terminal does not
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
+def test_forget_stopped_after_its_commit_says_so_and_again_rebuilds_lake_duckdb(
+    lake: Path,
+) -> None:
+    """Ctrl-C just after the manifest swap said "nothing was written or changed" over a lake
+    whose batches were gone; the same forget again said "nothing matched" and left lake.duckdb
+    a generation behind. It now says the change is in, and the rerun rebuilds the file."""
+    stopped = _forget_in_a_process(lake, {"WMO_LAKE_INTERRUPT_AT": "after_manifest"})
+    assert stopped.returncode == 130, stopped.stderr
+    assert stopped.stderr.strip() == (
+        f"interrupted after the commit: generation 2 is the lake at {lake}, but lake.duckdb was "
+        "not rebuilt (wmo-lake reads the lake as it is; for a plain DuckDB client, run the same "
+        "forget again: it rebuilds lake.duckdb and changes nothing else)"
+    )
+    assert _rows(lake, "SELECT DISTINCT batch FROM trials") == [(OTHER,)]
+    store = Store(lake)
+    assert not duckdb_file_current(store, store.read_manifest())
+    again = _forget_in_a_process(lake, {})
+    assert again.returncode == 0 and "nothing matched" in again.stdout, again.stderr
+    assert duckdb_file_current(store, store.read_manifest())
+
+
+def test_forget_killed_while_building_lake_duckdb_is_finished_by_the_same_forget(
+    lake: Path,
+) -> None:
+    killed = _forget_in_a_process(lake, {"WMO_LAKE_CRASH_AT": "after_manifest"})
+    assert killed.returncode == -signal.SIGKILL
+    store = Store(lake)
+    assert not duckdb_file_current(store, store.read_manifest())
+    again = _forget_in_a_process(lake, {})
+    assert again.returncode == 0, again.stderr
+    assert duckdb_file_current(store, store.read_manifest())
+    with duckdb.connect(str(lake / "lake.duckdb"), read_only=True) as db:
+        db.execute("SET file_search_path = ?", [str(lake)])
+        assert db.execute("SELECT DISTINCT batch FROM trials").fetchall() == [(OTHER,)]
+
+
+def test_a_writer_waiting_behind_forget_is_told_it_is_a_forget(lake: Path) -> None:
+    with Store(lake).lock(command="forget"):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "wmo_lake.cli", "forget", "--batch", OTHER, "--lake", lake],
+            stderr=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        waiting = proc.stderr.readline()
+        assert waiting.startswith("waiting for wmo-lake forget pid "), waiting
+    proc.communicate(timeout=60)
 
 
 def test_forget_waits_for_the_lock(lake: Path) -> None:

@@ -488,7 +488,8 @@ def ensure_duckdb_file(
         # files changed are read again
         base = target if target.exists() or not skeleton.exists() else skeleton
         report = lakefile.build(store, manifest, tmp, stamp, base=base, copies=copies)
-    except (duckdb.IOException, duckdb.FatalException) as error:  # a full or read-only disk
+    # a full or read-only disk: DuckDB's errors, or the OSError of copying the current file
+    except (duckdb.IOException, duckdb.FatalException, OSError) as error:
         for partial in (tmp, skeleton):  # (their space is what the next try needs)
             for name in (partial.name, f"{partial.name}.wal"):
                 with contextlib.suppress(OSError):

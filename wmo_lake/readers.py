@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from wmo_lake.discover import Job, TrialTask
 from wmo_lake.lean import skip_numpy
-from wmo_lake.store import PartitionedFiles, partition_of
+from wmo_lake.store import LakeError, PartitionedFiles, partition_of
 
 if TYPE_CHECKING:  # pyarrow loads only once the readers are forked
     import multiprocessing.context
@@ -141,9 +141,9 @@ class Readers:
                 except Empty:
                     dead = [p for p in processes if p.exitcode not in (None, 0)]
                     if dead:
-                        raise RuntimeError(
+                        raise LakeError(
                             f"a reader process died (exit code {dead[0].exitcode}; out of "
-                            "memory?); nothing was committed: re-run the ingest"
+                            "memory, or killed?); nothing was committed: re-run the ingest"
                         ) from None
                     continue
                 kind, payload = message

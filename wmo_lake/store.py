@@ -200,12 +200,14 @@ class InterruptedAfterCommit(KeyboardInterrupt):
     """Ctrl-C once a change of the lake was committed: its new generation is the lake's; what
     was left undone is only lake.duckdb's rebuild (and the sweep of the replaced files)."""
 
-    def __init__(self, root: Path, generation: int) -> None:
+    def __init__(self, root: Path, generation: int, command: str = "ingest") -> None:
         super().__init__(root, generation)
+        self.generation = generation
         self.message = (
             f"interrupted after the commit: generation {generation} is the lake at {root}, but "
             "lake.duckdb was not rebuilt (wmo-lake reads the lake as it is; for a plain DuckDB "
-            "client, run the same ingest again: it rebuilds lake.duckdb and changes nothing else)"
+            f"client, run the same {command} again: it rebuilds lake.duckdb and changes nothing "
+            "else)"
         )
 
 
@@ -475,8 +477,11 @@ class Store:
             shutil.rmtree(staging, ignore_errors=True)
 
     @contextlib.contextmanager
-    def lock(self, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
-        """Hold the lake's write lock; `on_wait` is told who holds it while we wait."""
+    def lock(
+        self, on_wait: Callable[[str], None] | None = None, command: str = "ingest"
+    ) -> Iterator[None]:
+        """Hold the lake's write lock; `on_wait` is told who holds it while we wait (`command`:
+        what this process is, as the next writer waiting is told)."""
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.root / ".lock"
         with open(path, "a+") as stream:
@@ -496,7 +501,7 @@ class Store:
             self.interrupted = bool(stream.read().strip())
             stream.seek(0)
             stream.truncate()
-            stream.write(f"wmo-lake ingest pid {os.getpid()}")
+            stream.write(f"wmo-lake {command} pid {os.getpid()}")
             stream.flush()
             try:
                 yield

@@ -19,6 +19,7 @@ from wmo_lake.store import (
     TRIAL,
     UNREADABLE,
     WALK,
+    InterruptedAfterCommit,
     LakeError,
     Manifest,
     Store,
@@ -88,7 +89,7 @@ def forget(
         raise LakeError(f"no lake at {store.root} (no manifest.json): nothing to forget")
     if not batch_glob:
         raise LakeError("an empty batch glob matches nothing; name the batches to forget")
-    with store.lock(on_wait):
+    with store.lock(on_wait, "forget"):
         base = store.read_manifest()
         catalog = store.read_catalog(base)
         matched = [
@@ -114,6 +115,10 @@ def _remove(
         removal.add(entry)
     removal.batches.sort()
     if dry_run or not entries:
+        if not dry_run:  # (a forget stopped after its commit left lake.duckdb to rebuild)
+            from wmo_lake.lake import ensure_duckdb_file
+
+            ensure_duckdb_file(store, manifest=base)
         return removal
     # The dirs outside these batches that a removed trial was taken over from leave the catalog
     # too: unchanged, they would never be read again, so ingesting them could not bring it back.
@@ -132,12 +137,17 @@ def _remove(
             (e for source, e in catalog.items() if source not in gone),
             touched={e.partition for e in entries},
         )
+    except InterruptedAfterCommit as stopped:  # (said in forget's words)
+        raise InterruptedAfterCommit(store.root, stopped.generation, "forget") from None
     except BaseException:
         commit.abort()
         raise
     from wmo_lake.lake import ensure_duckdb_file
 
-    ensure_duckdb_file(store)
+    try:
+        ensure_duckdb_file(store, manifest=manifest)
+    except KeyboardInterrupt:
+        raise InterruptedAfterCommit(store.root, manifest.generation, "forget") from None
     removal.generation = manifest.generation
     removal.committed = True
     return removal
