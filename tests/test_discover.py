@@ -472,6 +472,7 @@ def test_a_dir_is_read_again_when_a_new_sibling_proves_its_parent_a_job(tmp_path
     the parent is a job dir. The next ingest reads the broken dir again and counts it."""
     job = write_job(tmp_path / "runs" / "job")
     (job / "config.json").write_bytes(b"{")
+    (job / "result.json").unlink()  # (a JobResult would show the job itself)
     broken = job / "b__1"
     broken.mkdir()
     (broken / "config.json").write_bytes(b"{")
@@ -562,3 +563,78 @@ def test_a_trial_with_a_job_like_config_and_files_in_its_artifacts_is_read(
     dump(victim / "artifacts" / name, {"model": "x"})
     trials, unreadable, problems = _counts(tmp_path, tmp_path / "runs")
     assert (trials, unreadable, problems) == (3, 0, [])
+
+
+@pytest.mark.parametrize("config", ["trial-with-agents", "job-shaped"])
+@pytest.mark.parametrize(
+    "job", ["healthy", "broken-job-trials-without-configs", "broken-config-beside-a-job-result"]
+)
+def test_a_dir_in_a_job_whose_config_reads_as_a_jobs_and_has_no_result_is_an_unreadable_trial(
+    tmp_path: Path, config: str, job: str
+) -> None:
+    """In a job dir, where harbor puts only trials, a dir whose config.json reads as a job's
+    (a trial_name and a JobConfig's `agents`, or a JobConfig) and that has no result.json is an
+    unreadable trial, not an empty job: also when the job is known only by its trials' results
+    (its config.json broken, theirs gone)."""
+    job_dir, victim = _job_of_three(tmp_path / "runs")
+    if job != "healthy":  # (the job's result.json, a JobResult, shows it a job in the last case)
+        (job_dir / "config.json").write_bytes(b"{")
+    if job == "broken-job-trials-without-configs":
+        (job_dir / "result.json").unlink()
+        for trial in job_dir.iterdir():
+            if trial.is_dir() and trial != victim:
+                (trial / "config.json").unlink()
+    if config == "job-shaped":
+        dump(victim / "config.json", {"job_name": "x", "agents": [{"name": "terminus-2"}]})
+    else:
+        trial_config = json.loads((victim / "config.json").read_text())
+        dump(victim / "config.json", {**trial_config, "agents": [{"name": "terminus-2"}]})
+    (victim / "result.json").unlink()
+    trials, unreadable, problems = _counts(tmp_path, tmp_path / "runs")
+    assert (trials, unreadable) == (2, 1)
+    assert ("unreadable_trial", "job", str(victim)) in problems
+    jobs = connect(tmp_path / "lake").execute("SELECT batch FROM jobs").fetchall()
+    assert jobs == [("job",)]
+
+
+@pytest.mark.parametrize("broken", ["config", "result"])
+def test_a_broken_job_whose_trials_lost_their_configs_is_still_their_job(
+    tmp_path: Path, broken: str
+) -> None:
+    """A job dir whose own config.json (or result.json, with no config.json) is broken, and
+    whose trial dirs have only their result.json: one of those, read, shows the dir is their
+    job. Its broken file is reported once, with the job, and a broken sibling counts."""
+    job, victim = _job_of_three(tmp_path / "runs")
+    for trial in job.iterdir():
+        if trial.is_dir():
+            (trial / "config.json").unlink()
+    if broken == "config":
+        (job / "result.json").unlink()
+        (job / "config.json").write_bytes(b'{"job_name": ')
+        path = job / "config.json"
+    else:
+        (job / "config.json").unlink()
+        (job / "result.json").write_bytes(b'{"id": ')
+        path = job / "result.json"
+    (victim / "result.json").write_bytes(b'{"trial_name": ')
+    trials, unreadable, problems = _counts(tmp_path, tmp_path / "runs")
+    assert (trials, unreadable) == (2, 1)
+    assert [row for row in problems if row[2] == str(path)] == [("invalid_json", "job", str(path))]
+
+
+def test_a_job_result_shows_a_job_whose_config_is_broken(tmp_path: Path) -> None:
+    """A JobResult result.json beside a config.json that cannot be read is a job dir by its own
+    files: its only dir, a broken trial with no TrialConfig to show it, counts in its batch,
+    and an empty one is an empty batch."""
+    job = write_job(tmp_path / "runs" / "job")
+    (job / "config.json").write_bytes(b'{"job_name": ')
+    victim = job / "b__1"
+    victim.mkdir()
+    dump(victim / "config.json", {"trial_name": "b__1", "agents": [{"name": "terminus-2"}]})
+    empty = write_job(tmp_path / "runs" / "empty")
+    (empty / "config.json").write_bytes(b"{")
+    trials, unreadable, problems = _counts(tmp_path, tmp_path / "runs")
+    assert (trials, unreadable) == (0, 1)
+    assert ("unreadable_trial", "job", str(victim)) in problems
+    jobs = connect(tmp_path / "lake").execute("SELECT batch FROM jobs ORDER BY 1").fetchall()
+    assert jobs == [("empty",), ("job",)]

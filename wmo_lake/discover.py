@@ -434,7 +434,8 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
         also_job = trial_config and isinstance(config, dict) and _has_job_fields(config)
         if job_config:
             configs[directory] = config  # its trials, walked next, read it from here
-        if job_config or (not has_config and has_result and _is_job_result(path / "result.json")):
+        # (a JobResult beside no config.json, or one no reader can take for a trial's or a job's)
+        if job_config or (has_result and not trial_config and _is_job_result(path / "result.json")):
             found.jobs.append(job_at(directory, path))
             job_dirs.add(directory)
             job_parents[real] = (directory, parent)
@@ -466,22 +467,37 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
             stack.append((subdir, inner, known, directory))
     # A dir whose config.json reads as a JobConfig (or as one and a TrialConfig) and that holds
     # no trial dir by its own config.json: its result.json decides. A trial's makes it that
-    # trial, and what it holds its files; otherwise it is a job dir (perhaps of broken trials).
+    # trial, and what it holds its files; so does a job dir around it (harbor puts only trials
+    # there: an unreadable one, then); otherwise it is a job dir (perhaps of broken trials).
     sure_parents = {
         c.job.real for index, c in enumerate(found.candidates) if index not in unsettled
     }
+    with_files = {c.real for c in found.candidates} | {job.real for job in found.jobs}
+    in_a_job = (
+        {job.real for job in found.jobs}
+        | (sure_parents & with_files)
+        | _shown_by_results(found, unsettled, sure_parents, with_files)
+    )
+    holding_any = {c.job.real for c in found.candidates}
     trial_dirs: set[str] = set()  # the dirs found to be trials so
     for index, candidate in enumerate(found.candidates):
         if unsettled.get(index) != _ALSO_JOB:
             continue
-        if candidate.real not in sure_parents and _is_trial_result(candidate.text):
+        if candidate.real not in sure_parents and (
+            candidate.job.real in in_a_job or _is_trial_result(candidate.text)
+        ):
             del unsettled[index]
             trial_dirs.add(candidate.real)
         else:
             unsettled[index] = _DROPPED
             found.jobs.append(job_at(candidate.text, candidate.path))
+            in_a_job.add(candidate.real)
     for real, (directory, parent) in job_parents.items():
-        if real in sure_parents or not _is_trial_result(directory):
+        if real in sure_parents:
+            continue
+        parent_real = reals.get(parent) if parent is not None else None
+        empty_in_a_job = parent_real in in_a_job and real not in holding_any
+        if not empty_in_a_job and not _is_trial_result(directory):
             continue
         job = job_at(parent) if parent is not None else job_at(str(Path(directory).parent))
         found.jobs = [other for other in found.jobs if other.real != real]
@@ -490,7 +506,8 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
     for index, candidate in enumerate(found.candidates):
         if candidate.job.real in trial_dirs:
             unsettled[index] = _DROPPED
-    _settle(found, unsettled)
+    proven_by_results = _shown_by_results(found, unsettled, sure_parents, with_files)
+    _settle(found, unsettled, proven_by_results)
     _leave_out_oversized_partitions(found)
     return found
 
@@ -504,7 +521,26 @@ _ALSO_JOB = "also_job"  # a config.json with trial_name that also has a JobConfi
 _DROPPED = "dropped"  # no trial: a job dir after all, or a dir inside a trial dir
 
 
-def _settle(found: Discovery, unsettled: dict[int, str]) -> None:
+def _shown_by_results(
+    found: Discovery, unsettled: dict[int, str], sure_parents: set[str], with_files: set[str]
+) -> set[str]:
+    """The dirs of their own files (a broken config.json, say) that no TrialConfig trial dir
+    shows as a job, but one of whose dirs without a TrialConfig has a TrialResult: peeked, one
+    file at a time until one is (only such trees pay: harbor writes a trial's config.json
+    first). A config.json or result.json in the artifacts/ of a trial that lost its own is no
+    TrialResult, so that trial stays a trial."""
+    undecided: dict[str, list[Candidate]] = {}
+    for index, c in enumerate(found.candidates):
+        if unsettled.get(index) in (_RESULT_ONLY, _CONFIG) and c.job.real not in sure_parents:
+            undecided.setdefault(c.job.real, []).append(c)
+    return {
+        parent
+        for parent, children in undecided.items()
+        if parent in with_files and any(_is_trial_result(child.text) for child in children)
+    }
+
+
+def _settle(found: Discovery, unsettled: dict[int, str], proven_by_results: set[str]) -> None:
     """Decide the candidates the walk could not: a dir inside a job dir is one of its trials
     (counted, as unreadable when nothing in it can be read), and a dir whose parent is a job dir
     only shows once the walk has met that parent's trials (its own config.json broken). A dir that
@@ -527,6 +563,9 @@ def _settle(found: Discovery, unsettled: dict[int, str]) -> None:
         for index, c in enumerate(found.candidates)
         if index not in unsettled or (c.job.real in proven and unsettled[index] != _DROPPED)
     }
+    # (and one whose trial dirs have no TrialConfig, shown by a TrialResult among them)
+    holding |= proven_by_results
+    proven |= proven_by_results
     candidates = {
         c.real for index, c in enumerate(found.candidates) if unsettled.get(index) != _DROPPED
     }
