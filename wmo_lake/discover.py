@@ -480,9 +480,10 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
     )
     holding_any = {c.job.real for c in found.candidates}
     trial_dirs: set[str] = set()  # the dirs found to be trials so
-    for index, candidate in enumerate(found.candidates):
-        if unsettled.get(index) != _ALSO_JOB:
+    for index, reason in list(unsettled.items()):
+        if reason != _ALSO_JOB:
             continue
+        candidate = found.candidates[index]
         if candidate.real not in sure_parents and (
             candidate.job.real in in_a_job or _is_trial_result(candidate.text)
         ):
@@ -503,9 +504,10 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
         found.jobs = [other for other in found.jobs if other.real != real]
         found.candidates.append(Candidate(Path(directory), real, job, True, directory))
         trial_dirs.add(real)
-    for index, candidate in enumerate(found.candidates):
-        if candidate.job.real in trial_dirs:
-            unsettled[index] = _DROPPED
+    if trial_dirs:
+        for index, candidate in enumerate(found.candidates):
+            if candidate.job.real in trial_dirs:
+                unsettled[index] = _DROPPED
     proven_by_results = _shown_by_results(found, unsettled, sure_parents, with_files)
     _settle(found, unsettled, proven_by_results)
     _leave_out_oversized_partitions(found)
@@ -530,8 +532,9 @@ def _shown_by_results(
     first). A config.json or result.json in the artifacts/ of a trial that lost its own is no
     TrialResult, so that trial stays a trial."""
     undecided: dict[str, list[Candidate]] = {}
-    for index, c in enumerate(found.candidates):
-        if unsettled.get(index) in (_RESULT_ONLY, _CONFIG) and c.job.real not in sure_parents:
+    for index, reason in unsettled.items():
+        c = found.candidates[index]
+        if reason in (_RESULT_ONLY, _CONFIG) and c.job.real not in sure_parents:
             undecided.setdefault(c.job.real, []).append(c)
     return {
         parent
@@ -546,6 +549,8 @@ def _settle(found: Discovery, unsettled: dict[int, str], proven_by_results: set[
     only shows once the walk has met that parent's trials (its own config.json broken). A dir that
     holds trial dirs is their job dir (its result.json, unreadable as a JobResult or with no
     config.json beside it, is read and reported with the job)."""
+    if not unsettled:  # (a healthy tree: every candidate a trial by its own config.json)
+        return
     # A job dir by its own files, or by a trial dir inside it (a TrialConfig) when it has files
     # of its own (a broken config.json or result.json): a run dir holding a stray trial dir is
     # no job, whose other dirs (another tool's) would count as its trials.
