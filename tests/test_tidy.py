@@ -165,8 +165,11 @@ def test_forget_killed_while_building_lake_duckdb_is_finished_by_the_same_forget
         assert db.execute("SELECT DISTINCT batch FROM trials").fetchall() == [(OTHER,)]
 
 
-def test_a_writer_waiting_behind_forget_is_told_it_is_a_forget(lake: Path) -> None:
-    with Store(lake).lock(command="forget"):
+@pytest.mark.parametrize("holder", ["ingest", "forget"])
+def test_forget_waits_for_the_lock_naming_its_holder(lake: Path, holder: str) -> None:
+    """A writer waiting behind another is told which command holds the lake (a forget's lock
+    said "ingest")."""
+    with Store(lake).lock(command=holder):
         proc = subprocess.Popen(
             [sys.executable, "-m", "wmo_lake.cli", "forget", "--batch", OTHER, "--lake", lake],
             stderr=subprocess.PIPE,
@@ -174,20 +177,7 @@ def test_a_writer_waiting_behind_forget_is_told_it_is_a_forget(lake: Path) -> No
             text=True,
         )
         waiting = proc.stderr.readline()
-        assert waiting.startswith("waiting for wmo-lake forget pid "), waiting
-    proc.communicate(timeout=60)
-
-
-def test_forget_waits_for_the_lock(lake: Path) -> None:
-    with Store(lake).lock():
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "wmo_lake.cli", "forget", "--batch", OTHER, "--lake", lake],
-            stderr=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        waiting = proc.stderr.readline()
-        assert "waiting for" in waiting
+        assert waiting.startswith(f"waiting for wmo-lake {holder} pid "), waiting
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0 and "removed 1 trials" in out
 

@@ -158,12 +158,18 @@ def apply_sets(raw: dict[str, Any], assignments: Iterable[str]) -> dict[str, Any
     return raw
 
 
+def _first_problem(error: Any, whole: str) -> tuple[str, str, dict[str, Any]]:
+    """A pydantic ValidationError's first problem: its location dotted (`whole` when it is the
+    document itself), its message, and the problem."""
+    first = error.errors()[0]
+    location = ".".join(str(part) for part in first.get("loc", ())) or whole
+    return location, first.get("msg", "invalid"), first
+
+
 def _field_error(template: Path | str, error: Any) -> CollectError:
     """One message naming the first invalid field (pydantic's location, dotted)."""
     problems = error.errors()
-    first = problems[0]
-    location = ".".join(str(part) for part in first.get("loc", ())) or "(the template)"
-    message = first.get("msg", "invalid")
+    location, message, first = _first_problem(error, "(the template)")
     given = first.get("input")
     shown = "" if isinstance(given, dict | list) or given is None else f" (got {given!r})"
     more = f"; {len(problems) - 1} more problem(s) after this one" if len(problems) > 1 else ""
@@ -607,10 +613,9 @@ def _cut_off(error: Any) -> bool:
 
 
 def _not_a_trial_result(path: Path, error: Any) -> str:
-    first = error.errors()[0]
-    where = ".".join(str(part) for part in first.get("loc", ())) or "(the document)"
+    where, message, _ = _first_problem(error, "(the document)")
     return (
-        f"{path} is whole JSON but not this harbor's TrialResult ({where}: {first.get('msg')}): "
+        f"{path} is whole JSON but not this harbor's TrialResult ({where}: {message}): "
         "written by another harbor version, or edited. It is not removed (only a result.json "
         "cut off mid-write is): restore it, or move its trial dir away to run that trial "
         "again, then run the same command again"

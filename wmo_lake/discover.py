@@ -473,11 +473,8 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
         c.job.real for index, c in enumerate(found.candidates) if index not in unsettled
     }
     with_files = {c.real for c in found.candidates} | {job.real for job in found.jobs}
-    in_a_job = (
-        {job.real for job in found.jobs}
-        | (sure_parents & with_files)
-        | _shown_by_results(found, unsettled, sure_parents, with_files)
-    )
+    shown_by_results = _shown_by_results(found, unsettled, sure_parents, with_files)
+    in_a_job = {job.real for job in found.jobs} | (sure_parents & with_files) | shown_by_results
     holding_any = {c.job.real for c in found.candidates}
     trial_dirs: set[str] = set()  # the dirs found to be trials so
     for index, reason in list(unsettled.items()):
@@ -508,8 +505,8 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
         for index, candidate in enumerate(found.candidates):
             if candidate.job.real in trial_dirs:
                 unsettled[index] = _DROPPED
-    proven_by_results = _shown_by_results(found, unsettled, sure_parents, with_files)
-    _settle(found, unsettled, proven_by_results)
+    # (what a dir found to be a trial holds are its files, shown nothing)
+    _settle(found, unsettled, shown_by_results - trial_dirs)
     _leave_out_oversized_partitions(found)
     return found
 

@@ -114,10 +114,10 @@ def _remove(
     for entry in entries:
         removal.add(entry)
     removal.batches.sort()
+    from wmo_lake.lake import ensure_duckdb_file
+
     if dry_run or not entries:
         if not dry_run:  # (a forget stopped after its commit left lake.duckdb to rebuild)
-            from wmo_lake.lake import ensure_duckdb_file
-
             ensure_duckdb_file(store, manifest=base)
         return removal
     # The dirs outside these batches that a removed trial was taken over from leave the catalog
@@ -142,8 +142,6 @@ def _remove(
     except BaseException:
         commit.abort()
         raise
-    from wmo_lake.lake import ensure_duckdb_file
-
     try:
         ensure_duckdb_file(store, manifest=manifest)
     except KeyboardInterrupt:
