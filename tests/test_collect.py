@@ -195,6 +195,7 @@ def test_tasks_by_name_by_dir_name_and_by_path(tmp_path: Path) -> None:
         sets=[KIT_TASKS],
     )
     assert plan.task_names == ["e2e/no-reward", "e2e/hello-file", "e2e/sum-numbers"]
+    assert plan.repeated_ids == ["hello-file"]  # (a task named twice runs once)
     assert plan.trials_planned == 3 * 2
     config = plan.config
     assert config.n_attempts == 2 and config.datasets == []
@@ -614,6 +615,16 @@ def test_the_reward_key_warning_counts_the_steps_trials_not_the_lakes(tmp_path: 
     warned = [line for line in result.stderr.splitlines() if "reward key 'nope'" in line]
     assert len(warned) == 1, result.stderr
     assert "'reward' (3 trials)" in warned[0], warned[0]
+
+
+def test_a_task_named_twice_runs_once_and_a_note_says_so(tmp_path: Path) -> None:
+    _complete_step(tmp_path)
+    code, output = _collect_complete(tmp_path, "hello-file", "no-reward", "e2e/hello-file")
+    assert code == 0, output
+    report = json.loads(output)
+    assert report["trials_planned"] == 2 * 3
+    (note,) = [note for note in report["notes"] if "named a task already given" in note]
+    assert note.startswith("'e2e/hello-file': ") and "(--attempts, 3 here)" in note
 
 
 def test_a_step_collected_through_a_symlinked_run_dir_keeps_its_batch(tmp_path: Path) -> None:

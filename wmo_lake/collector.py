@@ -308,9 +308,11 @@ def _task_dir(text: str) -> Path | None:
 
 def select_tasks(
     tasks: Sequence[TaskConfig], wanted: Sequence[str], template: Path | str
-) -> list[TaskConfig]:
-    """The tasks named by `wanted`, in that order, each once: a name of one of the template's
-    tasks, else a path to a task dir; anything else is an error naming every unknown id."""
+) -> tuple[list[TaskConfig], list[str]]:
+    """The tasks named by `wanted`, in that order, each once (a task's group is its attempts, so
+    a task named twice is not sampled twice), and the ids that named a task already chosen: a
+    name of one of the template's tasks, else a path to a task dir; anything else is an error
+    naming every unknown id."""
     from harbor.models.trial.config import TaskConfig
 
     by_name: dict[str, TaskConfig] = {}
@@ -322,6 +324,7 @@ def select_tasks(
             by_path.setdefault(Path(os.path.abspath(Path(task.path).expanduser())), task)
     chosen: list[TaskConfig] = []
     unknown: list[str] = []
+    repeated: list[str] = []
     for name in wanted:
         task = by_name.get(name)
         if task is None:
@@ -331,6 +334,8 @@ def select_tasks(
             unknown.append(name)
         elif task not in chosen:
             chosen.append(task)
+        else:
+            repeated.append(name)
     if unknown:
         known = sorted({task_names(t)[0] for t in tasks})
         shown = ", ".join(known[:20]) + (f", ... ({len(known)} in all)" if len(known) > 20 else "")
@@ -339,7 +344,7 @@ def select_tasks(
             f"unknown task id(s) {', '.join(map(repr, unknown))}: not a task of the job "
             f"template {template} (it {has}) and not a task dir (with task.toml)"
         )
-    return chosen
+    return chosen, repeated
 
 
 # ----------------------------------------------------------------------------- the plan
@@ -352,6 +357,8 @@ class StepPlan:
     config: JobConfig
     step: int
     task_names: list[str]
+    # ids given (--task, --tasks) that named a task already selected: each runs once
+    repeated_ids: list[str] = field(default_factory=list)
 
     @property
     def job_dir(self) -> Path:
@@ -391,8 +398,9 @@ def plan_step(
     _check_job_shape(config, template)
     resolved = _resolve_tasks(config, template)
     wanted = list(task_ids) or (read_task_ids(tasks_file) if tasks_file is not None else [])
+    repeated: list[str] = []
     if wanted:
-        selected = select_tasks(resolved, wanted, template)
+        selected, repeated = select_tasks(resolved, wanted, template)
         # The selection is recorded as the job's own task list, so its config (and harbor's
         # resume check) says exactly what ran.
         config = config.model_copy(update={"tasks": selected, "datasets": []})
@@ -409,7 +417,7 @@ def plan_step(
                 f"the job template {template} names the task dir {task.path}, which is not a "
                 "directory: check its tasks[].path"
             )
-    return StepPlan(config, step, [task_names(t)[0] for t in selected])
+    return StepPlan(config, step, [task_names(t)[0] for t in selected], repeated)
 
 
 def _check_job_shape(config: JobConfig, template: Path | str) -> None:
@@ -669,6 +677,17 @@ def run_job(plan: StepPlan, already_done: int, on_trial_done: TrialDone | None =
 # ----------------------------------------------------------------------------- the result
 
 
+def _repeated_notes(plan: StepPlan) -> list[str]:
+    """A note for the task ids given that named a task already selected."""
+    if not plan.repeated_ids:
+        return []
+    shown = ", ".join(repr(name) for name in dict.fromkeys(plan.repeated_ids))
+    return [
+        f"{shown}: named a task already given, so it ran once; a task's group is its attempts "
+        f"(--attempts, {plan.config.n_attempts} here)"
+    ]
+
+
 @dataclass
 class StepResult:
     """What `collect` did and what the step's batch looks like in the lake."""
@@ -840,6 +859,6 @@ def collect(
         ingest=summary,
         stats=report.stats,
         records=report.records,
-        notes=report.notes,
+        notes=[*_repeated_notes(plan), *report.notes],
         stats_row=report.stats_row,
     )

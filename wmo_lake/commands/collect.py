@@ -45,7 +45,8 @@ from wmo_lake.store import LakeError
     "task_ids",
     multiple=True,
     metavar="ID",
-    help="Run only this task (its name, e.g. 'org/task', its dir name, or a task dir); repeatable.",
+    help="Run only this task (its name, e.g. 'org/task', its dir name, or a task dir); "
+    "repeatable. A task named twice runs once: --attempts sets its group size.",
 )
 @click.option(
     "--attempts",
