@@ -117,6 +117,19 @@ def test_sparkline() -> None:
     assert len(sparkline([0.5] * 500, 0.0, 1.0)) == 60
 
 
+@pytest.mark.parametrize("n", [61, 123, 245, 490, 1000, 99_999])
+def test_a_long_sparkline_puts_every_value_in_a_bucket(n: int) -> None:
+    """Bucketed, the newest step is in the last bucket and the oldest in the first (float bucket
+    bounds left the newest out for n = 123, 245, 490, ...: a collapse at the last step of a run
+    was not drawn)."""
+    newest = sparkline([None] * (n - 1) + [1.0], 0.0, 1.0)  # a gap but for the newest value
+    assert newest == " " * 59 + "█"
+    oldest = sparkline([1.0] + [None] * (n - 1), 0.0, 1.0)
+    assert oldest == "█" + " " * 59
+    if n < 120:  # (a bucket of two or three values: the drop shows)
+        assert sparkline([1.0] * (n - 1) + [0.0], 0.0, 1.0)[-1] != "█"
+
+
 def test_sparkline_per_metric_with_gaps(two_runs_lake: Path) -> None:
     output = stats(two_runs_lake).output
     section = output.split("exp-a: 6 steps, per metric across steps\n", 1)[1]

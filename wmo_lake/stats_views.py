@@ -149,10 +149,11 @@ def sparkline(
     """One character per value (a space for None), scaled to [low, high] (default: the values'
     own range); more than SPARK_WIDTH values are averaged into that many buckets."""
     if len(values) > SPARK_WIDTH:
-        size = len(values) / SPARK_WIDTH
-        buckets = []
+        n = len(values)  # bucket i is values[i*n//W : (i+1)*n//W]: integer bounds, so the last
+        buckets = []  # one ends at n (float ones dropped the newest value for n = 123, 245, ...)
         for i in range(SPARK_WIDTH):
-            chunk = [v for v in values[int(i * size) : int((i + 1) * size)] if v is not None]
+            bucket = values[i * n // SPARK_WIDTH : (i + 1) * n // SPARK_WIDTH]
+            chunk = [v for v in bucket if v is not None]
             buckets.append(sum(chunk) / len(chunk) if chunk else None)
         values = buckets
     present = [v for v in values if v is not None]
