@@ -465,6 +465,49 @@ def test_runs_and_stop_reasons_are_drawn_apart(tmp_path: Path) -> None:
     assert not {colors["no_tool_call"], colors["zz_other"]} & set(STOP_COLORS.values())
 
 
+def ctrf_report(passed: int, failed: int) -> dict[str, Any]:
+    """A CTRF report of `passed` + `failed` tests."""
+    tests = [{"name": f"t{i}", "status": "passed", "duration": 1} for i in range(passed)]
+    tests += [{"name": f"f{i}", "status": "failed", "duration": 1} for i in range(failed)]
+    summary = {"tests": passed + failed, "passed": passed, "failed": failed, "skipped": 0}
+    summary |= {"pending": 0, "other": 0, "start": 0, "stop": 1}
+    return {"results": {"tool": {"name": "pytest"}, "summary": summary, "tests": tests}}
+
+
+def rates_lake(tmp_path: Path) -> Path:
+    """Run `exp`: step 1 passes 1 test of 300 (graded 0.33%), step 2 passes 299 (99.67%)."""
+    for step, passed in ((1, 1), (2, 299)):
+        job = write_job(tmp_path / "runs" / "exp" / "harbor" / f"step-{step:04d}" / "job")
+        write_trial(job, "t__1", reward=passed / 300, ctrf=ctrf_report(passed, 300 - passed))
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    return tmp_path / "lake"
+
+
+def test_a_rate_hovers_as_the_cli_prints_it_never_rounded_to_0_or_100(tmp_path: Path) -> None:
+    """plotly's `%{y}` took the rate axis' '.0%' tick format: 1 test in 300 hovered as '0%'
+    (never solved) and 299 as '100%'. Every rate trace hovers its `percent_text`."""
+    out = tmp_path / "r.html"
+    assert report(rates_lake(tmp_path), out).exit_code == 0
+    figures = figures_of(out.read_text())
+    [graded] = figures["metric-graded_solve_rate"]["data"]
+    assert graded["hovertext"] == ["0.3%", "99.7%"]
+    assert "%{hovertext}" in graded["hovertemplate"] and "%{y}" not in graded["hovertemplate"]
+    rate_traces = [
+        trace
+        for figure_id, figure in figures.items()
+        if figure_id.startswith(("metric-", "stop-"))
+        and figure["layout"]["yaxis"].get("tickformat") == ".0%"
+        for trace in figure["data"]
+    ]
+    assert len(rate_traces) == 6 + 1  # six rate metrics, one stop reason
+    for trace in rate_traces:
+        shown = ["" if y is None else percent_text(y) for y in trace["y"]]
+        assert trace["hovertext"] == shown, trace["meta"]
+        assert "%{hovertext}" in trace["hovertemplate"]
+    [tokens] = figures["tokens-prompt_tokens"]["data"]  # (a count hovers as it is)
+    assert "hovertext" not in tokens and "%{y}" in tokens["hovertemplate"]
+
+
 def test_a_long_task_id_is_a_short_tick_and_whole_on_hover(tmp_path: Path) -> None:
     """A ~250-character task id took the heatmap's whole width as its tick label: the tick
     keeps 30 characters, an ellipsis and the last 15; the category (hover) is the whole id."""

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from browser import Browser
 from click.testing import CliRunner
+from test_report import rates_lake
 
 from wmo_lake.cli import cli
 
@@ -62,6 +63,34 @@ def test_report_renders_offline_in_chromium(two_runs_lake: Path, tmp_path: Path)
     target = os.environ.get("WMO_LAKE_SCREENSHOT")
     if target:
         shutil.copyfile(screenshot, target)
+
+
+# The hover label plotly draws for one point of a chart's first trace.
+HOVER = """
+new Promise(done => {
+  const chart = document.getElementById(%r);
+  Plotly.Fx.hover(chart, [{curveNumber: 0, pointNumber: %d}]);
+  setTimeout(() => done(Array.from(chart.querySelectorAll('.hovertext'))
+    .map(label => label.textContent).join(' | ')), 200);
+})
+"""
+
+
+def test_a_rate_hovers_with_the_clis_percent_text(tmp_path: Path) -> None:
+    """plotly formats `%{y}` with the axis' '.0%': a graded solve rate of 1 test in 300 hovered
+    as '0%' and 299 as '100%'. Drawn in the browser, the hover says 0.3% and 99.7%."""
+    out = tmp_path / "report.html"
+    result = CliRunner().invoke(
+        cli, ["report", "--lake", str(rates_lake(tmp_path)), "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    with Browser.launch() as browser:
+        page = browser.open(out.as_uri())
+        page.wait_for("document.body && document.body.dataset.rendered")
+        labels = [page.evaluate(HOVER % ("metric-graded_solve_rate", i)) for i in (0, 1)]
+        assert browser.errors == []
+    # (each label: the run, then the batch and the rate)
+    assert labels[0].endswith("step-0001/job0.3%") and labels[1].endswith("job99.7%"), labels
 
 
 def test_the_harness_sees_errors_and_blocks_the_network(tmp_path: Path) -> None:

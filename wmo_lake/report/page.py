@@ -179,20 +179,36 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def _rate_hover(values: list[Any]) -> dict[str, Any]:
+    """A trace's hover value for rates: `percent_text`, as the CLI and the heatmap print them.
+    plotly's `%{y}` takes the axis' '.0%' tick format, which showed 1 pass in 300 as '0%' and
+    299 as '100%'."""
+    return {"hovertext": ["" if v is None else percent_text(v) for v in values]}
+
+
 def _line_trace(
-    data: ReportData, label: str, index: int, metric: str, rows: list[dict[str, Any]], ys: list
+    data: ReportData,
+    label: str,
+    index: int,
+    metric: str,
+    rows: list[dict[str, Any]],
+    ys: list,
+    percent: bool = False,
 ) -> dict[str, Any]:
+    ys = [_clean(y) for y in ys]
+    value = "%{hovertext}" if percent else "%{y}"
     return {
         "type": "scatter",
         "mode": "lines+markers",
         "name": label,
         "x": _xs(data, label, rows, shared=True),
-        "y": [_clean(y) for y in ys],
+        "y": ys,
         "customdata": [r["batch"] for r in rows],
         "connectgaps": False,
         **_run_style(index),
         "meta": {"metric": metric, "series": label},
-        "hovertemplate": "%{customdata}<br>%{y}<extra>" + html.escape(label) + "</extra>",
+        **(_rate_hover(ys) if percent else {}),
+        "hovertemplate": f"%{{customdata}}<br>{value}<extra>{html.escape(label)}</extra>",
     }
 
 
@@ -201,7 +217,15 @@ def metric_figures(data: ReportData) -> list[dict[str, Any]]:
     figures = []
     for metric in METRICS:
         traces = [
-            _line_trace(data, label, i, metric.key, rows, [measured(r, metric.key) for r in rows])
+            _line_trace(
+                data,
+                label,
+                i,
+                metric.key,
+                rows,
+                [measured(r, metric.key) for r in rows],
+                percent=metric.percent,
+            )
             for i, (label, rows) in enumerate(data.points.items())
         ]
         yaxis: dict[str, Any] = {"title": {"text": metric.label}, "rangemode": "tozero"}
@@ -285,7 +309,9 @@ def _stacked(
     label: str,
     rows: list[dict[str, Any]],
     parts: list[tuple[str, dict[str, Any], list[Any]]],
+    percent: bool = False,
 ) -> dict[str, Any]:
+    value = "%{hovertext}" if percent else "%{y}"
     traces = [
         {
             "type": "bar",
@@ -295,7 +321,8 @@ def _stacked(
             "customdata": [r["batch"] for r in rows],
             "marker": marker,
             "meta": {"metric": name, "series": label},
-            "hovertemplate": "%{customdata}<br>" + html.escape(name) + ": %{y}<extra></extra>",
+            **(_rate_hover([_clean(v) for v in values]) if percent else {}),
+            "hovertemplate": f"%{{customdata}}<br>{html.escape(name)}: {value}<extra></extra>",
         }
         for name, marker, values in parts
     ]
@@ -338,6 +365,7 @@ def stop_reason_figures(data: ReportData) -> list[dict[str, Any]]:
                 label,
                 rows,
                 parts,
+                percent=True,
             )
         )
         figures[-1]["figure"]["layout"]["yaxis"].update({"tickformat": ".0%"})
