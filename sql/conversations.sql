@@ -62,7 +62,10 @@ turns AS (
         s.step_index,
         s.source,
         s.observation,
-        array_length(s.media) > 0 AS has_media,
+        -- media in the step's own message, and in its observation (`media` holds both), apart:
+        -- an episode's last step contributes its message, not its observation
+        array_length(s.media) > coalesce(array_length(s.observation_media), 0) AS message_media,
+        array_length(s.observation_media) > 0 AS observation_media,
         CASE s.source WHEN 'agent' THEN 'assistant' ELSE 'user' END AS role,
         CASE
             WHEN s.source = 'agent' THEN concat_ws(
@@ -97,15 +100,19 @@ messages AS (
         trial_key,
         file_index,
         step_index,
-        has_media,
         unnest(
             CASE
                 WHEN source = 'agent' AND observation IS NOT NULL
                     THEN [
-                        {'part': 0, 'role': role, 'content': content},
-                        {'part': 1, 'role': 'user', 'content': observation}
+                        {'part': 0, 'role': role, 'content': content, 'media': message_media},
+                        {
+                            'part': 1,
+                            'role': 'user',
+                            'content': observation,
+                            'media': observation_media
+                        }
                     ]
-                ELSE [{'part': 0, 'role': role, 'content': content}]
+                ELSE [{'part': 0, 'role': role, 'content': content, 'media': message_media}]
             END
         ) AS turn
     FROM turns
@@ -171,7 +178,7 @@ SELECT
         lambda x: x.message
     ) AS messages,
     count(*) AS n_messages,
-    bool_or(m.has_media) AS has_media
+    bool_or(m.turn.media) AS has_media
 FROM ends AS e
 JOIN messages AS m
     ON

@@ -135,6 +135,7 @@ def step_row(
         "n_tool_calls": 0 if calls is None else len(calls),
         "observation": observation,
         "media": media + observed_media,
+        "observation_media": observed_media,
         "prompt_tokens": _int(metrics, "prompt_tokens", index, wrong, "metrics."),
         "completion_tokens": _int(metrics, "completion_tokens", index, wrong, "metrics."),
         "cached_tokens": _int(metrics, "cached_tokens", index, wrong, "metrics."),

@@ -383,3 +383,58 @@ def test_the_model_is_the_one_harbor_export_names(
     ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
     rows, _ = exported(tmp_path / "lake", tmp_path / "out.jsonl", "--no-split-guard")
     assert [row["model"] for row in rows] == [conversation["model"] for conversation in harbor]
+
+
+IMAGE = {"type": "image", "source": {"media_type": "image/png", "path": "screen.png"}}
+
+
+def test_an_episode_is_multimodal_only_for_the_media_its_messages_hold(tmp_path: Path) -> None:
+    """An episode ends with its agent step's turn; that step's observation opens the next one.
+    So an image in the observation of an episode's last step is in the next episode, not in
+    this one (which was left out as `multimodal`, with text only: the last episode of an agent
+    whose final tool result is a screenshot was lost)."""
+
+    def steps(image_in: str) -> list[dict[str, Any]]:
+        with_image = [{"type": "text", "text": "shown"}, IMAGE]
+        return [
+            {"step_id": 1, "source": "system", "message": f"Task: look ({image_in})"},
+            {
+                "step_id": 2,
+                "source": "agent",
+                "message": "a1",
+                "observation": {"results": [{"content": "text"}]},
+            },
+            {
+                "step_id": 3,
+                "source": "agent",
+                "message": with_image if image_in == "message" else "a2",
+                "observation": {
+                    "results": [{"content": with_image if image_in == "observation" else "plain"}]
+                },
+            },
+            {"step_id": 4, "source": "agent", "message": "a3"},
+        ]
+
+    job = write_job(tmp_path / "runs" / "exp" / "harbor" / "step-0000" / "job")
+    for where in ("observation", "message"):
+        trajectory = real_trajectory()
+        trajectory["steps"] = steps(where)
+        trajectory.pop("continued_trajectory_ref", None)
+        dump(write_trial(job, f"{where}__1", reward=1.0) / "agent" / "trajectory.json", trajectory)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    from wmo_lake.lake import connect
+
+    media = connect(tmp_path / "lake").sql(
+        "SELECT trial_name, list(has_media ORDER BY episode) FROM conversations GROUP BY ALL"
+    )
+    assert dict(media.fetchall()) == {
+        "observation__1": [False, False, True],  # (the image opens episode 2)
+        "message__1": [False, True, True],
+    }
+    rows, manifest = exported(tmp_path / "lake", tmp_path / "out.jsonl", "--no-split-guard")
+    assert [(r["trial_name"], r["episode"]) for r in rows] == [
+        ("message__1", 0),
+        ("observation__1", 0),
+        ("observation__1", 1),
+    ]
+    assert manifest["excluded"] == {"multimodal": 3}

@@ -645,6 +645,12 @@ STEPS = TableSpec(
             "the non-text parts of the message and observation, as `type:path`",
         ),
         Column(
+            "observation_media",
+            LIST_STRING,
+            (TRAJECTORY, "steps[].observation.results[].content"),
+            "those of the observation alone (an episode ends before its last step's observation)",
+        ),
+        Column(
             "prompt_tokens", INT64, (TRAJECTORY, "steps[].metrics.prompt_tokens"), "as recorded"
         ),
         Column(

@@ -231,6 +231,7 @@ def add_steps(
         s["n_tool_calls"].append(0 if calls is None else len(calls))
         s["observation"].append(observation)
         s["media"].append(media + observed_media)
+        s["observation_media"].append(observed_media)
         s["prompt_tokens"].append(
             _int(metrics.prompt_tokens, "metrics.prompt_tokens", index, wrong)
         )
