@@ -34,7 +34,8 @@ def _turns(
     return turns
 
 
-def _ctrf(passed: int, failed: int) -> dict:
+def ctrf_report(passed: int, failed: int) -> dict:
+    """A CTRF report of `passed` + `failed` tests."""
     tests = [{"name": f"test_{i}", "status": "passed", "duration": 0.01} for i in range(passed)]
     tests += [{"name": f"test_f{i}", "status": "failed", "duration": 0.01} for i in range(failed)]
     return {
@@ -107,7 +108,7 @@ def write_training_run(
                     reward=1.0 if passed else 0.0,
                     n_episodes=n_turns,
                     turns=_turns(rng, n_turns, rng.random() < truncated_share),
-                    ctrf=_ctrf(2, 0) if passed else _ctrf(rng.randint(0, 1), 1),
+                    ctrf=ctrf_report(2, 0) if passed else ctrf_report(rng.randint(0, 1), 1),
                 )
         if step in unreadable_steps:
             write_unreadable_trial(job, "broken__1", "truncated")

@@ -306,3 +306,23 @@ def test_a_run_s_batches_without_a_step_are_said_under_the_step_table(tmp_path: 
     text = compare(tmp_path / "lake", "exp-a", "exp-b").output.splitlines()
     assert "A's 1 batch without a step is in its figures above, in no step of this table" in text
     assert "B's 1 batch without a step is in its figures above, in no step of this table" in text
+
+
+def test_the_reward_key_is_checked_on_the_compared_trials(tmp_path: Path) -> None:
+    """A key that only another run of the lake has made every compared trial an infra failure
+    without a word (the check was over the whole lake); `stats` of the same runs warns."""
+    for run, rewards in (("exp-a", {"reward": 1.0}), ("exp-b", {"reward": 0.0})):
+        write_trial(
+            write_job(tmp_path / "runs" / run / "harbor" / "step-0000" / "job"),
+            "t__1",
+            rewards=rewards,
+        )
+    scored = write_job(tmp_path / "runs" / "scored" / "harbor" / "step-0000" / "job")
+    write_trial(scored, "t__1", rewards={"score": 1.0})
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    warned = compare(tmp_path / "lake", "exp-a", "exp-b", "--reward-key", "score")
+    assert warned.exit_code == 0, warned.output
+    assert "warning: reward key 'score' occurs in no trial in scope" in warned.stderr
+    assert "'reward' (2 trials)" in warned.stderr  # (the keys of the compared trials)
+    quiet = compare(tmp_path / "lake", "exp-a", "scored", "--reward-key", "score")
+    assert quiet.exit_code == 0 and "warning" not in quiet.stderr, quiet.stderr

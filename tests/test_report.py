@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 from harbor_shapes import write_job, write_sink, write_trial
-from run_shapes import write_split_step_run
+from run_shapes import ctrf_report, write_split_step_run
 
 from wmo_lake.cli import cli
 from wmo_lake.ingest import ingest
@@ -465,15 +465,6 @@ def test_runs_and_stop_reasons_are_drawn_apart(tmp_path: Path) -> None:
     assert not {colors["no_tool_call"], colors["zz_other"]} & set(STOP_COLORS.values())
 
 
-def ctrf_report(passed: int, failed: int) -> dict[str, Any]:
-    """A CTRF report of `passed` + `failed` tests."""
-    tests = [{"name": f"t{i}", "status": "passed", "duration": 1} for i in range(passed)]
-    tests += [{"name": f"f{i}", "status": "failed", "duration": 1} for i in range(failed)]
-    summary = {"tests": passed + failed, "passed": passed, "failed": failed, "skipped": 0}
-    summary |= {"pending": 0, "other": 0, "start": 0, "stop": 1}
-    return {"results": {"tool": {"name": "pytest"}, "summary": summary, "tests": tests}}
-
-
 def rates_lake(tmp_path: Path) -> Path:
     """Run `exp`: step 1 passes 1 test of 300 (graded 0.33%), step 2 passes 299 (99.67%)."""
     for step, passed in ((1, 1), (2, 299)):
@@ -658,3 +649,18 @@ def test_datum_budgets_are_those_datum_episodes_applied(two_runs_lake: Path) -> 
         ).fetchall()
         got = [(c["context_budget"], c["max_datum_tokens"], c["batches"]) for c in data.datum_caps]
         assert got == expected
+
+
+def test_the_reward_key_is_checked_on_the_reported_trials(tmp_path: Path) -> None:
+    """A key that only another run of the lake has made every reported trial an infra failure
+    without a word (the check was over the whole lake)."""
+    write_trial(write_job(tmp_path / "runs" / "exp" / "harbor" / "step-0000" / "job"), "t__1")
+    scored = write_job(tmp_path / "runs" / "scored" / "harbor" / "step-0000" / "job")
+    write_trial(scored, "t__1", rewards={"score": 1.0})
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    warned = report(tmp_path / "lake", tmp_path / "a.html", "--run", "exp", "--reward-key", "score")
+    assert warned.exit_code == 0, warned.output
+    assert "warning: reward key 'score' occurs in no trial in scope" in warned.stderr
+    assert "'reward' (1 trials)" in warned.stderr
+    quiet = report(tmp_path / "lake", tmp_path / "b.html", "--reward-key", "score")
+    assert quiet.exit_code == 0 and "warning" not in quiet.stderr, quiet.stderr

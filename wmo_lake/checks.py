@@ -8,7 +8,8 @@ each partition was read under (Manifest.extractions).
 A reward key that no trial has makes every trial an "infra failure" with a 0.0 stand-in: the
 numbers look like a broken batch, not like a typo. `reward_key_warning` says so and names the keys
 that do occur. `connect()` and Spark's `register()` warn (`RewardKeyWarning`) over the whole lake;
-`stats` and the exports check their own scope and exit 1 on it under `--strict`.
+`stats`, `compare`, `report`, `collect` and the exports check their own scope (the trials they
+show), and `stats` and the exports exit 1 on it under `--strict`.
 
     message = reward_key_warning(con, batch_glob="exp1/*")   # None when the key occurs
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ SELECT 1
 FROM trials
 WHERE ($batch_glob IS NULL OR batch GLOB $batch_glob)
   AND ($run IS NULL OR run = $run)
+  AND ($batches IS NULL OR list_contains(CAST($batches AS VARCHAR[]), batch))
   AND map_contains(rewards, $reward_key)
 LIMIT 1
 """
@@ -59,6 +61,7 @@ SELECT key, count(*) AS trials
 FROM (
     SELECT unnest(map_keys(rewards)) AS key FROM trials
     WHERE ($batch_glob IS NULL OR batch GLOB $batch_glob) AND ($run IS NULL OR run = $run)
+      AND ($batches IS NULL OR list_contains(CAST($batches AS VARCHAR[]), batch))
 )
 GROUP BY key
 ORDER BY key
@@ -66,11 +69,16 @@ ORDER BY key
 
 
 def reward_key_warning(
-    con: duckdb.DuckDBPyConnection, *, batch_glob: str | None = None, run: str | None = None
+    con: duckdb.DuckDBPyConnection,
+    *,
+    batch_glob: str | None = None,
+    run: str | None = None,
+    batches: Sequence[str] | None = None,
 ) -> str | None:
-    """Why the reward key in force reads nothing in scope, or None when some trial has it (or
-    no trial in scope has any reward key at all: then nothing points at a typo)."""
-    params = {"batch_glob": batch_glob, "run": run}
+    """Why the reward key in force reads nothing in scope (the trials of `batch_glob`, `run` and
+    `batches`, each when given), or None when some trial has it (or no trial in scope has any
+    reward key at all: then nothing points at a typo)."""
+    params = {"batch_glob": batch_glob, "run": run, "batches": batches}
     ((reward_key,),) = con.execute("SELECT reward_key FROM settings").fetchall()
     if con.execute(KEY_QUERY, {**params, "reward_key": reward_key}).fetchall():
         return None
@@ -90,12 +98,13 @@ def warn_on_unused_reward_key(
     *,
     batch_glob: str | None = None,
     run: str | None = None,
+    batches: Sequence[str] | None = None,
     rewrite: Callable[[str], str] | None = None,
 ) -> None:
     """A `RewardKeyWarning` when the reward key in force on `con` occurs in no trial in scope
     (`reward_key_warning`), pointing at the first caller outside this package; `rewrite` turns
     the message into its caller's terms (the Python API's `reward_key=`)."""
-    message = reward_key_warning(con, batch_glob=batch_glob, run=run)
+    message = reward_key_warning(con, batch_glob=batch_glob, run=run, batches=batches)
     if message is not None:
         text = message if rewrite is None else rewrite(message)
         warnings.warn(text, RewardKeyWarning, skip_file_prefixes=(_PACKAGE,))

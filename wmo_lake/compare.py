@@ -24,6 +24,7 @@ from typing import Any
 
 import duckdb
 
+from wmo_lake.checks import warn_on_unused_reward_key
 from wmo_lake.lake import connect
 from wmo_lake.output import rows_as_dicts
 from wmo_lake.report.data import METRICS, batch_counts, measured, pooled_counts
@@ -161,9 +162,11 @@ def compare(
     lake: Path | str, a_text: str, b_text: str, settings: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """The comparison as plain data (what `--json` prints)."""
-    con = connect(lake, settings)
+    con = connect(lake, settings, check=False)  # (the key is checked on the compared trials)
     try:
         a, b = resolve(con, a_text), resolve(con, b_text)
+        compared = [batch["batch"] for side in (a, b) for batch in side.batches]
+        warn_on_unused_reward_key(con, batches=compared)
     finally:
         con.close()
     metrics = []

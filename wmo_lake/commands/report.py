@@ -66,7 +66,7 @@ def report(
     Examples:
       wmo-lake report --out report.html
       wmo-lake report --run exp1 --run exp2 --out exp1-vs-exp2.html
-      wmo-lake report --batch 'exp1/harbor/step-00[1-4]*/*' --max-tokens 4096 --out r.html
+      wmo-lake report --batch 'exp1/harbor/step-000[1-4]/*' --max-tokens 4096 --out r.html
     """
     from wmo_lake.report.data import collect_report
     from wmo_lake.report.page import PlotlyMissing, write_report

@@ -22,6 +22,7 @@ from typing import Any
 import duckdb
 
 from wmo_lake import __version__
+from wmo_lake.checks import warn_on_unused_reward_key
 from wmo_lake.lake import connect
 from wmo_lake.output import rows_as_dicts
 from wmo_lake.settings import SETTINGS
@@ -445,10 +446,12 @@ def collect_report(
 ) -> ReportData:
     """Query the lake for the selected batches (every batch when no run or glob is given)."""
     settings = {k: v for k, v in (settings or {}).items() if v is not None}
-    con = connect(lake, settings)
+    con = connect(lake, settings, check=False)  # (the key is checked on the reported trials)
     try:
         con.execute("SET enable_progress_bar = false")  # the command prints one summary line
-        return _collect(con, str(lake), settings, runs or None, batch_glob)
+        data = _collect(con, str(lake), settings, runs or None, batch_glob)
+        warn_on_unused_reward_key(con, batches=[row["batch"] for row in data.batches])
+        return data
     finally:
         con.close()
 
