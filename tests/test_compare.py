@@ -99,8 +99,11 @@ def test_two_runs_pooled_and_step_by_step(two_runs_lake: Path) -> None:
     assert result["a"]["kind"] == "run" and result["a"]["trials"] == pooled["trials"]
     step_trials = len(rows(two_runs_lake, f"FROM trials WHERE batch = '{STEP.format(2)}'"))
     header = compare(two_runs_lake, "exp-a", STEP.format(2)).output.splitlines()[:2]
+    unreadable = result["a"]["unreadable_trials"]
+    assert unreadable == 2  # (the two_runs_lake's exp-a)
     assert header == [
-        f"A: exp-a (run, {result['a']['batches']} batches, {pooled['trials']} trials)",
+        f"A: exp-a (run, {result['a']['batches']} batches, {pooled['trials']} trials; "
+        f"{unreadable} unreadable trial dirs, not counted)",
         f"B: {STEP.format(2)} (batch glob, 1 batch, {step_trials} trials)",
     ]
     steps = {s["step"]: s for s in result["steps"]}
@@ -326,3 +329,42 @@ def test_the_reward_key_is_checked_on_the_compared_trials(tmp_path: Path) -> Non
     assert "'reward' (2 trials)" in warned.stderr  # (the keys of the compared trials)
     quiet = compare(tmp_path / "lake", "exp-a", "scored", "--reward-key", "score")
     assert quiet.exit_code == 0 and "warning" not in quiet.stderr, quiet.stderr
+
+
+def test_a_side_with_unreadable_trial_dirs_says_so_in_its_line(tmp_path: Path) -> None:
+    """A run in which 3 of 4 trial dirs could not be read compared as '1 trial, 100.0%', the
+    3 said only in --json."""
+    job = write_job(tmp_path / "runs" / "exp-a" / "harbor" / "step-0000" / "job")
+    write_trial(job, "ok__1")
+    for i in range(3):
+        write_unreadable_trial(job, f"bad__{i}", "truncated")
+    write_trial(write_job(tmp_path / "runs" / "exp-b" / "harbor" / "step-0000" / "job"), "t__1")
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    lines = compare(tmp_path / "lake", "exp-a", "exp-b").output.splitlines()
+    assert lines[0] == "A: exp-a (run, 1 batch, 1 trial; 3 unreadable trial dirs, not counted)"
+    assert lines[1] == "B: exp-b (run, 1 batch, 1 trial)"
+
+
+def test_a_change_that_rounds_to_zero_points_is_not_shown_as_none() -> None:
+    """Beside '0.0%' and '<0.1%' (percent_text), '+0.0 pt' read as no change."""
+    from wmo_lake.commands.compare import _delta
+
+    assert _delta(1 / 2001, True) == "+<0.1 pt"
+    assert _delta(-1 / 2001, True) == "-<0.1 pt"
+    assert (_delta(0.0, True), _delta(0.25, True), _delta(-0.5, True)) == (
+        "+0.0 pt",
+        "+25.0 pt",
+        "-50.0 pt",
+    )
+    assert (_delta(3, False), _delta(None, True)) == ("+3", "-")
+
+
+def test_a_run_name_with_control_characters_is_printed_escaped(tmp_path: Path) -> None:
+    """A run dir named 'zz\\rexp1' showed on a terminal as 'exp1' in the side lines (its
+    table cells were escaped already)."""
+    for run in ("exp1", "zz\rexp1"):
+        write_trial(write_job(tmp_path / "runs" / run / "harbor" / "step-0000" / "job"), "t__1")
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    output = compare(tmp_path / "lake", "exp1", "zz\rexp1").output
+    assert "\r" not in output
+    assert output.splitlines()[1] == "B: zz\\rexp1 (run, 1 batch, 1 trial)"

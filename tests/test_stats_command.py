@@ -212,3 +212,28 @@ def test_columns_left_out_at_a_narrow_width_point_to_json(tree: tuple[Path, Path
     assert result.exit_code == 0, result.output
     (hint,) = [line for line in result.stdout.splitlines() if "not shown at width 60" in line]
     assert hint.endswith("; use --json)")
+
+
+@pytest.mark.parametrize("lost", [1, 2000])
+def test_the_verifiers_part_of_the_scaffold_loss_reads_as_its_cell(lost: int) -> None:
+    """The note said '0.0 points' (and '100.0 points') where the cell beside it says '<0.1%'
+    ('>99.9%'): both are `percent_text`."""
+    from wmo_lake.output import percent_text
+    from wmo_lake.stats import notes_for, table_cells
+
+    trials = 2001
+    row = {
+        "batch": "exp/harbor/step-0001/job", "run": "exp", "step": 1, "trials": trials,
+        "trials_with_spans": trials, "solve_rate": 0.0, "graded_solve_rate": 0.0,
+        "graded_trials": trials, "raw_solve_rate": 0.0, "executed_trials": trials,
+        "infra_failed_trials": 0, "empty_span_trials": 0, "truncated_spans": 0,
+        "truncated_span_trials": 0, "stop_reason_counts": {"error": trials},
+        "scaffold_loss_rate": 1.0, "unreadable_trials": 0, "dropped_turns": 0,
+        "dropped_turn_trials": 0, "verifier_error_trials": lost,
+        "verifier_scaffold_loss_rate": lost / trials,
+    }  # fmt: skip
+    [note] = [n for n in notes_for([row], {}) if "scaffold loss" in n]
+    shown = percent_text(lost / trials)
+    assert shown in ("<0.1%", ">99.9%")
+    assert f"; {shown[:-1]} points of it are verifier crashes ({lost} trial(s)" in note
+    assert f"({shown} verifier)" in " ".join(table_cells([row])[1][0])

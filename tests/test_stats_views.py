@@ -312,3 +312,22 @@ def test_by_task_cells_never_round_a_pass_to_zero() -> None:
     trends = {"exp": [TaskTrend("exp", "t1", [1 / 250, 249 / 250], 0.0, 0.5)]}
     [line] = [line for line in task_matrix_lines(rows, trends) if line.startswith("t1")]
     assert line.split()[-2:] == ["<1%", ">99%"]
+
+
+def test_a_run_name_with_control_characters_heads_its_lines_escaped(tmp_path: Path) -> None:
+    """A run dir named 'zz\\rexp1' showed on a terminal as 'exp1' in the sparklines' and the
+    task matrix's headings, its lines under another run's name (its cells were escaped)."""
+    for run in ("exp1", "zz\rexp1"):
+        for step in (1, 2):
+            job = write_job(tmp_path / "runs" / run / "harbor" / f"step-{step:04d}" / "job")
+            write_trial(job, "t__1")
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    for args in ((), ("--by", "task")):
+        output = stats(tmp_path / "lake", *args).output
+        assert "\r" not in output
+        headings = [
+            line
+            for line in output.splitlines()
+            if "per metric across" in line or "pass rate by task" in line
+        ]
+        assert sorted(line.split(": ")[0] for line in headings) == ["exp1", "zz\\rexp1"]

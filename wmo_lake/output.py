@@ -654,8 +654,8 @@ def render_table(
     file = file if file is not None else sys.stdout
     right_aligned = right_aligned or [False] * len(headers)
     # measured as drawn: escaped (a newline takes two columns as `\n`), a wide character two
-    headers = [_escape(header) for header in headers]
-    rows = [[_escape(cell) for cell in row] for row in rows]
+    headers = [printable(header) for header in headers]
+    rows = [[printable(cell) for cell in row] for row in rows]
     widths = [
         max([cell_len(header), *(cell_len(row[i]) for row in rows)])
         for i, header in enumerate(headers)
@@ -742,5 +742,7 @@ _CONTROL_ESCAPES |= {ord("\n"): "\\n", ord("\t"): "\\t", ord("\r"): "\\r"}
 _CONTROL_ESCAPES |= {0x2028: "\\u2028", 0x2029: "\\u2029"}
 
 
-def _escape(cell: str) -> str:
-    return cell.translate(_CONTROL_ESCAPES)
+def printable(text: str) -> str:
+    """`text` with its control characters drawn as escapes (`_CONTROL_ESCAPES`): a table cell,
+    or a name (a run, a batch, a task) in a line the CLI prints."""
+    return text.translate(_CONTROL_ESCAPES)

@@ -192,7 +192,8 @@ def notes_for(
             )
             verifier_part = row.get("verifier_scaffold_loss_rate") or 0.0
             of_which = (
-                f"; {100.0 * verifier_part:.1f} points of it are verifier crashes "
+                f"; {percent_text(verifier_part).removesuffix('%')} points of it are verifier "
+                "crashes "
                 f"({row['verifier_error_trials']} trial(s) with a verifier-side exception), "
                 "not agent failures"
                 if verifier_part > 0

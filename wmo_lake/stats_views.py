@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Collection
 from typing import Any
 
-from wmo_lake.output import metric_text, percent_text
+from wmo_lake.output import metric_text, percent_text, printable
 from wmo_lake.report.data import (
     METRICS,
     NO_RUN,
@@ -191,7 +191,7 @@ def sparkline_lines(
             continue
         noun = "steps" if x_mode == "step" else "batches"
         pooled = f" ({len(run_rows)} batches)" if len(run_rows) != len(columns) else ""
-        lines.append(f"{run}: {len(columns)} {noun}{pooled}, per metric across {noun}")
+        lines.append(f"{printable(run)}: {len(columns)} {noun}{pooled}, per metric across {noun}")
         points = [
             {**c[0], "with_stop_reason": with_stop_reason.get(c[0]["batch"], 0)}
             if len(c) == 1
@@ -279,7 +279,7 @@ def task_matrix_lines(
         first = len(steps) - shown
         if lines:
             lines.append("")
-        lines.append(f"{run}: pass rate by task and {label} (passed / executed)")
+        lines.append(f"{printable(run)}: pass rate by task and {label} (passed / executed)")
         text = io.StringIO()
         render_table(
             ["task", "trend", *steps[first:]],

@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 import click
 
 from wmo_lake.commands.options import fail, lake_option, setting_options, settings_from
-from wmo_lake.output import query_interrupted
+from wmo_lake.output import printable, query_interrupted
 from wmo_lake.settings import whole_number
 from wmo_lake.store import LakeError
 
@@ -197,7 +197,7 @@ def collect(
     if result.notes:
         click.echo("")
         for note in result.notes:
-            click.echo(f"note: {note}")
+            click.echo(f"note: {printable(note)}")
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ from wmo_lake.commands.options import (
     setting_options,
     settings_from,
 )
-from wmo_lake.output import metric_text
+from wmo_lake.output import metric_text, printable
 from wmo_lake.store import LakeError
 
 # a step one run has no batch at, told from '-', a step whose batches executed no trial
@@ -26,9 +26,14 @@ ABSENT = "absent"
 
 
 def _delta(value: float | int | None, percent: bool) -> str:
+    """B - A: percentage points, a change that rounds to 0.0 shown as `+<0.1` / `-<0.1` (beside
+    rates `percent_text` keeps apart, a '+0.0 pt' read as no change)."""
     if value is None:
         return "-"
-    return f"{100 * value:+.1f} pt" if percent else f"{value:+d}"
+    if not percent:
+        return f"{value:+d}"
+    text = f"{100 * value:+.1f}"
+    return f"{text[0]}<0.1 pt" if value and float(text) == 0 else f"{text} pt"
 
 
 def _table(
@@ -50,9 +55,16 @@ def _side_line(label: str, side: dict[str, Any]) -> str:
     """`A: exp1 (run, 12 batches, 1,536 trials)`, or a batch glob's."""
     kind = "run" if side["kind"] == "run" else "batch glob"
     batches, trials = side["batches"], side["trials"]
+    unreadable = side["unreadable_trials"]
+    not_counted = (
+        f"; {unreadable:,} unreadable trial dir{'s' if unreadable != 1 else ''}, not counted"
+        if unreadable and trials
+        else ""
+    )
     return (
-        f"{label}: {side['selection']} ({kind}, {batches:,} batch{'es' if batches != 1 else ''}, "
-        f"{trials:,} trial{'s' if trials != 1 else ''})"
+        f"{label}: {printable(side['selection'])} ({kind}, {batches:,} "
+        f"batch{'es' if batches != 1 else ''}, {trials:,} trial{'s' if trials != 1 else ''}"
+        f"{not_counted})"
     )
 
 
@@ -91,11 +103,12 @@ def render_text(result: dict[str, Any], width: int | None = None) -> list[str]:
         for t in tasks:
             a_rate = f"{metric_text(t['a_pass_rate'], True)} ({t['a_passed']} of {t['a_executed']})"
             b_rate = f"{metric_text(t['b_pass_rate'], True)} ({t['b_passed']} of {t['b_executed']})"
-            lines.append(f"  {t['task_id']}  {a_rate} -> {b_rate}")
+            lines.append(f"  {printable(t['task_id'])}  {a_rate} -> {b_rate}")
     for key, side in (("only_in_a", "A"), ("only_in_b", "B")):
         if flipped[key]:
             lines.append(
-                f"executed only in {side} ({len(flipped[key])}): {', '.join(flipped[key])}"
+                f"executed only in {side} ({len(flipped[key])}): "
+                + printable(", ".join(flipped[key]))
             )
     if result["steps"]:
         lines += ["", "solve rate by step:"]

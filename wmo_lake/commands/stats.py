@@ -19,7 +19,7 @@ from wmo_lake.commands.options import (
     setting_options,
     settings_from,
 )
-from wmo_lake.output import terminal_width
+from wmo_lake.output import printable, terminal_width
 from wmo_lake.settings import whole_number
 from wmo_lake.stats import StatsReport, collect_stats, print_table
 from wmo_lake.store import LakeError
@@ -180,7 +180,7 @@ def _print_table(
         if notes_mode == "short":
             notes = stats_views.collapse_notes(notes, [row["batch"] for row in report.rows])
         for note in notes:
-            click.echo(f"note: {note}")
+            click.echo(f"note: {printable(note)}")
     if details is not None:
         sparklines = stats_views.sparkline_lines(report.rows, details[0], details[2])
         if sparklines:
