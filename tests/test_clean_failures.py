@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -37,11 +38,14 @@ def _invoke(*args: str):
     return CliRunner().invoke(cli, [str(a) for a in args])
 
 
-def _ctrl_c_when(args: list[str], ready: Callable[[int], bool]) -> tuple[int, str, str]:
-    """Run the CLI with `args`, press Ctrl-C once `ready(pid)`; its exit code, stdout, stderr."""
+def _ctrl_c_when(
+    args: list[str], ready: Callable[[int], bool], stdout: Any = subprocess.PIPE
+) -> tuple[int, str, str]:
+    """Run the CLI with `args`, press Ctrl-C once `ready(pid)`; its exit code, stdout (when a
+    pipe), stderr."""
     proc = subprocess.Popen(
         [*CLI, *args],
-        stdout=subprocess.PIPE,
+        stdout=stdout,
         stderr=subprocess.PIPE,
         text=True,
         # a shell's background job ignores SIGINT; the user's terminal does not
@@ -93,6 +97,29 @@ def test_ctrl_c_inside_a_query_to_stdout_exits_130_without_a_traceback(lake: Pat
     assert code == 130, stderr
     assert stderr.strip().splitlines() == ["interrupted: nothing was written or changed"]
     assert stdout == ""
+
+
+@pytest.mark.parametrize("to", ["pipe", "file"])
+def test_ctrl_c_while_rows_stream_to_stdout_says_they_are_cut_off(
+    lake: Path, tmp_path: Path, to: str
+) -> None:
+    """Rows printed before a Ctrl-C stay where they went (a pipe's reader has them, a redirected
+    file holds them): 'nothing was written' was said over megabytes of a cut-off result."""
+    query = "SELECT range AS i FROM range(3000000000)"
+    args = ["sql", query, "--lake", str(lake), "--format", "jsonl"]
+    printed = tmp_path / "out.jsonl"
+    with open(printed, "wb") as file:
+        code, stdout, stderr = _ctrl_c_when(
+            args,  # (a pipe: DuckDB's COPY to the device; a file: Arrow batches, by Python)
+            lambda pid: _cpu_seconds(pid) >= 1.5 and (to == "pipe" or printed.stat().st_size),
+            stdout=subprocess.PIPE if to == "pipe" else file,
+        )
+    assert code == 130, stderr
+    assert stderr.strip().splitlines() == [
+        "interrupted: the rows printed so far are part of the result only, cut off where it "
+        "stopped; nothing was changed"
+    ]
+    assert (stdout if to == "pipe" else printed.read_text()).startswith('{"i":0}\n{"i":1}\n')
 
 
 def test_sigterm_while_writing_leaves_nothing(lake: Path, tmp_path: Path) -> None:

@@ -400,7 +400,7 @@ def write_result(
             query = _as_finite(relation).sql_query()
         _copy(con, query, fmt, target, output, stdout)
         return
-    with _sink(output, stdout) as sink:
+    with _cut_off_on_stdout(output), _sink(output, stdout) as sink:
         if fmt == "parquet":
             import pyarrow.parquet as pq
 
@@ -478,6 +478,34 @@ def _copy(
 
 
 INTERRUPTED = "interrupted: nothing was written or changed"
+# Ctrl-C while rows stream to stdout: what is there already stays (a pipe's reader took it, a
+# redirected file holds it), and may read as a whole, shorter result (csv, jsonl).
+CUT_OFF = (
+    "interrupted: the rows printed so far are part of the result only, cut off where it "
+    "stopped; nothing was changed"
+)
+
+
+class OutputCutOff(KeyboardInterrupt):
+    """Ctrl-C while a result streamed to stdout (the CLI says CUT_OFF, exit 130)."""
+
+    message = CUT_OFF
+
+
+@contextlib.contextmanager
+def _cut_off_on_stdout(output: Path | None) -> Iterator[None]:
+    """Within: a Ctrl-C (Python's, or DuckDB's own mid-query) while writing to stdout
+    (`output` None) is `OutputCutOff`."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if output is None:
+            raise OutputCutOff from None
+        raise
+    except Exception as error:
+        if output is None and query_interrupted(error):
+            raise OutputCutOff from None
+        raise
 
 
 @contextlib.contextmanager
@@ -526,7 +554,8 @@ def _execute_interruptibly(
     """Run `sql` (a long COPY) in a worker thread while this one waits, so Ctrl-C or SIGTERM
     reaches Python at once. DuckDB's connection refuses a second call (even interrupt()) while
     the COPY runs, so an interrupted CLI removes the partial file (`on_abort`), says so in one
-    line and ends the process there (exit 130, or 143 for SIGTERM) with the COPY unfinished."""
+    line and ends the process there (exit 130, or 143 for SIGTERM) with the COPY unfinished.
+    Without `on_abort` the COPY writes to stdout, whose rows so far stay: `CUT_OFF`."""
     from wmo_lake.background import Background
 
     try:
@@ -538,7 +567,7 @@ def _execute_interruptibly(
             on_abort()
         code = 130 if isinstance(stop, KeyboardInterrupt) else int(stop.code or 143)
         if code == 130:
-            sys.stderr.write(INTERRUPTED + "\n")
+            sys.stderr.write((INTERRUPTED if on_abort is not None else CUT_OFF) + "\n")
         sys.stderr.flush()
         sys.stdout.flush()
         os._exit(code)
