@@ -110,3 +110,14 @@ def test_columns_left_out_at_a_narrow_width_point_to_json(lake: Path) -> None:
     assert result.exit_code == 0, result.output
     (hint,) = [line for line in result.stdout.splitlines() if "not shown at width 30" in line]
     assert hint.endswith("; use --json)")
+
+
+def test_a_view_column_takes_a_tables_meaning_only_when_it_is_shared() -> None:
+    """A view's own computation under a table column's name was given the table's meaning:
+    `datum_sequences.n_spans` (spans merged into one sequence) read 'rows in `spans`', and
+    `settings.max_turns` (the query-time override) a job's recorded cap."""
+    assert column_meaning("datum_sequences", "n_spans") == ""
+    assert column_meaning("trial_records", "n_spans") == "rows in `spans`"
+    assert column_meaning("settings", "max_turns").startswith("set with `--max-turns`")
+    assert column_meaning("trial_stop_reasons", "max_turns").startswith("the cap its stop reason")
+    assert column_meaning("cells", "batch") == column_meaning("trials", "batch") != ""

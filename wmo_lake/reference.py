@@ -118,13 +118,29 @@ def reference() -> dict[str, Entry]:
     return entries
 
 
+# Columns that mean the same in every table and view that has them (identities and values
+# passed through as read), so a view's meaning may come from a table's. Any other name may be
+# the view's own computation (`n_spans` of a merged sequence, the `settings` override of
+# `max_turns`): a table's meaning would be wrong there, and none is shown instead.
+SHARED_COLUMNS = frozenset(
+    {
+        "trial_key", "batch", "run", "step", "trial_name", "job_key", "task_name",
+        "artifact_dir", "exception_type", "agent_config", "collection_path", "trace_source",
+        "model_name", "call_index", "prompt_len", "n_sampled", "sampled_token_ids",
+        "prompt_prefix_len", "trajectory_status", "declared_complete",
+    }
+)  # fmt: skip
+
+
 def column_meaning(name: str, column: str) -> str:
-    """What `column` of table or view `name` means: its own entry first, else what the same
-    column means elsewhere in the reference (batch, trial_name, ... are shared)."""
+    """What `column` of table or view `name` means: its own entry first, else, for a column
+    every table shares the meaning of (`SHARED_COLUMNS`), what it means in a table."""
     entries = reference()
     own = entries.get(name)
     if own is not None and own.columns.get(column):
         return own.columns[column]
+    if column not in SHARED_COLUMNS:
+        return ""
     for entry in entries.values():
         if entry.kind == "table" and entry.columns.get(column):
             return entry.columns[column]
