@@ -299,6 +299,7 @@ def test_a_write_names_the_command_that_does_it(lake: Path, tmp_path: Path) -> N
     [
         "SELECT * FROM read_csv('/etc/hostname')",
         "SELECT count(*) FROM 'tables/trials/*/*/*.parquet'",  # (the lake's own, by a glob)
+        "SELECT * FROM '/etc/hostname'",  # (no reader for its name: 'no such table', exit 1)
     ],
 )
 def test_reading_other_files_is_refused_as_a_read(lake: Path, query: str) -> None:
@@ -747,3 +748,12 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(lake: Path, args: li
         errors = run.stderr.read().decode()
         assert run.wait(timeout=60) == 1
     assert errors == ""
+
+
+def test_a_temp_table_lives_in_the_commands_memory(lake: Path) -> None:
+    """TEMP tables and views are the session's own: allowed, nothing is kept (the README says
+    so); a table of the lake's catalog is refused."""
+    made = _sql(lake, "CREATE TEMP TABLE t(a INT); INSERT INTO t VALUES (7); SELECT a FROM t")
+    assert made.exit_code == 0 and made.stdout.split() == ["a", "─", "7"], made.output
+    assert _sql(lake, "SELECT * FROM t").exit_code == 1  # (gone with the command)
+    assert _sql(lake, "CREATE TABLE t(a INT)").exit_code == 2

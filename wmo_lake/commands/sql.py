@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -70,6 +71,10 @@ def _read_only_message(what: str, ctx: click.Context, lake: Path) -> str:
         f"`wmo-lake ingest PATH{lake_args}`; to remove batches `wmo-lake forget --batch "
         f"GLOB{lake_args}`; to save a result pass --output FILE"
     )
+
+
+# DuckDB's error for a FROM of a quoted path it may not look at: "Table with name /x does not exist"
+_PATH_AS_TABLE = re.compile(r"Table with name \S*/\S* does not exist")
 
 
 def _confined_message(error: str) -> str:
@@ -228,6 +233,10 @@ def sql(
     except duckdb.Error as error:
         if statement.type in WRITERS or "read-only mode" in str(error):
             fail(_read_only_message(f"{statement.type.name} refused: {error}", ctx, lake), 2)
+        if isinstance(error, duckdb.CatalogException) and _PATH_AS_TABLE.search(str(error)):
+            # `FROM '/etc/passwd'`: a confined connection cannot look for the file, and DuckDB
+            # says there is no such table
+            fail(_confined_message(str(error)), 2)
         fail(f"query failed: {error}")
     except OSError as error:
         fail(f"cannot write {output or 'stdout'}: {error.strerror or error}")
