@@ -382,6 +382,24 @@ def test_json_non_finite_floats_inside_nested_values_are_null(lake: Path, tmp_pa
             assert rows == [NESTED_FINITE], fmt
 
 
+def test_csv_nested_cells_write_non_finite_floats_as_pythons_json_reads_them(
+    lake: Path, tmp_path: Path
+) -> None:
+    """The README's word: csv's nested cells are DuckDB's JSON text, NaN and Infinity bare (json
+    and jsonl are the formats for a strict JSON reader)."""
+    import csv
+    import math
+
+    query = "SELECT [1.5, 'nan'::DOUBLE, '-inf'::DOUBLE] AS l"
+    out = tmp_path / "nested.csv"
+    assert _sql(lake, query, "--format", "csv", "--output", str(out)).exit_code == 0
+    for text in (_sql(lake, query, "--format", "csv").stdout, out.read_text()):
+        [header, [cell]] = list(csv.reader(text.splitlines()))
+        assert header == ["l"] and cell == "[1.5,NaN,-Infinity]"
+        first, nan, minus_inf = json.loads(cell)
+        assert first == 1.5 and math.isnan(nan) and minus_inf == -math.inf
+
+
 def _strict_json(text: str) -> Any:
     """JSON as a strict parser (JavaScript's JSON.parse) reads it: no NaN, no Infinity."""
 
