@@ -664,3 +664,29 @@ def test_the_reward_key_is_checked_on_the_reported_trials(tmp_path: Path) -> Non
     assert "'reward' (1 trials)" in warned.stderr
     quiet = report(tmp_path / "lake", tmp_path / "b.html", "--reward-key", "score")
     assert quiet.exit_code == 0 and "warning" not in quiet.stderr, quiet.stderr
+
+
+def test_batches_of_no_run_from_two_trees_are_never_pooled(tmp_path: Path) -> None:
+    """Job dirs under no `<run>/harbor/` have no run, yet a step from their `step-NNNN` dir:
+    two experiments' step 1 (one solved, one failed) were drawn as one '(no run)' point at 50%.
+    Batches of no run from two trees go batch by batch, tree by tree; one tree keeps its steps."""
+    for tree, reward in (("expA", 1.0), ("expB", 0.0)):
+        for step in (1, 2):
+            job = write_job(tmp_path / "runs" / tree / f"step-{step:04d}" / "job")
+            write_trial(job, "t__1", reward=reward)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    out = tmp_path / "r.html"
+    assert report(tmp_path / "lake", out).exit_code == 0
+    [trace] = figures_of(out.read_text())["metric-solve_rate"]["data"]
+    assert trace["name"] == "(no run)"
+    assert trace["customdata"] == [
+        "expA/step-0001/job",
+        "expA/step-0002/job",
+        "expB/step-0001/job",
+        "expB/step-0002/job",
+    ]
+    assert trace["y"] == [1.0, 1.0, 0.0, 0.0]
+    alone = tmp_path / "alone.html"  # (one tree: its steps are the x, as a run's)
+    assert report(tmp_path / "lake", alone, "--batch", "expA/*").exit_code == 0
+    [trace] = figures_of(alone.read_text())["metric-solve_rate"]["data"]
+    assert (trace["x"], trace["y"]) == ([1, 2], [1.0, 1.0])

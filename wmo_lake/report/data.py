@@ -13,6 +13,7 @@ the difference between a measurement and a gap: rollout_stats gives 0.0 for an e
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -530,8 +531,26 @@ def _collect(
 
 def x_mode_of(rows: list[dict[str, Any]]) -> str:
     """A series' x: 'step' when every batch of it has a step, else 'batch' (its batches as
-    categories). Asked per run, so a batch without a step changes only its own run's x."""
-    return "step" if rows and all(row["step"] is not None for row in rows) else "batch"
+    categories). Asked per run, so a batch without a step changes only its own run's x. The
+    batches of no run (job dirs under no `<run>/harbor/`) are stepped only when they come from
+    one tree (`tree_of`): the step dirs of unrelated trees were pooled into one point."""
+    if not rows or any(row["step"] is None for row in rows):
+        return "batch"
+    if rows[0]["run"] is None and len({tree_of(row["batch"]) for row in rows}) > 1:
+        return "batch"
+    return "step"
+
+
+_STEP_DIR = re.compile(r"step-[0-9]+", re.ASCII)
+
+
+def tree_of(batch: str) -> str:
+    """The part of a batch label before its step dir (`expA` of `expA/step-0001/job`)."""
+    parts = batch.split("/")
+    for index, part in enumerate(parts):
+        if _STEP_DIR.fullmatch(part):
+            return "/".join(parts[:index])
+    return batch
 
 
 def overall_x_mode(x_modes: dict[str, str]) -> str:
@@ -556,9 +575,13 @@ def batch_labels(batches: list[str]) -> list[str]:
 
 
 def series_of(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Run label -> its rows in order; the batches of no run tree by tree (`tree_of`), each
+    tree's in step order, so their line goes through one tree's steps before the next's."""
     series: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         series[series_label(row["run"])].append(row)
+    if NO_RUN in series:
+        series[NO_RUN].sort(key=lambda row: tree_of(row["batch"]))  # (stable: steps in order)
     return dict(series)
 
 
