@@ -331,3 +331,18 @@ def test_a_run_name_with_control_characters_heads_its_lines_escaped(tmp_path: Pa
             if "per metric across" in line or "pass rate by task" in line
         ]
         assert sorted(line.split(": ")[0] for line in headings) == ["exp1", "zz\\rexp1"]
+
+
+def test_a_step_that_last_cuts_is_said(tmp_path: Path) -> None:
+    """`--last` counts batches: `--last 2` of a run whose step 0 is two job dirs keeps one of
+    them, and the column headed 0 stood for the whole step without a word."""
+    write_split_step_run(tmp_path / "runs")
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    note = (
+        "note: exp-s: step 0 is 1 of its 2 batches (--last counts batches; `--steps 0:` takes "
+        "whole steps)"
+    )
+    for args in ((), ("--by", "task")):
+        assert note in stats(tmp_path / "lake", "--last", "2", *args).output.splitlines()
+        for whole in ("1", "3"):
+            assert "--last counts" not in stats(tmp_path / "lake", "--last", whole, *args).output

@@ -80,6 +80,25 @@ def limit_rows(
     return rows
 
 
+def cut_steps(rows: list[dict[str, Any]], kept: list[dict[str, Any]]) -> list[str]:
+    """A line per step that `--last` cut (some of its batches kept, not all): a step's column
+    or sparkline point would stand for part of the step."""
+    batches: dict[tuple[Any, int], int] = defaultdict(int)
+    for row in rows:
+        if row["step"] is not None:
+            batches[(row["run"], row["step"])] += 1
+    shown: dict[tuple[Any, int], int] = defaultdict(int)
+    for row in kept:
+        if row["step"] is not None:
+            shown[(row["run"], row["step"])] += 1
+    return [
+        f"{printable(series_label(run))}: step {step} is {n} of its {batches[(run, step)]} "
+        f"batches (--last counts batches; `--steps {step}:` takes whole steps)"
+        for (run, step), n in shown.items()
+        if n < batches[(run, step)]
+    ]
+
+
 # ---------------------------------------------------------------------------------------------
 # Notes
 
