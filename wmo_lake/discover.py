@@ -221,6 +221,11 @@ def job_labels(job_dir: Path, root: Path) -> tuple[str, str | None, int | None]:
     return batch, run, step
 
 
+def is_step_dir(name: str) -> bool:
+    """Whether a path component names a step dir (`step-` and ASCII digits, the whole name)."""
+    return _STEP.fullmatch(name) is not None
+
+
 def _step_number(match: re.Match[str]) -> int | None:
     """A step dir's number; None past 64 bits (no `step` column holds it: `oversized_step_dir`)."""
     number = int(match.group(1))

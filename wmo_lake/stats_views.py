@@ -267,11 +267,8 @@ def task_matrix_lines(
 
     from wmo_lake.output import COLUMN_GAP, render_table
 
-    by_run: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in rows:
-        by_run[series_label(row["run"])].append(row)
     lines: list[str] = []
-    for run, run_rows in by_run.items():
+    for run, run_rows in series_of(rows).items():
         tasks = trends.get(run, [])
         x_mode = x_mode_of(run_rows)  # a batch without a step makes only its own run per batch
         label = "step" if x_mode == "step" else "batch"

@@ -13,7 +13,6 @@ the difference between a measurement and a gap: rollout_stats gives 0.0 for an e
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -541,14 +540,14 @@ def x_mode_of(rows: list[dict[str, Any]]) -> str:
     return "step"
 
 
-_STEP_DIR = re.compile(r"step-[0-9]+", re.ASCII)
-
-
 def tree_of(batch: str) -> str:
-    """The part of a batch label before its step dir (`expA` of `expA/step-0001/job`)."""
+    """The part of a batch label before its step dir, the one its step is read from (`expA` of
+    `expA/step-0001/job`)."""
+    from wmo_lake.discover import is_step_dir
+
     parts = batch.split("/")
-    for index, part in enumerate(parts):
-        if _STEP_DIR.fullmatch(part):
+    for index in range(len(parts) - 1, -1, -1):
+        if is_step_dir(parts[index]):
             return "/".join(parts[:index])
     return batch
 
