@@ -149,6 +149,32 @@ def test_a_lake_the_ingest_would_refuse_is_said_before_harbor_runs(
     assert ran == [] and not (tmp_path / "runs").exists()  # harbor never started
 
 
+@pytest.mark.parametrize(
+    ("settings", "said"),
+    [
+        ({"wmo_max_turns": -1}, "must be a positive integer"),
+        ({"wmo_rewardkey": "score"}, "unknown setting 'wmo_rewardkey'"),
+        ({"reward_mode": "binary"}, "must be one of raw, positive-binary"),
+    ],
+)
+def test_a_bad_setting_is_refused_before_harbor_runs(
+    tmp_path: Path, monkeypatch, settings: dict[str, object], said: str
+) -> None:
+    """wmo_lake.collect checked its settings in the step's report, after harbor's job had run
+    (LakeError): a typo lost a whole step's report, and `except CollectError` missed it."""
+    from wmo_lake import collector
+
+    ran: list[object] = []
+    monkeypatch.setattr(collector, "run_job", lambda *args: ran.append(args))
+    with pytest.raises(CollectError, match=said) as refused:
+        collector.collect(
+            TEMPLATE, tmp_path / "runs", 0, sets=[KIT_TASKS], lake=tmp_path / "lake",
+            settings=settings,
+        )  # fmt: skip
+    assert "nothing was run" in str(refused.value)
+    assert ran == [] and not (tmp_path / "runs").exists() and not (tmp_path / "lake").exists()
+
+
 def test_a_missing_template_is_a_usage_error(tmp_path: Path) -> None:
     code, output = _collect(tmp_path, template=tmp_path / "nope.yaml")
     assert code == 2 and "cannot read the job template" in output

@@ -808,15 +808,20 @@ def collect(
         trial) as polars DataFrames, and the seed's warnings as `notes`.
 
     Raises:
-        CollectError: the template, tasks or options are wrong, or the step's dir was collected
-            under another config. Nothing has run.
+        CollectError: the template, tasks, options or settings are wrong, or the step's dir was
+            collected under another config. Nothing has run.
         MissingHarborError: the harbor extra is not installed.
         LakeError: the lake cannot be read or written; the step's trials are kept, and the
             same call ingests them.
     """
     from wmo_lake.ingest import ingest
+    from wmo_lake.settings import SettingError, variables
     from wmo_lake.store import LakeError, Store
 
+    try:  # (a bad setting said now, not after harbor has run the whole step)
+        variables(settings or {})
+    except SettingError as error:
+        raise CollectError(f"{error}; nothing was run") from None
     plan = plan_step(
         template,
         run_dir,
