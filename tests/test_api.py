@@ -157,9 +157,16 @@ def test_a_query_that_would_write_a_file_is_refused(lake: Path) -> None:
     """The lake is read-only to query(): a COPY TO wrote any file, the lake's own manifest
     too (the lake was then unreadable); a SET returns no rows to give."""
     manifest = (lake / "manifest.json").read_bytes()
-    with pytest.raises(ValueError, match=r"^query\(\): COPY would write a file"):
-        wl.query(lake, f"COPY (SELECT 1 AS x) TO '{lake / 'manifest.json'}' (FORMAT csv)")
+    copy = f"COPY (SELECT 1 AS x) TO '{lake / 'manifest.json'}' (FORMAT csv)"
+    with pytest.raises(ValueError, match=r"^query\(\): COPY may write a file"):
+        wl.query(lake, copy)
+    # (a PREPARE may hold one: EXECUTE wrote the manifest over; an ATTACH makes a database file)
+    with pytest.raises(ValueError, match=r"^query\(\): PREPARE may write a file"):
+        wl.query(lake, f"PREPARE p AS {copy}; EXECUTE p; SELECT 1 AS ok")
+    with pytest.raises(ValueError, match=r"^query\(\): ATTACH may write a file"):
+        wl.query(lake, f"ATTACH '{lake / 'other.db'}' AS other; SELECT 1 AS ok")
     assert (lake / "manifest.json").read_bytes() == manifest
+    assert not (lake / "other.db").exists()
     with pytest.raises(ValueError, match=r"returns no rows"):
         wl.query(lake, "SET VARIABLE wmo_max_tokens = 3")
     assert wl.query(lake, "SET VARIABLE n = 3; SELECT getvariable('n') AS n")["n"].to_list() == [3]

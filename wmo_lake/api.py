@@ -194,8 +194,6 @@ def _query(
     batch: str | None = None,
     run: str | None = None,
 ) -> pl.DataFrame:
-    import duckdb
-
     if not sql.strip():
         raise ValueError("query(): the query is empty; give one SQL statement")
     con = _open(lake, settings, batch, run)
@@ -203,12 +201,14 @@ def _query(
         statements = con.extract_statements(sql)
         for statement in statements:
             # the database is read-only, but a COPY TO writes any file (the lake's own
-            # manifest too): refused, as `wmo-lake sql` refuses it
-            if statement.type in (duckdb.StatementType.COPY, duckdb.StatementType.EXPORT):
+            # manifest too), an ATTACH another database, and a PREPARE may hold either
+            # (EXECUTE runs it): refused, as `wmo-lake sql` refuses them
+            if statement.type.name in _FILE_WRITERS:
                 raise ValueError(
-                    f"query(): {statement.type.name} would write a file, and the lake is "
-                    "read-only to query(); write the DataFrame it returns instead "
-                    "(df.write_parquet(...)), or use `wmo-lake sql QUERY --output FILE`"
+                    f"query(): {statement.type.name} may write a file, and the lake is "
+                    "read-only to query() (its parameters are `params=`); write the DataFrame "
+                    "it returns instead (df.write_parquet(...)), or use `wmo-lake sql QUERY "
+                    "--output FILE`"
                 )
         result = con.sql(sql, params=params)
         if result is None or statements[-1].type.name in _NO_ROWS:  # only comments; a SET
@@ -249,6 +249,9 @@ def query(
     bound from `params`)."""
     return _query(lake, sql, params, settings)
 
+
+# Statements query() refuses (by DuckDB's StatementType name): each may write a file.
+_FILE_WRITERS = frozenset({"COPY", "EXPORT", "ATTACH", "COPY_DATABASE", "PREPARE"})
 
 # Statements that return no rows: query() has nothing to give for them.
 _NO_ROWS = frozenset({"SET", "VARIABLE_SET", "TRANSACTION", "LOAD", "PREPARE"})
