@@ -160,6 +160,28 @@ def test_export_warns_and_strict_writes_nothing(lake: Path, tmp_path: Path, kind
     assert warned.stderr.count("reward key 'scor'") == 1 and out.exists()
 
 
+def test_a_where_that_leaves_only_trials_without_the_key_is_said(
+    lake: Path, tmp_path: Path
+) -> None:
+    """The key was checked on --batch / --run only: `--where "step = 1"` exported the step whose
+    trials have no 'score', every reward a 0.0 stand-in, and --strict let it through."""
+    import wmo_lake as wl
+
+    args = ["export", "datums", "--lake", str(lake), "--no-split-guard", "--reward-key", "score"]
+    out = tmp_path / "one.parquet"
+    strict = CliRunner().invoke(cli, [*args, "--out", str(out), "--where", "step = 1", "--strict"])
+    assert strict.exit_code == 1 and not out.exists(), strict.output
+    assert "reward key 'score' occurs in no trial in scope" in strict.stderr
+    assert "'reward' (10 trials)" in strict.stderr  # (the keys of the selected batch)
+    two = CliRunner().invoke(cli, [*args, "--out", str(out), "--where", "step = 2", "--strict"])
+    assert two.exit_code == 0 and "warning" not in two.stderr, two.output
+    with pytest.warns(RewardKeyWarning, match="'score' occurs in no trial in scope"):
+        wl.export_datums(
+            lake, tmp_path / "api.parquet", no_split_guard=True, where="step = 1",
+            reward_key="score",
+        )  # fmt: skip
+
+
 def test_connect_warns_over_the_whole_lake(lake: Path) -> None:
     with pytest.warns(RewardKeyWarning, match="'reward' \\(10 trials\\), 'score' \\(1 trials\\)"):
         connect(lake, {"wmo_reward_key": "scor"})

@@ -156,13 +156,21 @@ def ingest(
 
 
 def _warn_on_unused_reward_key(
-    con: duckdb.DuckDBPyConnection, batch: str | None = None, run: str | None = None
+    con: duckdb.DuckDBPyConnection,
+    batch: str | None = None,
+    run: str | None = None,
+    batches: list[str] | None = None,
 ) -> None:
-    """The shared reward-key check over the selection (`batch`, `run`), told in Python."""
+    """The shared reward-key check over the selection (`batch`, `run`, `batches`), told in
+    Python."""
     from wmo_lake.checks import warn_on_unused_reward_key
 
     warn_on_unused_reward_key(
-        con, batch_glob=batch, run=run, rewrite=lambda text: str(_pythonic(LakeError(text)))
+        con,
+        batch_glob=batch,
+        run=run,
+        batches=batches,
+        rewrite=lambda text: str(_pythonic(LakeError(text))),
     )
 
 
@@ -343,7 +351,7 @@ def export_datums(
         run=run,
         where=where,
         settings=_settings(settings),
-        check=lambda con: _warn_on_unused_reward_key(con, batch, run),
+        check=functools.partial(_warn_on_unused_reward_key, batch=batch, run=run),
     )
 
 

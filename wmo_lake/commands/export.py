@@ -47,10 +47,10 @@ def _reward_key_check(
     """What the export runs on its connection before reading: warn when no trial in scope has
     the reward key; under --strict exit 1 before writing."""
 
-    def check(con: duckdb.DuckDBPyConnection) -> None:
+    def check(con: duckdb.DuckDBPyConnection, batches: list[str] | None = None) -> None:
         from wmo_lake.checks import reward_key_warning
 
-        warning = reward_key_warning(con, batch_glob=batch_glob, run=run)
+        warning = reward_key_warning(con, batch_glob=batch_glob, run=run, batches=batches)
         if warning is not None:
             click.echo(f"warning: {warning}", err=True)
             if strict:

@@ -173,7 +173,7 @@ def export_datums(
     run: str | None = None,
     where: str | None = None,
     settings: Mapping[str, Any] | None = None,
-    check: Callable[[duckdb.DuckDBPyConnection], None] | None = None,
+    check: Callable[..., None] | None = None,
 ) -> dict[str, Any]:
     """Export the lake's `datums` (train-split tasks only, unless `no_split_guard`) to the Parquet
     file `out` with `out.manifest.json` beside it; return the manifest. Raises ExportError (clear
@@ -181,7 +181,10 @@ def export_datums(
     existing target, an empty export or a bad --where. `settings` are the query-time settings
     ({variable or name: value}, wmo_lake.settings; e.g. {"context_budget": 32768}), as
     `wmo_lake.lake.connect` takes them; the manifest records the `settings` view's row.
-    `check(con)` runs on the export's connection before anything is read (see Request.check)."""
+    `check(con)` runs on the export's connection before anything is read (see Request.check);
+    with `where`, once the rows are selected, as `check(con, batches=...)` with the batches they
+    come from: a --where that leaves only trials without the reward key is said too."""
+    deferred = check if where is not None else None
     request = Request(
         Path(lake),
         Path(out),
@@ -190,7 +193,7 @@ def export_datums(
         batch_glob=batch_glob,
         run=run,
         settings=dict(settings or {}),
-        check=check,
+        check=(lambda con: None) if deferred is not None else check,
     )
     scope = request.scope
     with Export(request, kind=KIND) as export, _Threads(export.con) as threads:
@@ -205,6 +208,8 @@ def export_datums(
         except duckdb.Error as error:
             hint = f" (check --where {where!r})" if where else ""
             raise ExportError(f"cannot select the datums{hint}: {error}") from None
+        if deferred is not None:  # (before anything is written: --strict may stop the export)
+            deferred(con, batches=sorted(set(rows.column("batch").to_pylist())))
         tasks_of_rows = rows.column("task_id").to_pylist()
         rows_by_task = dict(Counter(tasks_of_rows))
         kept = set(export.keep_train_tasks(rows_by_task))
