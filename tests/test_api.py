@@ -223,3 +223,22 @@ def test_a_format_the_export_does_not_write_is_named_as_such(
     """fmt='csv' was answered by the file name ('name it o.csv', also for o.csv itself)."""
     with pytest.raises(ExportError, match=r"^fmt='csv' is not one of jsonl, parquet$"):
         wl.export_conversations(lake, tmp_path / out, fmt="csv", no_split_guard=True)
+
+
+def test_a_connection_per_thread_keeps_its_own_settings(lake: Path) -> None:
+    """The README's advice for threads (a `con.cursor()` has none of the connection's settings):
+    each thread's own wl.connect() reads its own settings, however the threads interleave."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def settings_of(max_tokens: int) -> tuple[int, int]:
+        con = wl.connect(lake, max_tokens=max_tokens)
+        try:
+            for _ in range(5):
+                ((seen,),) = con.execute("SELECT max_tokens FROM settings").fetchall()
+                assert seen == max_tokens
+            return max_tokens, seen
+        finally:
+            con.close()
+
+    with ThreadPoolExecutor(4) as pool:
+        assert sorted(pool.map(settings_of, range(3, 11))) == [(n, n) for n in range(3, 11)]
