@@ -11,7 +11,7 @@ import pytest
 from harbor_shapes import write_job, write_trial
 
 import wmo_lake as wl
-from wmo_lake.checks import RewardKeyWarning
+from wmo_lake.checks import NoMatchWarning, RewardKeyWarning
 from wmo_lake.export import ExportError
 from wmo_lake.store import LakeError
 
@@ -59,7 +59,8 @@ def test_settings_are_keyword_arguments(lake: Path) -> None:
 
 def test_filters(lake: Path) -> None:
     assert wl.stats(lake, run="exp").height == 1
-    assert wl.stats(lake, run="nope").height == 0
+    with pytest.warns(NoMatchWarning):
+        assert wl.stats(lake, run="nope").height == 0
     assert wl.records(lake, batch="exp/*").height == 2
 
 
@@ -242,3 +243,21 @@ def test_a_connection_per_thread_keeps_its_own_settings(lake: Path) -> None:
 
     with ThreadPoolExecutor(4) as pool:
         assert sorted(pool.map(settings_of, range(3, 11))) == [(n, n) for n in range(3, 11)]
+
+
+@pytest.mark.parametrize("call", ["stats", "trials", "records"])
+def test_a_selection_that_matches_nothing_is_warned(lake: Path, call: str) -> None:
+    """A glob that forgot `harbor/` gave an empty frame without a word: read as a step with no
+    trials (the exports refuse the same typo, and `wmo-lake stats` says so)."""
+    from wmo_lake.checks import NoMatchWarning
+
+    with pytest.warns(
+        NoMatchWarning, match=r"^no batch matches run='nope' \(the result is empty\)"
+    ):
+        frame = getattr(wl, call)(lake, run="nope")
+    assert frame.is_empty()
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoMatchWarning)
+        assert not getattr(wl, call)(lake, batch="*").is_empty()

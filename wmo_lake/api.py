@@ -224,7 +224,12 @@ def _query(
                 f"query(): {sql.strip()[:60]!r} returns no rows: give a SELECT (a query that "
                 "is only comments is empty)"
             )
-        return _polars(result)
+        frame = _polars(result)
+        if frame.is_empty() and (batch is not None or run is not None):
+            from wmo_lake.checks import warn_on_no_match
+
+            warn_on_no_match(batch, run)
+        return frame
     finally:
         con.close()
 

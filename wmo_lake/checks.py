@@ -39,6 +39,10 @@ class StaleRulesWarning(LakeWarning):
     """Some of the lake's rows were read by an older wmo-lake's extraction rules."""
 
 
+class NoMatchWarning(LakeWarning):
+    """A selection (`batch=`, `run=`) that matches no batch: its result is empty."""
+
+
 # partitions a StaleRulesWarning names before it says how many more there are
 NAMED_PARTITIONS = 3
 
@@ -110,6 +114,20 @@ def warn_on_unused_reward_key(
         warnings.warn(text, RewardKeyWarning, skip_file_prefixes=(_PACKAGE,))
 
 
+def warn_on_no_match(batch: str | None, run: str | None) -> None:
+    """A `NoMatchWarning` for an empty result of a selection (a typo in a glob reads as a step
+    with no trials), pointing at the first caller outside this package."""
+    given = ", ".join(
+        f"{name}={value!r}" for name, value in (("batch", batch), ("run", run)) if value is not None
+    )
+    warnings.warn(
+        f"no batch matches {given} (the result is empty); wl.query(lake, 'SELECT DISTINCT "
+        "batch, run FROM trials') lists them ('*' in a batch glob crosses '/')",
+        NoMatchWarning,
+        skip_file_prefixes=(_PACKAGE,),
+    )
+
+
 def stale_rules_warning(manifest: Manifest, lake: str) -> str | None:
     """Why some of the lake's numbers may not be this version's, or None when every partition
     was read under this version's extraction rules (or the lake holds none)."""
@@ -151,10 +169,12 @@ def warn_on_stale_rules(manifest: Manifest, lake: str) -> None:
 
 __all__ = [
     "LakeWarning",
+    "NoMatchWarning",
     "RewardKeyWarning",
     "StaleRulesWarning",
     "reward_key_warning",
     "stale_rules_warning",
+    "warn_on_no_match",
     "warn_on_stale_rules",
     "warn_on_unused_reward_key",
 ]
