@@ -261,3 +261,36 @@ def test_a_selection_that_matches_nothing_is_warned(lake: Path, call: str) -> No
     with warnings.catch_warnings():
         warnings.simplefilter("error", NoMatchWarning)
         assert not getattr(wl, call)(lake, batch="*").is_empty()
+
+
+def test_a_warning_points_at_a_caller_named_like_the_package(lake: Path) -> None:
+    """A caller's `wmo_lake_train.py` beside the package dir starts with the package dir's path:
+    its warnings were taken for the library's own and pointed at `sys:1`."""
+    import wmo_lake
+
+    caller = str(Path(wmo_lake.__file__).parent.parent / "wmo_lake_train.py")
+    code = compile("wl.stats(lake, reward_key='nope')", caller, "exec")
+    with pytest.warns(RewardKeyWarning) as caught:
+        exec(code, {"wl": wl, "lake": lake})
+    assert [warning.filename for warning in caught] == [caller]
+
+
+def test_a_warning_made_an_error_leaves_no_connection_open(lake: Path) -> None:
+    import contextlib
+    import os
+    import warnings
+
+    def open_lake_files() -> int:
+        targets = []
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):  # (the listing's own fd is gone by now)
+                targets.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return sum(1 for target in targets if target.startswith(str(lake)))
+
+    before = open_lake_files()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RewardKeyWarning)
+        for _ in range(3):
+            with pytest.raises(RewardKeyWarning):
+                wl.connect(lake, reward_key="nope")
+    assert open_lake_files() == before

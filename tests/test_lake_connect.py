@@ -316,3 +316,17 @@ def test_the_machines_zone_is_read_without_duckdb(
 
     monkeypatch.setenv("TZ", tz)
     assert _machine_zone_is_utc() is utc
+
+
+def test_a_connection_that_raised_is_closed_at_once(lake: Path) -> None:
+    """DuckDB shares one database per file in a process: a confined connection that a bad
+    setting made connect() raise stayed open while its traceback was held (a notebook keeps the
+    last one; click's test runner too), and the next connect to the lake had its
+    `enable_external_access = false` (an export in the same process failed: 'Modifying the
+    temp_directory has been disabled by configuration')."""
+    with pytest.raises(LakeError, match="UTF-8") as caught:
+        connect(lake, {"wmo_reward_key": "r\udcff"}, files_only=True)
+    con = connect(lake)
+    con.execute("SET temp_directory = ?", [str(lake.parent / "spill")])
+    con.close()
+    assert caught.traceback  # (held until here)

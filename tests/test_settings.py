@@ -183,6 +183,7 @@ def test_every_setting_is_an_option_with_its_default_in_the_help() -> None:
     [
         ({"wmo_nope": 1}, "unknown setting 'wmo_nope'"),
         ({"max_tokens": 0}, "wmo_max_tokens (--max-tokens) must be a positive integer"),
+        ({"max_tokens": 2**70}, "must be a positive integer (a 64-bit one), got 1180591"),
         ({"wmo_context_budget": "big"}, "must be a positive integer"),
         ({"reward_mode": "binary"}, "must be one of raw, positive-binary"),
         ({"reward_key": 3}, "must be text"),

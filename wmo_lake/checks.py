@@ -47,7 +47,9 @@ class NoMatchWarning(LakeWarning):
 NAMED_PARTITIONS = 3
 
 
-_PACKAGE = os.path.dirname(os.path.abspath(__file__))  # warnings point at the caller outside it
+# warnings point at the caller outside the package (its dir with a separator: a caller's
+# `wmo_lake_train.py` beside the package dir starts with the dir's name too)
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 # Whether any trial in scope has the reward key in force: LIMIT 1 without an order lets DuckDB
 # stop at the first match instead of reading every trial's rewards (an EXISTS reads them all).

@@ -281,6 +281,28 @@ def connect(
             con = None
     if con is None:
         con = connect_private_copy(store, manifest)
+    try:
+        _set_up(con, store, manifest, settings, files_only, writable, check, lake)
+    except BaseException:
+        # A connection not given out is closed now: DuckDB shares one database per file in a
+        # process, and a confined one left to the garbage collector (a bad setting raised) kept
+        # its `enable_external_access = false` for the process's next connect to the same file.
+        con.close()
+        raise
+    return con
+
+
+def _set_up(
+    con: duckdb.DuckDBPyConnection,
+    store: Store,
+    manifest: Manifest,
+    settings: dict[str, Any] | None,
+    files_only: bool,
+    writable: list[str] | None,
+    check: bool,
+    lake: Path | str,
+) -> None:
+    """`connect`'s configuration of a connection it opened (see there)."""
     apply_engine_config(con)
     times_in_utc(con)
     # Both doors' views name their files relative to the lake dir, wherever that is now (the
@@ -310,7 +332,6 @@ def connect(
     warn_on_stale_rules(manifest, str(lake))
     if check:
         warn_on_unused_reward_key(con)
-    return con
 
 
 def _holds_generation(con: duckdb.DuckDBPyConnection, stamp: str) -> bool:

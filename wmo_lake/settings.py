@@ -76,10 +76,10 @@ class Setting:
         if value is None:
             return None
         if self.sql_type == "BIGINT":
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**63:
                 raise SettingError(
-                    f"setting {self.variable} ({self.flag}) must be a positive integer, "
-                    f"got {value!r}"
+                    f"setting {self.variable} ({self.flag}) must be a positive integer "
+                    f"(a 64-bit one), got {value!r}"
                 )
         elif not isinstance(value, str):
             raise SettingError(f"setting {self.variable} ({self.flag}) must be text, got {value!r}")
