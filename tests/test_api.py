@@ -294,3 +294,25 @@ def test_a_warning_made_an_error_leaves_no_connection_open(lake: Path) -> None:
             with pytest.raises(RewardKeyWarning):
                 wl.connect(lake, reward_key="nope")
     assert open_lake_files() == before
+
+
+def test_arguments_of_the_wrong_kind_are_named(lake: Path, tmp_path: Path) -> None:
+    """Each was a DuckDB binder error, an AttributeError, or silently read: sink_roots=['ab']
+    as OLD='a', NEW='b'; workers=0 as one process."""
+    runs = tmp_path / "runs"
+    write_trial(write_job(runs / "exp" / "harbor" / "step-0000" / "job"), "t__1")
+    with pytest.raises(TypeError, match=r"^batch must be a str .*got 3$"):
+        wl.stats(lake, batch=3)
+    with pytest.raises(TypeError, match=r"^run must be a str"):
+        wl.export_datums(lake, tmp_path / "d.parquet", no_split_guard=True, run=1)
+    with pytest.raises(TypeError, match=r"^query\(\): sql must be a str of SQL, got NoneType"):
+        wl.query(lake, None)  # type: ignore[arg-type]
+    for roots in (["ab"], ["/old=/new"], {"/old": "/new"}):
+        with pytest.raises(TypeError, match="each of sink_roots must be an \\(OLD, NEW\\) pair"):
+            wl.ingest(runs, tmp_path / "lake", sink_roots=roots)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"workers must be >= 1"):
+        wl.ingest(runs, tmp_path / "lake", workers=0)
+    with pytest.raises(LakeError, match=r"must be a positive integer \(a 64-bit one\)"):
+        wl.stats(lake, max_tokens=2**70)  # (a setting's error, as for max_turns=0)
+    assert not (tmp_path / "lake").exists()
+    assert wl.ingest(runs, tmp_path / "lake", sink_roots=[("/old", tmp_path)]).trials_new == 1

@@ -151,8 +151,30 @@ def ingest(
     for folder in folders:
         if not folder.is_dir():
             raise FileNotFoundError(f"ingest(): {folder} is not a directory")
-    roots = tuple((str(old), str(new)) for old, new in sink_roots)
+    roots = tuple(_sink_root(pair) for pair in sink_roots)
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)):
+        raise TypeError(f"ingest(): workers must be an int >= 1 or None, got {workers!r}")
+    if workers is not None and workers < 1:
+        raise ValueError(f"ingest(): workers must be >= 1 (or None: one per core), got {workers}")
     return run_ingest(folders, Path(lake), sink_roots=roots, workers=workers)
+
+
+def _check_selection(batch: Any, run: Any) -> None:
+    """`batch` (a glob) and `run` are text or None."""
+    for name, value in (("batch", batch), ("run", run)):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"{name} must be a str (or None: every batch), got {value!r}")
+
+
+def _sink_root(pair: Any) -> tuple[str, str]:
+    """One (OLD, NEW) pair of `sink_roots` as strings; a string ('/old=/new', or 'ab', which
+    unpacked as a pair of characters) is refused, naming the form."""
+    if isinstance(pair, str | bytes) or not isinstance(pair, tuple | list) or len(pair) != 2:
+        raise TypeError(
+            f"ingest(): each of sink_roots must be an (OLD, NEW) pair of paths, got {pair!r}"
+        )
+    old, new = pair
+    return str(old), str(new)
 
 
 def _warn_on_unused_reward_key(
@@ -202,6 +224,9 @@ def _query(
     batch: str | None = None,
     run: str | None = None,
 ) -> pl.DataFrame:
+    if not isinstance(sql, str):
+        raise TypeError(f"query(): sql must be a str of SQL, got {type(sql).__name__}")
+    _check_selection(batch, run)
     if not sql.strip():
         raise ValueError("query(): the query is empty; give one SQL statement")
     con = _open(lake, settings, batch, run)
@@ -346,6 +371,7 @@ def export_datums(
     from wmo_lake.datums import export_datums as run_export
 
     _require_guard(tasks, no_split_guard)
+    _check_selection(batch, run)
     _format_of(out, None, ("parquet",), lake)
     return run_export(
         Path(lake),
@@ -381,6 +407,7 @@ def export_conversations(
     from wmo_lake.conversations import export_conversations as run_export
 
     _require_guard(tasks, no_split_guard)
+    _check_selection(batch, run)
     return run_export(
         Path(lake),
         Path(out),
