@@ -173,6 +173,14 @@ def test_a_query_that_would_write_a_file_is_refused(lake: Path) -> None:
     assert wl.query(lake, "SET VARIABLE n = 3; SELECT getvariable('n') AS n")["n"].to_list() == [3]
 
 
+def test_an_interval_is_a_clear_error_that_says_what_to_query(lake: Path) -> None:
+    """`finished_at - started_at` raised polars' ComputeError about Arrow's interval type."""
+    with pytest.raises(ValueError, match=r"column 'took' is an INTERVAL.*epoch\(finished_at"):
+        wl.query(lake, "SELECT finished_at - started_at AS took FROM trials")
+    seconds = wl.query(lake, "SELECT epoch(finished_at - started_at) AS took FROM trials")
+    assert seconds["took"].dtype == pl.Float64 and seconds.height > 0
+
+
 def test_values_reach_polars_unchanged(lake: Path) -> None:
     """DuckDB hands a UHUGEINT to Arrow as a signed 128-bit value (2^128 - 1 came out -1): it
     is now Decimal(38, 0), exact, or an error past 10^38. Times are UTC instants."""

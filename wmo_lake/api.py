@@ -267,6 +267,15 @@ def _polars(result: duckdb.DuckDBPyRelation) -> pl.DataFrame:
     from wmo_lake.output import _quote
 
     kinds = [str(kind).upper() for kind in result.types]
+    intervals = [
+        name for name, kind in zip(result.columns, kinds, strict=True) if kind == "INTERVAL"
+    ]
+    if intervals:  # (polars cannot read Arrow's month-day-nano interval; a month has no length)
+        raise ValueError(
+            f"query(): column {intervals[0]!r} is an INTERVAL, which polars cannot hold; give it "
+            "as a number in the SQL: epoch(finished_at - started_at) is its seconds, or keep "
+            "both times and subtract them in polars"
+        )
     if "UHUGEINT" in kinds:
         result = result.project(
             ", ".join(
