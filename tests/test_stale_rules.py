@@ -143,3 +143,16 @@ def test_every_command_prints_it_as_one_warning_line(half_stale: Path) -> None:
         assert result.exit_code == 0, result.output
         lines = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
         assert len(lines) == 1 and "2 of the 4 " in lines[0] and "run b, step 1" in lines[0]
+
+
+def test_the_python_api_says_it_in_python_terms(half_stale: Path) -> None:
+    """From `wmo_lake.stats()` the warning named the CLI's `wmo-lake ingest`; a warning made an
+    error leaves no connection open (see test_lake_connect)."""
+    import wmo_lake as wl
+
+    with pytest.warns(StaleRulesWarning) as caught:
+        wl.stats(half_stale)
+    (message,) = [str(w.message) for w in caught if issubclass(w.category, StaleRulesWarning)]
+    assert "run wmo_lake.ingest() on their run trees again" in message
+    assert "wmo-lake ingest" not in message
+    assert caught[0].filename == __file__

@@ -188,12 +188,13 @@ def _warn_on_unused_reward_key(
     from wmo_lake.checks import warn_on_unused_reward_key
 
     warn_on_unused_reward_key(
-        con,
-        batch_glob=batch,
-        run=run,
-        batches=batches,
-        rewrite=lambda text: str(_pythonic(LakeError(text))),
+        con, batch_glob=batch, run=run, batches=batches, rewrite=_in_python_terms
     )
+
+
+def _in_python_terms(text: str) -> str:
+    """A warning's text naming Python arguments and functions (see `_pythonic`)."""
+    return str(_pythonic(LakeError(text)))
 
 
 def _open(
@@ -201,7 +202,7 @@ def _open(
 ) -> duckdb.DuckDBPyConnection:
     from wmo_lake.lake import connect as open_lake
 
-    con = open_lake(lake, _settings(settings), check=False)
+    con = open_lake(lake, _settings(settings), check=False, rewrite=_in_python_terms)
     try:
         _warn_on_unused_reward_key(con, batch, run)
     except BaseException:  # (warnings turned into errors)

@@ -161,12 +161,16 @@ def _partition_label(partition: str) -> str:
     )
 
 
-def warn_on_stale_rules(manifest: Manifest, lake: str) -> None:
+def warn_on_stale_rules(
+    manifest: Manifest, lake: str, rewrite: Callable[[str], str] | None = None
+) -> None:
     """A `StaleRulesWarning` when part of the lake was read by older rules (`stale_rules_warning`),
-    pointing at the first caller outside this package."""
+    pointing at the first caller outside this package; `rewrite` as for
+    `warn_on_unused_reward_key`."""
     message = stale_rules_warning(manifest, lake)
     if message is not None:
-        warnings.warn(message, StaleRulesWarning, skip_file_prefixes=(_PACKAGE,))
+        text = message if rewrite is None else rewrite(message)
+        warnings.warn(text, StaleRulesWarning, skip_file_prefixes=(_PACKAGE,))
 
 
 __all__ = [

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -245,6 +246,7 @@ def connect(
     check: bool = True,
     files_only: bool = False,
     writable: list[str] | None = None,
+    rewrite: Callable[[str], str] | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """A read-only DuckDB connection with every table and view of the lake.
 
@@ -255,7 +257,8 @@ def connect(
     files) and opens that read-only, so no connection this returns can change a lake. Temporary
     tables still work (DuckDB keeps them in memory). With `check`, a reward key that no trial of
     the lake has is a `RewardKeyWarning` (wmo_lake.checks); rows an older wmo-lake read are a
-    `StaleRulesWarning` either way.
+    `StaleRulesWarning` either way. `rewrite` turns the warnings' text into a caller's terms
+    (the Python API's: `wmo_lake.ingest()`, not `wmo-lake ingest`).
 
     `files_only=True` also confines the connection's file access to the lake's live Parquet
     files (DuckDB's `enable_external_access = false` with `allowed_paths`): no COPY TO, ATTACH or
@@ -282,7 +285,12 @@ def connect(
     if con is None:
         con = connect_private_copy(store, manifest)
     try:
-        _set_up(con, store, manifest, settings, files_only, writable, check, lake)
+        _set_up(con, store, manifest, settings, files_only, writable)
+        from wmo_lake.checks import warn_on_stale_rules, warn_on_unused_reward_key
+
+        warn_on_stale_rules(manifest, str(lake), rewrite)
+        if check:
+            warn_on_unused_reward_key(con, rewrite=rewrite)
     except BaseException:
         # A connection not given out is closed now: DuckDB shares one database per file in a
         # process, and a confined one left to the garbage collector (a bad setting raised) kept
@@ -299,8 +307,6 @@ def _set_up(
     settings: dict[str, Any] | None,
     files_only: bool,
     writable: list[str] | None,
-    check: bool,
-    lake: Path | str,
 ) -> None:
     """`connect`'s configuration of a connection it opened (see there)."""
     apply_engine_config(con)
@@ -327,11 +333,6 @@ def _set_up(
         con.execute("SET allowed_paths = ?", [live + list(writable or [])])
         con.execute("SET enable_external_access = false")  # DuckDB refuses to turn it back on
     set_settings(con, settings or {})
-    from wmo_lake.checks import warn_on_stale_rules, warn_on_unused_reward_key
-
-    warn_on_stale_rules(manifest, str(lake))
-    if check:
-        warn_on_unused_reward_key(con)
 
 
 def _holds_generation(con: duckdb.DuckDBPyConnection, stamp: str) -> bool:
