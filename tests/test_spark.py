@@ -363,9 +363,31 @@ def test_sql_command_on_spark_refuses_writes(lakes: dict[str, Path], query: str,
         cli, ["sql", "--lake", str(lakes["generated"]), "--engine", "spark", query]
     )
     assert result.exit_code == 2
-    assert "only read-only statements" in result.output and f"got {word!r}" in result.output
+    assert f"only read-only statements run here, and {word} writes" in result.output
     # the word in a string, a quoted name or a comment writes nothing
     assert spark_write_word("SELECT 'drop', \"insert\" FROM t -- delete") is None
+
+
+def test_sql_command_on_spark_says_a_typo_is_no_write(lakes: dict[str, Path]) -> None:
+    """`SELEC 1` was told to change the lake with `wmo-lake ingest`; VALUES, TABLE and a
+    parenthesised query, which read, were refused as writes."""
+    base = ["sql", "--lake", str(lakes["generated"]), "--engine", "spark"]
+    typo = CliRunner().invoke(cli, [*base, "SELEC 1"])
+    assert typo.exit_code == 2 and "starts with one of SELECT" in typo.output
+    assert "got 'SELEC'" in typo.output and "ingest" not in typo.output
+    for query in ("VALUES (1)", "TABLE settings", "(SELECT 1 AS x)"):
+        assert CliRunner().invoke(cli, [*base, "--format", "csv", query]).exit_code == 0, query
+
+
+def test_sql_command_on_spark_reads_no_other_file(lakes: dict[str, Path], tmp_path: Path) -> None:
+    """Spark's SQL on files (`text.`/any/file``) printed any file the user could read, where the
+    DuckDB engine is confined to the lake's files."""
+    secret = tmp_path / "outside.txt"
+    secret.write_text("secret\n")
+    args = ["sql", "--lake", str(lakes["generated"]), "--engine", "spark"]
+    result = CliRunner().invoke(cli, [*args, f"SELECT * FROM text.`{secret}`"])
+    assert result.exit_code == 2 and "secret" not in result.stdout
+    assert "reads the lake's tables and views, not other files" in result.output
 
 
 def test_sql_command_on_spark_to_a_missing_dir_is_an_error_line(

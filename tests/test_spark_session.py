@@ -4,6 +4,8 @@ its own settings are left alone."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from wmo_lake.spark import DEFAULT_DRIVER_MEMORY, DRIVER_MEMORY_ENV, session_settings
@@ -36,3 +38,16 @@ def test_a_clusters_master_and_memory_are_its_own(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--conf spark.master=k8s://x pyspark-shell")
     master, config = session_settings()
     assert master is None and "spark.driver.memory" not in config  # spark-submit's master stands
+
+
+def test_a_java_home_without_java_is_said_before_spark_starts(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Spark takes JAVA_HOME over the java on PATH: one pointing nowhere gave two shell errors
+    and JAVA_GATEWAY_EXITED."""
+    from wmo_lake.spark import local_session
+    from wmo_lake.store import LakeError
+
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "nowhere"))
+    with pytest.raises(LakeError, match=r"JAVA_HOME=.*nowhere has no bin/java: point it at a Java"):
+        local_session()

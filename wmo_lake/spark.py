@@ -194,7 +194,12 @@ def local_session(master: str | None = None) -> SparkSession:
     except ImportError as error:
         raise LakeError(MISSING_EXTRA) from error
     java_home = os.environ.get("JAVA_HOME")
-    if not (java_home and Path(java_home, "bin", "java").exists()) and not shutil.which("java"):
+    if java_home and not Path(java_home, "bin", "java").exists():  # (Spark takes it over PATH's)
+        raise LakeError(
+            f"JAVA_HOME={java_home} has no bin/java: point it at a Java 17 install, or unset it "
+            "to use the java on PATH"
+        )
+    if not java_home and not shutil.which("java"):
         raise LakeError(MISSING_JAVA)
     # Python tasks (the Spark ingest) run in this interpreter, where wmo_lake is installed, not
     # in whatever `python3` is first on PATH.

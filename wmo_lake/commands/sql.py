@@ -54,7 +54,10 @@ WRITERS = FILE_WRITERS | {
 }
 
 
-SPARK_READ_ONLY = ("SELECT", "WITH", "SET", "EXPLAIN", "DESCRIBE", "DESC", "SHOW", "FROM")
+SPARK_READ_ONLY = (
+    *("SELECT", "WITH", "SET", "EXPLAIN", "DESCRIBE", "DESC", "SHOW", "FROM", "VALUES", "TABLE"),
+    "(",
+)
 # Words of Spark SQL that write, anywhere in a statement: `WITH t AS (...) INSERT OVERWRITE
 # DIRECTORY 'lake/tables/trials' ...` starts like a read and replaces a table's files.
 SPARK_WRITE_WORDS = frozenset(
@@ -75,6 +78,10 @@ def _read_only_message(what: str, ctx: click.Context, lake: Path) -> str:
 
 # DuckDB's error for a FROM of a quoted path it may not look at: "Table with name /x does not exist"
 _PATH_AS_TABLE = re.compile(r"Table with name \S*/\S* does not exist")
+
+
+# Spark's error for `text.`/a/file`` once SQL on files is off: a table named by a path
+_SPARK_PATH_AS_TABLE = re.compile(r"`\w+`\.`[^`]*/[^`]*`")
 
 
 def _confined_message(error: str) -> str:
@@ -335,11 +342,16 @@ def run_on_spark(
         fail("the query is empty", 2)
     for statement, first_word in split:
         writes = spark_write_word(statement)
-        if first_word.upper() not in SPARK_READ_ONLY or writes is not None:
+        if writes is not None:
             fail(
-                f"only read-only statements run here ({', '.join(SPARK_READ_ONLY)}, and none "
-                f"that writes); got {writes or first_word!r}. To change the lake, use "
-                "`wmo-lake ingest`",
+                f"only read-only statements run here, and {writes} writes. To change the lake, "
+                "use `wmo-lake ingest`; to save a result, pass --output FILE",
+                2,
+            )
+        if first_word.upper() not in SPARK_READ_ONLY:  # (a typo too: not said to be a write)
+            fail(
+                f"a statement here starts with one of {', '.join(SPARK_READ_ONLY)}; got "
+                f"{first_word!r}",
                 2,
             )
     statements = [statement for statement, _ in split]
@@ -348,6 +360,8 @@ def run_on_spark(
     try:
         session = lake_spark.local_session()
         lake_spark.register(session, lake, settings)
+        # the lake's tables and views only, as the DuckDB engine: no `text.`/any/file``
+        session.conf.set("spark.sql.runSQLOnFiles", "false")
         for statement in statements[:-1]:
             session.sql(statement).collect()
         result = session.sql(statements[-1])
@@ -363,5 +377,9 @@ def run_on_spark(
         fail(str(error), 2)
     except Exception as error:  # pyspark's errors (AnalysisException, ...) share no base here
         if type(error).__module__.startswith(("pyspark", "py4j")):
-            fail(f"query failed on Spark: {str(error).strip().splitlines()[0]}")
+            fail_if_damaged(lake)  # (a segment deleted by hand: said as the DuckDB engine says it)
+            first = str(error).strip().splitlines()[0]
+            if "TABLE_OR_VIEW_NOT_FOUND" in first and _SPARK_PATH_AS_TABLE.search(first):
+                fail(_confined_message(first), 2)
+            fail(f"query failed on Spark: {first}")
         raise
