@@ -112,8 +112,16 @@ def warn_on_unused_reward_key(
     the message into its caller's terms (the Python API's `reward_key=`)."""
     message = reward_key_warning(con, batch_glob=batch_glob, run=run, batches=batches)
     if message is not None:
-        text = message if rewrite is None else rewrite(message)
-        warnings.warn(text, RewardKeyWarning, skip_file_prefixes=(_PACKAGE,))
+        _warn(message, RewardKeyWarning, rewrite)
+
+
+def _warn(
+    message: str, category: type[LakeWarning], rewrite: Callable[[str], str] | None = None
+) -> None:
+    """Warn `message` (in the caller's terms, by `rewrite`) pointing at the first caller outside
+    this package."""
+    text = message if rewrite is None else rewrite(message)
+    warnings.warn(text, category, skip_file_prefixes=(_PACKAGE,))
 
 
 def warn_on_no_match(batch: str | None, run: str | None) -> None:
@@ -122,11 +130,10 @@ def warn_on_no_match(batch: str | None, run: str | None) -> None:
     given = ", ".join(
         f"{name}={value!r}" for name, value in (("batch", batch), ("run", run)) if value is not None
     )
-    warnings.warn(
+    _warn(
         f"no batch matches {given} (the result is empty); wl.query(lake, 'SELECT DISTINCT "
         "batch, run FROM trials') lists them ('*' in a batch glob crosses '/')",
         NoMatchWarning,
-        skip_file_prefixes=(_PACKAGE,),
     )
 
 
@@ -169,8 +176,7 @@ def warn_on_stale_rules(
     `warn_on_unused_reward_key`."""
     message = stale_rules_warning(manifest, lake)
     if message is not None:
-        text = message if rewrite is None else rewrite(message)
-        warnings.warn(text, StaleRulesWarning, skip_file_prefixes=(_PACKAGE,))
+        _warn(message, StaleRulesWarning, rewrite)
 
 
 __all__ = [
