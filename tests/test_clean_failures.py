@@ -153,17 +153,42 @@ def test_sigterm_while_writing_leaves_nothing(lake: Path, tmp_path: Path) -> Non
     assert os.listdir(tmp_path) == []
 
 
-def test_ctrl_c_during_an_export(lake: Path, tmp_path: Path, monkeypatch) -> None:
-    def interrupted(path):
-        raise KeyboardInterrupt
+def _export_stopped_by(signum: int, lake: Path, tmp_path: Path, monkeypatch) -> Any:
+    """`export datums` with `signum` (SIGINT: Ctrl-C's KeyboardInterrupt) arriving mid-export:
+    sha256 is taken after the data is written."""
+    from wmo_lake.exports import discipline
 
-    # sha256 is taken after the data is written: the interrupt comes mid-export
-    monkeypatch.setattr("wmo_lake.exports.discipline.sha256_file", interrupted)
+    real_sha256 = discipline.sha256_file
+
+    def stopped(path):
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        os.kill(os.getpid(), signum)  # (its handler raises at the next line run)
+        return real_sha256(path)
+
+    monkeypatch.setattr("wmo_lake.exports.discipline.sha256_file", stopped)
     out = tmp_path / "d.parquet"
-    result = _invoke("export", "datums", "--lake", lake, "--out", out, "--no-split-guard")
+    return _invoke("export", "datums", "--lake", lake, "--out", out, "--no-split-guard")
+
+
+def test_ctrl_c_during_an_export(lake: Path, tmp_path: Path, monkeypatch) -> None:
+    result = _export_stopped_by(signal.SIGINT, lake, tmp_path, monkeypatch)
     assert result.exit_code == 130
     assert result.output.strip() == "interrupted: nothing was written or changed"
     assert os.listdir(tmp_path) == []
+
+
+def test_sigterm_during_an_export(lake: Path, tmp_path: Path, monkeypatch) -> None:
+    """SIGTERM mid-export ended the process and left its hidden partial files behind; it now
+    stops the export as Ctrl-C does (exit 143), and a later Ctrl-C is said as one again."""
+    result = _export_stopped_by(signal.SIGTERM, lake, tmp_path, monkeypatch)
+    assert result.exit_code == 143
+    assert result.output.strip() == "stopped by SIGTERM: nothing was written or changed"
+    assert os.listdir(tmp_path) == []
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # put back
+    again = _export_stopped_by(signal.SIGINT, lake, tmp_path, monkeypatch)
+    assert again.exit_code == 130
+    assert again.output.strip() == "interrupted: nothing was written or changed"
 
 
 def test_an_unwritable_lake_dir_is_a_message(tmp_path: Path, monkeypatch) -> None:

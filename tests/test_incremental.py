@@ -4,6 +4,8 @@ and two ingests into one lake never corrupt it."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import shutil
@@ -272,39 +274,57 @@ def _run_ingest(
     )
 
 
+def _lake_then_new_trials(tmp_path: Path, n_new: int) -> tuple[Path, Path, dict[str, int]]:
+    """A lake of a 2-trial tree, then `n_new` more trials in the tree: (the tree, the lake, its
+    row counts before they are ingested)."""
+    runs = _tree(tmp_path, n_trials=2, prefix="old")
+    lake = tmp_path / "lake"
+    ingest([runs], lake, workers=1)
+    before = _counts(lake)
+    job_dir = runs / "exp" / "harbor" / "step-0001" / "job"
+    for i in range(n_new):
+        write_trial(job_dir, f"new__{i}", trial_id=f"new-{i}")
+    return runs, lake, before
+
+
 @pytest.mark.parametrize(
     ("point", "committed"),
     [("mid_extract", False), ("after_manifest", True), ("before_duckdb_file", True)],
 )
+@pytest.mark.parametrize(
+    ("env_name", "code", "said"),
+    [
+        ("WMO_LAKE_INTERRUPT_AT", 130, "interrupted"),
+        # SIGTERM (a scheduler's, `timeout`'s) ended the process without a word (exit -15)
+        ("WMO_LAKE_TERMINATE_AT", 143, "stopped by SIGTERM"),
+    ],
+    ids=["ctrl-c", "sigterm"],
+)
 def test_ctrl_c_says_whether_the_ingest_had_committed(
-    tmp_path: Path, point: str, committed: bool
+    tmp_path: Path, point: str, committed: bool, env_name: str, code: int, said: str
 ) -> None:
     """Ctrl-C after the manifest swap said `nothing was written or changed`, over a lake whose
     new generation was in (and whose lake.duckdb, for a plain DuckDB client, was not)."""
-    runs = _tree(tmp_path, n_trials=2, prefix="old")
-    lake = tmp_path / "lake"
-    ingest([runs], lake, workers=1)
-    job_dir = runs / "exp" / "harbor" / "step-0001" / "job"
-    for i in range(3):
-        write_trial(job_dir, f"new__{i}", trial_id=f"new-{i}")
+    runs, lake, _ = _lake_then_new_trials(tmp_path, 3)
     stopped = _run_ingest(
         runs,
         lake,
-        {"WMO_LAKE_INTERRUPT_AT": point},
+        {env_name: point},
         # a shell's background job ignores SIGINT; the user's terminal does not
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     _, err = stopped.communicate(timeout=120)
-    assert stopped.returncode == 130, err
+    assert stopped.returncode == code, err
     assert _counts(lake)["trials"] == (5 if committed else 2)
     if committed:
         assert err.strip() == (
-            f"interrupted after the commit: generation 2 is the lake at {lake}, but lake.duckdb "
+            f"{said} after the commit: generation 2 is the lake at {lake}, but lake.duckdb "
             "was not rebuilt (wmo-lake reads the lake as it is; for a plain DuckDB client, run "
             "the same ingest again: it rebuilds lake.duckdb and changes nothing else)"
         )
     else:
-        assert err.strip() == "interrupted: nothing was written or changed"
+        assert err.strip() == f"{said}: nothing was written or changed"
+        assert not (lake / STAGING).exists()
     rerun = _run_ingest(runs, lake)
     out, err = rerun.communicate(timeout=120)
     assert rerun.returncode == 0, err
@@ -320,13 +340,7 @@ def test_ctrl_c_says_whether_the_ingest_had_committed(
     "point", ["mid_extract", "before_manifest", "after_manifest", "before_duckdb_file"]
 )
 def test_sigkill_leaves_a_readable_lake_and_rerun_completes(tmp_path: Path, point: str) -> None:
-    runs = _tree(tmp_path, n_trials=2, prefix="old")
-    lake = tmp_path / "lake"
-    ingest([runs], lake, workers=1)
-    before = _counts(lake)
-    job_dir = runs / "exp" / "harbor" / "step-0001" / "job"
-    for i in range(3):
-        write_trial(job_dir, f"new__{i}", trial_id=f"new-{i}")
+    runs, lake, before = _lake_then_new_trials(tmp_path, 3)
     killed = _run_ingest(runs, lake, {"WMO_LAKE_CRASH_AT": point})
     killed.communicate(timeout=120)
     assert killed.returncode == -signal.SIGKILL
@@ -353,6 +367,56 @@ def test_sigkill_leaves_a_readable_lake_and_rerun_completes(tmp_path: Path, poin
     on_disk = {p.relative_to(lake).as_posix() for p in lake.rglob("*.parquet")}
     assert on_disk <= live | previous, "an interrupted ingest's files were never cleaned up"
     assert not (lake / STAGING).exists(), "the killed ingest's copies of stored rows stayed"
+
+
+def test_sigterm_stops_the_readers_and_commits_nothing(tmp_path: Path) -> None:
+    """SIGTERM to the ingest alone (a scheduler's, `timeout`'s) while its reader processes work:
+    it ended without a word (exit -15). Now it stops as Ctrl-C does: the readers are stopped,
+    nothing is committed, one line, exit 143. The readers are held at their first chunk by the
+    pause point (WMO_LAKE_PAUSE_FIFO: its write end opens once a reader waits on it)."""
+    runs, lake, before = _lake_then_new_trials(tmp_path, 6)
+    fifo_path = tmp_path / "pause.fifo"
+    os.mkfifo(fifo_path)
+    proc = _run_ingest(runs, lake, {"WMO_LAKE_PAUSE_FIFO": str(fifo_path)}, args=("--workers", "2"))
+    fifo = None
+    try:
+        deadline = time.monotonic() + 60
+        while fifo is None:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            try:
+                fifo = os.open(fifo_path, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError as error:
+                if error.errno != errno.ENXIO:  # ENXIO: no reader waits yet
+                    raise
+                time.sleep(0.05)
+        readers = _children(proc.pid)
+        assert readers, "the ingest started no reader process"
+        proc.send_signal(signal.SIGTERM)  # the ingest only, not its process group
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if fifo is not None:
+            os.close(fifo)
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err
+    assert err.strip() == "stopped by SIGTERM: nothing was written or changed"
+    assert not [pid for pid in readers if Path(f"/proc/{pid}").exists()], "readers left running"
+    assert _counts(lake) == before
+    assert not (lake / STAGING).exists()
+    fifo_path.unlink()
+    rerun = _run_ingest(runs, lake)
+    _, err = rerun.communicate(timeout=120)
+    assert rerun.returncode == 0, err
+    assert _counts(lake)["trials"] == 8
+
+
+def _children(pid: int) -> list[int]:
+    """The child processes of `pid` (Linux: /proc/PID/task/*/children)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            found += [int(c) for c in (task / "children").read_text().split()]
+    return found
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])

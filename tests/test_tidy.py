@@ -129,16 +129,24 @@ def _forget_in_a_process(lake: Path, env: dict[str, str]) -> subprocess.Complete
     )
 
 
+@pytest.mark.parametrize(
+    ("env_name", "code", "said"),
+    [
+        ("WMO_LAKE_INTERRUPT_AT", 130, "interrupted"),
+        ("WMO_LAKE_TERMINATE_AT", 143, "stopped by SIGTERM"),  # (it ended without a word)
+    ],
+    ids=["ctrl-c", "sigterm"],
+)
 def test_forget_stopped_after_its_commit_says_so_and_again_rebuilds_lake_duckdb(
-    lake: Path,
+    lake: Path, env_name: str, code: int, said: str
 ) -> None:
     """Ctrl-C just after the manifest swap said "nothing was written or changed" over a lake
     whose batches were gone; the same forget again said "nothing matched" and left lake.duckdb
     a generation behind. It now says the change is in, and the rerun rebuilds the file."""
-    stopped = _forget_in_a_process(lake, {"WMO_LAKE_INTERRUPT_AT": "after_manifest"})
-    assert stopped.returncode == 130, stopped.stderr
+    stopped = _forget_in_a_process(lake, {env_name: "after_manifest"})
+    assert stopped.returncode == code, stopped.stderr
     assert stopped.stderr.strip() == (
-        f"interrupted after the commit: generation 2 is the lake at {lake}, but lake.duckdb was "
+        f"{said} after the commit: generation 2 is the lake at {lake}, but lake.duckdb was "
         "not rebuilt (wmo-lake reads the lake as it is; for a plain DuckDB client, run the same "
         "forget again: it rebuilds lake.duckdb and changes nothing else)"
     )

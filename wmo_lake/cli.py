@@ -42,8 +42,12 @@ class LazyGroup(click.Group):
         return sorted(COMMANDS)
 
     def invoke(self, ctx: click.Context) -> object:
-        """Ctrl-C: one line and exit 130 (the shell's code for SIGINT), no traceback. Every
-        writer renames its file into place only when complete, so nothing is half-written."""
+        """Ctrl-C: one line and exit 130 (the shell's code for SIGINT), no traceback; SIGTERM,
+        where a command takes it so (`output.sigterm_stops`), the same with 143. Every writer
+        renames its file into place only when complete, so nothing is half-written."""
+        from wmo_lake.output import TERMINATED
+
+        TERMINATED.clear()  # (a SIGTERM an earlier command of this process took is not this one's)
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt as error:
@@ -58,10 +62,11 @@ class LazyGroup(click.Group):
 
     @staticmethod
     def _interrupted(message: str | None = None) -> NoReturn:
-        from wmo_lake.output import INTERRUPTED
+        from wmo_lake.output import INTERRUPTED, stopped_message
 
-        click.echo(message or INTERRUPTED, err=True)
-        sys.exit(130)
+        said, code = stopped_message(message or INTERRUPTED)
+        click.echo(said, err=True)
+        sys.exit(code)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         module = COMMANDS.get(cmd_name)

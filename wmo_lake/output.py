@@ -486,6 +486,43 @@ CUT_OFF = (
 )
 
 
+# SIGTERM's number once `sigterm_stops` took it: the CLI then says the command was stopped by
+# SIGTERM, and exits 143, where a Ctrl-C says "interrupted" and exits 130.
+TERMINATED: list[int] = []
+
+
+@contextlib.contextmanager
+def sigterm_stops() -> Iterator[None]:
+    """Within (on the main thread): SIGTERM, what a scheduler or `timeout` sends, stops the
+    command as Ctrl-C does (an ingest's abort, nothing half-committed, its readers stopped, one
+    line) instead of ending the process without a word. A second SIGTERM ends it at once."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        TERMINATED.append(signum)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def stopped_message(message: str) -> tuple[str, int]:
+    """A Ctrl-C message ("interrupted...") and exit code, as said when SIGTERM stopped the
+    command instead."""
+    if not TERMINATED:
+        return message, 130
+    return "stopped by SIGTERM" + message.removeprefix("interrupted"), 128 + TERMINATED[0]
+
+
 class OutputCutOff(KeyboardInterrupt):
     """Ctrl-C while a result streamed to stdout (the CLI says CUT_OFF, exit 130)."""
 

@@ -15,6 +15,7 @@ import contextlib
 import gc
 import itertools
 import os
+import signal
 import sys
 import threading
 import time
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from wmo_lake.discover import Job, TrialTask
 from wmo_lake.lean import skip_numpy
-from wmo_lake.store import LakeError, PartitionedFiles, partition_of
+from wmo_lake.store import LakeError, PartitionedFiles, partition_of, pause_point
 
 if TYPE_CHECKING:  # pyarrow loads only once the readers are forked
     import multiprocessing.context
@@ -309,6 +310,8 @@ def _reader_main(
     """A reader process: extract the chunks whose numbers it takes from `numbers` until None,
     and each chunk's jobs (`jobs_by_chunk`), writing their rows to its own segments."""
     _exit_with_parent(parent_pid)
+    # (forked: the parent's SIGTERM handler is the CLI's; a reader ends on SIGTERM, as always)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     skip_numpy()  # (before anything here loads pyarrow)
     try:
         from wmo_lake.commit import SegmentWriter
@@ -322,6 +325,7 @@ def _reader_main(
         writer = SegmentWriter(Path(lake), prefix, copies)
         chunks, chunk_jobs = work
         while (number := numbers.get()) is not None:
+            pause_point()  # (the signal tests' hold: one dict lookup a chunk otherwise)
             summaries = [extract_to_segments(task, writer) for task in chunks[number]]
             job_summaries = [job_to_segments(job, writer) for job in chunk_jobs[number]]
             results.put(("trials", (number, summaries, job_summaries)))

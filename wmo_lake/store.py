@@ -118,19 +118,23 @@ def segment_prefix(generation: int, token: str, label: str = "") -> str:
 
 def crash_point(name: str) -> None:
     """Fault injection for the crash tests: SIGKILL ourselves at a named point of a commit when
-    WMO_LAKE_CRASH_AT names it, SIGINT (a Ctrl-C) when WMO_LAKE_INTERRUPT_AT does. Costs two
-    dict lookups otherwise."""
-    if os.environ.get("WMO_LAKE_CRASH_AT") == name:
+    WMO_LAKE_CRASH_AT names it, SIGINT (a Ctrl-C) when WMO_LAKE_INTERRUPT_AT does, SIGTERM when
+    WMO_LAKE_TERMINATE_AT does. Costs three dict lookups otherwise."""
+    environ = os.environ
+    if environ.get("WMO_LAKE_CRASH_AT") == name:
         os.kill(os.getpid(), 9)
-    if os.environ.get("WMO_LAKE_INTERRUPT_AT") == name:
+    if environ.get("WMO_LAKE_INTERRUPT_AT") == name:
         os.kill(os.getpid(), 2)
+    if environ.get("WMO_LAKE_TERMINATE_AT") == name:
+        os.kill(os.getpid(), 15)
 
 
 def pause_point() -> None:
-    """Fault injection for the Ctrl-C tests: hold a reader before it reads a dir until a writer
-    opens the FIFO that WMO_LAKE_PAUSE_FIFO names (the test's sign that a read is under way: a
-    trial's own files are never waited on, see jsonfile.read_file); once the test removed it,
-    no reader waits. Costs one dict lookup otherwise."""
+    """Fault injection for the signal tests: hold a reader (a Spark task before a dir, a reader
+    process before a chunk) until a writer opens the FIFO that WMO_LAKE_PAUSE_FIFO names (the
+    test's sign that a read is under way: a trial's own files are never waited on, see
+    jsonfile.read_file); once the test removed it, no reader waits. Costs one dict lookup
+    otherwise."""
     fifo = os.environ.get("WMO_LAKE_PAUSE_FIFO")
     if fifo:
         try:

@@ -30,6 +30,7 @@ from wmo_lake.commands.options import (
     settings_from,
 )
 from wmo_lake.exports.discipline import ExportError, require_guard_choice
+from wmo_lake.output import sigterm_stops
 from wmo_lake.store import LakeError
 
 
@@ -81,17 +82,18 @@ def _run_export(
     _require_guard_choice(tasks, no_split_guard)
     settings = settings_from(options)
     try:
-        manifest = write(
-            lake,
-            out,
-            tasks=tasks,
-            no_split_guard=no_split_guard,
-            batch_glob=batch_glob,
-            run=run,
-            settings=settings,
-            check=_reward_key_check(settings, batch_glob, run, strict),
-            **kind_options,
-        )
+        with sigterm_stops():  # (its hidden partial files removed, as on Ctrl-C)
+            manifest = write(
+                lake,
+                out,
+                tasks=tasks,
+                no_split_guard=no_split_guard,
+                batch_glob=batch_glob,
+                run=run,
+                settings=settings,
+                check=_reward_key_check(settings, batch_glob, run, strict),
+                **kind_options,
+            )
     except (ExportError, LakeError) as error:
         fail_if_damaged(lake)  # (an ExportError wraps the query's own error)
         lake_failure(None, lake, error)

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from wmo_lake.commands.options import lake_failure, lake_option, lake_write_failure
+from wmo_lake.output import sigterm_stops
 from wmo_lake.store import LakeError
 
 
@@ -38,12 +39,13 @@ def forget(ctx: click.Context, batch_glob: str, lake: Path, dry_run: bool, as_js
     from wmo_lake.tidy import forget as run_forget
 
     try:
-        removal = run_forget(
-            lake,
-            batch_glob,
-            dry_run=dry_run,
-            on_wait=lambda message: click.echo(message, err=True),
-        )
+        with sigterm_stops():
+            removal = run_forget(
+                lake,
+                batch_glob,
+                dry_run=dry_run,
+                on_wait=lambda message: click.echo(message, err=True),
+            )
     except LakeError as error:
         lake_failure(ctx, lake, error)
     except OSError as error:

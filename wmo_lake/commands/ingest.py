@@ -19,6 +19,7 @@ from wmo_lake.commands.options import (
     lake_write_failure,
 )
 from wmo_lake.lean import skip_numpy
+from wmo_lake.output import sigterm_stops
 from wmo_lake.settings import whole_number
 from wmo_lake.store import LakeError
 
@@ -168,17 +169,18 @@ def ingest(
             from wmo_lake.spark import local_session
 
             spark = local_session(master)
-        summary = run_ingest(
-            list(paths),
-            lake,
-            sink_roots=sink_roots,
-            workers=workers,
-            progress=progress,
-            on_wait=lambda message: click.echo(message, err=True),
-            prune=prune,
-            dry_run=dry_run,
-            spark=spark,
-        )
+        with sigterm_stops():
+            summary = run_ingest(
+                list(paths),
+                lake,
+                sink_roots=sink_roots,
+                workers=workers,
+                progress=progress,
+                on_wait=lambda message: click.echo(message, err=True),
+                prune=prune,
+                dry_run=dry_run,
+                spark=spark,
+            )
     except LakeError as error:
         fail(str(error))
     except OSError as error:
