@@ -44,13 +44,13 @@ if TYPE_CHECKING:
 
 
 def sql_dir() -> Path:
-    """The view definitions: the checkout's top-level sql/ (installed as package wmo_lake.sql)."""
-    checkout = Path(__file__).resolve().parent.parent / "sql"
-    if checkout.is_dir():
-        return checkout
-    from importlib import resources  # (~6 ms: not in a command that reads no view)
-
-    return Path(str(resources.files("wmo_lake.sql")))
+    """The view definitions: wmo_lake/sql/ when installed (pyproject.toml ships the checkout's
+    top-level sql/ as package wmo_lake.sql), else the checkout's sql/. (Not importlib.resources:
+    sql/ has no __init__.py, and the path of such a package was a MultiplexedPath, whose text
+    named no folder: every query of an installed wheel failed.)"""
+    package = Path(__file__).resolve().parent
+    installed = package / "sql"
+    return installed if installed.is_dir() else package.parent / "sql"
 
 
 def view_sources() -> list[tuple[str, str]]:

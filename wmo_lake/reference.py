@@ -26,9 +26,11 @@ class Entry:
 
 
 def readme_text() -> str:
-    checkout = Path(__file__).resolve().parent.parent / "README.md"
-    if checkout.is_file():
-        return checkout.read_text(encoding="utf-8")
+    checkout = Path(__file__).resolve().parent.parent
+    if (checkout / "pyproject.toml").is_file() and (checkout / "README.md").is_file():
+        return (checkout / "README.md").read_text(encoding="utf-8")
+    # installed: the README is the package's long description (a README.md beside the installed
+    # package, in site-packages, is some other package's)
     from importlib import metadata
 
     try:
