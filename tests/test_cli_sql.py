@@ -699,6 +699,24 @@ def test_spark_refuses_a_write_after_a_comment_by_its_name(lake: Path) -> None:
     assert result.exit_code == 2 and "and DROP writes" in result.output, result.output
 
 
+def test_spark_on_a_missing_lake_is_said_before_spark_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It was said only after Spark's ~5 s of start-up and its log lines; now as the DuckDB
+    engine says it, with no session started."""
+
+    def started(*args: object) -> None:
+        raise AssertionError("a Spark session was started for a lake that does not exist")
+
+    monkeypatch.setattr("wmo_lake.spark.local_session", started)
+    missing = tmp_path / "nolake"
+    on_spark = _sql(missing, "--engine", "spark", "SELECT 1")
+    on_duckdb = _sql(missing, "SELECT 1")
+    assert on_spark.exit_code == on_duckdb.exit_code == 1
+    assert on_spark.output == on_duckdb.output
+    assert f"no lake at {missing} (no manifest.json): run `wmo-lake ingest" in on_spark.output
+
+
 def test_two_columns_of_one_name_keep_their_own_values_in_every_format(
     lake: Path, tmp_path: Path
 ) -> None:

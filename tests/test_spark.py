@@ -302,17 +302,23 @@ def test_spark_and_duckdb_draw_times_alike_in_any_zone(lakes: dict[str, Path]) -
         "SELECT trial_name, started_at, CAST(started_at AS DATE) AS day, hour(started_at) AS h "
         "FROM trials WHERE started_at IS NOT NULL ORDER BY trial_name"
     )
-    outputs = {}
+    outputs, said = {}, {}
     for engine in ("duckdb", "spark"):
         args = ["sql", "--lake", str(lakes["real"]), "--format", "csv", query]
-        outputs[engine] = subprocess.run(
+        run = subprocess.run(
             [sys.executable, "-m", "wmo_lake.cli", *args, "--engine", engine],
             env={**os.environ, "TZ": "Asia/Tokyo"},
             capture_output=True,
             text=True,
             check=True,
-        ).stdout.splitlines()
+        )
+        outputs[engine], said[engine] = run.stdout.splitlines(), run.stderr.splitlines()
     assert len(outputs["duckdb"]) > 2, outputs
+    # Spark's start-up warnings (~8 lines: its log4j profile, the host's loopback address, the
+    # native Hadoop library, "Setting default log level") are off; the JVM's own line about the
+    # incubator module Spark's launcher adds cannot be
+    jvm = "WARNING: Using incubator modules: jdk.incubator.vector"
+    assert [line for line in said["spark"] if line != jvm] == [] == said["duckdb"]
     import csv
 
     for _name, started, day, hour in list(csv.reader(outputs["spark"]))[1:]:

@@ -40,6 +40,26 @@ def test_a_clusters_master_and_memory_are_its_own(monkeypatch: pytest.MonkeyPatc
     assert master is None and "spark.driver.memory" not in config  # spark-submit's master stands
 
 
+def test_a_local_session_logs_only_sparks_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spark's default profile printed ~8 lines of start-up warnings before every local
+    `--engine spark` result; the config a local session points log4j2 at is errors only
+    (checked here without a JVM; test_cli_sql.py runs one)."""
+    from wmo_lake.spark import LOG_CONFIG
+
+    options = session_settings("local[2]")[1]["spark.driver.extraJavaOptions"]
+    assert options == f'-Dlog4j2.configurationFile="{LOG_CONFIG}"'
+    settings = dict(
+        line.split(" = ", 1)
+        for line in LOG_CONFIG.read_text(encoding="utf-8").splitlines()
+        if " = " in line and not line.startswith("#")
+    )
+    assert settings["rootLogger.level"] == "error"
+    assert settings["logger.gateway.level"] == "error"  # (else PySpark resets the root to WARN)
+    assert "spark.driver.extraJavaOptions" not in session_settings("spark://head:7077")[1]
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--conf spark.driver.extraJavaOptions=-Dx=1 x")
+    assert "spark.driver.extraJavaOptions" not in session_settings("local[2]")[1]  # the user's
+
+
 def test_a_java_home_without_java_is_said_before_spark_starts(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -166,7 +166,8 @@ def session_settings(master: str | None = None) -> tuple[str | None, dict[str, s
     names one, else local[*]) and the settings it adds: a local session's tasks run in the
     driver's JVM, and Spark's 1g default cannot broadcast the join sides of a million-trial
     lake (rollout_stats fails there), so a local driver gets WMO_LAKE_SPARK_DRIVER_MEMORY
-    (default 4g). A cluster's own settings are left alone."""
+    (default 4g), and logs only Spark's errors (LOG_CONFIG) unless PYSPARK_SUBMIT_ARGS sets
+    the driver's Java options. A cluster's own settings are left alone."""
     import os
 
     submitted = "spark.master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "")
@@ -179,7 +180,14 @@ def session_settings(master: str | None = None) -> tuple[str | None, dict[str, s
     }
     if master is not None and master.startswith("local"):
         config["spark.driver.memory"] = os.environ.get(DRIVER_MEMORY_ENV) or DEFAULT_DRIVER_MEMORY
+        # Spark's start-up warnings off (errors still print): unless Java options are set
+        if "spark.driver.extraJavaOptions" not in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
+            config["spark.driver.extraJavaOptions"] = f'-Dlog4j2.configurationFile="{LOG_CONFIG}"'
     return master, config
+
+
+# Spark's logging in a local session: errors only (see the file)
+LOG_CONFIG = Path(__file__).resolve().with_name("spark_log4j2.properties")
 
 
 def local_session(master: str | None = None) -> SparkSession:

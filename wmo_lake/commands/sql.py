@@ -36,7 +36,7 @@ from wmo_lake.output import (
     write_result,
 )
 from wmo_lake.settings import whole_number
-from wmo_lake.store import LakeError
+from wmo_lake.store import LakeError, Store
 
 # Statements that write files outside the database. The connection cannot write anywhere but
 # the lake's own Parquet files (see connect(files_only=True)); these are refused before they run
@@ -356,7 +356,13 @@ def run_on_spark(
             )
     statements = [statement for statement, _ in split]
     from wmo_lake import spark as lake_spark
+    from wmo_lake.lake import _require
 
+    try:  # (before Spark starts: a missing lake was said only after its ~5 s of start-up)
+        _require(Store(lake))
+    except LakeError as error:
+        lake_failure(None, lake, error)
+    fail_if_damaged(lake)
     try:
         session = lake_spark.local_session()
         lake_spark.register(session, lake, settings)
