@@ -348,8 +348,23 @@ def test_from_python_collect_errors_name_its_arguments_not_cli_options(
         (["job_name=../../step-0009/rollouts"], "is not a plain dir name"),
         (["job_name=.."], "is not a plain dir name"),
         (["tasks=[{path: /nonexistent/task}]"], "/nonexistent/task, which is not a directory"),
+        (
+            ["agents.0.name=terminus2"],
+            "agents.0.name 'terminus2' is not an agent harbor knows (did you mean 'terminus-2'?)",
+        ),
+        (
+            ["agents.0.name=null", "agents.0.import_path=nosuch_module:Agent"],
+            "agents.0 is not an agent harbor can make: Failed to import module 'nosuch_module'",
+        ),
     ],
-    ids=["no-agent", "job-name-a-path", "job-name-dotdot", "task-path-missing"],
+    ids=[
+        "no-agent",
+        "job-name-a-path",
+        "job-name-dotdot",
+        "task-path-missing",
+        "agent-name-misspelt",
+        "agent-import-path-missing",
+    ],
 )
 def test_a_template_harbor_would_fail_on_later_is_a_usage_error_now(
     tmp_path: Path, sets: list[str], says: str

@@ -428,6 +428,7 @@ def _check_job_shape(config: JobConfig, template: Path | str) -> None:
             f"the job template {template} runs no agent (its agents list is empty): give it "
             "agents: [{name: ..., model_name: ...}]"
         )
+    _check_agents(config, template)
     name = config.job_name
     if not name or name in (".", "..") or "/" in name or os.sep in name:
         raise CollectError(
@@ -435,6 +436,38 @@ def _check_job_shape(config: JobConfig, template: Path | str) -> None:
             f"RUN_DIR/harbor/step-NNNN/JOB_NAME; give a name without '/' (default: "
             f"{DEFAULT_JOB_NAME})"
         )
+
+
+def _check_agents(config: JobConfig, template: Path | str) -> None:
+    """Each agent is one harbor can make: a name it registers, or an import path that imports
+    (harbor resolves them only when its job starts, after the plan is said and the step's dir
+    made: a misspelt name failed there, exit 1). A registered name is not imported here: its
+    module (terminus-2's loads litellm) is harbor's to load."""
+    import difflib
+
+    from harbor.agents.factory import AgentFactory, is_acp_registry_shorthand
+
+    names = AgentFactory.registered_names()
+    for index, agent in enumerate(config.agents):
+        where = f"the job template {template}: agents.{index}"
+        name = agent.name
+        if agent.import_path is None and name is not None and ":" not in name:
+            if name in names or is_acp_registry_shorthand(name):
+                continue
+            close = difflib.get_close_matches(name, names, n=1)
+            raise CollectError(
+                f"{where}.name {name!r} is not an agent harbor knows"
+                + (f" (did you mean {close[0]!r}?)" if close else "")
+                + f": give one of {', '.join(names)}, or an import_path 'module:Class'"
+            )
+        try:
+            AgentFactory.get_agent_class_from_config(agent)
+        except (ValueError, ImportError, AttributeError) as error:
+            text = str(error).strip()
+            raise CollectError(
+                f"{where} is not an agent harbor can make: "
+                f"{text.splitlines()[0] if text else type(error).__name__}"
+            ) from error
 
 
 # ----------------------------------------------------------------------------- the job dir
