@@ -9,6 +9,9 @@ DEMO_LAKE ?= lake
 DEMO_REPORT ?= $(DEMO_LAKE)/report.html
 
 .PHONY: help setup system-deps demo test test-fast lint typecheck bench screenshot lock clean
+# A recipe that fails part-way (the venv installed, its byte-compiling not) leaves no target behind
+# for the next `make` to take as done.
+.DELETE_ON_ERROR:
 
 help:
 	@echo "make demo   ingest fixtures/harbor into ./lake, print stats and a query, write the report"

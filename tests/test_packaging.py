@@ -6,13 +6,16 @@ tests use, reads the source tree and hid it)."""
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,46 +59,52 @@ def test_every_data_file_is_in_the_wheel() -> None:
     assert missing == [], "add these to pyproject.toml's package-data"
 
 
-@pytest.mark.slow
-def test_an_installed_wheel_runs_the_main_commands(tmp_path: Path) -> None:
-    """The tests import the checkout (an editable install), which hid two faults of a real
-    install: the wheel had no `wmo_lake.exports`, and the views were looked up through
-    importlib.resources, whose path for sql/ (no __init__.py) named no folder, so every query
-    failed. Here the wheel is built, installed apart from the checkout, and run."""
-    source = tmp_path / "source"  # (a copy: setuptools leaves build/ in the dir it builds)
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel `pip wheel` builds from the checkout (from a copy: setuptools leaves build/ in
+    the dir it builds)."""
+    source = tmp_path_factory.mktemp("source")
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
     for part in ("wmo_lake", "sql"):
         shutil.copytree(ROOT / part, source / part, ignore=ignore)
     for part in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / part, source / part)
-    wheels = tmp_path / "wheels"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(source)],
-        check=True,
-        capture_output=True,
-    )
-    (wheel,) = wheels.glob("wmo_lake-*.whl")
-    site = tmp_path / "site"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), wheel],
-        check=True,
-        capture_output=True,
-    )
-    # the installed copy first (the checkout's editable finder comes after sys.path), run from
-    # a dir without the checkout
-    env = {**os.environ, "PYTHONPATH": str(site), "WMO_LAKE": str(tmp_path / "lake")}
+    wheels = tmp_path_factory.mktemp("wheels")
+    _pip("wheel", "--no-deps", "-w", str(wheels), str(source))
+    (built,) = wheels.glob("wmo_lake-*.whl")
+    return built
+
+
+def _pip(*args: str, python: str = sys.executable) -> None:
+    done = subprocess.run([python, "-m", "pip", *args, "-q"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def _runner(python: str, cwd: Path, env: dict[str, str]) -> Callable[..., str]:
+    """A `wmo-lake ARGS...` run with `python` in `cwd`: its stdout (it must succeed)."""
 
     def run(*args: str) -> str:
         done = subprocess.run(
-            [sys.executable, "-m", "wmo_lake.cli", *args],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
+            [python, "-m", "wmo_lake.cli", *args], cwd=cwd, env=env, capture_output=True, text=True
         )
         assert done.returncode == 0, (args, done.stderr)
         return done.stdout
 
+    return run
+
+
+@pytest.mark.slow
+def test_an_installed_wheel_runs_the_main_commands(wheel: Path, tmp_path: Path) -> None:
+    """The tests import the checkout (an editable install), which hid two faults of a real
+    install: the wheel had no `wmo_lake.exports`, and the views were looked up through
+    importlib.resources, whose path for sql/ (no __init__.py) named no folder, so every query
+    failed. Here the wheel is installed apart from the checkout, and run."""
+    site = tmp_path / "site"
+    _pip("install", "--no-deps", "--target", str(site), str(wheel))
+    # the installed copy first (the checkout's editable finder comes after sys.path), run from
+    # a dir without the checkout
+    env = {**os.environ, "PYTHONPATH": str(site), "WMO_LAKE": str(tmp_path / "lake")}
+    run = _runner(sys.executable, tmp_path, env)
     where = subprocess.run(
         [sys.executable, "-c", "import wmo_lake; print(wmo_lake.__file__)"],
         cwd=tmp_path,
@@ -113,3 +122,67 @@ def test_an_installed_wheel_runs_the_main_commands(tmp_path: Path) -> None:
     # the columns' meanings come from the README: the installed package's long description
     assert "the TrialResult `id`, or `dir:` + the resolved trial dir" in run("schema", "trials")
     run("report", "--out", str(tmp_path / "report.html"))
+
+
+def _floors() -> list[str]:
+    """pyproject.toml's dependencies at the lowest version each allows (`name>=X` -> `name==X`)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    floors = []
+    for requirement in project["dependencies"]:
+        name, _, low = requirement.partition(">=")
+        assert low and "," not in low, f"{requirement}: a lower bound `>=` is expected"
+        floors.append(f"{name.strip()}=={low.strip()}")
+    return floors
+
+
+@pytest.mark.slow
+def test_the_lowest_versions_pyproject_allows_give_the_same_lake(
+    wheel: Path, tmp_path: Path
+) -> None:
+    """The tests run the versions constraints.txt pins; pyproject's lower bounds were never run,
+    and three were false: duckdb 1.4 failed the first ingest of the bundled runs (a batch with
+    no step), pyarrow 17 could not load with numpy hidden (every ingest), and before pyarrow 26
+    the datums export imported pandas, no dependency. Here the wheel is installed at every
+    lower bound and its lake, stats and datums are the pinned versions'."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    _pip("install", *_floors(), str(wheel), python=python)
+    runs = tmp_path / "harbor"
+    shutil.copytree(ROOT / "fixtures" / "harbor", runs)
+    outputs = {}
+    for side, interpreter in (("floors", python), ("pinned", sys.executable)):
+        work = tmp_path / side
+        work.mkdir()
+        run = _runner(interpreter, work, {**os.environ, "WMO_LAKE": str(work / "lake")})
+        run("ingest", str(runs))
+        stats = json.loads(run("stats", "--json"))
+        run("export", "datums", "--out", str(work / "d.parquet"), "--no-split-guard")
+        run("export", "conversations", "--out", str(work / "c.jsonl"), "--no-split-guard")
+        datums = pq.read_table(work / "d.parquet")
+        outputs[side] = (stats, datums, (work / "c.jsonl").read_text(encoding="utf-8"))
+    assert outputs["floors"][1].num_rows > 0
+    assert outputs["floors"][0] == outputs["pinned"][0]
+    assert outputs["floors"][1].equals(outputs["pinned"][1])
+    assert outputs["floors"][2] == outputs["pinned"][2]
+
+
+def test_every_docstring_is_valid_utf8_text() -> None:
+    """Python 3.13 cleans docstrings at compile time, through UTF-8: one holding a lone
+    surrogate (`'\\udcff'` written as an escape in settings.py's) failed to compile there, and
+    with it `import wmo_lake` and `make setup` (3.12 compiles it)."""
+    import ast
+
+    sources = [*(ROOT / "wmo_lake").rglob("*.py"), *(ROOT / "tests").rglob("*.py")]
+    bad = []
+    for path in sources:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                doc = ast.get_docstring(node, clean=False)
+                try:
+                    (doc or "").encode("utf-8")
+                except UnicodeEncodeError:
+                    bad.append(f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 1)}")
+    assert len(sources) > 100
+    assert bad == [], "write these docstrings' escapes as \\\\udcff (or make them raw)"

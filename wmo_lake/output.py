@@ -248,10 +248,16 @@ class OutputFile:
         self.final = self.partial = output  # as named: /dev/stdout resolves to no path
         if through:
             return
+        # A symlink loop is left as named: opening it says so, and nothing replaces it. (Python
+        # 3.12's resolve raises on one; 3.13's returns a path still a link, which the rename
+        # replaced with a file.)
         try:
-            self.final = output.resolve()  # also a dangling link's target: the file it creates
-        except (OSError, RuntimeError):  # a symlink loop: opening it says so, nothing replaces it
+            final = output.resolve()  # also a dangling link's target: the file it creates
+        except (OSError, RuntimeError):
             return
+        if final.is_symlink():
+            return
+        self.final = final
         self.partial = self.final.with_name(f".{self.final.name}.{os.getpid()}.tmp")
 
     @property

@@ -27,10 +27,10 @@ class Entry:
 
 def readme_text() -> str:
     checkout = Path(__file__).resolve().parent.parent
-    if (checkout / "pyproject.toml").is_file() and (checkout / "README.md").is_file():
+    if (checkout / "sql" / "trial_records.sql").is_file() and (checkout / "README.md").is_file():
         return (checkout / "README.md").read_text(encoding="utf-8")
-    # installed: the README is the package's long description (a README.md beside the installed
-    # package, in site-packages, is some other package's)
+    # installed: the README is the package's long description (a README.md in the dir that holds
+    # the installed package, site-packages or an app's root, is another project's)
     from importlib import metadata
 
     try:

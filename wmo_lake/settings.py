@@ -97,7 +97,7 @@ class Setting:
 
 def _is_utf8(text: str) -> bool:
     """False for bytes no UTF-8 decodes that Python kept as lone surrogates (a command-line
-    argument of another encoding: b'\xff' -> '\udcff')."""
+    argument of another encoding: b'\\xff' -> '\\udcff')."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

@@ -215,7 +215,10 @@ def _arrow(values: np.ndarray, kind: pa.DataType) -> pa.Array:
     import numpy as np
     import pyarrow as pa
 
-    values = np.ascontiguousarray(values, dtype=kind.to_pandas_dtype())  # (no copy when it is)
+    # the numpy dtype of `kind` (an int or float type) by name: DataType.to_pandas_dtype imports
+    # pandas, which is no dependency, in pyarrow before 26
+    dtype = np.dtype(f"{'f' if pa.types.is_floating(kind) else 'i'}{kind.bit_width // 8}")
+    values = np.ascontiguousarray(values, dtype=dtype)  # (no copy when it is)
     return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
 
 
