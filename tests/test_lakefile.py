@@ -471,6 +471,21 @@ def test_a_first_build_copies_the_skeleton_kept_in_the_cache(
     assert len(_check(tmp_path / "second", tmp_path)["trials"]) == 4
 
 
+def test_the_cached_skeleton_is_keyed_by_the_code_that_builds_it(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The key held the version string, which stays 0.1.0 across changes: another checkout
+    whose lake.duckdb build differed (same views) shared ~/.cache/wmo-lake's skeleton."""
+    from wmo_lake import lake
+
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "cache"))
+    ours = cached_skeleton()
+    assert ours is not None and lake.builder_digest() == lake.builder_digest()
+    monkeypatch.setattr(lake, "builder_digest", lambda: "another build")
+    theirs = cached_skeleton()
+    assert theirs is not None and theirs != ours and theirs.parent == ours.parent
+
+
 def test_a_cached_skeleton_that_cannot_be_used_is_dropped(tmp_path: Path, monkeypatch) -> None:
     """A cache file that is not a skeleton of this layout costs one build from scratch (the
     lake is still right) and is removed, so the next lake builds and keeps a good one; an
