@@ -125,10 +125,12 @@ def test_an_installed_wheel_runs_the_main_commands(wheel: Path, tmp_path: Path) 
 
 
 def _floors() -> list[str]:
-    """pyproject.toml's dependencies at the lowest version each allows (`name>=X` -> `name==X`)."""
+    """pyproject.toml's dependencies at the lowest version each allows (`name>=X` -> `name==X`),
+    and sqlglot's (the spark extra's transpiler, checked without a JVM)."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    sqlglot = [r for r in project["optional-dependencies"]["spark"] if r.startswith("sqlglot")]
     floors = []
-    for requirement in project["dependencies"]:
+    for requirement in [*project["dependencies"], *sqlglot]:
         name, _, low = requirement.partition(">=")
         assert low and "," not in low, f"{requirement}: a lower bound `>=` is expected"
         floors.append(f"{name.strip()}=={low.strip()}")
@@ -143,7 +145,8 @@ def test_the_lowest_versions_pyproject_allows_give_the_same_lake(
     and three were false: duckdb 1.4 failed the first ingest of the bundled runs (a batch with
     no step), pyarrow 17 could not load with numpy hidden (every ingest), and before pyarrow 26
     the datums export imported pandas, no dependency. Here the wheel is installed at every
-    lower bound and its lake, stats and datums are the pinned versions'."""
+    lower bound and its lake, stats and exports are the pinned versions', and the SQL its
+    views reach Spark as too (sqlglot's lower bound, which could not parse them at 26)."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = str(venv / "bin" / "python")
@@ -161,6 +164,20 @@ def test_the_lowest_versions_pyproject_allows_give_the_same_lake(
         run("export", "conversations", "--out", str(work / "c.jsonl"), "--no-split-guard")
         datums = pq.read_table(work / "d.parquet")
         outputs[side] = (stats, datums, (work / "c.jsonl").read_text(encoding="utf-8"))
+    transpiled = {}
+    for side, interpreter in (("floors", python), ("pinned", sys.executable)):
+        transpiled[side] = subprocess.run(
+            [
+                interpreter,
+                "-c",
+                "import json, wmo_lake.spark as s; print(json.dumps(s.spark_views()))",
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    assert transpiled["floors"] == transpiled["pinned"], "the views reach Spark as other SQL"
     assert outputs["floors"][1].num_rows > 0
     assert outputs["floors"][0] == outputs["pinned"][0]
     assert outputs["floors"][1].equals(outputs["pinned"][1])
