@@ -396,6 +396,27 @@ def test_sql_command_on_spark_reads_no_other_file(lakes: dict[str, Path], tmp_pa
     assert "reads the lake's tables and views, not other files" in result.output
 
 
+def test_spark_and_duckdb_label_times_alike_in_parquet(
+    lakes: dict[str, Path], tmp_path: Path
+) -> None:
+    """Spark's Arrow labelled the session's zone by the JVM's name, `Etc/UTC`, where the DuckDB
+    engine writes `UTC`: a reader showed the two engines' files in different zones."""
+    import pyarrow.parquet as pq
+
+    query = "SELECT trial_name, started_at FROM trials ORDER BY trial_name"
+    tables = {}
+    for engine in ("duckdb", "spark"):
+        out = tmp_path / f"{engine}.parquet"
+        args = ["sql", "--lake", str(lakes["real"]), "--engine", engine, "-o", str(out), query]
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 0, result.output
+        tables[engine] = pq.read_table(out)
+    spark, duckdb_side = tables["spark"], tables["duckdb"]
+    assert str(spark.schema.field("started_at").type) == "timestamp[us, tz=UTC]"
+    assert spark.schema.types == duckdb_side.schema.types  # (Spark's says NOT NULL too)
+    assert spark.to_pylist() == duckdb_side.to_pylist() and spark.num_rows > 2
+
+
 def test_sql_command_on_spark_to_a_missing_dir_is_an_error_line(
     lakes: dict[str, Path], tmp_path: Path
 ) -> None:

@@ -369,6 +369,32 @@ class _TextBridge:
         return False
 
 
+def utc_labelled(schema: pa.Schema) -> pa.Schema:
+    """`schema` with its times labelled `UTC`. DuckDB's Arrow labels them with the connection's
+    zone, which the lake's connections keep as the machine names it when that is UTC already
+    (`Etc/UTC` here, where DuckDB's own Parquet writer says `UTC`), and Spark's with the JVM's
+    name for its session's zone: a reader showed the same instants in another zone by engine."""
+    import pyarrow as pa
+
+    def relabel(kind: pa.DataType) -> pa.DataType:
+        if pa.types.is_timestamp(kind) and kind.tz is not None:
+            return pa.timestamp(kind.unit, "UTC")
+        if pa.types.is_list(kind):
+            return pa.list_(kind.value_field.with_type(relabel(kind.value_type)))
+        if pa.types.is_large_list(kind):
+            return pa.large_list(kind.value_field.with_type(relabel(kind.value_type)))
+        if pa.types.is_struct(kind):
+            return pa.struct([field.with_type(relabel(field.type)) for field in kind])
+        if pa.types.is_map(kind):
+            return pa.map_(
+                kind.key_field.with_type(relabel(kind.key_type)),
+                kind.item_field.with_type(relabel(kind.item_type)),
+            )
+        return kind
+
+    return pa.schema([field.with_type(relabel(field.type)) for field in schema], schema.metadata)
+
+
 def write_result(
     relation: duckdb.DuckDBPyRelation,
     fmt: str,
@@ -411,9 +437,11 @@ def write_result(
             import pyarrow.parquet as pq
 
             reader = relation.to_arrow_reader(BATCH_ROWS)
-            with pq.ParquetWriter(sink, reader.schema, compression="zstd") as writer:
+            schema = utc_labelled(reader.schema)  # (as DuckDB's own COPY labels them)
+            relabel = not schema.equals(reader.schema)
+            with pq.ParquetWriter(sink, schema, compression="zstd") as writer:
                 for batch in _read(reader):
-                    writer.write_batch(batch)
+                    writer.write_batch(batch.cast(schema) if relabel else batch)
         elif fmt == "csv":
             import pyarrow.csv as pacsv
 
