@@ -793,3 +793,32 @@ def test_a_temp_table_lives_in_the_commands_memory(lake: Path) -> None:
     assert made.exit_code == 0 and made.stdout.split() == ["a", "─", "7"], made.output
     assert _sql(lake, "SELECT * FROM t").exit_code == 1  # (gone with the command)
     assert _sql(lake, "CREATE TABLE t(a INT)").exit_code == 2
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_a_terminal_that_is_not_utf8_gets_escapes_not_a_traceback(
+    lake: Path, encoding: str
+) -> None:
+    """A Latin-1 locale (or PYTHONIOENCODING=ascii) ended `sql` and `stats` in a
+    UnicodeEncodeError after the table's first line: the rules are now ASCII there, and a
+    character the terminal cannot show is an escape. Data formats are UTF-8 bytes as before."""
+    import os
+    import subprocess
+    import sys
+
+    def run(*args: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            [sys.executable, "-m", "wmo_lake.cli", *args, "--lake", str(lake)],
+            env={**os.environ, "PYTHONIOENCODING": encoding},
+            capture_output=True,
+        )
+
+    table = run("sql", "SELECT 'h\u00e9llo \u2713' AS x")
+    assert table.returncode == 0 and b"Traceback" not in table.stderr, table.stderr
+    shown = table.stdout.decode(encoding)
+    assert set(shown.splitlines()[1].strip()) == {"-"}  # the rule, in ASCII
+    assert ("h\\xe9llo" if encoding == "ascii" else "h\u00e9llo") + " \\u2713" in shown
+    stats = run("stats")
+    assert stats.returncode == 0 and b"Traceback" not in stats.stderr, stats.stderr
+    csv = run("sql", "SELECT 'h\u00e9llo \u2713' AS x", "--format", "csv")
+    assert csv.stdout.decode("utf-8") == "x\nh\u00e9llo \u2713\n"

@@ -7,6 +7,7 @@ are in wmo_lake/commands/options.py.
 from __future__ import annotations
 
 import importlib
+import io
 import os
 import sys
 import warnings
@@ -128,6 +129,16 @@ def _run_as_the_program() -> bool:
     return os.path.basename(script).removesuffix(".exe") == "wmo-lake"
 
 
+def _tolerant_streams() -> None:
+    """On a terminal whose encoding is not UTF-8 (a Latin-1 locale, PYTHONIOENCODING=ascii),
+    what it cannot show is written as an escape (`\\u2713`), not a UnicodeEncodeError traceback
+    after half a table. (Tables are drawn in ASCII there; data formats write UTF-8 bytes.)"""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "utf-8").lower().replace("-", "")
+        if not encoding.startswith("utf") and isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
+
+
 def main() -> None:
     """The `wmo-lake` entry point: the command group, then (after a command that asked for it and
     succeeded) an exit without the interpreter's teardown, stdout and stderr flushed first."""
@@ -137,6 +148,7 @@ def main() -> None:
     if _run_as_the_program():
         OWN_PROCESS.append(True)
         program_environment()
+    _tolerant_streams()
     try:
         cli()
     except SystemExit as done:

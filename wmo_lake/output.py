@@ -783,7 +783,8 @@ def render_table(
         table.add_row(*row[:kept])
     console = Console(
         width=sum(widths[:kept]) + 3 * kept + 2,
-        file=io.StringIO(),
+        # (in the encoding of `file`: rich draws the rules in ASCII where it is not UTF-8)
+        file=_Capture(getattr(file, "encoding", None) or "utf-8"),
         force_terminal=False,
         no_color=True,
         highlight=False,
@@ -803,6 +804,18 @@ def render_table(
     if footer:
         lines.append(footer)
     file.write("".join(line + "\n" for line in lines))
+
+
+class _Capture(io.StringIO):
+    """A text buffer that says the encoding of the stream its text is for."""
+
+    def __init__(self, encoding: str) -> None:
+        super().__init__()
+        self._encoding = encoding
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return self._encoding
 
 
 def _fit(
