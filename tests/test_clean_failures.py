@@ -384,3 +384,47 @@ def test_a_signal_while_the_copy_thread_starts_still_ends_the_process_cleanly(
     with pytest.raises(Exited) as ended:
         output._execute_interruptibly(con, "SELECT 1", lambda: aborted.append(True))
     assert (ended.value.args, aborted) == ((143,), [True])
+
+
+def test_sigterm_goes_through_sigints_own_handler() -> None:
+    """SIGTERM raised KeyboardInterrupt wherever Python was, inside a py4j call too (pyspark's
+    SIGINT handler, which cancels the Spark job, never ran, and py4j logged the cut call with
+    its traceback). It now runs SIGINT's handler, whatever it is; with SIGINT ignored (a
+    script's background job) it raises KeyboardInterrupt itself."""
+    from wmo_lake.output import TERMINATED, sigterm_stops
+
+    calls: list[int] = []
+
+    def own(signum: int, frame: Any) -> None:
+        calls.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, own)
+    try:
+        for sigint, seen in ((own, [signal.SIGINT]), (signal.SIG_IGN, [])):
+            signal.signal(signal.SIGINT, sigint)
+            calls.clear()
+            TERMINATED.clear()
+            with pytest.raises(KeyboardInterrupt), sigterm_stops():
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)  # (the handler runs at the next bytecode)
+            assert calls == seen and TERMINATED == [signal.SIGTERM]
+            assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        TERMINATED.clear()
+
+
+def test_py4js_interrupted_calls_are_not_logged_at_the_root() -> None:
+    """py4j logs each JVM call an interrupt cuts short at the root logger, with a traceback: on
+    a Spark session the CLI started, those records are dropped (the command says one line)."""
+    import logging
+
+    from wmo_lake.spark import _py4j_at_the_root
+
+    def record(pathname: str) -> logging.LogRecord:
+        return logging.LogRecord("root", logging.ERROR, pathname, 1, "x", None, None)
+
+    gateway = "/venv/lib/python3.12/site-packages/py4j/java_gateway.py"
+    assert not _py4j_at_the_root(record(gateway))
+    assert _py4j_at_the_root(record("/venv/lib/python3.12/site-packages/wmo_lake/ingest.py"))

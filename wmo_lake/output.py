@@ -540,7 +540,12 @@ def sigterm_stops() -> Iterator[None]:
     def stop(signum: int, frame: Any) -> None:
         TERMINATED.append(signum)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        raise KeyboardInterrupt
+        if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL, None):
+            raise KeyboardInterrupt  # (SIGINT ignored, as in a script's background job)
+        # through SIGINT's own handler: pyspark's cancels its jobs (raised here, inside a py4j
+        # call, the interrupt was logged as an error with a traceback), `ctrl_c_stops`
+        # interrupts a DuckDB query; Python's default raises KeyboardInterrupt
+        signal.raise_signal(signal.SIGINT)
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:

@@ -221,7 +221,17 @@ def local_session(master: str | None = None) -> SparkSession:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("OFF")
     logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)  # errors reach the CLI
+    root = logging.getLogger()
+    if _py4j_at_the_root not in root.filters:
+        root.addFilter(_py4j_at_the_root)
     return spark
+
+
+def _py4j_at_the_root(record: logging.LogRecord) -> bool:
+    """False for what py4j logs at the root logger: each JVM call a Ctrl-C or SIGTERM cuts short,
+    as an ERROR with its traceback, before the command's own one line (py4j's other messages
+    go to its named loggers)."""
+    return "/py4j/" not in record.pathname.replace("\\", "/")
 
 
 def ingest(spark: SparkSession, paths: list[Path | str], lake: Path | str, **options: Any) -> Any:
