@@ -125,15 +125,22 @@ def test_an_installed_wheel_runs_the_main_commands(wheel: Path, tmp_path: Path) 
 
 
 def _floors() -> list[str]:
-    """pyproject.toml's dependencies at the lowest version each allows (`name>=X` -> `name==X`),
-    and sqlglot's (the spark extra's transpiler, checked without a JVM)."""
+    """pyproject.toml's dependencies at the lowest version each allows on this Python
+    (`name>=X` -> `name==X`), and sqlglot's (the spark extra's transpiler, checked without a
+    JVM)."""
+    from packaging.requirements import Requirement
+
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     sqlglot = [r for r in project["optional-dependencies"]["spark"] if r.startswith("sqlglot")]
     floors = []
-    for requirement in [*project["dependencies"], *sqlglot]:
-        name, _, low = requirement.partition(">=")
-        assert low and "," not in low, f"{requirement}: a lower bound `>=` is expected"
-        floors.append(f"{name.strip()}=={low.strip()}")
+    for text in [*project["dependencies"], *sqlglot]:
+        requirement = Requirement(text)
+        if requirement.marker is not None and not requirement.marker.evaluate():
+            continue  # (another Python's bound)
+        (bound,) = requirement.specifier
+        assert bound.operator == ">=", f"{text}: a lower bound `>=` is expected"
+        floors.append(f"{requirement.name}=={bound.version}")
+    assert len({floor.split("==")[0] for floor in floors}) == len(floors)
     return floors
 
 
