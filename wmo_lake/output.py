@@ -334,17 +334,25 @@ def _sink(output: Path | None, stdout: TextIO) -> Iterator[IO[bytes]]:
 def _exit_on_sigterm() -> Iterator[None]:
     """While a file is being written, SIGTERM unwinds like Ctrl-C (SystemExit 143), so the
     temporary file is removed instead of left behind."""
+
+    def terminate(signum: int, frame: Any) -> None:
+        sys.exit(128 + signum)
+
+    with _on_sigterm(terminate):
+        yield
+
+
+@contextlib.contextmanager
+def _on_sigterm(handler: Callable[[int, Any], None]) -> Iterator[None]:
+    """Within: `handler` takes SIGTERM (on the main thread only, where Python runs handlers),
+    the previous one after."""
     import signal
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def terminate(signum: int, frame: Any) -> None:
-        sys.exit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, terminate)
+    previous = signal.signal(signal.SIGTERM, handler)
     try:
         yield
     finally:
@@ -531,11 +539,6 @@ def sigterm_stops() -> Iterator[None]:
     command as Ctrl-C does (an ingest's abort, nothing half-committed, its readers stopped, one
     line) instead of ending the process without a word. A second SIGTERM ends it at once."""
     import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
 
     def stop(signum: int, frame: Any) -> None:
         TERMINATED.append(signum)
@@ -547,11 +550,8 @@ def sigterm_stops() -> Iterator[None]:
         # interrupts a DuckDB query; Python's default raises KeyboardInterrupt
         signal.raise_signal(signal.SIGINT)
 
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
+    with _on_sigterm(stop):
         yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def stopped_message(message: str) -> tuple[str, int]:

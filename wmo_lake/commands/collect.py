@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 import click
 
 from wmo_lake.commands.options import fail, lake_option, setting_options, settings_from
-from wmo_lake.output import printable, query_interrupted
+from wmo_lake.output import TERMINATED, printable, query_interrupted, sigterm_stops
 from wmo_lake.settings import whole_number
 from wmo_lake.store import LakeError
 
@@ -143,21 +143,12 @@ def collect(
         if not sys.stderr.isatty():  # on a terminal harbor's own display shows this
             say(f"  {done}/{total} {name}")
 
-    terminated: list[int] = []
-
-    def stop_as_ctrl_c(signum: int, frame: Any) -> None:
-        # SIGTERM (what a scheduler sends) stops harbor's job the way Ctrl-C does: its trials
-        # are cancelled and their environments torn down, not left running
-        terminated.append(signum)
-        if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL, None):
-            raise KeyboardInterrupt  # (SIGINT ignored, as in a script's background job)
-        signal.raise_signal(signal.SIGINT)
-
-    previous = signal.signal(signal.SIGTERM, stop_as_ctrl_c)
+    # SIGTERM (what a scheduler sends) stops harbor's job the way Ctrl-C does: its trials are
+    # cancelled and their environments torn down, not left running
     try:
         # harbor's progress display writes to stdout; keep stdout for the report (and --json).
         # Not harbor's `quiet` for -q: the template's config is recorded, and a resume compares it
-        with _harbor_display(quiet):
+        with sigterm_stops(), _harbor_display(quiet):
             result = run_collect(
                 template,
                 run_dir,
@@ -176,13 +167,11 @@ def collect(
     except (MissingHarborError, HarborRunError, LakeError) as error:
         fail(str(error))
     except KeyboardInterrupt:
-        _interrupted(step, planned, terminated)
+        _interrupted(step, planned)
     except Exception as error:
         if not query_interrupted(error):  # (a Ctrl-C that DuckDB took, in the ingest's commit)
             raise
-        _interrupted(step, planned, terminated)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+        _interrupted(step, planned)
     if as_json:
         click.echo(json.dumps(result.as_dict(), ensure_ascii=False, indent=2))
         return
@@ -209,7 +198,7 @@ def _harbor_display(quiet: bool) -> Iterator[None]:
         yield
 
 
-def _interrupted(step: int, planned: list[Any], terminated: list[int]) -> NoReturn:
+def _interrupted(step: int, planned: list[Any]) -> NoReturn:
     """Say what an interrupted step left behind, and exit as the signal does (130 or 143)."""
     where = f" {planned[0].job_dir}" if planned else ""
     click.echo("", err=True)  # (harbor's last progress frame ends without a newline)
@@ -220,4 +209,4 @@ def _interrupted(step: int, planned: list[Any], terminated: list[int]) -> NoRetu
         else f"interrupted: step {step} was not started; nothing was run",
         err=True,
     )
-    sys.exit(128 + (terminated[0] if terminated else signal.SIGINT))
+    sys.exit(128 + (TERMINATED[0] if TERMINATED else signal.SIGINT))
