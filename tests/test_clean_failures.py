@@ -362,7 +362,7 @@ def test_a_signal_while_the_copy_thread_starts_still_ends_the_process_cleanly(
 
     import duckdb
 
-    from wmo_lake import output
+    from wmo_lake import stopping
 
     real_start = threading.Thread.start
 
@@ -382,7 +382,7 @@ def test_a_signal_while_the_copy_thread_starts_still_ends_the_process_cleanly(
     aborted: list[bool] = []
     con = duckdb.connect()
     with pytest.raises(Exited) as ended:
-        output._execute_interruptibly(con, "SELECT 1", lambda: aborted.append(True))
+        stopping.execute_interruptibly(con, "SELECT 1", lambda: aborted.append(True))
     assert (ended.value.args, aborted) == ((143,), [True])
 
 
@@ -391,7 +391,7 @@ def test_sigterm_goes_through_sigints_own_handler() -> None:
     SIGINT handler, which cancels the Spark job, never ran, and py4j logged the cut call with
     its traceback). It now runs SIGINT's handler, whatever it is; with SIGINT ignored (a
     script's background job) it raises KeyboardInterrupt itself."""
-    from wmo_lake.output import TERMINATED, sigterm_stops
+    from wmo_lake.stopping import TERMINATED, sigterm_stops
 
     calls: list[int] = []
 

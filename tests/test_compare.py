@@ -181,7 +181,7 @@ def test_a_side_that_selects_nothing_is_a_usage_error(two_runs_lake: Path) -> No
 
 
 def test_tables_fit_the_terminal_width(two_runs_lake: Path) -> None:
-    """The metrics and per-step tables are drawn by the shared renderer (wmo_lake.output), as
+    """The metrics and per-step tables are drawn by the shared renderer (wmo_lake.terminal), as
     `sql` and `stats` draw theirs, and fit the terminal; piped, every cell is whole."""
     for width in (40, 60, 100):
         result = CliRunner().invoke(

@@ -18,9 +18,9 @@ from run_shapes import ctrf_report, write_split_step_run
 from wmo_lake.cli import cli
 from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect
-from wmo_lake.output import percent_text
 from wmo_lake.report.data import collect_report
 from wmo_lake.report.page import STOP_COLORS, _run_style, _step_ticks, heatmap_figures
+from wmo_lake.terminal import percent_text
 
 EMPTY_STEP = "exp-a/harbor/step-0004/job"  # only unreadable trials: every rate is unmeasured
 RATE_DENOMINATORS = {

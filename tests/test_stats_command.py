@@ -218,8 +218,8 @@ def test_columns_left_out_at_a_narrow_width_point_to_json(tree: tuple[Path, Path
 def test_the_verifiers_part_of_the_scaffold_loss_reads_as_its_cell(lost: int) -> None:
     """The note said '0.0 points' (and '100.0 points') where the cell beside it says '<0.1%'
     ('>99.9%'): both are `percent_text`."""
-    from wmo_lake.output import percent_text
     from wmo_lake.stats import notes_for, table_cells
+    from wmo_lake.terminal import percent_text
 
     trials = 2001
     row = {

@@ -44,9 +44,9 @@ class LazyGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> object:
         """Ctrl-C: one line and exit 130 (the shell's code for SIGINT), no traceback; SIGTERM,
-        where a command takes it so (`output.sigterm_stops`), the same with 143. Every writer
+        where a command takes it so (`stopping.sigterm_stops`), the same with 143. Every writer
         renames its file into place only when complete, so nothing is half-written."""
-        from wmo_lake.output import TERMINATED
+        from wmo_lake.stopping import TERMINATED
 
         TERMINATED.clear()  # (a SIGTERM an earlier command of this process took is not this one's)
         try:
@@ -55,7 +55,7 @@ class LazyGroup(click.Group):
             # (an ingest stopped once it had committed says what is in: InterruptedAfterCommit)
             self._interrupted(getattr(error, "message", None))
         except Exception as error:
-            from wmo_lake.output import query_interrupted
+            from wmo_lake.stopping import query_interrupted
 
             if not query_interrupted(error):  # (a Ctrl-C that DuckDB took mid-query)
                 raise
@@ -63,7 +63,7 @@ class LazyGroup(click.Group):
 
     @staticmethod
     def _interrupted(message: str | None = None) -> NoReturn:
-        from wmo_lake.output import INTERRUPTED, stopped_message
+        from wmo_lake.stopping import INTERRUPTED, stopped_message
 
         said, code = stopped_message(message or INTERRUPTED)
         click.echo(said, err=True)

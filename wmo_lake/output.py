@@ -7,8 +7,8 @@ json/jsonl by DuckDB's `to_json`, parquet by Arrow's Parquet writer. A file is w
 temporary name and renamed when complete, so an error or Ctrl-C leaves nothing half-written
 (`written_atomically`: through a symlink to the file it names; a FIFO or device straight through).
 
-`render_table` is the one terminal table renderer (rich): `wmo-lake sql`, `stats` (also `--by task`)
-and `compare` draw with it, fitted to the terminal's width.
+The table format is drawn by `terminal.render_table`; Ctrl-C and SIGTERM while writing are
+handled as `stopping` says (a stdout result cut off, a file's partial removed).
 """
 
 from __future__ import annotations
@@ -21,9 +21,12 @@ import math
 import os
 import sys
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TextIO
+
+from wmo_lake.stopping import cut_off_on_stdout, execute_interruptibly, exit_on_sigterm
+from wmo_lake.terminal import render_table
 
 if TYPE_CHECKING:  # imported where used: `wmo-lake ingest` imports this module's FORMATS only
     import duckdb
@@ -48,27 +51,6 @@ NUMERIC_TYPES = {
     "double",
     "decimal",
 }
-
-
-def percent_text(rate: float, digits: int = 1) -> str:
-    """A rate in [0, 1] as a percentage with `digits` decimals, whose rounding never reaches 0%
-    from above nor 100% from below: 1 pass in 2,500 trials is '<0.1%', not '0.0%' (which reads
-    as never solved), and 2,499 is '>99.9%'."""
-    text = f"{100 * rate:.{digits}f}%"
-    smallest = f"{10**-digits:.{digits}f}"
-    if rate > 0 and float(text[:-1]) == 0:
-        return f"<{smallest}%"
-    if rate < 1 and float(text[:-1]) >= 100:
-        return f">{100 - 10**-digits:.{digits}f}%"
-    return text
-
-
-def metric_text(value: float | int | None, percent: bool) -> str:
-    """A metric as the CLI prints it: a rate as `percent_text`, a count as it is, '-' for a
-    null measurement."""
-    if value is None:
-        return "-"
-    return percent_text(value) if percent else str(value)
 
 
 def _plain(value: Any) -> Any:
@@ -281,7 +263,7 @@ def written_atomically(output: Path) -> Iterator[OutputFile]:
     in place when the block ends and removed on any error, Ctrl-C or SIGTERM. The one way every
     command (`sql --output`, `report --out`) writes a file it may replace."""
     target = OutputFile(output)
-    with _exit_on_sigterm():
+    with exit_on_sigterm():
         try:
             yield target
             target.commit()
@@ -328,35 +310,6 @@ def _sink(output: Path | None, stdout: TextIO) -> Iterator[IO[bytes]]:
         return
     with written_atomically(output) as target, open(target.partial, "wb") as stream:
         yield stream
-
-
-@contextlib.contextmanager
-def _exit_on_sigterm() -> Iterator[None]:
-    """While a file is being written, SIGTERM unwinds like Ctrl-C (SystemExit 143), so the
-    temporary file is removed instead of left behind."""
-
-    def terminate(signum: int, frame: Any) -> None:
-        sys.exit(128 + signum)
-
-    with _on_sigterm(terminate):
-        yield
-
-
-@contextlib.contextmanager
-def _on_sigterm(handler: Callable[[int, Any], None]) -> Iterator[None]:
-    """Within: `handler` takes SIGTERM (on the main thread only, where Python runs handlers),
-    the previous one after."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 class _TextBridge:
@@ -440,7 +393,7 @@ def write_result(
             query = _as_finite(relation).sql_query()
         _copy(con, query, fmt, target, output, stdout)
         return
-    with _cut_off_on_stdout(output), _sink(output, stdout) as sink:
+    with cut_off_on_stdout(output), _sink(output, stdout) as sink:
         if fmt == "parquet":
             import pyarrow.parquet as pq
 
@@ -512,141 +465,11 @@ def _copy(
     copy = f"COPY ({query}) TO {literal} ({options})"
     if output is None:
         stdout.flush()
-        with _exit_on_sigterm():
-            _execute_interruptibly(con, copy, None)
+        with exit_on_sigterm():
+            execute_interruptibly(con, copy, None)
         return
     with written_atomically(output) as file:  # whose partial is `target` (copy_target)
-        _execute_interruptibly(con, copy, file.discard)
-
-
-INTERRUPTED = "interrupted: nothing was written or changed"
-# Ctrl-C while rows stream to stdout: what is there already stays (a pipe's reader took it, a
-# redirected file holds it), and may read as a whole, shorter result (csv, jsonl).
-CUT_OFF = (
-    "interrupted: the rows printed so far are part of the result only, cut off where it "
-    "stopped; nothing was changed"
-)
-
-
-# SIGTERM's number once `sigterm_stops` took it: the CLI then says the command was stopped by
-# SIGTERM, and exits 143, where a Ctrl-C says "interrupted" and exits 130.
-TERMINATED: list[int] = []
-
-
-@contextlib.contextmanager
-def sigterm_stops() -> Iterator[None]:
-    """Within (on the main thread): SIGTERM, what a scheduler or `timeout` sends, stops the
-    command as Ctrl-C does (an ingest's abort, nothing half-committed, its readers stopped, one
-    line) instead of ending the process without a word. A second SIGTERM ends it at once."""
-    import signal
-
-    def stop(signum: int, frame: Any) -> None:
-        TERMINATED.append(signum)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL, None):
-            raise KeyboardInterrupt  # (SIGINT ignored, as in a script's background job)
-        # through SIGINT's own handler: pyspark's cancels its jobs (raised here, inside a py4j
-        # call, the interrupt was logged as an error with a traceback), `ctrl_c_stops`
-        # interrupts a DuckDB query; Python's default raises KeyboardInterrupt
-        signal.raise_signal(signal.SIGINT)
-
-    with _on_sigterm(stop):
-        yield
-
-
-def stopped_message(message: str) -> tuple[str, int]:
-    """A Ctrl-C message ("interrupted...") and exit code, as said when SIGTERM stopped the
-    command instead."""
-    if not TERMINATED:
-        return message, 130
-    return "stopped by SIGTERM" + message.removeprefix("interrupted"), 128 + TERMINATED[0]
-
-
-class OutputCutOff(KeyboardInterrupt):
-    """Ctrl-C while a result streamed to stdout (the CLI says CUT_OFF, exit 130)."""
-
-    message = CUT_OFF
-
-
-@contextlib.contextmanager
-def _cut_off_on_stdout(output: Path | None) -> Iterator[None]:
-    """Within: a Ctrl-C (Python's, or DuckDB's own mid-query) while writing to stdout
-    (`output` None) is `OutputCutOff`."""
-    try:
-        yield
-    except KeyboardInterrupt:
-        if output is None:
-            raise OutputCutOff from None
-        raise
-    except Exception as error:
-        if output is None and query_interrupted(error):
-            raise OutputCutOff from None
-        raise
-
-
-@contextlib.contextmanager
-def ctrl_c_stops(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
-    """Within: Ctrl-C stops the query `con` runs, always. Python's own SIGINT handler raises
-    KeyboardInterrupt inside DuckDB's signal check, and DuckDB 2.0 turns that into an
-    interruption only some of the time: in 5 of 27 tries here a long query ran on, and ignored
-    every later Ctrl-C too. Interrupting the connection from the handler stopped 30 of 30.
-    Left alone off the main thread and where SIGINT is not Python's default (a script's
-    background job ignores it; a caller may have its own handler)."""
-    import signal
-    import threading
-
-    default = signal.default_int_handler
-    if threading.current_thread() is not threading.main_thread() or (
-        signal.getsignal(signal.SIGINT) is not default
-    ):
-        yield
-        return
-
-    def stop(signum: int, frame: Any) -> None:
-        with contextlib.suppress(Exception):  # (a connection busy in another thread refuses)
-            con.interrupt()
-        default(signum, frame)
-
-    signal.signal(signal.SIGINT, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, default)
-
-
-def query_interrupted(error: BaseException) -> bool:
-    """Ctrl-C that landed inside a DuckDB query: DuckDB takes the SIGINT itself and raises its
-    own error instead of KeyboardInterrupt (RuntimeError('Query interrupted') in duckdb 2.0,
-    InterruptException before)."""
-    loaded = sys.modules.get("duckdb")  # (not imported: the error cannot be DuckDB's)
-    if loaded is not None and isinstance(error, loaded.InterruptException):
-        return True
-    return isinstance(error, RuntimeError) and str(error) == "Query interrupted"
-
-
-def _execute_interruptibly(
-    con: duckdb.DuckDBPyConnection, sql: str, on_abort: Callable[[], None] | None
-) -> None:
-    """Run `sql` (a long COPY) in a worker thread while this one waits, so Ctrl-C or SIGTERM
-    reaches Python at once. DuckDB's connection refuses a second call (even interrupt()) while
-    the COPY runs, so an interrupted CLI removes the partial file (`on_abort`), says so in one
-    line and ends the process there (exit 130, or 143 for SIGTERM) with the COPY unfinished.
-    Without `on_abort` the COPY writes to stdout, whose rows so far stay: `CUT_OFF`."""
-    from wmo_lake.background import Background
-
-    try:
-        # (started inside the try: a signal while Thread.start waits for the thread to run
-        # would otherwise unwind to a close() of the connection the COPY is busy on: exit 1)
-        Background(lambda: con.execute(sql), "wmo-lake-copy").wait(poll=0.1)
-    except (KeyboardInterrupt, SystemExit) as stop:
-        if on_abort is not None:
-            on_abort()
-        code = 130 if isinstance(stop, KeyboardInterrupt) else int(stop.code or 143)
-        if code == 130:
-            sys.stderr.write((INTERRUPTED if on_abort is not None else CUT_OFF) + "\n")
-        sys.stderr.flush()
-        sys.stdout.flush()
-        os._exit(code)
+        execute_interruptibly(con, copy, file.discard)
 
 
 def _write_json(lines: duckdb.DuckDBPyRelation, sink: IO[bytes], *, as_array: bool) -> None:
@@ -665,20 +488,6 @@ def _write_json(lines: duckdb.DuckDBPyRelation, sink: IO[bytes], *, as_array: bo
         first = False
     if as_array:
         sink.write(b"[]\n" if first else b"\n]\n")
-
-
-def terminal_width(stream: TextIO) -> int | None:
-    """The width a table must fit: $COLUMNS, else the terminal's, else None (not a terminal:
-    a file or a pipe gets every column)."""
-    columns = os.environ.get("COLUMNS", "")
-    if columns.isdigit() and int(columns) > 0:
-        return int(columns)
-    isatty = getattr(stream, "isatty", None)
-    if isatty is not None and isatty():
-        import shutil
-
-        return shutil.get_terminal_size().columns
-    return None
 
 
 SQL_NARROWER = "select fewer columns or use --format csv"  # `sql`'s ways to see every column
@@ -729,138 +538,3 @@ def _write_text(text: str, output: Path | None, stdout: TextIO) -> None:
         return
     with _sink(output, stdout) as sink:
         sink.write(text.encode("utf-8"))
-
-
-COLUMN_GAP = 3  # between columns: padding, a blank rule, padding
-MIN_CELL = 8  # fitting a width cuts a column no narrower than this (or its header)
-
-
-def render_table(
-    headers: Sequence[str],
-    rows: Sequence[Sequence[str]],
-    *,
-    right_aligned: Sequence[bool] | None = None,
-    file: TextIO | None = None,
-    width: int | None = None,
-    footer: str | None = None,
-    narrower: str,
-) -> None:
-    """Draw rows of text cells as one table (rich), headers never wrapped or cut.
-
-    With a `width` (see `terminal_width`), long cells are cut with an ellipsis (a right-aligned
-    column, a number, never is) and columns that still do not fit are left out, named in a line
-    under the table with `narrower` (how to see them: what the calling command offers); without
-    one, every cell is printed whole."""
-    from rich import box
-    from rich.cells import cell_len
-    from rich.console import Console
-    from rich.table import Table
-
-    file = file if file is not None else sys.stdout
-    right_aligned = right_aligned or [False] * len(headers)
-    # measured as drawn: escaped (a newline takes two columns as `\n`), a wide character two
-    headers = [printable(header) for header in headers]
-    rows = [[printable(cell) for cell in row] for row in rows]
-    widths = [
-        max([cell_len(header), *(cell_len(row[i]) for row in rows)])
-        for i, header in enumerate(headers)
-    ]
-    kept = len(headers)
-    if width is not None:
-        widths, kept = _fit(headers, widths, width, right_aligned)
-    table = Table(
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        pad_edge=False,
-        padding=(0, 1),
-        header_style="",
-        safe_box=True,
-    )
-    for i in range(kept):
-        table.add_column(
-            headers[i],
-            justify="right" if right_aligned[i] else "left",
-            no_wrap=True,
-            overflow="ellipsis",
-            width=widths[i],
-        )
-    for row in rows:
-        table.add_row(*row[:kept])
-    console = Console(
-        width=sum(widths[:kept]) + 3 * kept + 2,
-        # (in the encoding of `file`: rich draws the rules in ASCII where it is not UTF-8)
-        file=_Capture(getattr(file, "encoding", None) or "utf-8"),
-        force_terminal=False,
-        no_color=True,
-        highlight=False,
-        soft_wrap=False,
-        emoji=False,
-        markup=False,
-    )
-    with console.capture() as capture:
-        console.print(table)
-    lines = [line.rstrip() for line in capture.get().splitlines()]
-    left_out = headers[kept:]
-    if left_out:
-        lines.append(
-            f"({len(left_out)} more column(s) not shown at width {width}: "
-            f"{', '.join(left_out)}; {narrower})"
-        )
-    if footer:
-        lines.append(footer)
-    file.write("".join(line + "\n" for line in lines))
-
-
-class _Capture(io.StringIO):
-    """A text buffer that says the encoding of the stream its text is for."""
-
-    def __init__(self, encoding: str) -> None:
-        super().__init__()
-        self._encoding = encoding
-
-    @property
-    def encoding(self) -> str:  # type: ignore[override]
-        return self._encoding
-
-
-def _fit(
-    headers: Sequence[str], natural: list[int], width: int, whole: Sequence[bool]
-) -> tuple[list[int], int]:
-    """Column widths that fit `width` (the widest cut first, never below its header or
-    MIN_CELL), and how many columns fit at all (the rest are left out). A `whole` column (a
-    number: cut, 1234567890123.456 read '1234567890…', a smaller number) is never cut: it is
-    shown whole or left out."""
-    from rich.cells import cell_len
-
-    floors = [
-        n if keep else max(cell_len(h), min(n, MIN_CELL))
-        for h, n, keep in zip(headers, natural, whole, strict=True)
-    ]
-    kept, used = 0, 0
-    for floor in floors:
-        if kept and used + COLUMN_GAP + floor > width:
-            break
-        used += floor + (COLUMN_GAP if kept else 0)
-        kept += 1
-    widths = natural[:kept]
-    room = width - COLUMN_GAP * (kept - 1)
-    while sum(widths) > room:
-        widest = max(range(kept), key=lambda i: widths[i] - floors[i])
-        if widths[widest] <= floors[widest]:
-            break
-        widths[widest] -= 1
-    return widths + natural[kept:], kept
-
-
-# A cell's control characters drawn as escapes: a terminal would act on them (a carriage return
-# or an ANSI sequence in an agent's terminal output rewrites what it shows), rich drops some,
-# and str.splitlines() breaks a row at others (\x1c-\x1e, \x85, U+2028, U+2029).
-_CONTROL_ESCAPES = {code: f"\\x{code:02x}" for code in [*range(0x20), *range(0x7F, 0xA0)]}
-_CONTROL_ESCAPES |= {ord("\n"): "\\n", ord("\t"): "\\t", ord("\r"): "\\r"}
-_CONTROL_ESCAPES |= {0x2028: "\\u2028", 0x2029: "\\u2029"}
-
-
-def printable(text: str) -> str:
-    """`text` with its control characters drawn as escapes (`_CONTROL_ESCAPES`): a table cell,
-    or a name (a run, a batch, a task) in a line the CLI prints."""
-    return text.translate(_CONTROL_ESCAPES)

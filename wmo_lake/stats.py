@@ -18,7 +18,8 @@ import duckdb
 
 from wmo_lake.background import Background
 from wmo_lake.lake import connect
-from wmo_lake.output import percent_text, render_table, rows_as_dicts
+from wmo_lake.output import rows_as_dicts
+from wmo_lake.terminal import percent_text, render_table
 
 # Batches in run/step order; a filter left as NULL matches everything. Bound, never pasted.
 STATS_QUERY = """
@@ -274,7 +275,7 @@ TEXT_COLUMNS = ("batch", "stop reasons")  # left-aligned; every other column is 
 
 
 def print_table(rows: list[dict[str, Any]], file: TextIO, width: int | None) -> None:
-    """The stats table, drawn by the renderer `wmo-lake sql` uses (wmo_lake.output)."""
+    """The stats table, drawn by the renderer `wmo-lake sql` uses (wmo_lake.terminal)."""
     headers, body = table_cells(rows)
     right = [header not in TEXT_COLUMNS for header in headers]
     render_table(headers, body, right_aligned=right, file=file, width=width, narrower="use --json")

@@ -16,7 +16,6 @@ from collections import defaultdict
 from collections.abc import Collection
 from typing import Any
 
-from wmo_lake.output import metric_text, percent_text, printable
 from wmo_lake.report.data import (
     METRICS,
     NO_RUN,
@@ -29,6 +28,7 @@ from wmo_lake.report.data import (
     series_of,
     x_mode_of,
 )
+from wmo_lake.terminal import metric_text, percent_text, printable
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 60  # more steps than this are averaged into buckets
@@ -261,11 +261,11 @@ def task_matrix_lines(
 ) -> list[str]:
     """Per run: a task x step table of pass rates (passed / executed trials; '-' = not
     executed), tasks ordered by trend as in the report (most improved first), drawn by the
-    shared renderer (wmo_lake.output.render_table) and fitted to `width`: the task and its trend
+    shared renderer (wmo_lake.terminal.render_table) and fitted to `width`: the task and its trend
     sparkline (over every step) stay whole, and the latest steps that fit are shown."""
     import io
 
-    from wmo_lake.output import COLUMN_GAP, render_table
+    from wmo_lake.terminal import COLUMN_GAP, render_table
 
     lines: list[str] = []
     for run, run_rows in series_of(rows).items():

@@ -14,9 +14,10 @@ from typing import Any, NoReturn
 import click
 
 from wmo_lake.commands.options import fail, lake_option, setting_options, settings_from
-from wmo_lake.output import TERMINATED, printable, query_interrupted, sigterm_stops
 from wmo_lake.settings import whole_number
+from wmo_lake.stopping import TERMINATED, query_interrupted, sigterm_stops
 from wmo_lake.store import LakeError
+from wmo_lake.terminal import printable
 
 
 @click.command()

@@ -18,8 +18,8 @@ from wmo_lake.commands.options import (
     setting_options,
     settings_from,
 )
-from wmo_lake.output import metric_text, printable
 from wmo_lake.store import LakeError
+from wmo_lake.terminal import metric_text, printable
 
 # a step one run has no batch at, told from '-', a step whose batches executed no trial
 ABSENT = "absent"
@@ -39,11 +39,11 @@ def _delta(value: float | int | None, percent: bool) -> str:
 def _table(
     headers: list[str], rows: list[list[str]], width: int | None, narrower: str
 ) -> list[str]:
-    """Rows drawn by the shared renderer (wmo_lake.output.render_table), first column text,
+    """Rows drawn by the shared renderer (wmo_lake.terminal.render_table), first column text,
     the rest numbers."""
     import io
 
-    from wmo_lake.output import render_table
+    from wmo_lake.terminal import render_table
 
     text = io.StringIO()
     right = [False, *([True] * (len(headers) - 1))]
@@ -173,7 +173,7 @@ def compare(lake: Path, a: str, b: str, as_json: bool, **options: Any) -> None:
     if as_json:
         click.echo(json.dumps(result, ensure_ascii=False, indent=2))
         return
-    from wmo_lake.output import terminal_width
+    from wmo_lake.terminal import terminal_width
 
     for line in render_text(result, terminal_width(sys.stdout)):
         click.echo(line)

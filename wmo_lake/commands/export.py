@@ -30,7 +30,7 @@ from wmo_lake.commands.options import (
     settings_from,
 )
 from wmo_lake.exports.discipline import ExportError, require_guard_choice
-from wmo_lake.output import sigterm_stops
+from wmo_lake.stopping import sigterm_stops
 from wmo_lake.store import LakeError
 
 

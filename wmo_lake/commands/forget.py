@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from wmo_lake.commands.options import lake_failure, lake_option, lake_write_failure
-from wmo_lake.output import sigterm_stops
+from wmo_lake.stopping import sigterm_stops
 from wmo_lake.store import LakeError
 
 

@@ -19,8 +19,8 @@ from wmo_lake.commands.options import (
     lake_write_failure,
 )
 from wmo_lake.lean import skip_numpy
-from wmo_lake.output import sigterm_stops
 from wmo_lake.settings import whole_number
+from wmo_lake.stopping import sigterm_stops
 from wmo_lake.store import LakeError
 
 

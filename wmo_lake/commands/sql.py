@@ -26,17 +26,11 @@ from wmo_lake.commands.options import (
     settings_from,
 )
 from wmo_lake.lake import connect, times_in_utc
-from wmo_lake.output import (
-    FORMATS,
-    OutputFile,
-    copy_query,
-    copy_target,
-    ctrl_c_stops,
-    terminal_width,
-    write_result,
-)
+from wmo_lake.output import FORMATS, OutputFile, copy_query, copy_target, write_result
 from wmo_lake.settings import whole_number
+from wmo_lake.stopping import ctrl_c_stops
 from wmo_lake.store import LakeError, Store
+from wmo_lake.terminal import terminal_width
 
 # Statements that write files outside the database. The connection cannot write anywhere but
 # the lake's own Parquet files (see connect(files_only=True)); these are refused before they run

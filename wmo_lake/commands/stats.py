@@ -19,10 +19,10 @@ from wmo_lake.commands.options import (
     setting_options,
     settings_from,
 )
-from wmo_lake.output import printable, terminal_width
 from wmo_lake.settings import whole_number
 from wmo_lake.stats import StatsReport, collect_stats, print_table
 from wmo_lake.store import LakeError
+from wmo_lake.terminal import printable, terminal_width
 
 
 @click.command()

@@ -12,8 +12,8 @@ import click
 import duckdb
 
 from wmo_lake.commands.options import fail, lake_failure, lake_option
-from wmo_lake.output import render_table, terminal_width
 from wmo_lake.store import LakeError
+from wmo_lake.terminal import render_table, terminal_width
 
 
 def _names(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:

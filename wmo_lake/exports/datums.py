@@ -32,8 +32,8 @@ from wmo_lake.exports.discipline import (
     scope_condition,
     summary_lines,
 )
-from wmo_lake.output import percent_text
 from wmo_lake.settings import SETTINGS
+from wmo_lake.terminal import percent_text
 
 if TYPE_CHECKING:  # polars and numpy load when a dataset is read back (~0.4 s the export skips)
     import polars as pl

@@ -20,13 +20,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from wmo_lake.output import percent_text
 from wmo_lake.report.data import (
     METRICS,
     Flip,
     ReportData,
     measured,
 )
+from wmo_lake.terminal import percent_text
 
 PLOTLY_MISSING = (
     "wmo-lake report needs plotly (it ships the plotly.js the page inlines): "

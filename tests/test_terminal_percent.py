@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from wmo_lake.output import percent_text
+from wmo_lake.terminal import percent_text
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,179 @@
+"""How a command stops: Ctrl-C and SIGTERM.
+
+Ctrl-C says one line and exits 130, SIGTERM (what a scheduler or `timeout` sends) the same with
+143, never a traceback. Where a command holds work that must not be left half-done (an ingest's
+commit, an export's file), `sigterm_stops` makes SIGTERM take Ctrl-C's path, so the same abort
+runs; a DuckDB query is interrupted through its connection (`ctrl_c_stops`), and a long COPY runs
+in a thread so the signal reaches Python at once (`execute_interruptibly`). The CLI turns what
+these raise into its line and exit code (`cli.LazyGroup.invoke`, `stopped_message`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import duckdb
+
+INTERRUPTED = "interrupted: nothing was written or changed"
+# Ctrl-C while rows stream to stdout: what is there already stays (a pipe's reader took it, a
+# redirected file holds it), and may read as a whole, shorter result (csv, jsonl).
+CUT_OFF = (
+    "interrupted: the rows printed so far are part of the result only, cut off where it "
+    "stopped; nothing was changed"
+)
+
+
+# SIGTERM's number once `sigterm_stops` took it: the CLI then says the command was stopped by
+# SIGTERM, and exits 143, where a Ctrl-C says "interrupted" and exits 130.
+TERMINATED: list[int] = []
+
+
+@contextlib.contextmanager
+def sigterm_stops() -> Iterator[None]:
+    """Within (on the main thread): SIGTERM, what a scheduler or `timeout` sends, stops the
+    command as Ctrl-C does (an ingest's abort, nothing half-committed, its readers stopped, one
+    line) instead of ending the process without a word. A second SIGTERM ends it at once."""
+    import signal
+
+    def stop(signum: int, frame: Any) -> None:
+        TERMINATED.append(signum)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL, None):
+            raise KeyboardInterrupt  # (SIGINT ignored, as in a script's background job)
+        # through SIGINT's own handler: pyspark's cancels its jobs (raised here, inside a py4j
+        # call, the interrupt was logged as an error with a traceback), `ctrl_c_stops`
+        # interrupts a DuckDB query; Python's default raises KeyboardInterrupt
+        signal.raise_signal(signal.SIGINT)
+
+    with on_sigterm(stop):
+        yield
+
+
+def stopped_message(message: str) -> tuple[str, int]:
+    """A Ctrl-C message ("interrupted...") and exit code, as said when SIGTERM stopped the
+    command instead."""
+    if not TERMINATED:
+        return message, 130
+    return "stopped by SIGTERM" + message.removeprefix("interrupted"), 128 + TERMINATED[0]
+
+
+class OutputCutOff(KeyboardInterrupt):
+    """Ctrl-C while a result streamed to stdout (the CLI says CUT_OFF, exit 130)."""
+
+    message = CUT_OFF
+
+
+@contextlib.contextmanager
+def cut_off_on_stdout(output: Path | None) -> Iterator[None]:
+    """Within: a Ctrl-C (Python's, or DuckDB's own mid-query) while writing to stdout
+    (`output` None) is `OutputCutOff`."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if output is None:
+            raise OutputCutOff from None
+        raise
+    except Exception as error:
+        if output is None and query_interrupted(error):
+            raise OutputCutOff from None
+        raise
+
+
+@contextlib.contextmanager
+def ctrl_c_stops(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """Within: Ctrl-C stops the query `con` runs, always. Python's own SIGINT handler raises
+    KeyboardInterrupt inside DuckDB's signal check, and DuckDB 2.0 turns that into an
+    interruption only some of the time: in 5 of 27 tries here a long query ran on, and ignored
+    every later Ctrl-C too. Interrupting the connection from the handler stopped 30 of 30.
+    Left alone off the main thread and where SIGINT is not Python's default (a script's
+    background job ignores it; a caller may have its own handler)."""
+    import signal
+    import threading
+
+    default = signal.default_int_handler
+    if threading.current_thread() is not threading.main_thread() or (
+        signal.getsignal(signal.SIGINT) is not default
+    ):
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        with contextlib.suppress(Exception):  # (a connection busy in another thread refuses)
+            con.interrupt()
+        default(signum, frame)
+
+    signal.signal(signal.SIGINT, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, default)
+
+
+def query_interrupted(error: BaseException) -> bool:
+    """Ctrl-C that landed inside a DuckDB query: DuckDB takes the SIGINT itself and raises its
+    own error instead of KeyboardInterrupt (RuntimeError('Query interrupted') in duckdb 2.0,
+    InterruptException before)."""
+    loaded = sys.modules.get("duckdb")  # (not imported: the error cannot be DuckDB's)
+    if loaded is not None and isinstance(error, loaded.InterruptException):
+        return True
+    return isinstance(error, RuntimeError) and str(error) == "Query interrupted"
+
+
+def execute_interruptibly(
+    con: duckdb.DuckDBPyConnection, sql: str, on_abort: Callable[[], None] | None
+) -> None:
+    """Run `sql` (a long COPY) in a worker thread while this one waits, so Ctrl-C or SIGTERM
+    reaches Python at once. DuckDB's connection refuses a second call (even interrupt()) while
+    the COPY runs, so an interrupted CLI removes the partial file (`on_abort`), says so in one
+    line and ends the process there (exit 130, or 143 for SIGTERM) with the COPY unfinished.
+    Without `on_abort` the COPY writes to stdout, whose rows so far stay: `CUT_OFF`."""
+    from wmo_lake.background import Background
+
+    try:
+        # (started inside the try: a signal while Thread.start waits for the thread to run
+        # would otherwise unwind to a close() of the connection the COPY is busy on: exit 1)
+        Background(lambda: con.execute(sql), "wmo-lake-copy").wait(poll=0.1)
+    except (KeyboardInterrupt, SystemExit) as stop:
+        if on_abort is not None:
+            on_abort()
+        code = 130 if isinstance(stop, KeyboardInterrupt) else int(stop.code or 143)
+        if code == 130:
+            sys.stderr.write((INTERRUPTED if on_abort is not None else CUT_OFF) + "\n")
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(code)
+
+
+@contextlib.contextmanager
+def exit_on_sigterm() -> Iterator[None]:
+    """While a file is being written, SIGTERM unwinds like Ctrl-C (SystemExit 143), so the
+    temporary file is removed instead of left behind."""
+
+    def terminate(signum: int, frame: Any) -> None:
+        sys.exit(128 + signum)
+
+    with on_sigterm(terminate):
+        yield
+
+
+@contextlib.contextmanager
+def on_sigterm(handler: Callable[[int, Any], None]) -> Iterator[None]:
+    """Within: `handler` takes SIGTERM (on the main thread only, where Python runs handlers),
+    the previous one after."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
