@@ -510,3 +510,17 @@ def test_a_file_holding_json_null_is_a_problem_not_a_missing_file(tmp_path: Path
         ("not_an_object", str(job / "config.json")),
         ("not_an_object", str(job / "result.json")),
     ]
+
+
+def test_a_trial_that_names_no_task_is_kept_and_said(tmp_path: Path) -> None:
+    """A result.json with neither a task_id harbor can name nor a task_name (harbor's own model
+    refuses it) is kept under a null task_id, and a `missing_task` problem says so; before, it
+    was taken silently."""
+    summary, problems = _ingest_beside_a_good_trial(
+        tmp_path, lambda d: _rewrite(d, lambda doc: doc.update(task_id=None, task_name=None))
+    )
+    assert summary.trials_new == 2
+    assert [p[0] for p in problems] == ["missing_task"]
+    assert "names no task" in problems[0][2]
+    con = connect(tmp_path / "lake")
+    assert con.sql("SELECT task_id FROM cells WHERE trial_name = 'bad__1'").fetchall() == [(None,)]

@@ -368,3 +368,29 @@ def test_a_run_name_with_control_characters_is_printed_escaped(tmp_path: Path) -
     output = compare(tmp_path / "lake", "exp1", "zz\rexp1").output
     assert "\r" not in output
     assert output.splitlines()[1] == "B: zz\\rexp1 (run, 1 batch, 1 trial)"
+
+
+def test_a_trial_that_names_no_task_is_a_task_of_its_own(tmp_path: Path) -> None:
+    """cells.task_id is null for a trial whose result.json names no task (a `missing_task`
+    problem): compare, `stats --by task` and the report sorted task ids with it and stopped on
+    a TypeError. It is now the task '(no task id)' in each."""
+    for run, reward in (("exp1", 1.0), ("exp2", 0.0)):
+        job = write_job(tmp_path / "runs" / run / "harbor" / "step-0001" / "job")
+        write_trial(job, "a__1", trial_id=f"{run}-a", reward=reward)
+        no_task = {"task_id": None, "task_name": None}
+        write_trial(job, "b__1", trial_id=f"{run}-b", reward=reward, result_overrides=no_task)
+    lake = tmp_path / "lake"
+    ingest([tmp_path / "runs"], lake, workers=1)
+    flipped = as_json(lake, "exp1", "exp2")["flipped"]["pass_to_fail"]
+    assert sorted(t["task_id"] for t in flipped) == ["(no task id)", "hello-offline"]
+    assert (
+        "  (no task id)  100.0% (1 of 1) -> 0.0% (0 of 1)" in compare(lake, "exp1", "exp2").output
+    )
+    by_task = CliRunner().invoke(cli, ["stats", "--by", "task", "--lake", str(lake)])
+    assert by_task.exit_code == 0, by_task.output
+    assert "(no task id)" in by_task.output
+    report = CliRunner().invoke(
+        cli, ["report", "--lake", str(lake), "--out", str(tmp_path / "r.html")]
+    )
+    assert report.exit_code == 0, report.output
+    assert "(no task id)" in (tmp_path / "r.html").read_text()

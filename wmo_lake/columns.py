@@ -732,10 +732,10 @@ PROBLEMS = TableSpec(
             "`lone_surrogate`, `not_an_object`, `not_a_trial_result`, `unreadable_file`, "
             "`wrong_type`, `malformed_spans`, `unaligned_turns`, `logprob_mismatch`, "
             "`out_of_range`, `sink_corrupt`, `sink_dir_missing`, `not_ctrf`, `invalid_reward`, "
-            "`coerced_reward`, `malformed_trajectory`, `missing_continuation`, `duplicate_trial`, "
-            "`symlink_loop`, `unreadable_dir`, `not_a_directory`, `not_utf8_name`, "
-            "`name_too_long`, `extract_failed` (a dir whose reading raised what no rule "
-            "expects: a wmo-lake bug)",
+            "`coerced_reward`, `malformed_trajectory`, `missing_continuation`, `missing_task`, "
+            "`duplicate_trial`, `symlink_loop`, `unreadable_dir`, `not_a_directory`, "
+            "`not_utf8_name`, `name_too_long`, `extract_failed` (a dir whose reading raised what "
+            "no rule expects: a wmo-lake bug)",
         ),
         Column(
             "message",

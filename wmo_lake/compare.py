@@ -27,7 +27,7 @@ import duckdb
 from wmo_lake.checks import warn_on_unused_reward_key
 from wmo_lake.lake import connect
 from wmo_lake.output import rows_as_dicts
-from wmo_lake.report.data import METRICS, batch_counts, measured, pooled_counts
+from wmo_lake.report.data import METRICS, NO_TASK, batch_counts, measured, pooled_counts
 
 # The runs rollout_stats labels: those of the trials and of the job dirs, so a run of only empty
 # or unreadable batches (selected by stats and report) is a run here too.
@@ -46,7 +46,7 @@ ORDER BY run NULLS LAST, step NULLS LAST, batch
 
 TASKS = """
 SELECT
-    task_id,
+    coalesce(task_id, $no_task) AS task_id,
     count(*) FILTER (WHERE NOT infra_failed) AS executed,
     count(*) FILTER (WHERE NOT infra_failed AND passed) AS passed
 FROM cells
@@ -99,7 +99,7 @@ def resolve(con: duckdb.DuckDBPyConnection, text: str) -> Side:
     counts = batch_counts(con, params["batches"])
     tasks = {
         t["task_id"]: {"executed": t["executed"], "passed": t["passed"]}
-        for t in rows_as_dicts(con.sql(TASKS, params=params))
+        for t in rows_as_dicts(con.sql(TASKS, params={**params, "no_task": NO_TASK}))
     }
     kind = "run" if is_run else "batches"
     return Side(text, kind, batches, counts, pooled_counts(counts, batches), tasks)

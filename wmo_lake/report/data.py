@@ -28,6 +28,9 @@ from wmo_lake.output import rows_as_dicts
 from wmo_lake.settings import SETTINGS
 
 NO_RUN = "(no run)"
+# The task of a trial whose result.json names none (a `missing_task` problem): cells.task_id is
+# null there, and a per-task table or plot shows this label for it instead.
+NO_TASK = "(no task id)"
 
 # The selection, bound as parameters (never pasted): runs is a list or NULL, glob a string or NULL.
 SELECTED_STATS = """
@@ -64,7 +67,7 @@ DATUM_STATS = "SELECT * FROM datum_stats WHERE list_contains($batches, batch)"
 TASK_CELLS = """
 SELECT
     batch,
-    task_id,
+    coalesce(task_id, $no_task) AS task_id,
     count(*) AS trials,
     count(*) FILTER (WHERE NOT infra_failed) AS executed,
     count(*) FILTER (WHERE NOT infra_failed AND passed) AS passed
@@ -502,7 +505,7 @@ def _collect(
     # only a step of several batches is pooled (one batch's point is its row as it is)
     counts = shared_step_counts(con, columns.values())
     points = {label: [point_of(c, counts) for c in cs] for label, cs in columns.items()}
-    task_cells = rows_as_dicts(con.sql(TASK_CELLS, params=params))
+    task_cells = rows_as_dicts(con.sql(TASK_CELLS, params={**params, "no_task": NO_TASK}))
     trends, regressions, newly_solved = task_trends(series, task_cells)
     # the lake's, whatever the selection: tied to no batch, no --run or --batch can narrow them
     unbatched = {r["kind"]: r["n"] for r in rows_as_dicts(con.sql(UNBATCHED_PROBLEMS))}
@@ -604,7 +607,7 @@ def stats_details(
         }
         trends: dict[str, list[TaskTrend]] = {}
         if with_tasks:
-            task_cells = rows_as_dicts(con.sql(TASK_CELLS, params=params))
+            task_cells = rows_as_dicts(con.sql(TASK_CELLS, params={**params, "no_task": NO_TASK}))
             trends = task_trends(series_of(rows), task_cells)[0]
         columns = [columns_of(series, x_mode_of(series)) for series in series_of(rows).values()]
         return denominators, trends, shared_step_counts(con, columns)

@@ -217,10 +217,19 @@ def row(doc: Fields) -> dict[str, Any]:
         for phase in PHASES
     }
     details = doc.get("agent_result", "rollout_details")
+    task_name, task_name_of_id = doc.str("task_name"), task_id_name(doc)
+    if task_name is None and task_name_of_id is None:
+        doc.problems.add(
+            "missing_task",
+            doc.path,
+            f"{doc.path.name}: names no task (no task_id harbor can name, no task_name), so "
+            "its trial counts in its batch's figures under a null task_id (per-task tables show "
+            "it as '(no task id)')",
+        )
     return {
         "trial_id": doc.str("id"),
-        "task_name": doc.str("task_name"),
-        "task_id_name": task_id_name(doc),
+        "task_name": task_name,
+        "task_id_name": task_name_of_id,
         "trial_uri": doc.str("trial_uri"),
         "source": doc.str("source"),
         "task_checksum": doc.str("task_checksum"),
