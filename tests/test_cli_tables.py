@@ -82,6 +82,14 @@ def test_a_view_column_is_not_given_an_unrelated_tables_meaning(lake: Path) -> N
     assert source.startswith("`rollout_details` or `sink`")
 
 
+def test_schema_takes_a_name_as_duckdb_does_case_aside(lake: Path) -> None:
+    """`sql "DESCRIBE TRIALS"` worked and `schema TRIALS` was refused (exit 2, no hint)."""
+    result = _run("schema", "TRIALS", "--lake", str(lake), "--json")
+    assert result.exit_code == 0, result.output
+    same = _run("schema", "trials", "--lake", str(lake), "--json")
+    assert json.loads(result.stdout) == json.loads(same.stdout)
+
+
 def test_schema_of_an_unknown_name_suggests(lake: Path) -> None:
     result = _run("schema", "trial", "--lake", str(lake))
     assert result.exit_code == 2

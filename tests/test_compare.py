@@ -394,3 +394,12 @@ def test_a_trial_that_names_no_task_is_a_task_of_its_own(tmp_path: Path) -> None
     )
     assert report.exit_code == 0, report.output
     assert "(no task id)" in (tmp_path / "r.html").read_text()
+
+
+def test_a_side_named_no_run_is_the_batches_outside_any_run(tmp_path: Path) -> None:
+    write_trial(write_job(tmp_path / "runs" / "loose-job"), "a__1", reward=0.0)
+    write_trial(write_job(tmp_path / "runs" / "exp1" / "harbor" / "step-0001" / "job"), "b__1")
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    result = as_json(tmp_path / "lake", "(no run)", "exp1")
+    assert result["a"]["kind"] == "run" and result["a"]["trials"] == 1
+    assert [t["task_id"] for t in result["flipped"]["fail_to_pass"]] == ["hello-offline"]

@@ -559,3 +559,84 @@ def test_a_first_ingest_leaves_fingerprints_to_the_readers(tmp_path: Path, monke
     assert calls == []
     again = ingest([runs], tmp_path / "lake", workers=1)
     assert (again.trials_unchanged, again.committed, len(calls)) == (4, False, 4)
+
+
+def test_a_trial_that_finishes_between_the_walk_and_its_read_keeps_no_walk_problem(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ingesting while harbor writes: the walk caught a trial's config.json half-written (and no
+    result.json yet), and the trial finished before a reader reached it. Its rows were right,
+    but the walk's `invalid_json` was stored with them under the finished files' fingerprint,
+    so every later ingest called the dir unchanged and kept the problem (and `--strict`
+    failed) for a trial a one-shot ingest finds nothing wrong with."""
+    ingest_module = sys.modules["wmo_lake.ingest"]  # (the module, not the API's `ingest`)
+    runs = _tree(tmp_path, n_trials=1)
+    trial = next((runs / "exp" / "harbor" / "step-0001" / "job").glob("t__*"))
+    config, result = (trial / "config.json").read_bytes(), (trial / "result.json").read_bytes()
+    (trial / "config.json").write_bytes(config[:100])  # harbor still writing it
+    (trial / "result.json").unlink()
+    walk = ingest_module.discover
+
+    def walk_then_the_trial_finishes(*args, **kwargs):
+        found = walk(*args, **kwargs)
+        (trial / "config.json").write_bytes(config)
+        (trial / "result.json").write_bytes(result)
+        return found
+
+    monkeypatch.setattr(ingest_module, "discover", walk_then_the_trial_finishes)
+    first = ingest([runs], tmp_path / "lake", workers=1)
+    monkeypatch.setattr(ingest_module, "discover", walk)
+    assert (first.trials_new, first.problems) == (1, 0)
+    again = ingest([runs], tmp_path / "lake", workers=1)
+    assert (again.trials_unchanged, again.problems) == (1, 0)
+    assert _counts(tmp_path / "lake") == _counts_of_a_fresh_ingest(runs, tmp_path / "fresh")
+
+
+def _counts_of_a_fresh_ingest(runs: Path, lake: Path) -> dict[str, int]:
+    ingest([runs], lake, workers=1)
+    return _counts(lake)
+
+
+def _lone_broken_config(runs: Path) -> Path:
+    """A job dir caught as harbor starts writing its config.json: a walk problem."""
+    job = runs / "exp" / "harbor" / "step-0001" / "job"
+    job.mkdir(parents=True)
+    (job / "config.json").write_text('{"job_name": "job", "agen')
+    return job
+
+
+def test_a_walk_problem_is_one_row_whatever_path_reached_it(tmp_path: Path) -> None:
+    """Keyed by the PATH as typed, one broken file reached as `runs`, as its absolute path and
+    through a link was three rows (trials were one each way)."""
+    runs = tmp_path / "runs"
+    _lone_broken_config(runs)
+    (tmp_path / "alias").symlink_to(runs, target_is_directory=True)
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        for path in ("runs", str(runs), "alias"):
+            ingest([Path(path)], tmp_path / "lake", workers=1)
+    finally:
+        os.chdir(cwd)
+    assert _counts(tmp_path / "lake")["problems"] == 1
+
+
+@pytest.mark.parametrize("prune", [False, True])
+def test_a_walk_problem_that_no_longer_holds_leaves_the_lake(tmp_path: Path, prune: bool) -> None:
+    """The job's config.json is whole at the next ingest: its walk problem went only with
+    --prune, and not even then under a relative PATH (the key was the PATH as typed, never under
+    --prune's real roots), while every summary said 0 problems."""
+    runs = tmp_path / "runs"
+    job = _lone_broken_config(runs)
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        ingest([Path("runs")], tmp_path / "lake", workers=1)
+        assert _counts(tmp_path / "lake")["problems"] == 1
+        shutil.rmtree(job)
+        _tree(tmp_path, n_trials=1)
+        summary = ingest([Path("runs")], tmp_path / "lake", workers=1, prune=prune)
+    finally:
+        os.chdir(cwd)
+    assert summary.problems == 0
+    assert _counts(tmp_path / "lake")["problems"] == 0

@@ -237,3 +237,34 @@ def test_the_verifiers_part_of_the_scaffold_loss_reads_as_its_cell(lost: int) ->
     assert shown in ("<0.1%", ">99.9%")
     assert f"; {shown[:-1]} points of it are verifier crashes ({lost} trial(s)" in note
     assert f"({shown} verifier)" in " ".join(table_cells([row])[1][0])
+
+
+def test_run_no_run_selects_the_batches_outside_any_run(tmp_path: Path) -> None:
+    """`stats --by task` and the report label the batches outside a run '(no run)', and
+    `report --run '(no run)'` selected them; `stats --run`, the exports and `compare` found
+    nothing under that name. Every --run now takes it."""
+    write_trial(write_job(tmp_path / "runs" / "loose-job"), "a__1")
+    write_trial(write_job(tmp_path / "runs" / "exp1" / "harbor" / "step-0001" / "job"), "b__1")
+    lake = tmp_path / "lake"
+    ingest([tmp_path / "runs"], lake, workers=1)
+    result = CliRunner().invoke(cli, ["stats", "--run", "(no run)", "--json", "--lake", str(lake)])
+    assert result.exit_code == 0, result.output
+    assert [row["batch"] for row in json.loads(result.stdout)] == ["loose-job"]
+    export = CliRunner().invoke(
+        cli,
+        [
+            "export",
+            "datums",
+            "--run",
+            "(no run)",
+            "--no-split-guard",
+            "--lake",
+            str(lake),
+            "--out",
+            str(tmp_path / "d.parquet"),
+        ],
+    )
+    assert export.exit_code == 0, export.output
+    import pyarrow.parquet as pq
+
+    assert set(pq.read_table(tmp_path / "d.parquet").column("batch").to_pylist()) == {"loose-job"}

@@ -416,3 +416,85 @@ def test_forgetting_the_batch_a_trial_moved_to_lets_its_original_come_back(
     shutil.rmtree(runs / STEP2 / "a__copy")
     ingest([runs], lake, workers=1)
     assert _rows(lake, "SELECT batch FROM trials WHERE trial_name = 'a__1'") == [(STEP1,)]
+
+
+@pytest.mark.parametrize(
+    ("glob", "matches"),
+    [("exp[a/*", False), ("exp\\[a/*", True), ("exp[[]a/*", True), ("*", True)],
+)
+def test_forget_matches_as_stats_batch_does(tmp_path: Path, glob: str, matches: bool) -> None:
+    """forget matched by Python's fnmatch, every other --batch by DuckDB's GLOB: they differ on
+    an unclosed '[' and on '\\' (an escape in GLOB), so the preview (`stats --batch G`) and the
+    removal picked other batches. Both are now DuckDB's."""
+    write_trial(write_job(tmp_path / "runs" / "exp[a" / "harbor" / "step-0001" / "job"), "a__1")
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    stats = _invoke("stats", "--batch", glob, "--lake", tmp_path / "lake", "--json")
+    assert stats.exit_code == 0, stats.output
+    shown = [row["batch"] for row in json.loads(stats.stdout)]
+    forget = _invoke("forget", "--batch", glob, "--lake", tmp_path / "lake", "--json", "--dry-run")
+    assert json.loads(forget.stdout)["batches"] == shown
+    assert shown == (["exp[a/harbor/step-0001/job"] if matches else [])
+
+
+def test_forget_says_the_problems_of_other_dirs_it_removes(tmp_path: Path) -> None:
+    """A stray result.json that is not a trial's has a `problems` row under its dir's label:
+    forget removed it while saying '0 trials ... in 0 batches', word for word a glob that
+    matched nothing."""
+    runs = _tree(tmp_path)
+    (runs / "stray" / "x").mkdir(parents=True)
+    (runs / "stray" / "x" / "result.json").write_text("nope")
+    ingest([runs], tmp_path / "lake", workers=1)
+    assert _rows(tmp_path / "lake", "SELECT batch, kind FROM problems WHERE batch = 'stray'") == [
+        ("stray", "invalid_json")
+    ]
+    for dry in (["--dry-run"], []):
+        result = _invoke("forget", "--batch", "stray", "--lake", tmp_path / "lake", *dry)
+        lines = result.stdout.splitlines()
+        assert lines[:2] == [
+            f"{'would remove' if dry else 'removed'} batch stray",
+            f"  {runs / 'stray' / 'x'} (not a trial: its problems)",
+        ]
+        assert "0 jobs, and the problems of 1 other dirs in 1 batches" in lines[-1]
+    assert _rows(tmp_path / "lake", "SELECT * FROM problems WHERE batch = 'stray'") == []
+
+
+def test_forget_prints_names_escaped(tmp_path: Path) -> None:
+    """A newline in a trial dir's name printed a line of its own ('removed batch FAKE'), and an
+    ANSI sequence in a run's name reached the terminal: names are escaped, as other commands
+    print them."""
+    job = write_job(tmp_path / "runs" / "r\x1b[31m" / "harbor" / "step-0001" / "job")
+    write_trial(job, "evil\nremoved batch FAKE")
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    result = _invoke("forget", "--batch", "*", "--lake", tmp_path / "lake", "--dry-run")
+    assert "\x1b" not in result.stdout
+    assert [line for line in result.stdout.splitlines() if "FAKE" in line] == [
+        f"  {tmp_path / 'runs'}/r\\x1b[31m/harbor/step-0001/job/evil\\nremoved batch FAKE"
+    ]
+
+
+def test_forget_with_an_empty_glob_is_a_usage_error(lake: Path) -> None:
+    result = _invoke("forget", "--batch", "", "--lake", lake)
+    assert result.exit_code == 2
+    assert "Usage: " in result.output and "an empty glob matches nothing" in result.output
+
+
+@pytest.mark.parametrize("command", ["forget", "ingest"])
+def test_a_failure_after_the_commit_says_the_change_is_in(
+    lake: Path, tmp_path: Path, command: str
+) -> None:
+    """A segment of a partition the change does not touch, deleted by hand, fails lake.duckdb's
+    rebuild once the change is committed: the error read as if nothing had happened (exit 1,
+    only "the lake is missing 1 of its Parquet files"), though the new generation was the lake."""
+    for segment in (lake / "tables" / "spans" / "run=other" / "step=1").glob("*.parquet"):
+        segment.unlink()
+    if command == "forget":
+        result = _invoke("forget", "--batch", "exp/*", "--lake", lake)
+    else:
+        write_trial(write_job(tmp_path / "more" / "exp" / "harbor" / "step-0003" / "job"), "e__1")
+        result = _invoke("ingest", tmp_path / "more", "--lake", lake)
+    assert result.exit_code == 1
+    assert f"Error: the {command} is committed (generation 2 is the lake at {lake}), but " in (
+        result.output
+    )
+    assert "is missing 1 of its Parquet files (tables/spans/run=other/step=1/" in result.output
+    assert Store(lake).read_manifest().generation == 2

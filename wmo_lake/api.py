@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from wmo_lake.selection import scope_sql
 from wmo_lake.store import LakeError
 
 if TYPE_CHECKING:
@@ -304,8 +305,8 @@ _FILE_WRITERS = frozenset({"COPY", "EXPORT", "ATTACH", "COPY_DATABASE", "PREPARE
 # Statements that return no rows: query() has nothing to give for them.
 _NO_ROWS = frozenset({"SET", "VARIABLE_SET", "TRANSACTION", "LOAD", "PREPARE"})
 
-_SCOPE = """
-WHERE ($batch_glob IS NULL OR batch GLOB $batch_glob) AND ($run IS NULL OR run = $run)
+_SCOPE = f"""
+WHERE {scope_sql()}
 """
 
 
@@ -334,13 +335,13 @@ def trials(
 ) -> pl.DataFrame:
     """One row per trial: every `trials` column, then the scorer's reading from `cells`
     (task_id, attempt, reward, passed, infra_failed, graded_score) and the stop reason."""
-    sql = """
+    sql = f"""
         SELECT t.*, c.task_id, c.attempt, c.reward, c.passed, c.infra_failed, c.graded_score,
                r.stop_reason
         FROM trials AS t
         JOIN cells AS c USING (trial_key)
         JOIN trial_stop_reasons AS r USING (trial_key)
-        WHERE ($batch_glob IS NULL OR t.batch GLOB $batch_glob) AND ($run IS NULL OR t.run = $run)
+        WHERE {scope_sql("t.batch", "t.run")}
         ORDER BY t.run NULLS LAST, t.step NULLS LAST, t.batch, t.trial_name
     """
     return _query(lake, sql, {"batch_glob": batch, "run": run}, settings, batch, run)

@@ -21,6 +21,8 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from wmo_lake.selection import scope_sql
+
 if TYPE_CHECKING:
     import duckdb
 
@@ -53,20 +55,19 @@ _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 # Whether any trial in scope has the reward key in force: LIMIT 1 without an order lets DuckDB
 # stop at the first match instead of reading every trial's rewards (an EXISTS reads them all).
-KEY_QUERY = """
+KEY_QUERY = f"""
 SELECT 1
 FROM trials
-WHERE ($batch_glob IS NULL OR batch GLOB $batch_glob)
-  AND ($run IS NULL OR run = $run)
+WHERE {scope_sql()}
   AND ($batches IS NULL OR list_contains(CAST($batches AS VARCHAR[]), batch))
   AND map_contains(rewards, $reward_key)
 LIMIT 1
 """
-SCOPE_KEYS_QUERY = """
+SCOPE_KEYS_QUERY = f"""
 SELECT key, count(*) AS trials
 FROM (
     SELECT unnest(map_keys(rewards)) AS key FROM trials
-    WHERE ($batch_glob IS NULL OR batch GLOB $batch_glob) AND ($run IS NULL OR run = $run)
+    WHERE {scope_sql()}
       AND ($batches IS NULL OR list_contains(CAST($batches AS VARCHAR[]), batch))
 )
 GROUP BY key

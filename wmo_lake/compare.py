@@ -28,19 +28,19 @@ from wmo_lake.checks import warn_on_unused_reward_key
 from wmo_lake.lake import connect
 from wmo_lake.output import rows_as_dicts
 from wmo_lake.report.data import METRICS, NO_TASK, batch_counts, measured, pooled_counts
+from wmo_lake.selection import NO_RUN, scope_sql
 
 # The runs rollout_stats labels: those of the trials and of the job dirs, so a run of only empty
-# or unreadable batches (selected by stats and report) is a run here too.
-RUNS = """
-SELECT run FROM trials WHERE run IS NOT NULL
-UNION
-SELECT run FROM jobs WHERE run IS NOT NULL
+# or unreadable batches (selected by stats and report) is a run here too; NO_RUN for the batches
+# outside any run.
+RUNS = f"""
+SELECT DISTINCT coalesce(run, '{NO_RUN}') FROM (SELECT run FROM trials UNION SELECT run FROM jobs)
 """
 
-SIDE_BATCHES = """
+SIDE_BATCHES = f"""
 SELECT batch, run, step, truncated_spans, unreadable_trials
 FROM rollout_stats
-WHERE ($run IS NOT NULL AND run = $run) OR ($run IS NULL AND batch GLOB $batch_glob)
+WHERE {scope_sql()}
 ORDER BY run NULLS LAST, step NULLS LAST, batch
 """
 

@@ -163,7 +163,9 @@ class DirProblem:
     message: str
 
 
-def _config_problem(config: Any, path: str) -> DirProblem | None:
+def config_problem(config: Any, path: str) -> DirProblem | None:
+    """Why a config.json read as `config` gives a trial dir no TrialConfig: it could not be read,
+    or holds no object. None when it reads as an object."""
     if isinstance(config, ReadFailure):
         return DirProblem(config.kind, config.message)
     if not isinstance(config, dict):
@@ -176,9 +178,16 @@ def _config_problem(config: Any, path: str) -> DirProblem | None:
 
 @dataclass(frozen=True)
 class WalkProblem:
-    path: str
+    path: str  # as the walk spelled it, shown in the `problems` row
     kind: str
     message: str
+
+    @property
+    def key(self) -> str:
+        """Its catalog key and unit key: by the real path, as a trial dir's and a job dir's are,
+        so one file reached through another PATH (relative, absolute, a link) is one problem,
+        and `--prune` (whose roots are real paths) finds it gone."""
+        return f"walk:{os.path.realpath(self.path)}"
 
 
 @dataclass
@@ -456,7 +465,7 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
             # (the root's job dir was not walked: it is the root's parent)
             job = job_at(parent) if parent is not None else job_at(str(path.parent), path.parent)
             config_path = f"{directory}/config.json"
-            problem = _config_problem(config, config_path) if has_config else None
+            problem = config_problem(config, config_path) if has_config else None
             agent = config.get("agent") if trial_config and isinstance(config, dict) else None
             agent = agent if isinstance(agent, dict) else None
             own = None if agent is None else own_collection(job, agent)

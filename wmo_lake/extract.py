@@ -16,8 +16,8 @@ from typing import Any
 import pyarrow as pa
 
 from wmo_lake.collection import PI_BRIDGE, Collection, agent_collection_path
-from wmo_lake.discover import Job, TrialTask, WalkProblem
-from wmo_lake.jsonfile import ReadFailure, read_bytes
+from wmo_lake.discover import DirProblem, Job, TrialTask, WalkProblem, config_problem
+from wmo_lake.jsonfile import ReadFailure, read_bytes, read_json
 from wmo_lake.pending import PendingRows
 from wmo_lake.store import DUPLICATE, JOB, OTHER, TRIAL, UNREADABLE, WALK
 from wmo_lake.tables import (
@@ -77,8 +77,8 @@ def _not_a_trial(
     at all, so a dir in a job dir counts as a trial though it has no config.json to say so)."""
     if task.trial_shaped_config or (unreadable and task.in_job_dir):
         problems.add(kind, path, message)
-        _add_dir_problem(task, problems)
-        dir_kind = task.dir_problem.kind if task.dir_problem is not None else None
+        dir_problem = _add_dir_problem(task, problems)
+        dir_kind = dir_problem.kind if dir_problem is not None else None
         if dir_kind == "unreadable_dir":
             why = "no readable result.json: the dir itself cannot be listed"
             advice = "Make it readable and ingest again"
@@ -104,11 +104,23 @@ def _not_a_trial(
     return Extracted(OTHER, problems.unit_key, tables=_problem_table(problems))
 
 
-def _add_dir_problem(task: TrialTask, problems: ProblemLog) -> None:
+def _add_dir_problem(task: TrialTask, problems: ProblemLog) -> DirProblem | None:
+    """The walk's problem with the dir (`TrialTask.dir_problem`), added and returned as it is
+    now. A config.json the walk could not read is read again: the walk may have caught harbor
+    writing it, and this read's fingerprint (taken just before) is of the file as it is now, so
+    a problem kept from the walk would stay in the lake with the trial, never read again."""
     problem = task.dir_problem
-    if problem is not None:
-        where = task.path if problem.kind == "unreadable_dir" else f"{task.path}/config.json"
-        problems.add(problem.kind, where, problem.message)
+    if problem is None:
+        return None
+    if problem.kind != "unreadable_dir":
+        config_path = f"{task.path}/config.json"
+        config = read_json(config_path)
+        problem = None if config is None else config_problem(config, config_path)
+        if problem is None:
+            return None
+    where = task.path if problem.kind == "unreadable_dir" else f"{task.path}/config.json"
+    problems.add(problem.kind, where, problem.message)
+    return problem
 
 
 def _extract_failed(task: TrialTask, error: Exception) -> Extracted:
@@ -143,7 +155,7 @@ def extract_job(job: Job) -> Extracted:
 
 def extract_walk_problem(problem: WalkProblem) -> Extracted:
     """A problem of the walk (a symlink loop, a dir that cannot be listed) as a `problems` row."""
-    problems = ProblemLog(unit_key=f"walk:{problem.path}", batch=None)
+    problems = ProblemLog(unit_key=problem.key, batch=None)
     problems.add(problem.kind, problem.path, problem.message)
     return Extracted(WALK, problems.unit_key, tables=_problem_table(problems))
 

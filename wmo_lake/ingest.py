@@ -39,10 +39,12 @@ from wmo_lake.store import (
     UNREADABLE,
     WALK,
     InterruptedAfterCommit,
+    LakeError,
     Manifest,
     PartitionedFiles,
     Store,
     crash_point,
+    failed_after_commit,
     partition_of,
     segment_prefix,
 )
@@ -184,9 +186,18 @@ def ingest(
                 set(candidates),
                 {job.key for job in update.jobs.values()}  # empty job dirs are found too
                 | {candidate.job.key for candidate, _ in candidates.values()},
-                {f"walk:{problem.path}" for problem in walk_problems},
+                {problem.key for problem in walk_problems},
             )
             update.prune(gone, dry_run=dry_run)
+        else:
+            # A walk problem is what this walk says, not a dir's rows: one under these PATHs
+            # that it no longer finds (a config.json caught half-written, now whole) goes, or the
+            # lake would keep it while the summary counted none.
+            from wmo_lake.tidy import gone_entries
+
+            walks = {s: e for s, e in update.catalog.items() if e.kind == WALK}
+            found_walks = {problem.key for problem in walk_problems}
+            update.prune(gone_entries(walks, paths, set(), set(), found_walks), dry_run=dry_run)
         if dry_run:
             update.summary.dry_run = True
             update.summary.would_read = len(tasks) + len(update.shadows_to_read(candidates))
@@ -277,6 +288,11 @@ def ingest(
         except KeyboardInterrupt:
             if update.summary.committed:
                 raise InterruptedAfterCommit(store.root, update.manifest.generation) from None
+            raise
+        except LakeError as error:
+            if update.summary.committed:
+                generation = update.manifest.generation
+                raise failed_after_commit(store.root, generation, "ingest", error) from error
             raise
         store.clear_staging()
     update.summary.seconds = time.perf_counter() - started
@@ -631,7 +647,7 @@ class LakeUpdate:
         self.touched.add(partition)
 
     def add_walk_problem(self, problem: WalkProblem) -> None:
-        source = f"walk:{problem.path}"
+        source = problem.key
         fingerprint = walk_fingerprint(problem)
         self.summary.problems += 1
         entry = self.catalog.get(source)

@@ -19,14 +19,14 @@ import duckdb
 from wmo_lake.background import Background
 from wmo_lake.lake import connect
 from wmo_lake.output import rows_as_dicts
+from wmo_lake.selection import scope_sql
 from wmo_lake.terminal import percent_text, render_table
 
 # Batches in run/step order; a filter left as NULL matches everything. Bound, never pasted.
-STATS_QUERY = """
+STATS_QUERY = f"""
 SELECT *
 FROM rollout_stats
-WHERE ($batch_glob IS NULL OR batch GLOB $batch_glob)
-  AND ($run IS NULL OR run = $run)
+WHERE {scope_sql()}
 ORDER BY run NULLS LAST, step NULLS LAST, batch
 """
 

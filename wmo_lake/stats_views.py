@@ -18,7 +18,6 @@ from typing import Any
 
 from wmo_lake.report.data import (
     METRICS,
-    NO_RUN,
     TaskTrend,
     batch_labels,
     columns_of,
@@ -318,7 +317,6 @@ def task_matrix_lines(
 
 
 __all__ = [
-    "NO_RUN",
     "StepsError",
     "collapse_notes",
     "limit_rows",

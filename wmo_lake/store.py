@@ -215,6 +215,17 @@ class InterruptedAfterCommit(KeyboardInterrupt):
         )
 
 
+def failed_after_commit(root: Path, generation: int, command: str, error: LakeError) -> LakeError:
+    """`error`, raised by lake.duckdb's rebuild once a change of the lake was committed (a segment
+    of a partition the change did not touch was deleted by hand, say), saying that the change
+    itself is in: it read as if nothing had happened."""
+    return LakeError(
+        f"the {command} is committed (generation {generation} is the lake at {root}), but "
+        "lake.duckdb could not be rebuilt, so a plain DuckDB client still reads the lake as it "
+        f"was before: {error}"
+    )
+
+
 class Store:
     """One lake directory."""
 

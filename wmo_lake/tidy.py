@@ -6,7 +6,6 @@ swapped in one rename), so a crash at any point leaves the previous generation w
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -14,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from wmo_lake.catalog import CatalogEntry, shadows_of
+from wmo_lake.selection import labels_matching
 from wmo_lake.store import (
     JOB,
     TRIAL,
@@ -23,6 +23,7 @@ from wmo_lake.store import (
     LakeError,
     Manifest,
     Store,
+    failed_after_commit,
 )
 
 
@@ -38,8 +39,9 @@ class Removal:
     trials: int = 0
     unreadable_trials: int = 0
     jobs: int = 0
-    other: int = 0
+    other: int = 0  # dirs that are neither trials nor jobs, whose `problems` rows went
     dirs: list[str] = field(default_factory=list)  # the trial dirs removed
+    other_dirs: list[str] = field(default_factory=list)  # those other dirs
     seconds: float = 0.0
 
     def add(self, entry: CatalogEntry) -> None:
@@ -48,12 +50,17 @@ class Removal:
         self.trials += entry.kind == TRIAL
         self.unreadable_trials += entry.kind == UNREADABLE
         self.jobs += entry.kind == JOB
-        self.other += entry.kind not in (TRIAL, UNREADABLE, JOB)
-        # A job dir's own result.json is read as a candidate too (kind OTHER, labelled with the
-        # job dir's parent): bookkeeping, not a batch or a trial dir anyone ingested.
-        if entry.kind in (TRIAL, UNREADABLE, JOB) and entry.batch not in self.batches:
+        # Another dir (a stray result.json that is not a trial's, say) holds rows only when it
+        # has a problem, under its label as `problems.batch`; without one it is bookkeeping.
+        other = entry.kind not in (TRIAL, UNREADABLE, JOB)
+        if other and entry.unit_key is None:
+            return
+        if entry.batch not in self.batches:
             self.batches.append(entry.batch or "")
-        if entry.kind in (TRIAL, UNREADABLE):
+        if other:
+            self.other += 1
+            self.other_dirs.append(entry.source)
+        elif entry.kind in (TRIAL, UNREADABLE):
             self.dirs.append(entry.source)
 
     def line(self) -> str:
@@ -65,9 +72,10 @@ class Removal:
             if self.dry_run
             else "(nothing matched: nothing changed)"
         )
+        others = f", and the problems of {self.other} other dirs" if self.other else ""
         return (
             f"{verb} {self.trials} trials, {self.unreadable_trials} unreadable trials and "
-            f"{self.jobs} jobs in {len(self.batches)} batches {where}"
+            f"{self.jobs} jobs{others} in {len(self.batches)} batches {where}"
         )
 
     def as_dict(self) -> dict[str, object]:
@@ -81,8 +89,8 @@ def forget(
     dry_run: bool = False,
     on_wait: Callable[[str], None] | None = None,
 ) -> Removal:
-    """Remove every batch matching `batch_glob` ('*' crosses '/', as in `stats --batch`): its
-    trials, unreadable trials, jobs and their problems, atomically."""
+    """Remove every batch matching `batch_glob` (DuckDB's GLOB, as `stats --batch` matches:
+    '*' crosses '/'): its trials, unreadable trials, jobs and their problems, atomically."""
     started = time.perf_counter()
     store = Store(lake)
     if not store.exists():
@@ -92,11 +100,9 @@ def forget(
     with store.lock(on_wait, "forget"):
         base = store.read_manifest()
         catalog = store.read_catalog(base)
-        matched = [
-            entry
-            for entry in catalog.values()
-            if entry.batch is not None and fnmatch.fnmatchcase(entry.batch, batch_glob)
-        ]
+        labels = {entry.batch for entry in catalog.values() if entry.batch is not None}
+        matching = labels_matching(labels, batch_glob)
+        matched = [entry for entry in catalog.values() if entry.batch in matching]
         removal = _remove(store, base, catalog, matched, dry_run)
     removal.seconds = time.perf_counter() - started
     return removal
@@ -146,6 +152,8 @@ def _remove(
         ensure_duckdb_file(store, manifest=manifest)
     except KeyboardInterrupt:
         raise InterruptedAfterCommit(store.root, manifest.generation, "forget") from None
+    except LakeError as error:
+        raise failed_after_commit(store.root, manifest.generation, "forget", error) from error
     removal.generation = manifest.generation
     removal.committed = True
     return removal
@@ -170,7 +178,8 @@ def gone_entries(
         if entry.kind == JOB:
             path, found = source.removeprefix("job:"), found_jobs
         elif entry.kind == WALK:
-            path, found = source.removeprefix("walk:"), found_walks
+            # (realpath: an older lake keys a walk problem by its path as the walk spelled it)
+            path, found = os.path.realpath(source.removeprefix("walk:")), found_walks
         else:
             path, found = source, found_dirs
         if under(path) and source not in found:

@@ -142,7 +142,8 @@ def compare(lake: Path, a: str, b: str, as_json: bool, **options: Any) -> None:
     """Compare two runs, or two batch globs: metric deltas side by side and the tasks that
     flipped between pass and fail.
 
-    A and B each name a run (the dir before harbor/) or are a batch glob ('*' crosses '/').
+    A and B each name a run (the dir before harbor/; '(no run)' for the batches outside one) or
+    are a batch glob ('*' crosses '/').
     Each side's metrics are the rollout_stats rules over its trials pooled (one batch: exactly
     its rollout_stats row); '-' is a null measurement (an empty denominator). A task is solved
     on a side when one of its executed trials passed there; it flipped when it is solved on one

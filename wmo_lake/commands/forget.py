@@ -10,6 +10,7 @@ import click
 from wmo_lake.commands.options import lake_failure, lake_option, lake_write_failure
 from wmo_lake.stopping import sigterm_stops
 from wmo_lake.store import LakeError
+from wmo_lake.terminal import printable
 
 
 @click.command()
@@ -18,7 +19,8 @@ from wmo_lake.store import LakeError
     "batch_glob",
     metavar="GLOB",
     required=True,
-    help="The batches to remove ('*' crosses '/', as in `stats --batch`), e.g. 'exp1/*'.",
+    help="The batches to remove, matched as `stats --batch` matches (DuckDB's GLOB: '*' crosses "
+    "'/', '\\' escapes), e.g. 'exp1/*'.",
 )
 @lake_option
 @click.option("--dry-run", is_flag=True, help="Change nothing: list what would be removed.")
@@ -38,6 +40,11 @@ def forget(ctx: click.Context, batch_glob: str, lake: Path, dry_run: bool, as_js
     """
     from wmo_lake.tidy import forget as run_forget
 
+    if not batch_glob:
+        raise click.BadParameter(
+            "an empty glob matches nothing; name the batches to forget, e.g. 'exp1/*'",
+            param_hint="'--batch'",
+        )
     try:
         with sigterm_stops():
             removal = run_forget(
@@ -55,7 +62,9 @@ def forget(ctx: click.Context, batch_glob: str, lake: Path, dry_run: bool, as_js
         return
     verb = "would remove" if dry_run else "removed"
     for batch in removal.batches:
-        click.echo(f"{verb} batch {batch}")
+        click.echo(f"{verb} batch {printable(batch)}")
     for path in removal.dirs:
-        click.echo(f"  {path}")
+        click.echo(f"  {printable(path)}")
+    for path in removal.other_dirs:
+        click.echo(f"  {printable(path)} (not a trial: its problems)")
     click.echo(removal.line())

@@ -143,7 +143,9 @@ def refuse_lake_file(path: Path, lake: Path, option: str) -> None:
 def selection_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """--batch GLOB and --run RUN: which batches a command reads."""
     command = click.option(
-        "--run", metavar="RUN", help="Only batches of this run (the dir before harbor/)."
+        "--run",
+        metavar="RUN",
+        help="Only batches of this run (the dir before harbor/); '(no run)' for those outside one.",
     )(command)
     return click.option(
         "--batch",

@@ -116,6 +116,8 @@ def schema(ctx: click.Context, name: str, lake: Path, as_json: bool) -> None:
         lake_failure(ctx, lake, error)
     try:
         known = [known_name for known_name, _ in _names(con)]
+        # as DuckDB resolves a name (`DESCRIBE TRIALS` is trials): case aside
+        name = next((k for k in known if k.lower() == name.lower()), name)
         if name not in known:
             close = difflib.get_close_matches(name, known, n=3)
             hint = f" (did you mean {', '.join(close)}?)" if close else ""

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from wmo_lake import __version__
+from wmo_lake.selection import scope_sql
 from wmo_lake.store import fsync_path
 
 SCHEMA_VERSION = 1
@@ -500,7 +501,7 @@ class Request:
 def scope_condition(batch: str = "batch", run: str = "run") -> str:
     """The batches an export reads, as SQL over `batch` / `run` columns with the bound parameters
     $batch_glob and $run (NULL matches everything): never pasted, always bound."""
-    return f"(($batch_glob IS NULL OR {batch} GLOB $batch_glob) AND ($run IS NULL OR {run} = $run))"
+    return scope_sql(batch, run)
 
 
 def nothing_in_scope(scope: Mapping[str, Any]) -> str:

@@ -25,9 +25,9 @@ from wmo_lake import __version__
 from wmo_lake.checks import warn_on_unused_reward_key
 from wmo_lake.lake import connect
 from wmo_lake.output import rows_as_dicts
+from wmo_lake.selection import NO_RUN
 from wmo_lake.settings import SETTINGS
 
-NO_RUN = "(no run)"
 # The task of a trial whose result.json names none (a `missing_task` problem): cells.task_id is
 # null there, and a per-task table or plot shows this label for it instead.
 NO_TASK = "(no task id)"
