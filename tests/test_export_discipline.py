@@ -227,7 +227,7 @@ def test_a_target_appearing_meanwhile_is_not_overwritten(tmp_path: Path) -> None
 
     with pytest.raises(ExportError, match="appeared while exporting"):
         export.write_export(out, write, kind="lines", registry=None, excluded={})
-    # our dataset was linked first, then removed again when its manifest could not be placed
+    # our manifest could not be placed (it is linked first), so our dataset never was
     assert entries(tmp_path) == ["d.txt.manifest.json"]
     assert export.manifest_path(out).read_text(encoding="utf-8") == "theirs"
 
@@ -269,6 +269,46 @@ def test_sigkill_mid_export_leaves_neither_file_and_the_next_export_cleans_up(
     assert leftovers == [f".d.txt.{process.pid}.partial"]  # hidden, and only the temp file
     export.write_export(out, lines_writer(["a"]), kind="lines", registry=None, excluded={})
     assert entries(tmp_path) == ["d.txt", "d.txt.manifest.json"]
+
+
+def test_sigkill_between_the_two_links_leaves_what_the_next_export_removes(
+    tmp_path: Path,
+) -> None:
+    """The dataset was linked first: a kill before the manifest's link left a whole FILE without
+    its manifest, which no loader takes and no export could replace (it refuses an existing
+    FILE). The manifest is linked first now; alone, it is removed by the next export."""
+    out = tmp_path / "d.txt"
+    script = textwrap.dedent(
+        f"""
+        import os, signal
+        from pathlib import Path
+        from wmo_lake.exports import discipline as export
+
+        link = os.link
+        def link_then_die(source, target):
+            link(source, target)
+            os.kill(os.getpid(), signal.SIGKILL)  # right after the first of the two links
+        export.os.link = link_then_die
+        write = lambda path: path.write_text("a\\n", encoding="utf-8") and 1
+        export.write_export(Path({str(out)!r}), write, kind="lines", registry=None, excluded={{}})
+        """
+    )
+    killed = subprocess.run([sys.executable, "-c", script], check=False)
+    assert killed.returncode == -signal.SIGKILL
+    assert [e for e in entries(tmp_path) if not e.endswith(".partial")] == ["d.txt.manifest.json"]
+    with pytest.raises(ExportError):  # (what the killed export placed is no dataset to load)
+        export.load_verified(out, read_lines, task_of, kind="lines")
+    export.write_export(out, lines_writer(["a"]), kind="lines", registry=None, excluded={})
+    assert entries(tmp_path) == ["d.txt", "d.txt.manifest.json"]
+    manifest = json.loads(export.manifest_path(out).read_text(encoding="utf-8"))
+    assert manifest["dataset_sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
+
+
+def test_a_manifest_of_another_dataset_is_not_taken_for_an_orphan(tmp_path: Path) -> None:
+    out = tmp_path / "d.txt"
+    export.manifest_path(out).write_text('{"dataset": "other.txt", "dataset_sha256": "x"}')
+    with pytest.raises(ExportError, match="already exists"):
+        export.refuse_existing(out)
 
 
 # --- verified load -------------------------------------------------------------------------------

@@ -190,12 +190,33 @@ def refuse_existing(dataset: Path) -> None:
     directory does not exist. `write_export` checks this itself; call it early to fail fast."""
     if not dataset.parent.is_dir():
         raise ExportError(f"the directory of --out {dataset} does not exist; create it first")
+    _remove_orphan_manifest(dataset)
     for target in (dataset, manifest_path(dataset)):
         if target.exists() or target.is_symlink():
             raise ExportError(
                 f"{target} already exists; an export never overwrites a dataset or its manifest, "
                 "so choose a new --out FILE (or remove both files yourself)"
             )
+
+
+def _remove_orphan_manifest(dataset: Path) -> None:
+    """Remove FILE.manifest.json when it is an export's and FILE is not there: `write_export` puts
+    the manifest in place first, so an export killed between its two links (SIGKILL) leaves the
+    manifest alone, of a dataset never written. (The other order left a whole dataset without
+    its manifest: one no loader takes, and no export could replace.)"""
+    companion = manifest_path(dataset)
+    if dataset.exists() or dataset.is_symlink() or companion.is_symlink():
+        return
+    try:
+        manifest = json.loads(companion.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # (none, or not one of ours: refused as it is)
+    if (
+        isinstance(manifest, dict)
+        and manifest.get("dataset") == dataset.name
+        and ("dataset_sha256" in manifest)
+    ):
+        companion.unlink(missing_ok=True)
 
 
 def _partial(target: Path) -> Path:
@@ -304,8 +325,9 @@ def write_export(
         manifest.update(extra() if callable(extra) else (extra or {}))
         tmp_manifest.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", "utf-8")
         _fsync(tmp_manifest)
-        # os.link fails when the target exists: no overwrite even if one appeared meanwhile.
-        for tmp, target in ((tmp_data, out), (tmp_manifest, companion)):
+        # os.link fails when the target exists: no overwrite even if one appeared meanwhile. The
+        # manifest first: a kill between the two leaves it alone, which the next export removes.
+        for tmp, target in ((tmp_manifest, companion), (tmp_data, out)):
             try:
                 os.link(tmp, target)
             except FileExistsError:
