@@ -188,6 +188,9 @@ def test_every_setting_is_an_option_with_its_default_in_the_help() -> None:
         ({"reward_mode": "binary"}, "must be one of raw, positive-binary"),
         ({"reward_key": 3}, "must be text"),
         ({"reward_key": "r\udcff"}, "wmo_reward_key (--reward-key) must be UTF-8 text"),
+        ({"reward_key": ""}, "wmo_reward_key (--reward-key) must be nonempty text"),
+        ({"max_turns": True}, "must be a positive integer"),
+        ({"max_turns": 3.0}, "must be a positive integer"),
     ],
 )
 def test_a_bad_setting_says_what_it_takes(values: dict, message: str) -> None:
@@ -240,3 +243,79 @@ def test_every_export_manifest_records_the_settings_row(
     assert manifest["settings"] == settings_row(con)
     for name, value in expected.items():
         assert manifest["settings"][name] == value
+
+
+def test_a_numpy_integer_is_a_count() -> None:
+    """The API refused np.int64(4096) as "not a positive integer", naming its own value."""
+    import numpy as np
+
+    assert variables({"max_tokens": np.int64(4096)}) == {"wmo_max_tokens": 4096}
+    assert type(variables({"max_tokens": np.int64(4096)})["wmo_max_tokens"]) is int
+
+
+@pytest.mark.parametrize(
+    ("option", "said"),
+    [
+        (["--max-tokens", str(2**63)], "must be a positive integer (a 64-bit one)"),
+        (["--reward-key", ""], "must be nonempty text"),
+    ],
+)
+def test_an_option_the_api_refuses_is_a_usage_error(lake: Path, option: list, said: str) -> None:
+    """A count past 64 bits reached DuckDB and failed there (exit 1, no usage line); an empty
+    reward key, which upstream's scorer refuses, was taken and read as a key."""
+    for command in (["stats"], ["sql", "SELECT 1"], ["compare", "exp", "exp"]):
+        result = CliRunner().invoke(cli, [*command, "--lake", str(lake), *option])
+        assert result.exit_code == 2, (command, result.output)
+        assert "Usage: " in result.output and said in result.output
+
+
+@pytest.mark.parametrize(
+    ("statement", "said"),
+    [
+        ("SET VARIABLE wmo_max_turns = 3.5", "wmo_max_turns must be a positive whole number"),
+        ("SET VARIABLE wmo_max_turns = 0", "wmo_max_turns must be a positive whole number, got 0"),
+        ("SET VARIABLE wmo_max_tokens = -3", "wmo_max_tokens must be a positive whole number"),
+        ("SET VARIABLE wmo_context_budget = 'big'", "wmo_context_budget must be a positive"),
+        ("SET VARIABLE wmo_max_datum_tokens = 0", "wmo_max_datum_tokens must be a positive"),
+        ("SET VARIABLE wmo_reward_key = ''", "wmo_reward_key must be nonempty text"),
+    ],
+)
+def test_a_setting_set_in_sql_is_held_to_what_the_option_takes(
+    lake: Path, statement: str, said: str
+) -> None:
+    """SET VARIABLE was not checked: 0 or -3 max tokens made every span truncated, 0 max turns
+    every trial a max_turns stop, 3.5 was read as 4 (and as 3 by Spark)."""
+    con = connect(lake)
+    con.execute(statement)
+    with pytest.raises(duckdb.InvalidInputException, match=re.escape(said)):
+        con.sql("SELECT * FROM settings").fetchall()
+    if "max_turns" in statement or "max_tokens" in statement:  # (as every view reading it)
+        with pytest.raises(duckdb.InvalidInputException, match=re.escape(said)):
+            con.sql("SELECT * FROM rollout_stats").fetchall()
+
+
+def test_a_whole_count_set_in_sql_is_taken_as_the_option_takes_it(lake: Path) -> None:
+    con = connect(lake)
+    by_option = connect(lake, {"max_turns": 4}).sql("FROM settings").fetchall()
+    for value in ("4", "4.0", "'4'"):
+        con.execute(f"SET VARIABLE wmo_max_turns = {value}")
+        assert con.sql("FROM settings").fetchall() == by_option, value
+
+
+def test_sql_says_a_wmo_variable_no_setting_reads(lake: Path) -> None:
+    result = CliRunner().invoke(
+        cli, ["sql", "SET VARIABLE wmo_reward_keys = 'x'; SELECT 1", "--lake", str(lake)]
+    )
+    assert result.exit_code == 0, result.output
+    assert (
+        "warning: wmo_reward_keys is no setting (did you mean wmo_reward_key?); it changes nothing"
+        in result.stderr
+    )
+
+
+def test_a_setting_set_as_an_option_says_it_is_a_variable(lake: Path) -> None:
+    result = CliRunner().invoke(
+        cli, ["sql", "SET wmo_max_tokens = 5; SELECT 1", "--lake", str(lake)]
+    )
+    assert result.exit_code == 2
+    assert "(a setting is a DuckDB variable: SET VARIABLE wmo_max_tokens = ...)" in result.output

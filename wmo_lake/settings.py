@@ -23,6 +23,7 @@ only an explicitly set value wins over the trial's. The `settings` view then sho
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +32,10 @@ SQL_TYPES = ("VARCHAR", "BIGINT")
 
 
 class SettingError(ValueError):
-    """A setting name or value that cannot be used; the message says what is expected."""
+    """A setting name or value that cannot be used; the message says what is expected (`what`:
+    the same without the setting's names, for an option's usage error)."""
+
+    what: str = ""
 
 
 @dataclass(frozen=True)
@@ -76,23 +80,32 @@ class Setting:
         if value is None:
             return None
         if self.sql_type == "BIGINT":
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**63:
-                raise SettingError(
-                    f"setting {self.variable} ({self.flag}) must be a positive integer "
-                    f"(a 64-bit one), got {value!r}"
-                )
-        elif not isinstance(value, str):
-            raise SettingError(f"setting {self.variable} ({self.flag}) must be text, got {value!r}")
-        elif not value.isascii() and not _is_utf8(value):  # DuckDB binds UTF-8 only
-            raise SettingError(
-                f"setting {self.variable} ({self.flag}) must be UTF-8 text, got {value!r}"
-            )
-        elif self.choices is not None and value not in self.choices:
-            raise SettingError(
-                f"setting {self.variable} ({self.flag}) must be one of "
-                f"{', '.join(self.choices)}, got {value!r}"
-            )
+            whole = None if isinstance(value, bool) else _whole(value)  # (numpy's too)
+            if whole is None or not 1 <= whole < 2**63:
+                raise self._refused(f"must be a positive integer (a 64-bit one), got {value!r}")
+            return whole
+        if not isinstance(value, str):
+            raise self._refused(f"must be text, got {value!r}")
+        if not value.isascii() and not _is_utf8(value):  # DuckDB binds UTF-8 only
+            raise self._refused(f"must be UTF-8 text, got {value!r}")
+        if not value:  # (upstream's HarborScorer: "reward_key must be nonempty")
+            raise self._refused("must be nonempty text")
+        if self.choices is not None and value not in self.choices:
+            raise self._refused(f"must be one of {', '.join(self.choices)}, got {value!r}")
         return value
+
+    def _refused(self, what: str) -> SettingError:
+        error = SettingError(f"setting {self.variable} ({self.flag}) {what}")
+        error.what = what
+        return error
+
+
+def _whole(value: Any) -> int | None:
+    """An integer value as an int (a numpy integer too: it has __index__), else None."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
 
 
 def _is_utf8(text: str) -> bool:
@@ -213,11 +226,32 @@ def options_decorator(*names: str) -> Callable[[Callable[..., Any]], Callable[..
                 kind = str
             help_text = f"{setting.help} [default: {setting.default_text()}]"
             command = click.option(
-                setting.flag, setting.name, type=kind, default=None, help=help_text, metavar=metavar
+                setting.flag,
+                setting.name,
+                type=kind,
+                default=None,
+                help=help_text,
+                metavar=metavar,
+                callback=_checked_option(setting),
             )(command)
         return command
 
     return decorate
+
+
+def _checked_option(setting: Setting) -> Callable[[Any, Any, Any], Any]:
+    """A click callback holding an option to what the API takes (`Setting.check`): a usage
+    error (exit 2) where the views would read nonsense (an empty reward key, a count past 64
+    bits, which reached DuckDB and failed there)."""
+    import click
+
+    def check(ctx: Any, param: Any, value: Any) -> Any:
+        try:
+            return setting.check(value)
+        except SettingError as error:
+            raise click.BadParameter(error.what or str(error)) from None
+
+    return check
 
 
 def from_options(options: Mapping[str, Any]) -> dict[str, Any]:

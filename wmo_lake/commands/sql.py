@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import errno
 import re
 import sys
@@ -27,7 +28,7 @@ from wmo_lake.commands.options import (
 )
 from wmo_lake.lake import connect, times_in_utc
 from wmo_lake.output import FORMATS, OutputFile, copy_query, copy_target, write_result
-from wmo_lake.settings import whole_number
+from wmo_lake.settings import BY_VARIABLE, whole_number
 from wmo_lake.stopping import ctrl_c_stops
 from wmo_lake.store import LakeError, Store
 from wmo_lake.terminal import terminal_width
@@ -198,6 +199,8 @@ def sql(
                 con.execute(statement)
                 if hasattr(con, "complete"):  # DuckDB 2 runs no query while a result is unread
                     con.complete()  # (to its end, its rows unread)
+            if len(statements) > 1:
+                _warn_of_unknown_settings(con)
             statement = statements[-1]
             text = _without_its_end(statement.query)
             if statement.type == duckdb.StatementType.SELECT and copy_query(
@@ -234,6 +237,10 @@ def sql(
     except duckdb.Error as error:
         if statement.type in WRITERS or "read-only mode" in str(error):
             fail(_read_only_message(f"{statement.type.name} refused: {error}", ctx, lake), 2)
+        as_option = _SETTING_AS_OPTION.search(str(error))  # `SET wmo_max_tokens = 4096`
+        if as_option is not None:
+            hint = f"a setting is a DuckDB variable: SET VARIABLE {as_option.group(1)} = ..."
+            fail(f"query failed: {error}\n({hint})", 2)
         if isinstance(error, duckdb.CatalogException) and _PATH_AS_TABLE.search(str(error)):
             # `FROM '/etc/passwd'`: a confined connection cannot look for the file, and DuckDB
             # says there is no such table
@@ -243,6 +250,23 @@ def sql(
         fail(f"cannot write {output or 'stdout'}: {error.strerror or error}")
     finally:
         con.close()
+
+
+# DuckDB's error for `SET wmo_x = ...` (a setting set as a configuration option)
+_SETTING_AS_OPTION = re.compile(r'unrecognized configuration parameter "(wmo_\w+)"')
+
+
+def _warn_of_unknown_settings(con: duckdb.DuckDBPyConnection) -> None:
+    """A `wmo_` variable no setting reads (`SET VARIABLE wmo_reward_keys = ...`, misspelt)
+    changes nothing: said on stderr, as the API refuses an unknown setting."""
+    found = con.execute(
+        "SELECT name FROM duckdb_variables() WHERE starts_with(name, 'wmo_') ORDER BY name"
+    ).fetchall()
+    for (name,) in found:
+        if name not in BY_VARIABLE:
+            close = difflib.get_close_matches(name, list(BY_VARIABLE), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            click.echo(f"warning: {name} is no setting{hint}; it changes nothing", err=True)
 
 
 def _parse(con: duckdb.DuckDBPyConnection, query: str, ctx: click.Context, lake: Path) -> list[Any]:
