@@ -272,11 +272,12 @@ def test_an_option_the_api_refuses_is_a_usage_error(lake: Path, option: list, sa
 @pytest.mark.parametrize(
     ("statement", "said"),
     [
-        ("SET VARIABLE wmo_max_turns = 3.5", "wmo_max_turns must be a positive whole number"),
-        ("SET VARIABLE wmo_max_turns = 0", "wmo_max_turns must be a positive whole number, got 0"),
-        ("SET VARIABLE wmo_max_tokens = -3", "wmo_max_tokens must be a positive whole number"),
-        ("SET VARIABLE wmo_context_budget = 'big'", "wmo_context_budget must be a positive"),
-        ("SET VARIABLE wmo_max_datum_tokens = 0", "wmo_max_datum_tokens must be a positive"),
+        ("SET VARIABLE wmo_max_turns = 3.5", "wmo_max_turns must be a whole number >= 1, got 3.5"),
+        ("SET VARIABLE wmo_max_turns = 4.0", "wmo_max_turns must be a whole number >= 1, got 4.0"),
+        ("SET VARIABLE wmo_max_turns = 0", "wmo_max_turns must be a whole number >= 1, got 0"),
+        ("SET VARIABLE wmo_max_tokens = -3", "wmo_max_tokens must be a whole number >= 1, got -3"),
+        ("SET VARIABLE wmo_context_budget = 'big'", "wmo_context_budget must be a whole number"),
+        ("SET VARIABLE wmo_max_datum_tokens = 0", "wmo_max_datum_tokens must be a whole number"),
         ("SET VARIABLE wmo_reward_key = ''", "wmo_reward_key must be nonempty text"),
     ],
 )
@@ -284,7 +285,8 @@ def test_a_setting_set_in_sql_is_held_to_what_the_option_takes(
     lake: Path, statement: str, said: str
 ) -> None:
     """SET VARIABLE was not checked: 0 or -3 max tokens made every span truncated, 0 max turns
-    every trial a max_turns stop, 3.5 was read as 4 (and as 3 by Spark)."""
+    every trial a max_turns stop, 3.5 was read as 4 (and as 3 by Spark). As the API, a count is
+    a whole number (4.0 is refused too)."""
     con = connect(lake)
     con.execute(statement)
     with pytest.raises(duckdb.InvalidInputException, match=re.escape(said)):
@@ -297,7 +299,7 @@ def test_a_setting_set_in_sql_is_held_to_what_the_option_takes(
 def test_a_whole_count_set_in_sql_is_taken_as_the_option_takes_it(lake: Path) -> None:
     con = connect(lake)
     by_option = connect(lake, {"max_turns": 4}).sql("FROM settings").fetchall()
-    for value in ("4", "4.0", "'4'"):
+    for value in ("4", "'4'", "4::UTINYINT"):
         con.execute(f"SET VARIABLE wmo_max_turns = {value}")
         assert con.sql("FROM settings").fetchall() == by_option, value
 

@@ -269,6 +269,10 @@ def test_settings_are_session_variables(spark: Any, on_spark: OnSpark) -> None:
     assert not differences(
         got, duckdb_rows(lake, "rollout_stats", {"wmo_reward_mode": "positive-binary"})
     )
+    spark.sql("SET VAR wmo_max_tokens = 0")  # refused by the settings view, as in DuckDB
+    with pytest.raises(Exception, match="wmo_max_tokens must be a whole number >= 1, got 0"):
+        spark_rows(spark, "rollout_stats")
+    spark.sql("SET VAR wmo_max_tokens = NULL")
 
 
 def test_sql_command_on_spark(spark: Any, lakes: dict[str, Path], on_spark: OnSpark) -> None:
