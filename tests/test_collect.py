@@ -686,3 +686,27 @@ def test_a_step_collected_through_a_symlinked_run_dir_keeps_its_batch(tmp_path: 
     assert again["batch"] == first["batch"] == "exp1/harbor/step-0000/rollouts"
     ingested = again["ingest"]
     assert (ingested["trials_unchanged"], ingested["trials_replaced"]) == (6, 0)
+
+
+def test_a_batch_label_another_run_tree_holds_is_refused_before_harbor_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two run trees named exp1 (`/a/exp1`, `/b/exp1`) label their step 0 alike: the second's
+    collect ran 1 trial and reported 13, the first tree's 12 pooled into its stats and into the
+    records a trainer takes. It is refused (exit 2) before harbor runs."""
+    from harbor_shapes import write_job, write_trial
+
+    from wmo_lake import collector
+    from wmo_lake.ingest import ingest
+
+    other = write_job(tmp_path / "elsewhere" / "exp1" / "harbor" / "step-0000" / "rollouts")
+    write_trial(other, "t__1", trial_id="elsewhere-1")
+    ingest([tmp_path / "elsewhere"], tmp_path / "lake", workers=1)
+    _complete_step(tmp_path)
+    ran: list[object] = []
+    monkeypatch.setattr(collector, "run_job", lambda *args: ran.append(args))
+    code, output = _collect_complete(tmp_path)
+    assert code == 2, output
+    assert "holds batch exp1/harbor/step-0000/rollouts from another job dir (" in output
+    assert str((tmp_path / "elsewhere").resolve()) in output and "Nothing was run" in output
+    assert ran == []

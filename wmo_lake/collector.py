@@ -805,6 +805,33 @@ def step_report(
     return StepReport(batch, stats_frame, rows[0] if rows else None, records, notes)
 
 
+def _refuse_a_shared_batch(plan: StepPlan, store: Any) -> None:
+    """CollectError when the lake holds the step's batch label from another job dir: a batch is
+    labelled from the run dir's name (`exp1/harbor/step-0000/rollouts`), so a second run tree of
+    that name (`/a/exp1`, `/b/exp1`) would have its step pooled with the other's, in the stats
+    and in the records a trainer takes. Said before harbor runs."""
+    from wmo_lake.discover import job_labels
+    from wmo_lake.store import JOB, partition_of
+
+    manifest = store.read_manifest()
+    if not store.exists():
+        return
+    batch, run, step = job_labels(plan.job_dir, plan.job_dir)
+    own = f"job:{os.path.realpath(plan.job_dir)}"
+    others = sorted(
+        entry.source.removeprefix("job:")
+        for entry in store.read_catalog(manifest, [partition_of(run, step)]).values()
+        if entry.kind == JOB and entry.batch == batch and entry.source != own
+    )
+    if others:
+        raise CollectError(
+            f"the lake at {store.root} holds batch {batch} from another job dir ({others[0]}): "
+            f"this step's trials would be pooled with its own (a batch is labelled from the run "
+            f"dir's name, {run!r}). Collect into another --lake, or name the run dir apart; if "
+            f"that dir is gone, `wmo-lake forget --batch '{batch}'` drops it. Nothing was run"
+        )
+
+
 def collect(
     template: Path | str,
     run_dir: Path | str,
@@ -866,7 +893,7 @@ def collect(
     )
     # a lake the ingest would refuse (a comma in its path, a damaged or foreign manifest) is
     # said now, not after harbor has run the whole step
-    Store(lake).read_manifest()
+    _refuse_a_shared_batch(plan, Store(lake))
     with step_lock(plan):
         check_recorded_config(plan)
         state = prepare_job_dir(plan)
