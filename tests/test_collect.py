@@ -253,12 +253,14 @@ def test_a_task_dir_alone_needs_no_dataset_in_the_template(tmp_path: Path) -> No
         "e2e/hello-file\n# a comment\n\nno-reward  # trailing comment\n",
         '["e2e/hello-file", "no-reward"]',
         '{"tasks": [{"id": "e2e/hello-file", "split": "train"}, {"id": "no-reward"}]}',
+        '\ufeff["e2e/hello-file", "no-reward"]',  # a BOM hid the '[' (one id: '\ufeff[...')
+        "\ufeffe2e/hello-file\nno-reward\n",
     ],
-    ids=["lines", "json-list", "registry"],
+    ids=["lines", "json-list", "registry", "json-list-after-a-bom", "lines-after-a-bom"],
 )
 def test_a_tasks_file_in_each_form(tmp_path: Path, text: str) -> None:
     path = tmp_path / "tasks.txt"
-    path.write_text(text)
+    path.write_text(text, encoding="utf-8")
     assert read_task_ids(path) == ["e2e/hello-file", "no-reward"]
 
 
@@ -710,3 +712,31 @@ def test_a_batch_label_another_run_tree_holds_is_refused_before_harbor_runs(
     assert "holds batch exp1/harbor/step-0000/rollouts from another job dir (" in output
     assert str((tmp_path / "elsewhere").resolve()) in output and "Nothing was run" in output
     assert ran == []
+
+
+def test_a_step_whose_tasks_changed_since_it_ran_is_a_usage_error_saying_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """harbor refuses to resume a job dir whose lock.json (each task and its files' digest) does
+    not match: a task added to the dataset dir, or edited. That was exit 1 with harbor's bare
+    FileExistsError and "run the same command again to resume", which failed the same way every
+    time."""
+    import harbor.job
+
+    class RefusingJob:
+        def on_trial_ended(self, callback: object) -> None:
+            pass
+
+        async def run(self) -> None:
+            raise FileExistsError(
+                "Job directory x already has a lock.json that does not match the resolved job lock."
+            )
+
+    async def create(config: object) -> RefusingJob:
+        return RefusingJob()
+
+    monkeypatch.setattr(harbor.job.Job, "create", staticmethod(create))
+    code, output = _collect(tmp_path, "--set", KIT_TASKS, "--task", "hello-file")
+    assert code == 2, output
+    assert "was run with other tasks than these" in output and "Nothing was run" in output
+    assert "run the same command again" not in output

@@ -208,7 +208,7 @@ def read_task_ids(path: Path | str) -> list[str]:
     registry (a list, or {"tasks": [...]}, of objects with an `id`)."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # (a BOM, as Windows editors save, dropped)
     except OSError as error:
         raise CollectError(f"cannot read --tasks {path}: {error.strerror or error}") from error
     except UnicodeDecodeError as error:  # a ValueError, not an OSError: would be a traceback
@@ -690,7 +690,12 @@ def run_job(plan: StepPlan, already_done: int, on_trial_done: TrialDone | None =
                 on_trial_done(event.trial_name, done, plan.trials_planned)
 
             job.on_trial_ended(ended)
-        await job.run()
+        try:
+            await job.run()
+        except FileExistsError as error:
+            if "lock.json" not in str(error):
+                raise
+            raise CollectError(_tasks_changed(plan)) from error
 
     try:
         asyncio.run(main())
@@ -705,6 +710,18 @@ def run_job(plan: StepPlan, already_done: int, on_trial_done: TrialDone | None =
             "import path, a class, a path), fix it there; otherwise run the same command again "
             "to resume the step"
         ) from error
+
+
+def _tasks_changed(plan: StepPlan) -> str:
+    """Why harbor refuses to resume a step whose lock.json does not match (wmo-lake's own resume
+    check compares config.json only): it records each task with its files' digest."""
+    return (
+        f"step {plan.step}'s job dir {plan.job_dir} was run with other tasks than these: a task "
+        "was added to or removed from the selection, or its files were edited, since (harbor's "
+        "lock.json records each task and the digest of its files), so harbor will not resume "
+        "it. Restore the tasks as they were (or select the step's own with --task), or collect "
+        "them as a new step; its finished trials are kept. Nothing was run"
+    )
 
 
 # ----------------------------------------------------------------------------- the result
