@@ -740,3 +740,20 @@ def test_a_step_whose_tasks_changed_since_it_ran_is_a_usage_error_saying_so(
     assert code == 2, output
     assert "was run with other tasks than these" in output and "Nothing was run" in output
     assert "run the same command again" not in output
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--set", "jobs_dir=/tmp/elsewhere"], "collect sets jobs_dir itself"),
+        (["--set", "n_attempts=5", "--attempts", "2"], "both set n_attempts: give one"),
+    ],
+)
+def test_a_set_of_what_collect_pins_is_refused_not_dropped(
+    tmp_path: Path, extra: list[str], says: str
+) -> None:
+    """`--set jobs_dir=...` was replaced by the step's dir, and `--set n_attempts=5 --attempts 2`
+    ran 2, without a word."""
+    code, output = _collect(tmp_path, "--set", KIT_TASKS, *extra)
+    assert code == 2, output
+    assert says in output

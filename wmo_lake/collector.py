@@ -387,6 +387,8 @@ def plan_step(
         raise CollectError(f"--attempts must be >= 1, got {attempts}")
     if task_ids and tasks_file is not None:
         raise CollectError("give the tasks either as --tasks FILE or as --task ID, not both")
+    sets = list(sets)
+    _refuse_pinned_sets(sets, attempts)
     raw = apply_sets(load_template(template), sets)
     # the run dir by its real place, as an ingest of the dir above it labels it: a step collected
     # through a symlinked alias keeps its batch label (its trials are not "replaced" under another)
@@ -418,6 +420,22 @@ def plan_step(
                 "directory: check its tasks[].path"
             )
     return StepPlan(config, step, [task_names(t)[0] for t in selected], repeated)
+
+
+def _refuse_pinned_sets(sets: Sequence[str], attempts: int | None) -> None:
+    """A --set of what collect pins itself would be dropped without a word: jobs_dir is the
+    step's dir, and n_attempts is --attempts when that is given."""
+    for assignment in sets:
+        key = assignment.split("=", 1)[0].strip()
+        if key == "jobs_dir":
+            raise CollectError(
+                f"--set {assignment}: collect sets jobs_dir itself, to RUN_DIR/harbor/step-NNNN "
+                "(choose it with --run-dir)"
+            )
+        if key == "n_attempts" and attempts is not None:
+            raise CollectError(
+                f"--set {assignment} and --attempts {attempts} both set n_attempts: give one"
+            )
 
 
 def _check_job_shape(config: JobConfig, template: Path | str) -> None:
