@@ -402,6 +402,22 @@ def test_a_step_dir_of_another_config_is_refused_naming_what_differs(tmp_path: P
     assert "agents.0.kwargs.max_turns: 5 -> 8" in output and "--step" in output
 
 
+def test_a_step_of_other_tasks_is_refused_naming_the_tasks_that_differ(tmp_path: Path) -> None:
+    """Both whole task lists were printed as dicts (1,720 characters for 4 tasks against 3,
+    growing with the batch), naming no task."""
+    plan = plan_step(
+        TEMPLATE, tmp_path / "runs" / "exp1", 0, task_ids=["hello-file"], sets=[KIT_TASKS]
+    )
+    plan.job_dir.mkdir(parents=True)
+    (plan.job_dir / "config.json").write_text(plan.config.model_dump_json(indent=4))
+    code, output = _collect(
+        tmp_path, "--set", KIT_TASKS, "--task", "hello-file", "--task", "no-reward"
+    )
+    assert code == 2, output
+    assert "tasks: 1 -> 2 items; now with " in output and "/no-reward" in output
+    assert "'git_url'" not in output  # (not the entries' dicts)
+
+
 def test_a_step_another_collect_holds_is_refused_before_anything_runs(tmp_path: Path) -> None:
     """Two collects of one step at once would both run its unfinished trials (a group of 10
     for a planned 6): the second is refused, naming the process that holds the step."""

@@ -554,7 +554,29 @@ def _config_differences(recorded: Any, planned: Any, where: str = "") -> list[st
         for index, (a, b) in enumerate(zip(recorded, planned, strict=True)):
             found += _config_differences(a, b, f"{where}.{index}" if where else str(index))
         return found
+    if isinstance(recorded, list) and isinstance(planned, list):
+        return [_list_change(recorded, planned, where)]
     return [] if recorded == planned else [f"{where}: {recorded!r} -> {planned!r}"]
+
+
+def _list_change(recorded: list[Any], planned: list[Any], where: str) -> str:
+    """Two lists of other lengths (a step's tasks, say) as the items one has and the other not,
+    each by its name or path: both whole lists, as dicts, ran to kilobytes for a batch."""
+
+    def key(item: Any) -> str:
+        return json.dumps(item, sort_keys=True, default=str)
+
+    def label(item: Any) -> str:
+        if isinstance(item, dict):
+            return str(item.get("name") or item.get("path") or key(item))
+        return repr(item)
+
+    kept, wanted = {key(i) for i in recorded}, {key(i) for i in planned}
+    gone = [label(i) for i in recorded if key(i) not in wanted]
+    new = [label(i) for i in planned if key(i) not in kept]
+    change = f"{where}: {len(recorded)} -> {len(planned)} items"
+    change += f"; now without {', '.join(gone)}" if gone else ""
+    return change + (f"; now with {', '.join(new)}" if new else "")
 
 
 def _same_tasks(recorded: Sequence[Any], planned: Sequence[Any]) -> bool:
