@@ -398,6 +398,14 @@ def test_sql_command_on_spark_reads_no_other_file(lakes: dict[str, Path], tmp_pa
     result = CliRunner().invoke(cli, [*args, f"SELECT * FROM text.`{secret}`"])
     assert result.exit_code == 2 and "secret" not in result.stdout
     assert "reads the lake's tables and views, not other files" in result.output
+    # nor after turning SQL on files back on: Spark's own configuration is not the query's
+    loosened = f"SET spark.sql.runSQLOnFiles=true; SELECT * FROM text.`{secret}`"
+    result = CliRunner().invoke(cli, [*args, loosened])
+    assert result.exit_code == 2 and "secret" not in result.stdout
+    assert "only SET VAR (a setting: SET VAR wmo_max_tokens = 4096) runs here" in result.output
+    for allowed in ("SET VAR wmo_max_tokens = 4096", "set variable wmo_max_tokens = 4096"):
+        result = CliRunner().invoke(cli, [*args, f"{allowed}; SELECT 1 AS x"])
+        assert result.exit_code == 0, (allowed, result.output)
 
 
 def test_spark_and_duckdb_label_times_alike_in_parquet(

@@ -345,6 +345,16 @@ def spark_write_word(statement: str) -> str | None:
     return None
 
 
+def _sets_a_variable(statement: str) -> bool:
+    """Whether a SET statement is Spark's SET VAR / SET VARIABLE (a session variable)."""
+    words = [
+        token.decode().upper()
+        for _, kind, token in _tokens(statement)
+        if kind != duckdb.token_type.comment
+    ]
+    return len(words) > 1 and words[1] in ("VAR", "VARIABLE")
+
+
 def run_on_spark(
     query: str,
     lake: Path,
@@ -370,6 +380,13 @@ def run_on_spark(
             fail(
                 f"a statement here starts with one of {', '.join(SPARK_READ_ONLY)}; got "
                 f"{first_word!r}",
+                2,
+            )
+        if first_word.upper() == "SET" and not _sets_a_variable(statement):
+            # (`SET spark.sql.runSQLOnFiles=true` would let a query read any file)
+            fail(
+                "only SET VAR (a setting: SET VAR wmo_max_tokens = 4096) runs here; the Spark "
+                "session's own configuration is not the query's to change",
                 2,
             )
     statements = [statement for statement, _ in split]
