@@ -100,6 +100,24 @@ def test_sql_output_to_dev_stdout_prints_the_result(lake: Path) -> None:
         assert printed.split()[-1] == "7", (fmt, printed)
 
 
+@pytest.mark.parametrize("fmt", ["csv", "table", "json"])
+def test_sql_output_to_dev_stdout_appended_to_a_log_keeps_the_log(
+    lake: Path, tmp_path: Path, fmt: str
+) -> None:
+    """`sql -o /dev/stdout >> log`: /dev/stdout named the log itself, a regular file, so the
+    result was written beside it and renamed over it: what the log held was gone."""
+    log = tmp_path / "run.log"
+    log.write_text("before\n")
+    command = [sys.executable, "-m", "wmo_lake.cli", "sql", "--lake", str(lake), "SELECT 7 AS x"]
+    with log.open("a") as appended:
+        subprocess.run(
+            [*command, "-o", "/dev/stdout", "--format", fmt], stdout=appended, check=True
+        )
+    text = log.read_text()
+    assert text.startswith("before\n") and "7" in text.split("before\n", 1)[1], text
+    assert sorted(tmp_path.iterdir()) == [log]
+
+
 def test_report_out_through_a_symlink_writes_its_target(
     two_runs_lake: Path, tmp_path: Path
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import errno
+import os
 import re
 import sys
 import warnings
@@ -173,6 +174,10 @@ def sql(
         fail("the query is empty", 2)
     if fmt == "parquet" and output is None:
         fail("--format parquet needs --output FILE.parquet", 2)
+    if output is not None and fmt != "parquet" and _is_stdout(output):
+        # `-o /dev/stdout > log`: the file stdout appends to, written as stdout (a rename over
+        # it, or DuckDB's opening it afresh, would drop what the shell had written there)
+        output = None
     if output is not None:
         directory = OutputFile(output).final.parent  # (a symlink's: its target is written)
         if not directory.is_dir():
@@ -343,6 +348,16 @@ def spark_write_word(statement: str) -> str | None:
             if word in SPARK_WRITE_WORDS:
                 return word
     return None
+
+
+def _is_stdout(output: Path) -> bool:
+    """Whether `output` is the file this process's stdout is (`/dev/stdout`, `/proc/self/fd/1`,
+    or the very file it is redirected to)."""
+    try:
+        named, ours = os.stat(output), os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # (nothing there yet; a stdout with no fd)
+        return False
+    return (named.st_dev, named.st_ino) == (ours.st_dev, ours.st_ino)
 
 
 def _sets_a_variable(statement: str) -> bool:
