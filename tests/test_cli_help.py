@@ -18,6 +18,20 @@ def test_top_level_help_lists_every_command() -> None:
         assert CliRunner().invoke(cli, [name, "--help"]).exit_code == 0, name
 
 
+def test_every_command_and_group_help_shows_examples() -> None:
+    """(`wmo-lake export --help` had none, where its two commands had.)"""
+    import click
+
+    commands = [[name] for name in COMMANDS]
+    for name in COMMANDS:
+        command = cli.get_command(click.Context(cli), name)
+        if isinstance(command, click.Group):
+            commands += [[name, sub] for sub in command.list_commands(click.Context(command))]
+    for path in commands:
+        result = CliRunner().invoke(cli, [*path, "--help"])
+        assert "Examples:" in result.output, path
+
+
 @pytest.mark.parametrize(
     "args",
     [

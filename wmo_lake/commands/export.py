@@ -122,6 +122,11 @@ def export() -> None:
 
     Every export needs --tasks REGISTRY.json (only train-split tasks are written) or an explicit
     --no-split-guard, never overwrites FILE or its manifest, and writes both atomically.
+
+    \b
+    Examples:
+      wmo-lake export datums --out step7.parquet --tasks tasks.json --batch 'exp1/*/step-0007/*'
+      wmo-lake export conversations --out sft.jsonl --tasks tasks.json --filter success
     """
 
 

@@ -7,7 +7,12 @@ from pathlib import Path
 
 import click
 
-from wmo_lake.commands.options import lake_failure, lake_option, lake_write_failure
+from wmo_lake.commands.options import (
+    lake_failure,
+    lake_option,
+    lake_write_failure,
+    say_stale_rules,
+)
 from wmo_lake.stopping import sigterm_stops
 from wmo_lake.store import LakeError
 from wmo_lake.terminal import printable
@@ -57,6 +62,7 @@ def forget(ctx: click.Context, batch_glob: str, lake: Path, dry_run: bool, as_js
         lake_failure(ctx, lake, error)
     except OSError as error:
         lake_write_failure(lake, error)
+    say_stale_rules(lake)
     if as_json:
         click.echo(json.dumps(removal.as_dict(), indent=2))
         return

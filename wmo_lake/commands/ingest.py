@@ -17,6 +17,7 @@ from wmo_lake.commands.options import (
     lake_hint,
     lake_option,
     lake_write_failure,
+    say_stale_rules,
 )
 from wmo_lake.lean import skip_numpy
 from wmo_lake.settings import whole_number
@@ -199,6 +200,7 @@ def ingest(
             bar.__exit__(None, None, None)
     for path in summary.paths_without_trials:
         click.echo(f"warning: no trial dirs under {path}", err=True)
+    say_stale_rules(lake)
     if as_json:
         click.echo(json.dumps(summary.as_dict(), indent=2))
     else:

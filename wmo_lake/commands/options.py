@@ -57,6 +57,21 @@ def fail_if_damaged(lake: Path) -> None:
         fail(str(damaged))
 
 
+def say_stale_rules(lake: Path) -> None:
+    """The stale-rules `warning:` line the reading commands print (from `connect`), for the
+    commands that change the lake: after an ingest of part of it, or a forget, some partitions
+    may still hold rows an older wmo-lake read."""
+    from wmo_lake.checks import stale_rules_warning
+    from wmo_lake.store import LakeError, Store
+
+    try:
+        message = stale_rules_warning(Store(lake).read_manifest(), str(lake))
+    except (LakeError, OSError):
+        return  # (the command said what went wrong with the lake already)
+    if message is not None:
+        click.echo(f"warning: {message}", err=True)
+
+
 def lake_write_failure(lake: Path, error: OSError) -> NoReturn:
     """Stop on an OSError while a command changed the lake (the previous generation stays
     whole): a segment deleted by hand, a read-only or full lake dir."""
