@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from harbor.models.trial.config import TaskConfig
 
     from wmo_lake.ingest import IngestSummary
+    from wmo_lake.store import Store
 
 MISSING_HARBOR_EXTRA = (
     "wmo-lake collect runs harbor, which is not installed: install the extra with "
@@ -862,7 +863,7 @@ def step_report(
     return StepReport(batch, stats_frame, rows[0] if rows else None, records, notes)
 
 
-def _refuse_a_shared_batch(plan: StepPlan, store: Any) -> None:
+def _refuse_a_shared_batch(plan: StepPlan, store: Store) -> None:
     """CollectError when the lake holds the step's batch label from another job dir: a batch is
     labelled from the run dir's name (`exp1/harbor/step-0000/rollouts`), so a second run tree of
     that name (`/a/exp1`, `/b/exp1`) would have its step pooled with the other's, in the stats
