@@ -176,9 +176,10 @@ def ingest(
             for candidate, fingerprint in candidates.values()
             if fingerprint is None or not update.unchanged(candidate, fingerprint)
         ]
-        if prune:
-            from wmo_lake.tidy import gone_entries
+        from wmo_lake.tidy import gone_entries
 
+        found_walks = {problem.key for problem in walk_problems}
+        if prune:
             update.load()  # what is gone may be in any partition
             gone = gone_entries(
                 update.catalog,
@@ -186,18 +187,15 @@ def ingest(
                 set(candidates),
                 {job.key for job in update.jobs.values()}  # empty job dirs are found too
                 | {candidate.job.key for candidate, _ in candidates.values()},
-                {problem.key for problem in walk_problems},
+                found_walks,
             )
-            update.prune(gone, dry_run=dry_run)
         else:
             # A walk problem is what this walk says, not a dir's rows: one under these PATHs
             # that it no longer finds (a config.json caught half-written, now whole) goes, or the
             # lake would keep it while the summary counted none.
-            from wmo_lake.tidy import gone_entries
-
-            walks = {s: e for s, e in update.catalog.items() if e.kind == WALK}
-            found_walks = {problem.key for problem in walk_problems}
-            update.prune(gone_entries(walks, paths, set(), set(), found_walks), dry_run=dry_run)
+            walks = {source: e for source, e in update.catalog.items() if e.kind == WALK}
+            gone = gone_entries(walks, paths, set(), set(), found_walks)
+        update.prune(gone, dry_run=dry_run)
         if dry_run:
             update.summary.dry_run = True
             update.summary.would_read = len(tasks) + len(update.shadows_to_read(candidates))
