@@ -118,13 +118,18 @@ def _require(store: Store) -> Manifest:
     return store.read_manifest()
 
 
+class BadSettingError(LakeError, ValueError):
+    """A setting the views cannot take: a LakeError to the commands, a ValueError to Python code
+    (as any bad argument value is)."""
+
+
 def set_settings(con: duckdb.DuckDBPyConnection, values: dict[str, Any]) -> None:
     """Set query-time settings ({variable: value}, wmo_lake.settings.SETTINGS; None leaves a
-    setting at its default). LakeError on an unknown setting or a value it cannot take."""
+    setting at its default). BadSettingError on an unknown setting or a value it cannot take."""
     try:
         checked = variables(values)
     except SettingError as error:
-        raise LakeError(str(error)) from None
+        raise BadSettingError(str(error)) from None
     for variable, value in checked.items():
         con.execute(f"SET VARIABLE {variable} = ?", [value])
 

@@ -20,7 +20,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wmo_lake.lake import view_sources
+from wmo_lake.lake import BadSettingError, view_sources
 from wmo_lake.settings import SETTINGS, SettingError, variables
 from wmo_lake.store import LakeError, Store
 
@@ -89,7 +89,7 @@ def declare_settings(spark: SparkSession, settings: dict[str, Any] | None = None
     try:
         values = variables(settings or {})
     except SettingError as error:
-        raise LakeError(str(error)) from None
+        raise BadSettingError(str(error)) from None
     arrow_types = {"VARCHAR": pa.string(), "BIGINT": pa.int64()}
     defaults = pa.table(
         {s.name: pa.array([s.default], arrow_types[s.sql_type]) for s in SETTINGS.values()}
