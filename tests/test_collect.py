@@ -773,3 +773,38 @@ def test_a_set_of_what_collect_pins_is_refused_not_dropped(
     code, output = _collect(tmp_path, "--set", KIT_TASKS, *extra)
     assert code == 2, output
     assert says in output
+
+
+def test_progress_counts_each_trial_once_and_a_cancelled_one_not_at_all() -> None:
+    """harbor ends a retried trial once per attempt, under one name, and ends a cancelled one
+    too: neither may count past the plan (the collect probe saw `3/2`, `4/2`)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from harbor.models.trial.result import TrialResult
+
+    from wmo_lake.collector import progress_hook
+
+    def event(trial_dir: str, exception_type: str | None = None) -> SimpleNamespace:
+        data = json.loads((KIT_JOB / trial_dir / "result.json").read_text())
+        if exception_type is not None:
+            data["exception_info"] = {
+                "exception_type": exception_type,
+                "exception_message": "",
+                "exception_traceback": "",
+                "occurred_at": data["started_at"],
+            }
+        result = TrialResult.model_validate(data)
+        return SimpleNamespace(trial_name=result.trial_name, result=result)
+
+    said: list[tuple[str, int, int]] = []
+    hook = progress_hook(1, 3, lambda *line: said.append(line))
+    events = [
+        event("hello-file__36A2F8u", "RuntimeError"),  # an attempt harbor retries
+        event("hello-file__36A2F8u"),  # its retry
+        event("no-reward__KaKH5Qe", "CancelledError"),  # Ctrl-C: run again on resume
+        event("hello-file__NGUPexS"),
+    ]
+    for each in events:
+        asyncio.run(hook(each))
+    assert said == [("hello-file__36A2F8u", 2, 3), ("hello-file__NGUPexS", 3, 3)]

@@ -28,7 +28,7 @@ import contextlib
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -708,29 +708,21 @@ def _not_a_trial_result(path: Path, error: Any) -> str:
 
 
 TrialDone = Callable[[str, int, int], None]
-"""Called as each trial ends: (trial name, trials done in the step, trials planned)."""
+"""Called once per trial done (not per retried attempt; not for a cancelled one): (trial name,
+trials done in the step, trials planned)."""
 
 
 def run_job(plan: StepPlan, already_done: int, on_trial_done: TrialDone | None = None) -> None:
     """Run (or resume) the step's harbor job to the end."""
     from harbor.job import Job
 
-    done = already_done
-
     async def main() -> None:
-        nonlocal done
         try:
             job = await Job.create(plan.config)
         except FileExistsError as error:  # the resume check we ran first should prevent this
             raise CollectError(str(error)) from error
         if on_trial_done is not None:
-
-            async def ended(event: Any) -> None:
-                nonlocal done
-                done += 1
-                on_trial_done(event.trial_name, done, plan.trials_planned)
-
-            job.on_trial_ended(ended)
+            job.on_trial_ended(progress_hook(already_done, plan.trials_planned, on_trial_done))
         try:
             await job.run()
         except FileExistsError as error:
@@ -751,6 +743,28 @@ def run_job(plan: StepPlan, already_done: int, on_trial_done: TrialDone | None =
             "import path, a class, a path), fix it there; otherwise run the same command again "
             "to resume the step"
         ) from error
+
+
+def progress_hook(
+    already_done: int, planned: int, on_trial_done: TrialDone
+) -> Callable[[Any], Awaitable[None]]:
+    """harbor's trial-ended hook, calling `on_trial_done` once per trial that is done: a trial
+    harbor retries ends once per attempt under the same name (counted at its first end, as
+    harbor's own progress bar does), and a cancelled one is not done (a resume runs it again)."""
+    done = already_done
+    counted: set[str] = set()
+
+    async def ended(event: Any) -> None:
+        nonlocal done
+        name = event.trial_name
+        exceptions = event.result.recorded_exceptions()
+        if name in counted or any(e.exception_type == CANCELLED for e in exceptions):
+            return
+        counted.add(name)
+        done += 1
+        on_trial_done(name, done, planned)
+
+    return ended
 
 
 def _tasks_changed(plan: StepPlan) -> str:
