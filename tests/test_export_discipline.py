@@ -271,23 +271,20 @@ def test_sigkill_mid_export_leaves_neither_file_and_the_next_export_cleans_up(
     assert entries(tmp_path) == ["d.txt", "d.txt.manifest.json"]
 
 
-def test_sigkill_between_the_two_links_leaves_what_the_next_export_removes(
-    tmp_path: Path,
-) -> None:
-    """The dataset was linked first: a kill before the manifest's link left a whole FILE without
-    its manifest, which no loader takes and no export could replace (it refuses an existing
-    FILE). The manifest is linked first now; alone, it is removed by the next export."""
-    out = tmp_path / "d.txt"
+def _killed_after_link(out: Path, links: int) -> None:
+    """An export to `out` SIGKILLed right after its `links`-th os.link."""
     script = textwrap.dedent(
         f"""
         import os, signal
         from pathlib import Path
         from wmo_lake.exports import discipline as export
 
-        link = os.link
+        link, done = os.link, []
         def link_then_die(source, target):
             link(source, target)
-            os.kill(os.getpid(), signal.SIGKILL)  # right after the first of the two links
+            done.append(target)
+            if len(done) == {links}:
+                os.kill(os.getpid(), signal.SIGKILL)
         export.os.link = link_then_die
         write = lambda path: path.write_text("a\\n", encoding="utf-8") and 1
         export.write_export(Path({str(out)!r}), write, kind="lines", registry=None, excluded={{}})
@@ -295,18 +292,58 @@ def test_sigkill_between_the_two_links_leaves_what_the_next_export_removes(
     )
     killed = subprocess.run([sys.executable, "-c", script], check=False)
     assert killed.returncode == -signal.SIGKILL
-    assert [e for e in entries(tmp_path) if not e.endswith(".partial")] == ["d.txt.manifest.json"]
-    with pytest.raises(ExportError):  # (what the killed export placed is no dataset to load)
+
+
+@pytest.mark.parametrize("links", [1, 2])
+def test_sigkill_between_the_links_leaves_what_the_next_export_removes(
+    tmp_path: Path, links: int
+) -> None:
+    """Two names cannot be placed at once: a kill between them leaves a placeholder manifest
+    (and, after the second link, FILE), which no loader takes and the next export removes."""
+    out = tmp_path / "d.txt"
+    _killed_after_link(out, links)
+    left = [e for e in entries(tmp_path) if not e.endswith(".partial")]
+    assert left == ["d.txt", "d.txt.manifest.json"][2 - links :]
+    says = "does not exist" if links == 1 else "placeholder of an export that did not finish"
+    with pytest.raises(ExportError, match=says):
         export.load_verified(out, read_lines, task_of, kind="lines")
-    export.write_export(out, lines_writer(["a"]), kind="lines", registry=None, excluded={})
+    export.write_export(out, lines_writer(["b"]), kind="lines", registry=None, excluded={})
     assert entries(tmp_path) == ["d.txt", "d.txt.manifest.json"]
-    manifest = json.loads(export.manifest_path(out).read_text(encoding="utf-8"))
-    assert manifest["dataset_sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
+    assert export.load_verified(out, read_lines, task_of, kind="lines") == ["b"]
+
+
+def test_a_manifest_whose_dataset_moved_away_is_refused_not_replaced(tmp_path: Path) -> None:
+    """Issue 4 and seed 001: FILE.manifest.json existing stops the export, written nothing."""
+    out = tmp_path / "d.txt"
+    export.write_export(out, lines_writer(["a"]), kind="lines", registry=None, excluded={})
+    out.rename(tmp_path / "uploaded.txt")
+    before = export.manifest_path(out).read_bytes()
+    with pytest.raises(ExportError, match=r"d\.txt\.manifest\.json already exists"):
+        export.write_export(out, lines_writer(["b"]), kind="lines", registry=None, excluded={})
+    assert export.manifest_path(out).read_bytes() == before and not out.exists()
+
+
+def test_what_an_unfinished_export_left_is_kept_when_it_is_not_its_own(tmp_path: Path) -> None:
+    out = tmp_path / "d.txt"
+    _killed_after_link(out, 2)
+    out.unlink()
+    out.write_text("someone else's\n", encoding="utf-8")  # not the bytes the placeholder records
+    with pytest.raises(ExportError, match=r"d\.txt already exists"):
+        export.refuse_existing(out)
+    assert out.read_text(encoding="utf-8") == "someone else's\n"
+    placeholder = json.loads(export.manifest_path(out).read_text(encoding="utf-8"))
+    out.unlink()
+    placeholder[export.UNFINISHED]["pid"] = os.getppid()  # an export still running
+    export.manifest_path(out).write_text(json.dumps(placeholder))
+    with pytest.raises(ExportError, match=r"manifest\.json already exists"):
+        export.refuse_existing(out)
 
 
 def test_a_manifest_of_another_dataset_is_not_taken_for_an_orphan(tmp_path: Path) -> None:
     out = tmp_path / "d.txt"
-    export.manifest_path(out).write_text('{"dataset": "other.txt", "dataset_sha256": "x"}')
+    export.manifest_path(out).write_text(
+        json.dumps({export.UNFINISHED: {"pid": 2**22 + 7}, "dataset": "other.txt"})
+    )
     with pytest.raises(ExportError, match="already exists"):
         export.refuse_existing(out)
 

@@ -187,10 +187,11 @@ class SplitGuard:
 
 def refuse_existing(dataset: Path) -> None:
     """`ExportError` when FILE or FILE.manifest.json exists (an export never overwrites) or FILE's
-    directory does not exist. `write_export` checks this itself; call it early to fail fast."""
+    directory does not exist. `write_export` checks this itself; call it early to fail fast.
+    What an interrupted export left is removed first (`_remove_unfinished`)."""
     if not dataset.parent.is_dir():
         raise ExportError(f"the directory of --out {dataset} does not exist; create it first")
-    _remove_orphan_manifest(dataset)
+    _remove_unfinished(dataset)
     for target in (dataset, manifest_path(dataset)):
         if target.exists() or target.is_symlink():
             raise ExportError(
@@ -199,24 +200,40 @@ def refuse_existing(dataset: Path) -> None:
             )
 
 
-def _remove_orphan_manifest(dataset: Path) -> None:
-    """Remove FILE.manifest.json when it is an export's and FILE is not there: `write_export` puts
-    the manifest in place first, so an export killed between its two links (SIGKILL) leaves the
-    manifest alone, of a dataset never written. (The other order left a whole dataset without
-    its manifest: one no loader takes, and no export could replace.)"""
+# The key of the placeholder manifest `write_export` links first: {pid, dataset_sha256}.
+UNFINISHED = "unfinished_export"
+
+
+def _unfinished(manifest: Any) -> dict[str, Any] | None:
+    mark = manifest.get(UNFINISHED) if isinstance(manifest, dict) else None
+    return mark if isinstance(mark, dict) else None
+
+
+def _remove_unfinished(dataset: Path) -> None:
+    """Remove what an export to FILE killed between its links left: its placeholder manifest and,
+    when it got that far, FILE itself (known by the digest the placeholder records). A real
+    manifest is never removed (its dataset moved away, say), nor what an export running now
+    placed, nor a FILE of other bytes."""
     companion = manifest_path(dataset)
-    if dataset.exists() or dataset.is_symlink() or companion.is_symlink():
+    if companion.is_symlink():
         return
     try:
         manifest = json.loads(companion.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return  # (none, or not one of ours: refused as it is)
-    if (
-        isinstance(manifest, dict)
-        and manifest.get("dataset") == dataset.name
-        and ("dataset_sha256" in manifest)
-    ):
-        companion.unlink(missing_ok=True)
+    mark = _unfinished(manifest)
+    if mark is None or manifest.get("dataset") != dataset.name:
+        return
+    pid = mark.get("pid")
+    if isinstance(pid, int) and pid != os.getpid() and _alive(pid):
+        return  # (an export writing FILE now)
+    if dataset.is_symlink() or (dataset.exists() and not dataset.is_file()):
+        return
+    if dataset.is_file():
+        if sha256_file(dataset) != mark.get("dataset_sha256"):
+            return
+        dataset.unlink()
+    companion.unlink(missing_ok=True)
 
 
 def _partial(target: Path) -> Path:
@@ -323,18 +340,29 @@ def write_export(
         )
         manifest["dataset"] = out.name
         manifest.update(extra() if callable(extra) else (extra or {}))
-        tmp_manifest.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", "utf-8")
-        _fsync(tmp_manifest)
-        # os.link fails when the target exists: no overwrite even if one appeared meanwhile. The
-        # manifest first: a kill between the two leaves it alone, which the next export removes.
-        for tmp, target in ((tmp_manifest, companion), (tmp_data, out)):
+        # Two names cannot be placed at once. A placeholder manifest goes first, then FILE,
+        # then the manifest over the placeholder: a kill between them leaves a placeholder (and
+        # maybe FILE) that no loader takes and the next export to FILE removes.
+        mark = {"pid": os.getpid(), "dataset_sha256": digest}
+        placeholder: dict[str, Any] = {UNFINISHED: mark, "dataset": out.name}
+        for tmp, target, text in (
+            (tmp_manifest, companion, json.dumps(placeholder) + "\n"),
+            (tmp_data, out, None),
+        ):
+            if text is not None:
+                tmp_manifest.write_text(text, "utf-8")
             try:
+                # os.link fails when the target exists: no overwrite, even of one that appeared
                 os.link(tmp, target)
             except FileExistsError:
                 raise ExportError(
                     f"{target} appeared while exporting; nothing was written, choose a new --out"
                 ) from None
             installed.append(target)
+            tmp.unlink()
+        tmp_manifest.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", "utf-8")
+        _fsync(tmp_manifest)
+        os.replace(tmp_manifest, companion)
         fsync_path(out.parent)
         return manifest
     except BaseException:
@@ -362,6 +390,11 @@ def read_manifest(dataset: Path | str) -> dict[str, Any]:
         raise ExportError(f"cannot read the manifest {companion}: {error}") from None
     if not isinstance(value, dict):
         raise ExportError(f"manifest {companion} is not a JSON object")
+    if _unfinished(value) is not None:
+        raise ExportError(
+            f"{companion} is the placeholder of an export that did not finish (interrupted, or "
+            "still running): no dataset to load; export again to the same FILE, which removes it"
+        )
     return value
 
 
