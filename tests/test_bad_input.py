@@ -47,9 +47,10 @@ def test_unreadable_result_is_an_unreadable_trial(
         tmp_path, lambda d: (d / "result.json").write_bytes(content)
     )
     assert summary.unreadable_trials == 1
-    assert [p[0] for p in problems] == sorted([kind, "unreadable_trial"])
-    assert all(str(tmp_path) in p[1] for p in problems)
-    assert "result.json" in problems[0][2] or "result.json" in problems[1][2]
+    # one problems row for the unreadable trial (issue 2), its cause in the message
+    assert [p[0] for p in problems] == ["unreadable_trial"]
+    assert problems[0][1] == str(tmp_path / "runs" / "job" / "bad__1")
+    assert f"({kind}: " in problems[0][2] and "result.json" in problems[0][2]
 
 
 def _rewrite(trial_dir: Path, change) -> None:
@@ -368,7 +369,7 @@ def _nested(depth: int) -> str:
 @pytest.mark.parametrize(
     ("name", "kinds"),
     [
-        ("result.json", ["invalid_json", "unreadable_trial"]),
+        ("result.json", ["unreadable_trial"]),
         ("agent/trajectory.json", ["invalid_json"]),
         ("verifier/ctrf.json", ["invalid_json"]),
         ("config.json", ["invalid_json"]),
@@ -385,8 +386,10 @@ def test_json_nested_past_the_readers_limit_is_a_problem(
 
     summary, problems = _ingest_beside_a_good_trial(tmp_path, nest)
     assert [p[0] for p in problems] == kinds
-    assert problems[0][1].endswith(name) and "nest" in problems[0][2]
-    assert summary.unreadable_trials == (name == "result.json")
+    unreadable = name == "result.json"  # (one row for the trial dir, naming the file)
+    assert problems[0][1].endswith("bad__1" if unreadable else name)
+    assert "nest" in problems[0][2] and (not unreadable or name in problems[0][2])
+    assert summary.unreadable_trials == unreadable
 
 
 @pytest.mark.parametrize(

@@ -42,7 +42,7 @@ def test_json_summary(tmp_path: Path) -> None:
     summary = json.loads(result.stdout)
     assert summary["trials_new"] == 2
     assert summary["unreadable_trials"] == 1
-    assert summary["problems"] == 2  # invalid_json + unreadable_trial
+    assert summary["problems"] == 1  # the unreadable trial: one row, its cause in the message
     assert summary["committed"] is True
 
 

@@ -124,11 +124,9 @@ def test_unreadable_trial_is_counted_not_stored(tmp_path: Path) -> None:
     assert (summary.trials_new, summary.unreadable_trials) == (1, 1)
     con = connect(tmp_path / "lake")
     assert con.execute("SELECT trial_name FROM trials").fetchall() == [("good__1",)]
-    problems = con.execute("SELECT kind, batch, trial_name FROM problems ORDER BY kind").fetchall()
-    assert problems == [
-        ("missing_result", "job", "broken__1"),
-        ("unreadable_trial", "job", "broken__1"),
-    ]
+    problems = con.execute("SELECT kind, batch, trial_name, message FROM problems").fetchall()
+    assert [row[:3] for row in problems] == [("unreadable_trial", "job", "broken__1")]  # one row
+    assert f"(missing_result: {broken / 'result.json'} does not exist)" in problems[0][3]
 
 
 def test_symlink_loop_does_not_hang_and_is_recorded(tmp_path: Path) -> None:
@@ -260,16 +258,11 @@ def test_a_trial_whose_config_and_result_are_both_unreadable_is_counted(
     summary = ingest([tmp_path / "runs"], tmp_path / "lake")
     assert (summary.trials_new, summary.unreadable_trials) == (1, 1)
     con = connect(tmp_path / "lake")
-    problems = con.execute(
-        "SELECT kind, batch, trial_name, path FROM problems ORDER BY kind"
-    ).fetchall()
-    assert problems == sorted(
-        [
-            (kind, "job", "broken__1", str(broken / "config.json")),
-            ("missing_result", "job", "broken__1", str(broken / "result.json")),
-            ("unreadable_trial", "job", "broken__1", str(broken)),
-        ]
-    )
+    problems = con.execute("SELECT kind, batch, trial_name, path, message FROM problems")
+    (row,) = problems.fetchall()
+    assert row[:4] == ("unreadable_trial", "job", "broken__1", str(broken))
+    assert "missing_result: " in row[4] and f"; {kind}: " in row[4]
+    assert "its config.json cannot be read either" in row[4]
     stats = con.execute("SELECT trials, unreadable_trials FROM rollout_stats").fetchall()
     assert stats == [(1, 1)]
     again = ingest([tmp_path / "runs"], tmp_path / "lake", prune=True, dry_run=True)
@@ -341,12 +334,8 @@ def test_a_trial_dir_that_cannot_be_listed_is_an_unreadable_trial_of_its_batch(
     con = connect(tmp_path / "lake")
     problems = con.execute("SELECT kind, batch, path, message FROM problems ORDER BY kind")
     rows = problems.fetchall()
-    assert [row[:3] for row in rows] == [
-        ("missing_result", "job", str(locked / "result.json")),
-        ("unreadable_dir", "job", str(locked)),
-        ("unreadable_trial", "job", str(locked)),
-    ]
-    assert "Permission denied" in rows[1][3] and "cannot be listed" in rows[2][3]
+    assert [row[:3] for row in rows] == [("unreadable_trial", "job", str(locked))]
+    assert "Permission denied" in rows[0][3] and "cannot be listed" in rows[0][3]
     assert con.execute("SELECT unreadable_trials FROM rollout_stats").fetchall() == [(1,)]
 
 
@@ -385,8 +374,11 @@ def test_a_broken_trial_counts_when_its_job_is_known_only_by_its_trials(
     trials, unreadable, problems = _counts(tmp_path, tmp_path / "runs")
     assert (trials, unreadable) == (2, 1)
     victim_problems = [row for row in problems if row[2].startswith(str(victim))]
-    assert ("unreadable_trial", "job", str(victim)) in victim_problems
-    assert ("invalid_json", "job", str(victim / "config.json")) in victim_problems
+    assert victim_problems == [("unreadable_trial", "job", str(victim))]
+    message = connect(tmp_path / "lake").execute(
+        "SELECT message FROM problems WHERE kind = 'unreadable_trial'"
+    )
+    assert f"invalid_json: {victim / 'config.json'}" in message.fetchone()[0]
 
 
 def test_a_trial_dir_without_config_whose_result_is_broken_counts_in_its_job(
@@ -399,14 +391,13 @@ def test_a_trial_dir_without_config_whose_result_is_broken_counts_in_its_job(
     (victim / "result.json").write_bytes(b'{"trial_name": "b__1", ')
     trials, unreadable, problems = _counts(tmp_path, tmp_path / "runs")
     assert (trials, unreadable) == (2, 1)
-    assert problems == [
-        ("unreadable_trial", "job", str(victim)),
-        ("invalid_json", "job", str(victim / "result.json")),
-    ]
-    message = connect(tmp_path / "lake").execute(
-        "SELECT message FROM problems WHERE kind = 'unreadable_trial'"
+    assert problems == [("unreadable_trial", "job", str(victim))]
+    message = (
+        connect(tmp_path / "lake")
+        .execute("SELECT message FROM problems WHERE kind = 'unreadable_trial'")
+        .fetchone()[0]
     )
-    assert "no config.json" in message.fetchone()[0]
+    assert "no config.json" in message and f"(invalid_json: {victim / 'result.json'}" in message
 
 
 def test_a_result_that_is_a_trials_makes_its_dir_a_trial_whatever_its_config_says(
@@ -445,7 +436,13 @@ def test_an_unlistable_dir_counts_in_a_job_known_only_by_its_trials(
     _refuse_to_list(monkeypatch, victim)
     trials, unreadable, problems = _counts(tmp_path, tmp_path / "runs")
     assert (trials, unreadable) == (2, 1)
-    assert ("unreadable_dir", "job", str(victim)) in problems
+    assert ("unreadable_trial", "job", str(victim)) in problems
+    message = (
+        connect(tmp_path / "lake")
+        .execute("SELECT message FROM problems WHERE kind = 'unreadable_trial'")
+        .fetchone()[0]
+    )
+    assert "unreadable_dir: " in message and "cannot be listed" in message
 
 
 def test_a_dir_with_a_broken_config_outside_any_job_is_said_not_counted(tmp_path: Path) -> None:

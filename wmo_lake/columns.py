@@ -728,7 +728,8 @@ PROBLEMS = TableSpec(
             "kind",
             STRING,
             None,
-            "`unreadable_trial`, `missing_result`, `invalid_json`, `empty_file`, `not_utf8`, "
+            "`unreadable_trial` (one row per unreadable trial, naming its causes by kind: "
+            "`missing_result`, ...), `invalid_json`, `empty_file`, `not_utf8`, "
             "`lone_surrogate`, `not_an_object`, `not_a_trial_result`, `unreadable_file`, "
             "`wrong_type`, `malformed_spans`, `unaligned_turns`, `logprob_mismatch`, "
             "`out_of_range`, `sink_corrupt`, `sink_dir_missing`, `not_ctrf`, `invalid_reward`, "

@@ -74,10 +74,10 @@ def _not_a_trial(
     unreadable: bool = False,
 ) -> Extracted:
     """A dir whose result.json could not be read as a trial's (`unreadable`: could not be read
-    at all, so a dir in a job dir counts as a trial though it has no config.json to say so)."""
+    at all, so a dir in a job dir counts as a trial though it has no config.json to say so).
+    An unreadable trial is one `problems` row (kind unreadable_trial) saying every cause."""
     if task.trial_shaped_config or (unreadable and task.in_job_dir):
-        problems.add(kind, path, message)
-        dir_problem = _add_dir_problem(task, problems)
+        dir_problem = _dir_problem_now(task)
         dir_kind = dir_problem.kind if dir_problem is not None else None
         if dir_kind == "unreadable_dir":
             why = "no readable result.json: the dir itself cannot be listed"
@@ -92,11 +92,14 @@ def _not_a_trial(
             advice = (
                 "If the trial is still running, re-ingest after it finishes; otherwise re-run it"
             )
+        causes = [f"{kind}: {message}" if message else kind]
+        if dir_problem is not None:
+            causes.append(f"{dir_problem.kind}: {dir_problem.message}")
         problems.add(
             "unreadable_trial",
             task.path,
             f"trial dir {task.path} has {why}; it has no trials row and is counted in "
-            f"unreadable_trials. {advice}",
+            f"unreadable_trials. {advice}. ({'; '.join(causes)})",
         )
         return Extracted(UNREADABLE, problems.unit_key, tables=_problem_table(problems))
     if message:
@@ -104,23 +107,25 @@ def _not_a_trial(
     return Extracted(OTHER, problems.unit_key, tables=_problem_table(problems))
 
 
-def _add_dir_problem(task: TrialTask, problems: ProblemLog) -> DirProblem | None:
-    """The walk's problem with the dir (`TrialTask.dir_problem`), added and returned as it is
-    now. A config.json the walk could not read is read again: the walk may have caught harbor
-    writing it, and this read's fingerprint (taken just before) is of the file as it is now, so
-    a problem kept from the walk would stay in the lake with the trial, never read again."""
+def _dir_problem_now(task: TrialTask) -> DirProblem | None:
+    """The walk's problem with the dir (`TrialTask.dir_problem`), as it is now. A config.json
+    the walk could not read is read again: the walk may have caught harbor writing it, and this
+    read's fingerprint (taken just before) is of the file as it is now, so a problem kept from
+    the walk would stay in the lake with the trial, never read again."""
     problem = task.dir_problem
-    if problem is None:
-        return None
-    if problem.kind != "unreadable_dir":
-        config_path = f"{task.path}/config.json"
-        config = read_json(config_path)
-        problem = None if config is None else config_problem(config, config_path)
-        if problem is None:
-            return None
-    where = task.path if problem.kind == "unreadable_dir" else f"{task.path}/config.json"
-    problems.add(problem.kind, where, problem.message)
-    return problem
+    if problem is None or problem.kind == "unreadable_dir":
+        return problem
+    config_path = f"{task.path}/config.json"
+    config = read_json(config_path)
+    return None if config is None else config_problem(config, config_path)
+
+
+def _add_dir_problem(task: TrialTask, problems: ProblemLog) -> None:
+    """The dir's problem now (`_dir_problem_now`), if any, as a `problems` row."""
+    problem = _dir_problem_now(task)
+    if problem is not None:
+        where = task.path if problem.kind == "unreadable_dir" else f"{task.path}/config.json"
+        problems.add(problem.kind, where, problem.message)
 
 
 def _extract_failed(task: TrialTask, error: Exception) -> Extracted:
