@@ -330,3 +330,27 @@ def test_a_connection_that_raised_is_closed_at_once(lake: Path) -> None:
     con.execute("SET temp_directory = ?", [str(lake.parent / "spill")])
     con.close()
     assert caught.traceback  # (held until here)
+
+
+def test_a_copy_queried_from_inside_its_original_refuses_to_read_the_originals_files(
+    lake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DuckDB reads a view's relative file name against the working directory before
+    file_search_path: from inside the original, a copy's every query read the original's files
+    (the audit saw a damaged original fail the copy's query; an edited one gives its numbers)."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(lake, copy)
+    with connect(copy) as con:  # (from elsewhere)
+        expected = con.execute("SELECT count(*) FROM spans").fetchall()
+    (segment,) = (lake / "tables" / "spans").rglob("*.parquet")
+    segment.write_bytes(b"not the copy's")
+    monkeypatch.chdir(lake)
+    with pytest.raises(LakeError, match=r"holds tables/.*one lake is a copy of the other"):
+        connect(copy)
+    with pytest.raises(LakeError, match="Run wmo-lake from another directory"):
+        ingest([tmp_path / "runs"], copy, workers=1)  # (refused before anything is committed)
+    monkeypatch.chdir(copy)  # the lake's own dir: its own files
+    with connect(copy) as con:
+        assert con.execute("SELECT count(*) FROM spans").fetchall() == expected

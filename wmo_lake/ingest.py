@@ -46,6 +46,7 @@ from wmo_lake.store import (
     crash_point,
     failed_after_commit,
     partition_of,
+    refuse_shadowed_files,
     segment_prefix,
 )
 
@@ -143,6 +144,7 @@ def ingest(
     with store.lock(on_wait), collecting_less():
         store.clear_staging()  # copies an interrupted ingest left
         update = LakeUpdate(store, store.read_manifest())
+        refuse_shadowed_files(store.root, update.base)  # (before anything is committed)
         # real path -> (candidate, fingerprint): only dirs the catalog knows are fingerprinted
         # here (to find the unchanged ones); a reader fingerprints each dir it reads.
         candidates: dict[str, tuple[Candidate, str | None]] = {}

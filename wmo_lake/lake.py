@@ -35,6 +35,7 @@ from wmo_lake.store import (
     Store,
     atomic_write_bytes,
     fsync_path,
+    refuse_shadowed_files,
 )
 
 if TYPE_CHECKING:
@@ -318,6 +319,7 @@ def _set_up(
     times_in_utc(con)
     # Both doors' views name their files relative to the lake dir, wherever that is now (the
     # setting is per connection: lake.duckdb does not keep it).
+    refuse_shadowed_files(store.root, manifest)
     root = str(store.root.resolve())
     con.execute("SET file_search_path = ?", [root])
     if files_only:

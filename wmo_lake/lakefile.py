@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from wmo_lake.output import sql_string
-from wmo_lake.store import Manifest, Store
+from wmo_lake.store import Manifest, Store, refuse_shadowed_files
 
 if TYPE_CHECKING:
     import duckdb
@@ -399,6 +399,7 @@ def _fresh(
 ) -> BuildReport:
     from wmo_lake.lake import views_digest
 
+    refuse_shadowed_files(store.root, manifest)
     con.execute("SET file_search_path = ?", [str(store.root.resolve())])
     con.execute("SET enable_progress_bar = false")  # an ingest prints its own
     plan = _plan(manifest, stored)
@@ -478,6 +479,7 @@ def _update(
     """Bring a copy of an earlier lake.duckdb (this layout) up to `manifest`."""
     from wmo_lake.lake import views_digest
 
+    refuse_shadowed_files(store.root, manifest)
     con.execute("SET file_search_path = ?", [str(store.root.resolve())])
     con.execute("SET enable_progress_bar = false")  # an ingest prints its own
     # One transaction to the checkpoint: each statement of its own would commit, and sync, the

@@ -175,6 +175,30 @@ class Manifest:
         return files + list(self.catalog.values())
 
 
+def refuse_shadowed_files(root: Path, manifest: Manifest) -> None:
+    """LakeError when the working directory holds a file of the same relative name as one of the
+    lake's segments (it is a copy of the lake, or the lake is a copy of it): DuckDB reads a
+    view's relative file name against the working directory before `file_search_path`, so
+    every query would read that file instead of the lake's own. One stat in the common case."""
+    if not os.path.isdir("tables"):
+        return
+    here = os.path.realpath(os.getcwd())
+    if here == os.path.realpath(root):
+        return
+    for rel in (rel for table in manifest.tables for rel in manifest.table_files(table)):
+        if not os.path.exists(rel):
+            continue
+        with contextlib.suppress(OSError):
+            if os.path.samefile(rel, root / rel):
+                continue  # (the same file: a hard link, or a dir linked to it)
+        raise LakeError(
+            f"the working directory {here} holds {rel}, a file of the same name as one of the "
+            f"lake {root}'s (one lake is a copy of the other): DuckDB reads the lake's files by "
+            "names relative to the working directory first, so it would read that one instead. "
+            "Run wmo-lake from another directory (the lake's own works)"
+        )
+
+
 # `Store.sync_files` syncs more paths than this from SYNC_THREADS threads.
 SERIAL_SYNCS = 4
 SYNC_THREADS = 8
