@@ -151,12 +151,12 @@ def graded_tests(trial_dir: Path) -> tuple[int, int, int] | None:
     summary_reading = None
     summary = results.summary
     if summary is not None and any(
-        (getattr(summary, name) or 0) > 2**63 - 1
-        for name in ("passed", "failed", "skipped", "pending", "other")
+        (getattr(summary, name) or 0) > 2**63 - 1 for name in ("passed", "failed")
     ):
-        # the lake's one deliberate difference: a summary count no int64 holds leaves the summary
-        # out; upstream grades the items too (that summary disagrees with them), but the summary
-        # alone, which the lake cannot hold, when they resolve nothing
+        # the lake's one deliberate difference: a passed / failed count no int64 holds leaves the
+        # summary out; upstream grades the items too (that summary disagrees with them), but the
+        # summary alone, which the lake cannot hold, when they resolve nothing. (An unresolved
+        # count that big only makes the unresolved sum null, as `_int64_or_none` does.)
         summary = None
     if summary is not None and summary.passed is not None and summary.failed is not None:
         resolved = summary.passed + summary.failed

@@ -74,9 +74,10 @@ readings AS (
             AND CAST(m.ctrf_passed AS DECIMAL(38, 0)) + m.ctrf_failed > 0 AS summary_present,
         CAST(m.ctrf_passed AS DECIMAL(38, 0)) AS summary_passed,
         CAST(m.ctrf_passed AS DECIMAL(38, 0)) + m.ctrf_failed AS summary_resolved,
-        CAST(coalesce(m.ctrf_skipped, 0) AS DECIMAL(38, 0))
-            + coalesce(m.ctrf_pending, 0)
-            + coalesce(m.ctrf_other, 0) AS summary_unresolved
+        -- (a count past 64 bits is stored null: the sum, unresolved, is null too)
+        CAST(m.ctrf_skipped AS DECIMAL(38, 0))
+            + m.ctrf_pending
+            + m.ctrf_other AS summary_unresolved
     FROM measured AS m
     LEFT JOIN item_counts AS i ON i.trial_key = m.trial_key
 ),

@@ -150,6 +150,7 @@ CTRFS = [
     "fractional-count",
     "huge-count",
     "huge-count-only",
+    "huge-other",
     "resolved-sum-overflow",
     "unresolved-sum-overflow",
 ]
@@ -443,6 +444,7 @@ def _ctrf(variant: str, rng: random.Random) -> Any:
         "fractional-count": report(summary(2.5, 0), items("passed")),
         "huge-count": report(summary(2**64, 0), items("passed")),
         "huge-count-only": report(summary(2**64, 0)),
+        "huge-other": report(summary(4, 2, other=2**64)),
         # each count fits in 64 bits, their sums do not
         "resolved-sum-overflow": report(summary(2, 2**63 - 1), items("passed", "failed")),
         "unresolved-sum-overflow": report(summary(1, 1, 2**63 - 1, pending=1)),

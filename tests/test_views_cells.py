@@ -87,6 +87,9 @@ CTRF_CASES: list[tuple[str, tuple[int, int, int] | None]] = [
     # column here holds, when they resolve nothing
     ("huge-count", (1, 1, 0)),
     ("huge-count-only", None),
+    # an unresolved count past 64 bits grades nothing: the summary grades, the unresolved sum
+    # (upstream's Python int) is null in its BIGINT column
+    ("huge-other", (4, 6, None)),
     # counts that fit, sums that do not: summed exactly, as upstream's Python ints are; a sum
     # past 64 bits reads null in its BIGINT column, the score is upstream's
     ("resolved-sum-overflow", (1, 2, 0)),  # the items win
@@ -286,6 +289,23 @@ def test_a_summary_past_64_bits_is_said_and_left_out(
         f"WHERE trial_name = 'ctrf-{variant}'",
     )
     assert trial == [{"ctrf_status": "ok", "ctrf_summary_present": False, "ctrf_passed": None}]
+
+
+def test_an_unresolved_count_past_64_bits_is_left_out_alone(cases_lake: Path) -> None:
+    rows = query(
+        cases_lake, "SELECT kind, message FROM problems WHERE trial_name = 'ctrf-huge-other'"
+    )
+    assert [row["kind"] for row in rows] == ["out_of_range"]
+    assert "results.summary.other is 18446744073709551616" in rows[0]["message"]
+    assert "the summary still grades" in rows[0]["message"]
+    trial = query(
+        cases_lake,
+        "SELECT ctrf_summary_present, ctrf_passed, ctrf_failed, ctrf_other FROM trials "
+        "WHERE trial_name = 'ctrf-huge-other'",
+    )
+    assert trial == [
+        {"ctrf_summary_present": True, "ctrf_passed": 4, "ctrf_failed": 2, "ctrf_other": None}
+    ]
 
 
 @pytest.mark.parametrize(("variant", "expected"), CTRF_CASES)

@@ -59,11 +59,14 @@ def read_ctrf(path: Path | str) -> CtrfReport:
 
 
 def _storable(report: CtrfReport, path: Path | str) -> CtrfReport:
-    """`report` without a summary whose counts the lake cannot hold: one no 64-bit integer holds.
-    Upstream grades such a report from its items when they resolve anything (its summary reading
-    disagrees with them, so the items win), which is what leaving the summary out does here; from
-    the summary alone otherwise, which no 64-bit column can hold: that report grades nothing here.
-    (Counts that fit but whose sums do not are kept: `cells` sums them exactly.)"""
+    """`report` with the counts the lake cannot hold (past 64 bits) left out. A skipped, pending
+    or other count grades nothing: it is stored as null, so the unresolved tests (a sum past 64
+    bits anyway) are null and the summary still grades. A passed or failed count leaves the
+    whole summary out: upstream grades such a report from its items when they resolve anything
+    (its summary reading disagrees with them, so the items win), which is what leaving the
+    summary out does here; from the summary alone otherwise, which no 64-bit column can hold:
+    that report grades nothing here. (Counts that fit but whose sums do not are kept: `cells`
+    sums them exactly.)"""
     summary = report.summary
     if report.status != "ok" or summary is None:
         return report
@@ -71,8 +74,16 @@ def _storable(report: CtrfReport, path: Path | str) -> CtrfReport:
     if not too_big:
         return report
     name, value = too_big[0]
-    report.summary = None
     report.problem_kind = "out_of_range"
+    if all(each in DEFAULTED_COUNTS for each, _ in too_big):
+        for each, _ in too_big:
+            summary[each] = None
+        report.problem = (
+            f"{path}: results.summary.{name} is {value}, more than a 64-bit count holds; it is "
+            "left out (null), so the trial's tests_unresolved is null; the summary still grades"
+        )
+        return report
+    report.summary = None
     report.problem = (
         f"{path}: results.summary.{name} is {value}, more than a 64-bit count holds; the summary "
         "is left out, so the report grades from its itemized tests (upstream prefers them to a "
