@@ -94,7 +94,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, A
         ],
     )
     assert result.exit_code == 0, result.output
-    return load_verified(out), json.loads(result.output)
+    return load_verified(out).to_dicts(), json.loads(result.output)
 
 
 def rows_of(

@@ -95,7 +95,7 @@ def run(lake: Path, out: Path, *args: str) -> Result:
 def exported(lake: Path, out: Path, *args: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     result = run(lake, out, *args)
     assert result.exit_code == 0, result.output
-    return load_verified(out), json.loads(result.output)
+    return load_verified(out).to_dicts(), json.loads(result.output)
 
 
 def test_all_episodes_no_guard(lake: Path, tmp_path: Path) -> None:
@@ -167,7 +167,7 @@ def test_split_guard_keeps_train_tasks_and_counts_the_rest(
     assert {r["task"] for r in rows} == {"demo/a", "demo/b"}
     assert manifest["excluded"] == {"split_dev": 3, "duplicate": 3, "multimodal": 3}
     assert manifest["split"] == "train" and manifest["tasks_sha256"]
-    assert load_verified(tmp_path / "train.jsonl", tasks=registry) == rows
+    assert load_verified(tmp_path / "train.jsonl", tasks=registry).to_dicts() == rows
 
 
 def test_one_registry_of_task_ids_guards_both_exports(
@@ -342,7 +342,7 @@ def test_trials_whose_trajectories_hold_no_text(tmp_path: Path, text: str) -> No
     ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
     result = run(tmp_path / "lake", tmp_path / "out.jsonl", "--no-split-guard")
     assert result.exit_code == 0, result.output
-    rows = load_verified(tmp_path / "out.jsonl")
+    rows = load_verified(tmp_path / "out.jsonl").to_dicts()
     # the two trials' episodes are identical (no text): written once, the rest counted
     assert len(rows) == EPISODES_PER_TRIAL
     # no message text anywhere: only the agent turns' tool calls (as harbor renders them) remain
@@ -438,3 +438,28 @@ def test_an_episode_is_multimodal_only_for_the_media_its_messages_hold(tmp_path:
         ("observation__1", 1),
     ]
     assert manifest["excluded"] == {"multimodal": 3}
+
+
+def test_a_scope_of_only_oracle_and_nop_trials_exports_empty_counted_in_the_manifest(
+    tmp_path: Path,
+) -> None:
+    """Issue 5: oracle and nop trials, which harbor's export refuses, export as empty episodes
+    counted in the manifest instead of failing; here the real offline-demo job (oracle + nop)."""
+    import shutil
+
+    from wmo_lake.api import load_conversations
+
+    fixtures = Path(__file__).resolve().parent.parent / "fixtures" / "harbor"
+    shutil.copytree(fixtures / "offline-demo", tmp_path / "runs" / "offline-demo")
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    for fmt in ("jsonl", "parquet"):
+        out = tmp_path / f"empty.{fmt}"
+        result = run(tmp_path / "lake", out, "--no-split-guard")
+        assert result.exit_code == 0, result.output
+        manifest = json.loads(manifest_path(out).read_text())
+        assert manifest["rows"] == 0
+        assert manifest["trials"]["in_scope"] == 6
+        assert manifest["trials"]["without_episodes"]["no_trajectory"] == 6
+        loaded = load_verified(out)
+        assert loaded.height == 0 and "messages" in loaded.columns
+        assert load_conversations(out).height == 0

@@ -474,20 +474,9 @@ def load_datums(path: str | Path, tasks: str | Path | None = None) -> pl.DataFra
 def load_conversations(path: str | Path, tasks: str | Path | None = None) -> pl.DataFrame:
     """A conversations export, verified against its manifest (and the registry `tasks`), as a
     DataFrame (`messages` a list of {role, content} structs)."""
-    import polars as pl
-    import pyarrow as pa
-
     from wmo_lake.conversations import load_verified
-    from wmo_lake.exports.conversations import ROW_SCHEMA
 
-    rows = load_verified(path, tasks=tasks)
-    # typed as the export wrote them, not guessed from the first rows (a reward null in every
-    # early row was a Null column, then a 1.0 after them failed the load)
-    present = set(rows[0]) if rows else set(ROW_SCHEMA.names)
-    schema = pa.schema([field for field in ROW_SCHEMA if field.name in present])
-    frame = pl.from_arrow(pa.Table.from_pylist(rows, schema=schema))
-    assert isinstance(frame, pl.DataFrame)
-    return frame
+    return load_verified(path, tasks=tasks)
 
 
 __all__ = [

@@ -2,7 +2,7 @@
 with its manifest, and a verifying loader.
 
     manifest = export_conversations("lake", "sft.jsonl", tasks="tasks.json", outcome="success")
-    rows = load_verified("sft.jsonl", tasks="tasks.json")   # list of dicts
+    rows = load_verified("sft.jsonl", tasks="tasks.json")   # a polars DataFrame, as datums'
 
 One row per agent episode as harbor's trace export defines it (sql/conversations.sql): `messages`
 [{role, content}] plus task, task_id, trial_name, batch, model, reward, passed, trace_source and
@@ -19,7 +19,10 @@ Rules on top of the view, each counted in the manifest's `excluded` (in episodes
 - episodes holding image or audio content are not text data -> `multimodal`;
 - exact duplicates (the same messages) are exported once -> `duplicate` (WMO's `training_data.py`).
 Trials in scope that give no episode at all (oracle / nop agents write no trajectory; a trajectory
-may have no agent step) are counted under `trials.without_episodes`, never an error.
+may have no agent step) are counted under `trials.without_episodes`, never an error: a scope of
+only such trials exports an empty dataset, counted in its manifest (issue 5), where harbor's own
+export refuses the root. An export that is empty because the rules above excluded every episode
+is an error, writing nothing.
 """
 
 from __future__ import annotations
@@ -29,13 +32,16 @@ import json
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from wmo_lake.exports import discipline
+
+if TYPE_CHECKING:
+    import polars as pl
 from wmo_lake.exports.discipline import (
     Export,
     ExportError,
@@ -211,7 +217,7 @@ def export_conversations(
 
             def write(path: Path) -> int:
                 rows = _write(_unique_batches(_chunk_batches(con, chunks), excluded), path, fmt)
-                if not rows:
+                if not rows and (excluded or not trials):  # (else: no trial has an episode)
                     raise ExportError(_nothing_to_export(trials, excluded, scope))
                 return rows
 
@@ -251,6 +257,11 @@ def summary(manifest: Mapping[str, Any], out: Path) -> str:
             f"trials without episodes: {without.get('no_trajectory', 0)} without a trajectory "
             f"(oracle / nop), {without.get('no_agent_turns', 0)} without an agent step",
             "excluded episodes: " + excluded_text(manifest),
+            *(
+                ["the dataset is empty: no trial in scope has an agent episode"]
+                if manifest["rows"] == 0
+                else []
+            ),
         ]
     )
 
@@ -402,10 +413,14 @@ def _check_row(dataset: Path, index: int, row: dict[str, Any]) -> None:
         raise ExportError(f"{where}: a conversation needs at least one assistant turn")
 
 
-def load_verified(dataset: Path | str, tasks: Path | str | None = None) -> list[dict[str, Any]]:
-    """The rows of an exported conversations dataset (JSONL or Parquet), after checking it against
-    its manifest (sha256, row count, the registry's sha256 and train split when `tasks` is given),
-    every row's shape, and that no conversation appears twice. ExportError on any mismatch."""
+def load_verified(dataset: Path | str, tasks: Path | str | None = None) -> pl.DataFrame:
+    """The rows of an exported conversations dataset (JSONL or Parquet) as a polars DataFrame
+    typed as the export wrote them (`messages` a list of {role, content} structs), after checking
+    it against its manifest (sha256, row count, the registry's sha256 and train split when
+    `tasks` is given), every row's shape, and that no conversation appears twice. ExportError on
+    any mismatch."""
+    import polars as pl
+
     dataset = Path(dataset)
     rows = discipline.load_verified(
         dataset,
@@ -425,7 +440,13 @@ def load_verified(dataset: Path | str, tasks: Path | str | None = None) -> list[
                 "writes each once, so the file was changed after export"
             )
         seen.add(identity)
-    return rows
+    # typed as the export wrote them, not guessed from the first rows (a reward null in every
+    # early row was a Null column, then a 1.0 after them failed the load)
+    present = set(rows[0]) if rows else set(ROW_SCHEMA.names)
+    schema = pa.schema([field for field in ROW_SCHEMA if field.name in present])
+    frame = pl.from_arrow(pa.Table.from_pylist(rows, schema=schema))
+    assert isinstance(frame, pl.DataFrame)
+    return frame
 
 
 __all__ = [
