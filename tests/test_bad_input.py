@@ -225,7 +225,10 @@ def test_broken_side_files_are_problems(tmp_path: Path) -> None:
         (trial_dir / "agent" / "wmo-run.json").write_text("[1, 2]")
 
     _, problems = _ingest_beside_a_good_trial(tmp_path, break_side_files)
-    assert [p[0] for p in problems] == ["invalid_json", "not_utf8"]
+    assert [p[0] for p in problems] == ["invalid_json", "not_an_object", "not_utf8"]
+    (trace_problem,) = [p for p in problems if p[0] == "not_an_object"]
+    assert trace_problem[1].endswith("agent/wmo-run.json")
+    assert "terminus-2's is reconstructed), so nothing else changes" in trace_problem[2]
     row = (
         connect(tmp_path / "lake")
         .execute(
@@ -234,8 +237,8 @@ def test_broken_side_files_are_problems(tmp_path: Path) -> None:
         )
         .fetchall()
     )
-    # a terminus-2 job: its wmo-run.json is ignored (not read, no problem)
-    assert row == [("unreadable", False, False, None)]
+    # a terminus-2 job: its wmo-run.json is evidence (issue 2), not its stop reason (issue 8)
+    assert row == [("unreadable", False, True, None)]
 
 
 def test_nan_and_huge_numbers_read_like_the_seeds_json_loads(tmp_path: Path) -> None:

@@ -143,6 +143,10 @@ def test_terminus_2_reads_rollout_details_and_never_a_sink(tmp_path: Path) -> No
         ("t__1", "ok", "submitted", "reconstructed"),  # the trace says budget: ignored
         ("t__2", "absent", "submitted", "reconstructed"),
     ]
+    # ignored for the stop reason (issue 8), yet the evidence table says it is there (issue 2)
+    assert con.sql(
+        "SELECT trial_name, has_trace, trace_stop_reason FROM stop_reasons ORDER BY 1"
+    ).fetchall() == [("t__1", True, "budget"), ("t__2", False, None)]
     assert con.sql("SELECT collection_path, token_sink_dir FROM jobs").fetchall() == [
         ("terminus-2", None)
     ]

@@ -59,7 +59,7 @@ EXTRACT_LOGIC_VERSION = "14"  # 2: trajectories / steps / tool_calls; 3: collect
 # result.json with trial_name makes its dir a trial whatever its config.json says; a token id
 # past a double's range (1e400) is malformed spans, not an extract_failed trial
 # 14: an unreadable trial is one problems row; a CTRF skipped / pending / other count past 64
-# bits is null (the summary still grades)
+# bits is null (the summary still grades); the trace is read on the terminus-2 path too (evidence)
 
 
 @dataclass(frozen=True)
@@ -517,8 +517,8 @@ STOP_REASONS = TableSpec(
             "has_trace",
             BOOL,
             None,
-            "a `wmo-run.json` exists (`agent/` first, then the trial root); read on the pi-bridge "
-            "path only",
+            "a `wmo-run.json` exists (`agent/` first, then the trial root); read on both paths, "
+            "the stop reason takes it on the pi-bridge path only",
         ),
         Column("trace_path", STRING, None, "which one"),
         Column("trace_stop_reason", STRING, ("wmo-run.json", "stop_reason"), "when a string"),

@@ -280,8 +280,9 @@ def extract_trial(task: TrialTask, agent_names: list[str] | None = None) -> Extr
 
     report = ctrf_tests.read_report(task.path, problems)
     trajectory_status, trajectory, trajectory_bytes = _read_trajectory(task.path, problems)
-    # The trace is the pi-bridge path's stop reason; terminus-2's is reconstructed, trace or not.
-    trace = stop_reasons.read_trace(trial_dir, problems) if pi_bridge else stop_reasons.Trace()
+    # The trace is the pi-bridge path's stop reason; terminus-2's is reconstructed, trace or not
+    # (its trace is evidence only: the stop_reasons row says it is there, the view ignores it).
+    trace = stop_reasons.read_trace(trial_dir, problems, decides=pi_bridge, agent_names=agent_names)
     identity = {"trial_key": key, "batch": task.batch, "trial_name": trial_name}
     row.update(
         identity,

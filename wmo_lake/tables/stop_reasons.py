@@ -45,14 +45,36 @@ class Trace:
     stop_reason: str | None = None
 
 
-def read_trace(trial_dir: Path, problems: ProblemLog) -> Trace:
-    """The first `wmo-run.json` that is a file (agent/ first, then the trial root)."""
-    for candidate in (trial_dir / "agent" / TRACE_FILENAME, trial_dir / TRACE_FILENAME):
+def read_trace(
+    trial_dir: Path,
+    problems: ProblemLog,
+    *,
+    decides: bool = True,
+    agent_names: list[str] | None = None,
+) -> Trace:
+    """The first `wmo-run.json` that is a file (agent/ first, then the trial root). `decides`:
+    whether the trial's stop reason is the trace's (the pi-bridge path); on the terminus-2 path
+    it is evidence only, and a trace that cannot be read is said to change nothing.
+    `agent_names`: the agent/ dir's listing, when the caller has it (a stat saved)."""
+    after = (
+        "; the trial's stop reason is unknown"
+        if decides
+        else "; it is not what this trial's stop reason is taken from (terminus-2's is "
+        "reconstructed), so nothing else changes"
+    )
+    agent_trace = trial_dir / "agent" / TRACE_FILENAME
+    for candidate in (agent_trace, trial_dir / TRACE_FILENAME):
+        if (
+            candidate is agent_trace
+            and agent_names is not None
+            and TRACE_FILENAME not in agent_names
+        ):
+            continue
         if not candidate.is_file():
             continue
         doc = read_json(candidate, problems)
         if isinstance(doc, ReadFailure):
-            problems.add(doc.kind, candidate, doc.message + "; the trial's stop reason is unknown")
+            problems.add(doc.kind, candidate, doc.message + after)
             return Trace(candidate)
         if not isinstance(doc, dict):
             shown = "an array" if isinstance(doc, list) else json_type_name(doc)
@@ -60,7 +82,7 @@ def read_trace(trial_dir: Path, problems: ProblemLog) -> Trace:
                 "not_an_object",
                 candidate,
                 f"{candidate} holds {shown}, expected the run trace object with a string "
-                "stop_reason; the trial's stop reason is unknown",
+                f"stop_reason{after}",
             )
             return Trace(candidate)
         reason = doc.get("stop_reason")
@@ -68,7 +90,7 @@ def read_trace(trial_dir: Path, problems: ProblemLog) -> Trace:
             problems.add(
                 "wrong_type",
                 candidate,
-                f"{candidate.name}: stop_reason is not a string; the stop reason is unknown",
+                f"{candidate.name}: stop_reason is not a string{after}",
             )
         return Trace(candidate, reason if isinstance(reason, str) else None)
     return Trace()
