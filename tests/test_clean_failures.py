@@ -218,6 +218,26 @@ def test_unwritable_export_output(lake: Path, tmp_path: Path, monkeypatch) -> No
     assert "Traceback" not in result.output and os.listdir(tmp_path) == []
 
 
+def test_unwritable_report_output(lake: Path, tmp_path: Path, monkeypatch) -> None:
+    """A dir where the page cannot be written, nor its partial file removed (a read-only mount;
+    root writes through chmod, so both are refused here by hand): one line, no traceback."""
+
+    def refused(real):
+        def method(path: Path, *args, **kwargs):
+            if path.parent == tmp_path:
+                raise OSError(30, "Read-only file system")
+            return real(path, *args, **kwargs)
+
+        return method
+
+    monkeypatch.setattr(Path, "write_text", refused(Path.write_text))
+    monkeypatch.setattr(Path, "unlink", refused(Path.unlink))
+    result = _invoke("report", "--lake", lake, "--out", tmp_path / "r.html")
+    assert result.exit_code == 1, result.output
+    assert "Error: cannot write " in result.output and "Read-only file system" in result.output
+    assert "Traceback" not in result.output
+
+
 def test_errors_are_in_clicks_style(lake: Path, tmp_path: Path) -> None:
     usage = _invoke("sql", "CREATE TABLE t AS SELECT 1", "--lake", lake)
     assert usage.exit_code == 2

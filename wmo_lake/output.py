@@ -252,9 +252,11 @@ class OutputFile:
             os.replace(self.partial, self.final)
 
     def discard(self) -> None:
-        """The write failed or was stopped: remove the partial file (never a FIFO or device)."""
+        """The write failed or was stopped: remove the partial file (never a FIFO or device).
+        A dir where it cannot be removed either (read-only) leaves the first error to be said."""
         if self.renamed:
-            self.partial.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                self.partial.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager

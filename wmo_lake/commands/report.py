@@ -104,6 +104,8 @@ def report(
         write_report(data, out)
     except PlotlyMissing as error:
         fail(str(error))
+    except OSError as error:  # (a read-only or full dir, /proc)
+        fail(f"cannot write {out}: {error.strerror or error}")
     n_trials = sum(row["trials"] for row in data.batches)
     click.echo(
         f"wrote {out} ({len(data.batches)} batches, {n_trials} trials, "
