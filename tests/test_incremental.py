@@ -640,3 +640,25 @@ def test_a_walk_problem_that_no_longer_holds_leaves_the_lake(tmp_path: Path, pru
         os.chdir(cwd)
     assert summary.problems == 0
     assert _counts(tmp_path / "lake")["problems"] == 0
+
+
+def test_an_interrupted_ingest_leaves_no_segment_of_its_own_in_the_table_dirs(
+    tmp_path: Path,
+) -> None:
+    """A direct read of a table dir (README, "Lake layout") took the rows of segments the readers
+    wrote for a commit that never came, until the next ingest swept them."""
+    runs, lake, _ = _lake_then_new_trials(tmp_path, 12)
+    stopped = _run_ingest(
+        runs,
+        lake,
+        {"WMO_LAKE_INTERRUPT_AT": "before_manifest"},  # every reader has written its segments
+        ("--workers", "2"),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    _, err = stopped.communicate(timeout=120)
+    assert stopped.returncode == 130, err
+    manifest = Store(lake).read_manifest()
+    named = {rel for table in manifest.tables for rel in manifest.table_files(table)}
+    on_disk = {str(p.relative_to(lake)) for p in (lake / "tables").rglob("*.parquet")}
+    assert on_disk == named | set(manifest.previous) & on_disk
+    assert _counts(lake)["trials"] == 2

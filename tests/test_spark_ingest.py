@@ -208,9 +208,9 @@ def test_failed_spark_task_leaves_the_previous_generation(spark: Any, tmp_path: 
     finally:
         del environment["WMO_LAKE_CRASH_AT"]
     assert_previous_generation(lake, rows, generation)
-    # the lock is free and the next ingest commits, removing what the failed tasks wrote
+    # The failed ingest swept what its tasks wrote; a task Spark had not yet stopped may write
+    # one after that, which the next ingest (the lock is free) removes as it commits.
     orphans = [p for p in (lake / "tables").rglob("*-s*.parquet")]
-    assert orphans, "the failed tasks wrote segments before they died"
     assert spark_ingest(spark, [root], lake).generation == generation + 1
     assert not any(p.exists() for p in orphans)
 

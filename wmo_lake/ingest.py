@@ -12,6 +12,7 @@ summary; it builds no rows itself (`wmo_lake/extract.py` does) and writes no fil
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -271,6 +272,12 @@ def ingest(
                 update.commit.abort()
             if isinstance(error, KeyboardInterrupt) and update.summary.committed:
                 raise InterruptedAfterCommit(store.root, update.manifest.generation) from None
+            # the segments the readers wrote for a commit that never came (the manifest is the
+            # base's still): a direct read of a table dir (README, "Lake layout") took their
+            # rows as the lake's
+            with contextlib.suppress(Exception):
+                if store.read_manifest().generation == update.base.generation:
+                    store.collect_garbage(update.base, walked, temporaries=False)
             raise
         from wmo_lake.lake import duckdb_file_current, ensure_duckdb_file
 
