@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from wmo_lake.tables.fields import ProblemLog, is_real_number, parse_time
+from wmo_lake.tables.fields import ProblemLog, is_real_number, json_type_name, parse_time
 from wmo_lake.tables.steps import SOURCES, FileLabel, WrongTypes
 
 _ARGUMENTS = json.JSONEncoder(ensure_ascii=False)
@@ -87,7 +87,15 @@ def step_row(
     step: dict[str, Any], index: int, label: FileLabel, wrong: WrongTypes
 ) -> dict[str, Any]:
     source = _str(step, "source", index, wrong)
-    if source is not None and source not in SOURCES:
+    if step.get("source") is None:
+        wrong.add(
+            index,
+            "source",
+            None,
+            "one of system / user / agent",
+            "left null; the conversation export leaves those steps out",
+        )
+    elif source is not None and source not in SOURCES:
         wrong.add(
             index,
             "source",
@@ -104,6 +112,11 @@ def step_row(
         wrong.add(index, "message", step.get("message"), "a string or a list of content parts")
         message = None
     observation, observed_media = observation_text(step.get("observation"))
+    given = step.get("observation")
+    if given is not None and not isinstance(given, dict):
+        wrong.add(index, "observation", given, "an object with `results`")
+    elif isinstance(given, dict) and not isinstance(given.get("results"), list):
+        wrong.add(index, "observation.results", given.get("results"), "an array")
     calls = step.get("tool_calls")
     if calls is not None and not isinstance(calls, list):
         wrong.add(index, "tool_calls", calls, "an array")
@@ -153,16 +166,18 @@ def call_rows(
         return []
     rows = []
     for call_index, call in enumerate(calls):
+        name = call_id = None
         if not isinstance(call, dict):
             wrong.add(index, "tool_calls[]", call, "an object")
             call = {}
-        name, call_id = call.get("function_name"), call.get("tool_call_id")
-        if name is not None and not isinstance(name, str):
-            wrong.add(index, "tool_calls[].function_name", name, "a string")
-            name = None
-        if call_id is not None and not isinstance(call_id, str):
-            wrong.add(index, "tool_calls[].tool_call_id", call_id, "a string")
-            call_id = None
+        else:  # (both required by harbor's ToolCall)
+            name, call_id = call.get("function_name"), call.get("tool_call_id")
+            if not isinstance(name, str):
+                wrong.add(index, "tool_calls[].function_name", name, "a string")
+                name = None
+            if not isinstance(call_id, str):
+                wrong.add(index, "tool_calls[].tool_call_id", call_id, "a string")
+                call_id = None
         rows.append(
             {
                 "file": label.name,
@@ -204,7 +219,23 @@ def read_document(
             "its steps are not in the lake. Re-run the trial or restore the file",
         )
         return
+    version = doc.get("schema_version")
+    if not (isinstance(version, str) and version in {f"ATIF-v1.{minor}" for minor in range(9)}):
+        shown = repr(version) if isinstance(version, str) and version else None
+        problems.add(
+            "wrong_type",
+            path,
+            f"{path.name}: schema_version is {shown or json_type_name(version)}, expected one of "
+            "ATIF-v1.0 to ATIF-v1.8; its steps are read as ATIF-v1.8's",
+        )
     agent = doc.get("agent")
+    if not isinstance(agent, dict):
+        problems.add(
+            "wrong_type",
+            path,
+            f"{path.name}: agent is {json_type_name(agent)}, expected an object (harbor's Agent: "
+            "name, version); the agent columns are left null",
+        )
     agent = agent if isinstance(agent, dict) else {}
     final = doc.get("final_metrics")
     final = final if isinstance(final, dict) else {}

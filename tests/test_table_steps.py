@@ -570,3 +570,70 @@ def test_free_text_is_written_without_a_parquet_dictionary(
             assert not column[free].is_stats_set, (table, free)
             assert column["trial_key"].is_stats_set, table
         assert _codecs(lake, table) == {"ZSTD"}, table
+
+
+@pytest.mark.parametrize(
+    ("mutate", "says"),
+    [
+        (
+            lambda t: t["steps"][1].__setitem__("observation", "the tool output"),
+            "steps[1].observation is a string, expected an object with `results`",
+        ),
+        (
+            lambda t: t["steps"][1].__setitem__("observation", {"results": "x"}),
+            "steps[1].observation.results is a string, expected an array",
+        ),
+        (lambda t: t["steps"][0].pop("source"), "steps[0].source is null, expected one of"),
+        (
+            lambda t: t["steps"][1]["tool_calls"][0].pop("function_name"),
+            "steps[1].tool_calls[].function_name is null, expected a string",
+        ),
+        (
+            lambda t: t["steps"][1]["tool_calls"][0].pop("tool_call_id"),
+            "steps[1].tool_calls[].tool_call_id is null, expected a string",
+        ),
+        (lambda t: t.pop("agent"), "agent is null, expected an object"),
+        (
+            lambda t: t.__setitem__("schema_version", "ATIF-v9"),
+            "schema_version is 'ATIF-v9', expected one of ATIF-v1.0 to ATIF-v1.8",
+        ),
+    ],
+    ids=[
+        "observation-text",
+        "results-text",
+        "no-source",
+        "no-name",
+        "no-call-id",
+        "no-agent",
+        "v9",
+    ],
+)
+def test_what_harbors_model_refuses_is_a_problem_and_the_trial_stays(
+    tmp_path: Path, mutate: Any, says: str
+) -> None:
+    """Issue 5: malformed trajectories are recorded in problems without losing the trial. These
+    shapes were taken without a word (an observation written as text was dropped silently)."""
+    from harbor.models.trajectories import Trajectory
+    from pydantic import ValidationError
+
+    doc = trajectory(
+        step(1, "user", "hi"),
+        step(
+            2,
+            "agent",
+            "yo",
+            tool_calls=[{"tool_call_id": "a", "function_name": "f", "arguments": {}}],
+        ),
+    )
+    Trajectory.model_validate(doc)  # (well-formed as written)
+    mutate(doc)
+    with pytest.raises(ValidationError):
+        Trajectory.model_validate(doc)
+    job = write_job(tmp_path / "runs" / "job")
+    dump(write_trial(job, "t__1") / "agent" / "trajectory.json", doc)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    con = connect(tmp_path / "lake")
+    problems = con.execute("SELECT kind, message FROM problems").fetchall()
+    assert [kind for kind, _ in problems] == ["wrong_type"] and says in problems[0][1], problems
+    assert con.execute("SELECT count(*) FROM trials").fetchall() == [(1,)]
+    assert con.execute("SELECT count(*) FROM steps").fetchall() == [(2,)]

@@ -180,7 +180,15 @@ def add_steps(
             wrong.add(index, "", step, "an object", "those steps are skipped")
             continue
         source = _str(step.source, "source", index, wrong)
-        if source is not None and source not in SOURCES:
+        if step.source is None:  # (required by harbor's Step)
+            wrong.add(
+                index,
+                "source",
+                None,
+                "one of system / user / agent",
+                "left null; the conversation export leaves those steps out",
+            )
+        elif source is not None and source not in SOURCES:
             wrong.add(
                 index,
                 "source",
@@ -197,6 +205,12 @@ def add_steps(
             wrong.add(index, "message", step.message, "a string or a list of content parts")
             message = None
         observation, observed_media = observation_text(step.observation)
+        if step.observation is not None and not isinstance(step.observation, Observation):
+            wrong.add(index, "observation", step.observation, "an object with `results`")
+        elif isinstance(step.observation, Observation) and not isinstance(
+            step.observation.results, list
+        ):
+            wrong.add(index, "observation.results", step.observation.results, "an array")
         calls = step.tool_calls
         if calls is not None and not isinstance(calls, list):
             wrong.add(index, "tool_calls", calls, "an array")
@@ -260,16 +274,18 @@ def _add_calls(
     inside `<tool_call>` blocks (`json.dumps(arguments, ensure_ascii=False)`, keys in recorded
     order), so the conversation view can rebuild harbor's assistant turns byte for byte."""
     for call_index, call in enumerate(calls):
+        name = call_id = None
         if not isinstance(call, Call):
             wrong.add(index, "tool_calls[]", call, "an object")
             call = _NO_CALL
-        name, call_id = call.function_name, call.tool_call_id
-        if name is not None and not isinstance(name, str):
-            wrong.add(index, "tool_calls[].function_name", name, "a string")
-            name = None
-        if call_id is not None and not isinstance(call_id, str):
-            wrong.add(index, "tool_calls[].tool_call_id", call_id, "a string")
-            call_id = None
+        else:  # (both required by harbor's ToolCall)
+            name, call_id = call.function_name, call.tool_call_id
+            if not isinstance(name, str):
+                wrong.add(index, "tool_calls[].function_name", name, "a string")
+                name = None
+            if not isinstance(call_id, str):
+                wrong.add(index, "tool_calls[].tool_call_id", call_id, "a string")
+                call_id = None
         arguments = call.arguments
         c["file"].append(label.name)
         c["file_index"].append(label.index)

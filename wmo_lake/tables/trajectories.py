@@ -30,7 +30,13 @@ from wmo_lake.columns import SPECS, arrow_schema
 from wmo_lake.jsonfile import ReadFailure
 from wmo_lake.pending import PendingRows
 from wmo_lake.tables import atif, steps, tool_calls
-from wmo_lake.tables.fields import PROBLEMS_SCHEMA, ProblemLog, fits_int64, is_real_number
+from wmo_lake.tables.fields import (
+    PROBLEMS_SCHEMA,
+    ProblemLog,
+    fits_int64,
+    is_real_number,
+    json_type_name,
+)
 from wmo_lake.tables.steps import CALL_COLUMNS, MAIN, STEP_COLUMNS, FileLabel, WrongTypes
 
 SCHEMA = arrow_schema(SPECS["trajectories"])
@@ -91,6 +97,31 @@ def _count(value: Any) -> int | None:
     return value if type(value) is int and fits_int64(value) else None
 
 
+# The schema versions harbor's Trajectory knows (its `schema_version` Literal), as read here.
+SCHEMA_VERSIONS = frozenset(f"ATIF-v1.{minor}" for minor in range(9))
+
+
+def _check_header(path: Path, doc: atif.Trajectory, problems: ProblemLog) -> None:
+    """What harbor's Trajectory requires of a document beside its steps: a known
+    `schema_version` and an `agent` object. Either missing is said; the steps are read anyway."""
+    if not (isinstance(doc.schema_version, str) and doc.schema_version in SCHEMA_VERSIONS):
+        shown = doc.schema_version if isinstance(doc.schema_version, str) else None
+        problems.add(
+            "wrong_type",
+            path,
+            f"{path.name}: schema_version is "
+            f"{repr(shown) if shown else json_type_name(doc.schema_version)}, expected one of "
+            "ATIF-v1.0 to ATIF-v1.8; its steps are read as ATIF-v1.8's",
+        )
+    if not isinstance(doc.agent, dict):
+        problems.add(
+            "wrong_type",
+            path,
+            f"{path.name}: agent is {json_type_name(doc.agent)}, expected an object (harbor's "
+            "Agent: name, version); the agent columns are left null",
+        )
+
+
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
@@ -124,6 +155,7 @@ def add_file(
                 "its steps are not in the lake. Re-run the trial or restore the file",
             )
         return None
+    _check_header(path, doc, problems)
     agent = doc.agent if isinstance(doc.agent, dict) else {}
     final = doc.final_metrics if isinstance(doc.final_metrics, dict) else {}
     tools = agent.get("tool_definitions")
