@@ -185,6 +185,29 @@ def test_a_step_ingested_alone_then_with_its_run_keeps_its_batch(tmp_path: Path)
     assert jobs == rows
 
 
+@pytest.mark.parametrize("layout", ["step-dir-is-the-job-dir", "run-dir-alias"])
+def test_a_step_keeps_its_batch_however_it_is_reached(tmp_path: Path, layout: str) -> None:
+    """Two layouts that relabelled and re-parsed a step ingested alone, then with its run: trial
+    dirs right in the step dir (`harbor run --jobs-dir RUN/harbor --job-name step-0003`), and a
+    PATH through an alias of the run dir (`latest -> exp`, which `collect` resolves)."""
+    runs = tmp_path / "runs"
+    step_dir = runs / "exp" / "harbor" / "step-0003"
+    job = step_dir if layout == "step-dir-is-the-job-dir" else step_dir / "job"
+    write_trial(write_job(job), "t__1")
+    expected = "exp/harbor/step-0003" + ("" if job == step_dir else "/job")
+    first_path = step_dir
+    if layout == "run-dir-alias":
+        (runs / "latest").symlink_to("exp")
+        first_path = runs / "latest" / "harbor" / "step-0003"
+    lake = tmp_path / "lake"
+    ingest([first_path], lake)
+    first = connect(lake).execute("SELECT batch, run, step FROM trials").fetchall()
+    assert first == [(expected, "exp", 3)]
+    summary = ingest([runs / "exp"], lake)
+    assert (summary.trials_unchanged, summary.trials_new, summary.trials_replaced) == (1, 0, 0)
+    assert connect(lake).execute("SELECT batch FROM jobs").fetchall() == [(expected,)]
+
+
 def test_a_dir_name_that_is_not_utf8_is_a_problem_and_the_rest_goes_on(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     write_trial(write_job(runs / "good"), "t__1")

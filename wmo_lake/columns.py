@@ -113,7 +113,7 @@ BATCH = Column(
     "batch",
     STRING,
     None,
-    "the job dir's path relative to the PATH ingested; from its run dir when it lies under "
+    "the job dir's path relative to the PATH ingested; from its run dir when it is or lies under "
     "`<run>/harbor/step-NNNN/` (see Discovery)",
 )
 RUN = Column("run", STRING, None, "the path component before `harbor/`, when there is one")

@@ -203,11 +203,14 @@ def job_labels(job_dir: Path, root: Path) -> tuple[str, str | None, int | None]:
     step ingested alone and later with its whole run keeps its label."""
     absolute = Path(os.path.abspath(job_dir))
     root_abs = Path(os.path.abspath(root))
-    parts = absolute.parts
+    # A collector's <run>/harbor/step-NNNN/<job> (or a job dir that is the step dir itself):
+    # labelled from the run dir, so ingesting the runs dir, one run, one step or one job gives
+    # the same batch; found by the real path first, so an alias of the run dir (a symlink
+    # `latest`) labels its batches as the run itself does (as `collect` labels them).
+    real_parts = Path(os.path.realpath(absolute)).parts
+    parts = real_parts if _run_anchor(real_parts) is not None else absolute.parts
     anchor = _run_anchor(parts)
     if anchor is not None:
-        # A collector's <run>/harbor/step-NNNN/<job>: labelled from the run dir, so ingesting
-        # the runs dir, one run, one step or one job gives the same batch.
         batch = "/".join(parts[anchor:])
     elif absolute != root_abs and absolute.is_relative_to(root_abs):
         batch = absolute.relative_to(root_abs).as_posix()
@@ -251,8 +254,9 @@ def oversized_step_dir(job_dir: Path) -> str | None:
 
 
 def _run_anchor(parts: tuple[str, ...]) -> int | None:
-    """Index of <run> in a path holding <run>/harbor/step-NNNN/<job...> (the last such), or None."""
-    for index in range(len(parts) - 3, 1, -1):
+    """Index of <run> in a path holding <run>/harbor/step-NNNN[/<job...>] (the last such), or
+    None. (A job dir that is the step dir: `harbor run --jobs-dir RUN/harbor --job-name step-N`.)"""
+    for index in range(len(parts) - 2, 1, -1):
         if parts[index] == "harbor" and _STEP.fullmatch(parts[index + 1]):
             return index - 1
     return None

@@ -121,8 +121,8 @@ def ingest(
 
     PATH is searched at any depth for trial dirs (a dir whose result.json is a TrialResult);
     each trial's parent is its job dir. A job dir's batch is `<run>/harbor/step-NNNN/<job>` when
-    it lies under a run's harbor/step-NNNN/ dir (whatever PATH was), else its path relative to
-    PATH. Each job is read on its collection path: pi-bridge when its config records a
+    it is or lies under a run's harbor/step-NNNN/ dir (whatever PATH was, by its real path),
+    else its path relative to PATH. Each job is read on its collection path: pi-bridge when its config records a
     token_sink_dir (spans from that dir's {trial}.jsonl), terminus-2 otherwise (spans from
     result.json). Re-ingesting is cheap: unchanged trial dirs are not parsed, changed ones
     replace their rows, and nothing is counted twice. What cannot be read is recorded in the
