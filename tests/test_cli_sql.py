@@ -822,3 +822,18 @@ def test_a_terminal_that_is_not_utf8_gets_escapes_not_a_traceback(
     assert stats.returncode == 0 and b"Traceback" not in stats.stderr, stats.stderr
     csv = run("sql", "SELECT 'h\u00e9llo \u2713' AS x", "--format", "csv")
     assert csv.stdout.decode("utf-8") == "x\nh\u00e9llo \u2713\n"
+
+
+@pytest.mark.parametrize("where", [[], ["--format", "csv", "-o", "x.csv"], ["-o", "x.parquet"]])
+def test_an_errors_line_is_counted_in_the_sql_as_given(
+    lake: Path, tmp_path: Path, where: list[str]
+) -> None:
+    """A one-line query's error said `LINE 3` (or 2): the line in the query as wmo-lake wrapped
+    it (a LIMIT, csv cells, a COPY)."""
+    out = [tmp_path / arg if arg.startswith("x.") else arg for arg in where]
+    one_line = _sql(lake, "SELECT CAST(trial_name AS INT) FROM trials", *map(str, out))
+    assert one_line.exit_code == 1
+    assert "\nLINE 1: SELECT CAST(trial_name AS INT) FROM trials" in one_line.output
+    script = "SET VARIABLE x = 1;\nSELECT batch,\n  CAST(trial_name AS INT) AS n\nFROM trials"
+    third = _sql(lake, script, *map(str, out))
+    assert "\nLINE 3:   CAST(trial_name AS INT) AS n" in third.output, third.output

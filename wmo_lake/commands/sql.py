@@ -233,7 +233,7 @@ def sql(
         if target is not None and output is not None and Path(target).name in str(error):
             fail(f"cannot write {output}: {error}")
         fail_if_damaged(lake)
-        fail(f"query failed: {error}")
+        fail(f"query failed: {_numbered_as_given(str(error), query)}")
     except duckdb.PermissionException as error:
         fail_if_damaged(lake)  # a missing segment is globbed for, outside allowed_paths
         if statement.type in WRITERS:
@@ -250,11 +250,29 @@ def sql(
             # `FROM '/etc/passwd'`: a confined connection cannot look for the file, and DuckDB
             # says there is no such table
             fail(_confined_message(str(error)), 2)
-        fail(f"query failed: {error}")
+        fail(f"query failed: {_numbered_as_given(str(error), query)}")
     except OSError as error:
         fail(f"cannot write {output or 'stdout'}: {error.strerror or error}")
     finally:
         con.close()
+
+
+# DuckDB's context line in an error: `LINE 3: <the line's text>`
+_ERROR_LINE = re.compile(r"^LINE (\d+): (.*)$", re.MULTILINE)
+
+
+def _numbered_as_given(message: str, query: str) -> str:
+    """DuckDB's error with its `LINE n:` counted in the SQL as given, not as wmo-lake ran it (a
+    LIMIT, csv cells or a COPY around it put a one-line query on line 2 or 3): the line whose
+    text it shows, when exactly one line of the SQL given has that text."""
+    lines = query.splitlines()
+
+    def renumber(match: re.Match[str]) -> str:
+        shown = match.group(2).removeprefix("...").removesuffix("...")
+        found = [number for number, line in enumerate(lines, 1) if shown and shown in line]
+        return f"LINE {found[0]}: {match.group(2)}" if len(found) == 1 else match.group(0)
+
+    return _ERROR_LINE.sub(renumber, message)
 
 
 # DuckDB's error for `SET wmo_x = ...` (a setting set as a configuration option)
