@@ -81,6 +81,13 @@ def test_labels_without_harbor_or_step() -> None:
         "x",
         2,
     )
+    # a job dir that is the step dir itself is labelled from its run dir too
+    for path in ("/r", "/r/x/harbor/step-0004"):
+        assert job_labels(Path("/r/x/harbor/step-0004"), Path(path)) == (
+            "x/harbor/step-0004",
+            "x",
+            4,
+        )
     # a `harbor` dir not followed by step-NNNN is no anchor
     assert job_labels(Path("/r/x/harbor/j"), Path("/r")) == ("x/harbor/j", "x", None)
     # under an anchor, a job dir named like a step or `harbor` (a template's job_name) labels

@@ -255,10 +255,14 @@ def oversized_step_dir(job_dir: Path) -> str | None:
 
 def _run_anchor(parts: tuple[str, ...]) -> int | None:
     """Index of <run> in a path holding <run>/harbor/step-NNNN[/<job...>] (the last such), or
-    None. (A job dir that is the step dir: `harbor run --jobs-dir RUN/harbor --job-name step-N`.)"""
-    for index in range(len(parts) - 2, 1, -1):
+    None. A step dir with a job dir under it first (under an anchor, a job named `step-9` or
+    `harbor/step-9` labels nothing), then the job dir that is the step dir itself (`harbor run
+    --jobs-dir RUN/harbor --job-name step-N`)."""
+    for index in range(len(parts) - 3, 1, -1):
         if parts[index] == "harbor" and _STEP.fullmatch(parts[index + 1]):
             return index - 1
+    if len(parts) > 3 and parts[-2] == "harbor" and _STEP.fullmatch(parts[-1]):
+        return len(parts) - 3
     return None
 
 
