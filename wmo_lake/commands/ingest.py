@@ -122,11 +122,11 @@ def ingest(
     PATH is searched at any depth for trial dirs (a dir whose result.json is a TrialResult);
     each trial's parent is its job dir. A job dir's batch is `<run>/harbor/step-NNNN/<job>` when
     it is or lies under a run's harbor/step-NNNN/ dir (whatever PATH was, by its real path),
-    else its path relative to PATH. Each job is read on its collection path: pi-bridge when its config records a
-    token_sink_dir (spans from that dir's {trial}.jsonl), terminus-2 otherwise (spans from
-    result.json). Re-ingesting is cheap: unchanged trial dirs are not parsed, changed ones
-    replace their rows, and nothing is counted twice. What cannot be read is recorded in the
-    `problems` table. A new lake's lake.duckdb starts from a skeleton kept in
+    else its path relative to PATH. Each job is read on its collection path: pi-bridge when its
+    config records a token_sink_dir (spans from that dir's {trial}.jsonl), terminus-2 otherwise
+    (spans from result.json). Re-ingesting is cheap: unchanged trial dirs are not parsed,
+    changed ones replace their rows, and nothing is counted twice. What cannot be read is
+    recorded in the `problems` table. A new lake's lake.duckdb starts from a skeleton kept in
     $WMO_LAKE_CACHE_DIR (default ~/.cache/wmo-lake; set it empty to keep none).
 
     \b
