@@ -8,6 +8,7 @@ called `mark_task_complete`, and the WMO run trace (`agent/wmo-run.json`, then t
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,44 +57,40 @@ def read_trace(
     whether the trial's stop reason is the trace's (the pi-bridge path); on the terminus-2 path
     it is evidence only, and a trace that cannot be read is said to change nothing.
     `agent_names`: the agent/ dir's listing, when the caller has it (a stat saved)."""
+    # (path strings, a Path only for a trace found: most trials have none, on both paths)
+    directory = str(trial_dir)
+    places = [f"{directory}/{TRACE_FILENAME}"]
+    if agent_names is None or TRACE_FILENAME in agent_names:
+        places.insert(0, f"{directory}/agent/{TRACE_FILENAME}")
+    found = next((place for place in places if os.path.isfile(place)), None)
+    if found is None:
+        return Trace()
     after = (
         "; the trial's stop reason is unknown"
         if decides
         else "; it is not what this trial's stop reason is taken from (terminus-2's is "
         "reconstructed), so nothing else changes"
     )
-    agent_trace = trial_dir / "agent" / TRACE_FILENAME
-    for candidate in (agent_trace, trial_dir / TRACE_FILENAME):
-        if (
-            candidate is agent_trace
-            and agent_names is not None
-            and TRACE_FILENAME not in agent_names
-        ):
-            continue
-        if not candidate.is_file():
-            continue
-        doc = read_json(candidate, problems)
-        if isinstance(doc, ReadFailure):
-            problems.add(doc.kind, candidate, doc.message + after)
-            return Trace(candidate)
-        if not isinstance(doc, dict):
-            shown = "an array" if isinstance(doc, list) else json_type_name(doc)
-            problems.add(
-                "not_an_object",
-                candidate,
-                f"{candidate} holds {shown}, expected the run trace object with a string "
-                f"stop_reason{after}",
-            )
-            return Trace(candidate)
-        reason = doc.get("stop_reason")
-        if reason is not None and not isinstance(reason, str):
-            problems.add(
-                "wrong_type",
-                candidate,
-                f"{candidate.name}: stop_reason is not a string{after}",
-            )
-        return Trace(candidate, reason if isinstance(reason, str) else None)
-    return Trace()
+    candidate = Path(found)
+    doc = read_json(candidate, problems)
+    if isinstance(doc, ReadFailure):
+        problems.add(doc.kind, candidate, doc.message + after)
+        return Trace(candidate)
+    if not isinstance(doc, dict):
+        shown = "an array" if isinstance(doc, list) else json_type_name(doc)
+        problems.add(
+            "not_an_object",
+            candidate,
+            f"{candidate} holds {shown}, expected the run trace object with a string "
+            f"stop_reason{after}",
+        )
+        return Trace(candidate)
+    reason = doc.get("stop_reason")
+    if reason is not None and not isinstance(reason, str):
+        problems.add(
+            "wrong_type", candidate, f"{candidate.name}: stop_reason is not a string{after}"
+        )
+    return Trace(candidate, reason if isinstance(reason, str) else None)
 
 
 def row(
