@@ -452,3 +452,15 @@ def test_rows_of_a_non_train_task_fail(tmp_path: Path) -> None:
     )
     with pytest.raises(ExportError, match=r"rows of task 't/dev'.*split 'dev', not 'train'"):
         load(out, tasks)
+
+
+def test_errors_are_the_python_types_seed_001_raises(tmp_path: Path) -> None:
+    """Seed 001 raises FileExistsError for an existing output and ValueError for a dataset that
+    does not match its manifest: code written against it catches ours too."""
+    out = tmp_path / "d.txt"
+    export.write_export(out, lines_writer(["a"]), kind="lines", registry=None, excluded={})
+    with pytest.raises(FileExistsError, match="already exists"):
+        export.write_export(out, lines_writer(["b"]), kind="lines", registry=None, excluded={})
+    out.write_text("changed\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="sha256"):
+        export.load_verified(out, read_lines, task_of, kind="lines")

@@ -59,8 +59,14 @@ TRUST_NOTE = (
 MAX_REGISTRY_BYTES = 64 * 2**20
 
 
-class ExportError(Exception):
-    """An export or a verified load that cannot proceed; the message says why and what to do."""
+class ExportError(ValueError):
+    """An export or a verified load that cannot proceed; the message says why and what to do.
+    A ValueError, as seed 001's exporter and loader raise for a dataset that does not hold."""
+
+
+class DatasetExistsError(ExportError, FileExistsError):
+    """FILE or FILE.manifest.json exists: an export never overwrites (seed 001 raises
+    FileExistsError for it)."""
 
 
 def manifest_path(dataset: Path | str) -> Path:
@@ -194,7 +200,7 @@ def refuse_existing(dataset: Path) -> None:
     _remove_unfinished(dataset)
     for target in (dataset, manifest_path(dataset)):
         if target.exists() or target.is_symlink():
-            raise ExportError(
+            raise DatasetExistsError(
                 f"{target} already exists; an export never overwrites a dataset or its manifest, "
                 "so choose a new --out FILE (or remove both files yourself)"
             )
@@ -355,7 +361,7 @@ def write_export(
                 # os.link fails when the target exists: no overwrite, even of one that appeared
                 os.link(tmp, target)
             except FileExistsError:
-                raise ExportError(
+                raise DatasetExistsError(
                     f"{target} appeared while exporting; nothing was written, choose a new --out"
                 ) from None
             installed.append(target)
