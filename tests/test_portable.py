@@ -21,6 +21,8 @@ NON_PORTABLE = [
     ("SELECT CAST(x AS hugeint) + 1 FROM t", "hugeint", "DECIMAL(38, 0)"),
     ("SELECT coalesce(m, MAP {}) FROM t", "map_literal", "CAST(map() AS MAP(K, V))"),
     ("SELECT len(l) FROM t", "len", "array_length"),
+    ("SELECT length([1, 2, 3]) FROM t", "len", "array_length"),
+    ("SELECT length(list_filter(l, lambda x: x > 0)) FROM t", "len", "array_length"),
     ("SELECT list_resize([]::DOUBLE[], n, 0.0) FROM t", "list_resize", "list_transform(range(n)"),
     ("SELECT list_slice(l, 1, n) FROM t", "list_slice", "array_slice(x, 1, n)"),
     ("SELECT array_slice(l, 2, n) FROM t", "slice_start", "array_slice(x, 1, n)"),
@@ -29,6 +31,8 @@ NON_PORTABLE = [
     ("SELECT any_value(s) FILTER (WHERE i = 0) FROM t", "any_value_filter", "max(CASE WHEN"),
     ("SELECT to_json(name) FROM t", "to_json_scalar", "to_json({'n': x})"),
     ("SELECT epoch(b) - a FROM t", "epoch", "date_diff('microsecond'"),
+    ("SELECT extract(epoch FROM b) FROM t", "epoch", "date_diff('microsecond'"),
+    ("SELECT date_part('epoch', b) FROM t", "epoch", "date_diff('microsecond'"),
     ("SELECT isfinite(x) FROM t", "isfinite", "BETWEEN"),
     ("SELECT list_sort(l, 'DESC') FROM t", "list_sort_order", "ascending"),
     (

@@ -55,7 +55,8 @@ RULES: list[Rule] = [
     ),
     _rule(
         "len",
-        r"\blen\s*\(",
+        # (and length() of what is plainly a list: a literal, a list_/array_ function's result)
+        r"\blen\s*\(|\blength\s*\(\s*(\[|(list|array)_\w+\s*\(|string_split\w*\s*\()",
         "len() becomes Spark's length(), which takes strings only",
         "array_length(list) (Spark: size), or length(text)",
     ),
@@ -97,7 +98,7 @@ RULES: list[Rule] = [
     ),
     _rule(
         "epoch",
-        r"\bepoch(_ms|_us|_ns)?\s*\(",
+        r"\bepoch(_ms|_us|_ns)?\s*\(|\bextract\s*\(\s*epoch\b|\bdate_part\s*\(\s*'epoch'",
         "Spark's unix_timestamp (sqlglot's epoch) has whole seconds",
         "CAST(date_diff('microsecond', a, b) AS DOUBLE) / 1000000.0",
     ),
