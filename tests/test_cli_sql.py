@@ -837,3 +837,17 @@ def test_an_errors_line_is_counted_in_the_sql_as_given(
     script = "SET VARIABLE x = 1;\nSELECT batch,\n  CAST(trial_name AS INT) AS n\nFROM trials"
     third = _sql(lake, script, *map(str, out))
     assert "\nLINE 3:   CAST(trial_name AS INT) AS n" in third.output, third.output
+
+
+def test_an_errors_context_line_that_is_not_the_users_sql_is_left_out() -> None:
+    """An error DuckDB raised in the text wmo-lake put around the query (a COPY of csv cells)
+    showed that text, which the user never wrote, as the error's place."""
+    from wmo_lake.commands.sql import _numbered_as_given
+
+    message = (
+        "Invalid Input Error: bad file\n\nLINE 1: COPY (SELECT CASE WHEN typeof(COLUMNS(*)) ...\n"
+        "              ^^^^"
+    )
+    assert _numbered_as_given(message, "SELECT *\nFROM spans") == "Invalid Input Error: bad file"
+    twice = "Error: x\n\nLINE 3: FROM t\n     ^"
+    assert _numbered_as_given(twice, "SELECT 1\nFROM t;\nSELECT 2\nFROM t") == twice

@@ -258,21 +258,26 @@ def sql(
 
 
 # DuckDB's context line in an error: `LINE 3: <the line's text>`
-_ERROR_LINE = re.compile(r"^LINE (\d+): (.*)$", re.MULTILINE)
+_ERROR_LINE = re.compile(r"^LINE (\d+): (.*)$(\n^ *\^+ *$)?", re.MULTILINE)
 
 
 def _numbered_as_given(message: str, query: str) -> str:
     """DuckDB's error with its `LINE n:` counted in the SQL as given, not as wmo-lake ran it (a
     LIMIT, csv cells or a COPY around it put a one-line query on line 2 or 3): the line whose
-    text it shows, when exactly one line of the SQL given has that text."""
+    text it shows, when exactly one line of the SQL given has that text. A line of none (the
+    text wmo-lake put around the query) is left out, with its caret line."""
     lines = query.splitlines()
 
     def renumber(match: re.Match[str]) -> str:
         shown = match.group(2).removeprefix("...").removesuffix("...")
         found = [number for number, line in enumerate(lines, 1) if shown and shown in line]
-        return f"LINE {found[0]}: {match.group(2)}" if len(found) == 1 else match.group(0)
+        if not found:
+            return ""
+        if len(found) > 1:
+            return match.group(0)
+        return f"LINE {found[0]}: {match.group(2)}{match.group(3) or ''}"
 
-    return _ERROR_LINE.sub(renumber, message)
+    return _ERROR_LINE.sub(renumber, message).rstrip()
 
 
 # DuckDB's error for `SET wmo_x = ...` (a setting set as a configuration option)
