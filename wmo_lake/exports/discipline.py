@@ -61,11 +61,12 @@ MAX_REGISTRY_BYTES = 64 * 2**20
 
 class ExportError(ValueError):
     """An export or a verified load that cannot proceed; the message says why and what to do.
-    A ValueError, as seed 001's exporter and loader raise for a dataset that does not hold."""
+    A ValueError, as WMO's `training_data` exporter and loader raise for a dataset that does not
+    hold."""
 
 
 class DatasetExistsError(ExportError, FileExistsError):
-    """FILE or FILE.manifest.json exists: an export never overwrites (seed 001 raises
+    """FILE or FILE.manifest.json exists: an export never overwrites (WMO's `training_data` raises
     FileExistsError for it)."""
 
 
