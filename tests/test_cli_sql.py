@@ -485,7 +485,7 @@ def test_piped_cells_with_newlines_or_wide_characters_are_whole(lake: Path) -> N
 
 @pytest.mark.parametrize("fmt", ["csv", "json", "jsonl"])
 def test_a_query_failing_partway_through_streaming_is_a_query_failure(lake: Path, fmt: str) -> None:
-    """On the Arrow path (CliRunner's stdout, like a redirected one) DuckDB's error reaches
+    """On the Arrow path CliRunner's stdout (like a redirected one) took, DuckDB's error reached
     pyarrow's reader as an OSError: it was said as `cannot write stdout: ...`."""
     query = "SELECT CASE WHEN i = 50000 THEN error('boom') ELSE i END AS v FROM range(100000) t(i)"
     result = _sql(lake, query, "--format", fmt)
@@ -501,43 +501,60 @@ def test_unwritable_output_is_a_message(lake: Path, tmp_path: Path) -> None:
     assert "Error: cannot write" in result.output and "Traceback" not in result.output
 
 
-def test_duckdb_copy_to_a_pipe_matches_the_arrow_path(lake: Path) -> None:
-    """A real process writing to a pipe has DuckDB's COPY write stdout; CliRunner's captured
-    stdout takes the Arrow path. Both give the same rows."""
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "json"])
+def test_every_stdout_gets_the_same_bytes(lake: Path, tmp_path: Path, fmt: str) -> None:
+    """A pipe has DuckDB's COPY write stdout itself; a redirected file (`> f`, `>> f`) and a
+    Python stream (CliRunner) took an Arrow path that wrote other bytes (every csv string
+    quoted, a double 1.0 as `1`, the json array indented otherwise). They now get COPY's bytes
+    through a relay, whose FIFO is gone when the process ends."""
+    import os
     import subprocess
     import sys
 
-    query = "SELECT trial_name, rewards, n_spans FROM trials ORDER BY trial_name"
-    for fmt in ("csv", "jsonl", "json"):
-        piped = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "wmo_lake.cli",
-                "sql",
-                query,
-                "--lake",
-                str(lake),
-                "--format",
-                fmt,
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        captured = _sql(lake, query, "--format", fmt).stdout
-        if fmt == "csv":
-            assert list(csv.reader(io.StringIO(piped))) == list(csv.reader(io.StringIO(captured)))
-        elif fmt == "jsonl":
-            assert [json.loads(x) for x in piped.splitlines()] == [
-                json.loads(x) for x in captured.splitlines()
-            ]
-        else:
-            assert json.loads(piped) == json.loads(captured)
+    query = (
+        "SELECT trial_name, rewards, n_spans, 1.0::DOUBLE AS one, 'a,b' AS comma "
+        "FROM trials ORDER BY trial_name"
+    )
+    args = [sys.executable, "-m", "wmo_lake.cli", "sql", query, "--lake", str(lake)]
+    args += ["--format", fmt]
+    temp = tmp_path / "temp"  # where the relay's dir is made
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp)}
+    piped = subprocess.run(args, capture_output=True, env=env, check=True).stdout
+    assert b"1.0" in piped
+    redirected = tmp_path / "out"
+    redirected.write_bytes(b"before\n")
+    with open(redirected, "ab") as stdout:  # `>> out`: what was there stays
+        subprocess.run(args, stdout=stdout, env=env, check=True)
+    assert redirected.read_bytes() == b"before\n" + piped
+    with open(redirected, "wb") as stdout:  # `> out`
+        subprocess.run(args, stdout=stdout, env=env, check=True)
+    assert redirected.read_bytes() == piped
+    captured = _sql(lake, query, "--format", fmt)
+    assert captured.exit_code == 0, captured.output
+    assert captured.stdout_bytes == piped
+    assert list(temp.iterdir()) == []
 
 
-def test_csv_on_the_arrow_path_has_duckdbs_text_for_every_type(lake: Path, tmp_path: Path) -> None:
-    """CliRunner's stdout (like a redirected one) takes the Arrow path: it wrote no INTERVAL,
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_full_stdout_is_said_and_stops_the_query(lake: Path) -> None:
+    """A stdout that cannot be written (a full disk) stops the COPY feeding the relay: said as
+    `cannot write stdout`, not a hang nor a broken pipe's silence."""
+    import subprocess
+    import sys
+
+    query = "SELECT range AS i FROM range(100000000)"
+    args = [sys.executable, "-m", "wmo_lake.cli", "sql", query, "--lake", str(lake)]
+    with open("/dev/full", "wb") as full:
+        done = subprocess.run(
+            [*args, "--format", "csv"], stdout=full, stderr=subprocess.PIPE, timeout=120
+        )
+    assert done.returncode == 1
+    assert done.stderr.decode().strip() == "Error: cannot write stdout: No space left on device"
+
+
+def test_csv_to_stdout_has_duckdbs_text_for_every_type(lake: Path, tmp_path: Path) -> None:
+    """CliRunner's stdout (like a redirected one) took an Arrow path: it wrote no INTERVAL,
     BIT or VARINT (a traceback), a blob's raw bytes and a TIMETZ without its offset. Its cells
     are the text DuckDB's COPY writes to a file."""
     query = (

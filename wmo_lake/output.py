@@ -1,11 +1,12 @@
 """Writing a query result as table | csv | json | jsonl | parquet, to stdout or a file.
 
-Results are streamed: DuckDB hands over Arrow record batches, and each batch is written before the
-next is fetched, so memory is bounded by a batch, not the result. The text is made by DuckDB or
-Arrow, never row by row in Python: csv by Arrow's CSV writer (nested values as DuckDB's JSON),
-json/jsonl by DuckDB's `to_json`, parquet by Arrow's Parquet writer. A file is written under a
-temporary name and renamed when complete, so an error or Ctrl-C leaves nothing half-written
-(`written_atomically`: through a symlink to the file it names; a FIFO or device straight through).
+Results are streamed by DuckDB's own COPY, never built row by row in Python, so the bytes are
+the same wherever they go: to a file (`--output`), a pipe or a terminal directly, and to a
+redirected stdout or a Python stream through a FIFO a thread relays (`copy_target`). csv cells are
+DuckDB's text (nested values its JSON), json/jsonl DuckDB's JSON with non-finite floats as null,
+parquet DuckDB's zstd Parquet. A file is written under a temporary name and renamed when
+complete, so an error or Ctrl-C leaves nothing half-written (`written_atomically`: through a
+symlink to the file it names; a FIFO or device straight through).
 
 The table format is drawn by `terminal.render_table`; Ctrl-C and SIGTERM while writing are
 handled as `stopping` says (a stdout result cut off, a file's partial removed).
@@ -16,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import decimal
+import functools
 import io
 import math
 import os
@@ -25,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TextIO
 
-from wmo_lake.stopping import cut_off_on_stdout, execute_interruptibly, exit_on_sigterm
+from wmo_lake.stopping import execute_interruptibly, exit_on_sigterm
 from wmo_lake.terminal import render_table
 
 if TYPE_CHECKING:  # imported where used: `wmo-lake ingest` imports this module's FORMATS only
@@ -119,22 +121,6 @@ CSV_CELLS = (
 )
 
 
-def _as_csv_ready(relation: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
-    """Nested columns as DuckDB's JSON text, numbers and booleans as they are, every other column
-    as DuckDB's own text for it: for the Arrow path, whose CSV writer quotes text but not numbers
-    (CSV_CELLS, all text, is for DuckDB's own COPY). Arrow would write no interval, bit or varint
-    at all, and a blob's raw bytes, a TIMETZ without its offset."""
-
-    def cell(c: str, t: str) -> str:
-        if t in NESTED_TYPES:
-            return f"to_json({c})::VARCHAR"
-        # (a UHUGEINT too: Arrow's CSV writer prints its 128 bits as signed, 2^127 as negative)
-        keep = (t in NUMERIC_TYPES and t != "uhugeint") or t == "boolean"
-        return c if keep else f"{c}::VARCHAR"
-
-    return _project(relation, cell)
-
-
 def _as_finite(relation: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
     """Non-finite floats as null (JSON has no NaN or Infinity), also inside lists, arrays,
     structs and maps (a span's sampled_logprobs may hold -inf): DuckDB's to_json and its JSON
@@ -179,13 +165,6 @@ def _finite(value: str, kind: Any, depth: int = 0) -> str:
     return value  # (a union: left as DuckDB writes it)
 
 
-def _as_json_lines(relation: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
-    """One column: each row as a JSON object made by DuckDB (non-finite floats as null)."""
-    cleaned = _as_finite(relation)
-    fields = ", ".join(f"{_quote(name)} := {_quote(name)}" for name in cleaned.columns)
-    return cleaned.project(f"to_json(struct_pack({fields}))::VARCHAR AS j")
-
-
 def _as_text(relation: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
     """Every column as display text: NULL as 'NULL', nested values as JSON."""
 
@@ -194,23 +173,6 @@ def _as_text(relation: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
         return f"coalesce({inner}, 'NULL')"
 
     return _project(relation, text)
-
-
-def _read(reader: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
-    """The reader's batches. A query that fails partway (DuckDB raises while making a batch)
-    reaches pyarrow's reader as a bare OSError: it is raised as the duckdb.Error it is, so it is
-    not taken for a failed write."""
-    import duckdb
-
-    batches = iter(reader)
-    while True:
-        try:
-            batch = next(batches)
-        except StopIteration:
-            return
-        except OSError as error:
-            raise duckdb.Error(str(error)) from error
-        yield batch
 
 
 class OutputFile:
@@ -277,10 +239,11 @@ def written_atomically(output: Path) -> Iterator[OutputFile]:
 STDOUT_DEVICE = "/dev/stdout"
 
 
-def copy_target(output: Path | None, stdout: TextIO) -> str | None:
-    """The path DuckDB's COPY can write this result to: the partial file of `output`, or the
-    process's real stdout; None when stdout is a Python stream (tests capture it), which gets
-    the Arrow path instead."""
+def copy_target(output: Path | None, stdout: TextIO) -> str:
+    """The path DuckDB's COPY writes this result to: the partial file of `output`, or the
+    process's real stdout when it is a pipe or a terminal, else this process's stdout relay
+    (`stdout_relay`: a FIFO whose bytes `_copy` passes on to stdout as they come). So the bytes
+    are DuckDB's COPY's wherever they go: a pipe, `> file` or a test's captured stream."""
     if output is not None:
         return str(OutputFile(output).partial)
     if stdout is sys.__stdout__ and os.path.exists(STDOUT_DEVICE):
@@ -293,8 +256,32 @@ def copy_target(output: Path | None, stdout: TextIO) -> str | None:
             if stat.S_ISFIFO(os.fstat(fd).st_mode) or os.isatty(fd):
                 return STDOUT_DEVICE
         except (OSError, ValueError):
-            return None
-    return None
+            pass
+    return stdout_relay()
+
+
+@functools.cache
+def stdout_relay() -> str:
+    """The path of the stdout relay FIFO, in a private temp dir made on first use: one path
+    until a COPY has gone through it (`wmo-lake sql` allows its connection to write there
+    before it knows whether the result will), which removes it (`_remove_relay`); at exit
+    otherwise."""
+    import atexit
+    import tempfile
+
+    directory = tempfile.mkdtemp(prefix="wmo-lake-")
+    path = os.path.join(directory, "stdout")
+    atexit.register(_remove_relay, path)
+    return path
+
+
+def _remove_relay(path: str) -> None:
+    """The relay FIFO and its dir gone; the next `stdout_relay()` makes another."""
+    for remove in (os.unlink, os.rmdir):
+        with contextlib.suppress(OSError):
+            remove(path)
+        path = os.path.dirname(path)
+    stdout_relay.cache_clear()
 
 
 @contextlib.contextmanager
@@ -332,45 +319,19 @@ class _TextBridge:
         return False
 
 
-def utc_labelled(schema: pa.Schema) -> pa.Schema:
-    """`schema` with its times labelled `UTC`. DuckDB's Arrow labels them with the connection's
-    zone, which the lake's connections keep as the machine names it when that is UTC already
-    (`Etc/UTC` here, where DuckDB's own Parquet writer says `UTC`), and Spark's with the JVM's
-    name for its session's zone: a reader showed the same instants in another zone by engine."""
-    import pyarrow as pa
-
-    def relabel(kind: pa.DataType) -> pa.DataType:
-        if pa.types.is_timestamp(kind) and kind.tz is not None:
-            return pa.timestamp(kind.unit, "UTC")
-        if pa.types.is_list(kind):
-            return pa.list_(kind.value_field.with_type(relabel(kind.value_type)))
-        if pa.types.is_large_list(kind):
-            return pa.large_list(kind.value_field.with_type(relabel(kind.value_type)))
-        if pa.types.is_struct(kind):
-            return pa.struct([field.with_type(relabel(field.type)) for field in kind])
-        if pa.types.is_map(kind):
-            return pa.map_(
-                kind.key_field.with_type(relabel(kind.key_type)),
-                kind.item_field.with_type(relabel(kind.item_type)),
-            )
-        return kind
-
-    return pa.schema([field.with_type(relabel(field.type)) for field in schema], schema.metadata)
-
-
 def write_result(
     relation: duckdb.DuckDBPyRelation,
     fmt: str,
     output: Path | None,
     stdout: TextIO,
     *,
+    con: duckdb.DuckDBPyConnection,
     limit: int | None = None,
     width: int | None = None,
-    con: duckdb.DuckDBPyConnection | None = None,
 ) -> None:
-    """Write `relation` in `fmt` to `output` (a file) or `stdout`, streamed: by DuckDB's own
-    COPY when `con` is given and the destination is a file or the real stdout (`copy_target`;
-    the connection must be allowed to write there), else Arrow record batch by batch."""
+    """Write `relation` (a query of `con`) in `fmt` to `output` (a file) or `stdout`, streamed
+    by DuckDB's own COPY on `con`, which must be allowed to write to `copy_target`: the same
+    bytes wherever they go."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if fmt == "parquet" and output is None:
@@ -385,36 +346,13 @@ def write_result(
     if fmt == "table":
         _write_table(relation, output, stdout, limit=limit, width=width)
         return
-    target = copy_target(output, stdout) if con is not None else None
-    if target is not None and con is not None:
-        if fmt == "csv":
-            query = f"SELECT {CSV_CELLS} FROM (\n{relation.sql_query()}\n)"
-        elif fmt == "parquet":
-            query = relation.sql_query()
-        else:
-            query = _as_finite(relation).sql_query()
-        _copy(con, query, fmt, target, output, stdout)
-        return
-    with cut_off_on_stdout(output), _sink(output, stdout) as sink:
-        if fmt == "parquet":
-            import pyarrow.parquet as pq
-
-            reader = relation.to_arrow_reader(BATCH_ROWS)
-            schema = utc_labelled(reader.schema)  # (as DuckDB's own COPY labels them)
-            relabel = not schema.equals(reader.schema)
-            with pq.ParquetWriter(sink, schema, compression="zstd") as writer:
-                for batch in _read(reader):
-                    writer.write_batch(batch.cast(schema) if relabel else batch)
-        elif fmt == "csv":
-            import pyarrow.csv as pacsv
-
-            reader = _as_csv_ready(relation).to_arrow_reader(BATCH_ROWS)
-            options = pacsv.WriteOptions(quoting_style="needed")
-            with pacsv.CSVWriter(sink, reader.schema, write_options=options) as writer:
-                for batch in _read(reader):
-                    writer.write_batch(batch)
-        else:
-            _write_json(_as_json_lines(relation), sink, as_array=fmt == "json")
+    if fmt == "csv":
+        query = f"SELECT {CSV_CELLS} FROM (\n{relation.sql_query()}\n)"
+    elif fmt == "parquet":
+        query = relation.sql_query()
+    else:
+        query = _as_finite(relation).sql_query()
+    _copy(con, query, fmt, copy_target(output, stdout), output, stdout)
 
 
 def copy_query(
@@ -465,31 +403,83 @@ def _copy(
         "json": "FORMAT json, ARRAY true",
     }.get(fmt, "FORMAT json")
     copy = f"COPY ({query}) TO {literal} ({options})"
-    if output is None:
+    if output is None and target == STDOUT_DEVICE:
         stdout.flush()
         with exit_on_sigterm():
             execute_interruptibly(con, copy, None)
+        return
+    if output is None:  # through the relay FIFO, to a Python stream or a regular file
+        # (written in place: DuckDB's COPY over an existing file goes through a tmp_ name)
+        copy = f"COPY ({query}) TO {literal} ({options}, USE_TMP_FILE false)"
+        _copy_through_relay(con, copy, target, stdout)
         return
     with written_atomically(output) as file:  # whose partial is `target` (copy_target)
         execute_interruptibly(con, copy, file.discard)
 
 
-def _write_json(lines: duckdb.DuckDBPyRelation, sink: IO[bytes], *, as_array: bool) -> None:
-    """The rows as JSON lines or one array; the array's "[" only with its first rows, so a query
-    that fails when it starts leaves no stray "[" on stdout."""
-    first = True
-    for batch in _read(lines.to_arrow_reader(BATCH_ROWS)):
-        texts = batch.column(0).to_pylist()
-        if not texts:
-            continue
-        if as_array:
-            joined = ",\n  ".join(texts)
-            sink.write((("[\n  " if first else ",\n  ") + joined).encode("utf-8"))
-        else:
-            sink.write(("\n".join(texts) + "\n").encode("utf-8"))
-        first = False
-    if as_array:
-        sink.write(b"[]\n" if first else b"\n]\n")
+def _copy_through_relay(
+    con: duckdb.DuckDBPyConnection, copy: str, fifo: str, stdout: TextIO
+) -> None:
+    """Run `copy` (a COPY to `fifo`) while a thread passes the FIFO's bytes on to stdout, as
+    they come: a result of any size streams, in bounded memory. A stdout that cannot be
+    written (a full disk) closes the FIFO, which stops the COPY; that error is raised."""
+    import threading
+
+    import duckdb
+
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(fifo)  # (a relay an earlier COPY of this process left: Ctrl-C)
+    os.mkfifo(fifo, 0o600)
+    try:
+        source = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        # a writer of our own until the COPY is over: the reader sees no end of file before
+        # DuckDB opens the FIFO, nor hangs if the COPY fails before it does
+        held = os.open(fifo, os.O_WRONLY)
+        os.set_blocking(source, True)
+        failed: list[OSError] = []
+        relay = threading.Thread(
+            target=_relay, args=(source, stdout, failed), name="wmo-lake-stdout-relay"
+        )
+        relay.start()
+        try:
+            with exit_on_sigterm():
+                execute_interruptibly(con, copy, None, before_exit=lambda: _remove_relay(fifo))
+        except duckdb.Error:
+            if failed:  # (DuckDB's "Broken pipe": the relay had closed the FIFO)
+                raise failed[0] from None
+            raise
+        finally:
+            os.close(held)
+            relay.join()
+        if failed:
+            raise failed[0]
+    finally:
+        _remove_relay(fifo)
+
+
+def _relay(source: int, stdout: TextIO, failed: list[OSError]) -> None:
+    """`source`'s bytes to stdout, each chunk flushed (a Ctrl-C ends the process at once):
+    its binary buffer when it has one, else as UTF-8 text. An error writing is kept in
+    `failed`, and `source` closed, so the writer stops."""
+    import codecs
+
+    binary = getattr(stdout, "buffer", None)
+    text = codecs.getincrementaldecoder("utf-8")()  # (a chunk may end inside a character)
+    try:
+        stdout.flush()
+        while chunk := os.read(source, 1 << 16):
+            if binary is not None:
+                binary.write(chunk)
+                binary.flush()
+            else:
+                stdout.write(text.decode(chunk))
+                stdout.flush()
+        if binary is None:
+            stdout.write(text.decode(b"", final=True))
+    except OSError as error:
+        failed.append(error)
+    finally:
+        os.close(source)
 
 
 SQL_NARROWER = "select fewer columns or use --format csv"  # `sql`'s ways to see every column

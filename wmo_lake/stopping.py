@@ -14,7 +14,6 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -63,28 +62,6 @@ def stopped_message(message: str) -> tuple[str, int]:
     return "stopped by SIGTERM" + message.removeprefix("interrupted"), 128 + TERMINATED[0]
 
 
-class OutputCutOff(KeyboardInterrupt):
-    """Ctrl-C while a result streamed to stdout (the CLI says CUT_OFF, exit 130)."""
-
-    message = CUT_OFF
-
-
-@contextlib.contextmanager
-def cut_off_on_stdout(output: Path | None) -> Iterator[None]:
-    """Within: a Ctrl-C (Python's, or DuckDB's own mid-query) while writing to stdout
-    (`output` None) is `OutputCutOff`."""
-    try:
-        yield
-    except KeyboardInterrupt:
-        if output is None:
-            raise OutputCutOff from None
-        raise
-    except Exception as error:
-        if output is None and query_interrupted(error):
-            raise OutputCutOff from None
-        raise
-
-
 @contextlib.contextmanager
 def ctrl_c_stops(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
     """Within: Ctrl-C stops the query `con` runs, always. Python's own SIGINT handler raises
@@ -126,13 +103,18 @@ def query_interrupted(error: BaseException) -> bool:
 
 
 def execute_interruptibly(
-    con: duckdb.DuckDBPyConnection, sql: str, on_abort: Callable[[], None] | None
+    con: duckdb.DuckDBPyConnection,
+    sql: str,
+    on_abort: Callable[[], None] | None,
+    *,
+    before_exit: Callable[[], None] | None = None,
 ) -> None:
     """Run `sql` (a long COPY) in a worker thread while this one waits, so Ctrl-C or SIGTERM
     reaches Python at once. DuckDB's connection refuses a second call (even interrupt()) while
     the COPY runs, so an interrupted CLI removes the partial file (`on_abort`), says so in one
     line and ends the process there (exit 130, or 143 for SIGTERM) with the COPY unfinished.
-    Without `on_abort` the COPY writes to stdout, whose rows so far stay: `CUT_OFF`."""
+    Without `on_abort` the COPY writes to stdout, whose rows so far stay: `CUT_OFF`.
+    `before_exit` runs before the process ends there either way (no atexit handler will)."""
     from wmo_lake.background import Background
 
     try:
@@ -142,6 +124,8 @@ def execute_interruptibly(
     except (KeyboardInterrupt, SystemExit) as stop:
         if on_abort is not None:
             on_abort()
+        if before_exit is not None:
+            before_exit()
         code = 130 if isinstance(stop, KeyboardInterrupt) else int(stop.code or 143)
         if code == 130:
             sys.stderr.write((INTERRUPTED if on_abort is not None else CUT_OFF) + "\n")

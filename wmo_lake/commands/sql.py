@@ -449,7 +449,8 @@ def run_on_spark(
         # drawn by DuckDB in UTC, as Spark's session (and every lake connection) reads times
         drawer = duckdb.connect()
         times_in_utc(drawer)
-        write_result(drawer.from_arrow(table), fmt, output, sys.stdout)
+        drawer.register("spark_result", table)
+        write_result(drawer.table("spark_result"), fmt, output, sys.stdout, con=drawer)
     except LakeError as error:
         fail(str(error))
     except ValueError as error:
