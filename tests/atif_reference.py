@@ -219,7 +219,7 @@ def read_document(
             "its steps are not in the lake. Re-run the trial or restore the file",
         )
         return
-    version = doc.get("schema_version")
+    version = doc.get("schema_version", "ATIF-v1.8")  # (harbor's default for an absent key)
     if not (isinstance(version, str) and version in {f"ATIF-v1.{minor}" for minor in range(9)}):
         shown = repr(version) if isinstance(version, str) and version else None
         problems.add(

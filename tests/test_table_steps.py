@@ -597,6 +597,10 @@ def test_free_text_is_written_without_a_parquet_dictionary(
             lambda t: t.__setitem__("schema_version", "ATIF-v9"),
             "schema_version is 'ATIF-v9', expected one of ATIF-v1.0 to ATIF-v1.8",
         ),
+        (
+            lambda t: t.__setitem__("schema_version", None),
+            "schema_version is null, expected one of ATIF-v1.0 to ATIF-v1.8",
+        ),
     ],
     ids=[
         "observation-text",
@@ -606,6 +610,7 @@ def test_free_text_is_written_without_a_parquet_dictionary(
         "no-call-id",
         "no-agent",
         "v9",
+        "null-version",
     ],
 )
 def test_what_harbors_model_refuses_is_a_problem_and_the_trial_stays(
@@ -636,4 +641,23 @@ def test_what_harbors_model_refuses_is_a_problem_and_the_trial_stays(
     problems = con.execute("SELECT kind, message FROM problems").fetchall()
     assert [kind for kind, _ in problems] == ["wrong_type"] and says in problems[0][1], problems
     assert con.execute("SELECT count(*) FROM trials").fetchall() == [(1,)]
+    assert con.execute("SELECT count(*) FROM steps").fetchall() == [(2,)]
+
+
+def test_a_trajectory_without_schema_version_is_harbors_default_and_no_problem(
+    tmp_path: Path,
+) -> None:
+    """harbor's Trajectory takes an absent `schema_version` as ATIF-v1.8 (only a null or an
+    unknown one is refused): it was said as `schema_version is null`."""
+    from harbor.models.trajectories import Trajectory
+
+    doc = trajectory(step(1, "user", "hi"), step(2, "agent", "yo"))
+    doc.pop("schema_version")
+    assert Trajectory.model_validate(doc).schema_version == "ATIF-v1.8"
+    job = write_job(tmp_path / "runs" / "job")
+    dump(write_trial(job, "t__1") / "agent" / "trajectory.json", doc)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    con = connect(tmp_path / "lake")
+    assert con.execute("SELECT kind, message FROM problems").fetchall() == []
+    assert con.execute("SELECT schema_version FROM trajectories").fetchall() == [(None,)]
     assert con.execute("SELECT count(*) FROM steps").fetchall() == [(2,)]

@@ -59,7 +59,8 @@ EXTRACT_LOGIC_VERSION = "14"  # 2: trajectories / steps / tool_calls; 3: collect
 # result.json with trial_name makes its dir a trial whatever its config.json says; a token id
 # past a double's range (1e400) is malformed spans, not an extract_failed trial
 # 14: an unreadable trial is one problems row; a CTRF skipped / pending / other count past 64
-# bits is null (the summary still grades); the trace is read on the terminus-2 path too (evidence)
+# bits is null (the summary still grades); the trace is read on the terminus-2 path too (evidence);
+# trajectory problems as harbor's model sees them (an absent schema_version is its ATIF-v1.8)
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,7 @@ class Step(Struct):
 
 
 class Trajectory(Struct):
-    schema_version: Any = None
+    schema_version: Any = UNSET  # absent is harbor's default (ATIF-v1.8); null it refuses
     session_id: Any = None
     trajectory_id: Any = None
     agent: Any = None

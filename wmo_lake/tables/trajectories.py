@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from msgspec import UNSET
 
 from wmo_lake.columns import SPECS, arrow_schema
 from wmo_lake.jsonfile import ReadFailure
@@ -103,8 +104,10 @@ SCHEMA_VERSIONS = frozenset(f"ATIF-v1.{minor}" for minor in range(9))
 
 def _check_header(path: Path, doc: atif.Trajectory, problems: ProblemLog) -> None:
     """What harbor's Trajectory requires of a document beside its steps: a known
-    `schema_version` and an `agent` object. Either missing is said; the steps are read anyway."""
-    if not (isinstance(doc.schema_version, str) and doc.schema_version in SCHEMA_VERSIONS):
+    `schema_version` when there is one (absent, harbor takes ATIF-v1.8) and an `agent` object.
+    Either wrong is said; the steps are read anyway."""
+    version = doc.schema_version
+    if version is not UNSET and not (isinstance(version, str) and version in SCHEMA_VERSIONS):
         shown = doc.schema_version if isinstance(doc.schema_version, str) else None
         problems.add(
             "wrong_type",
