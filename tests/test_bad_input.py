@@ -37,8 +37,10 @@ def _ingest_beside_a_good_trial(tmp_path: Path, make_bad) -> tuple[object, list[
         (b'{"id": "bad", "trial_name": "bad\xff\xfe__1"}', "not_utf8"),
         (b'[{"trial_name": "bad__1"}]', "not_an_object"),
         (b'{"id": "bad"}', "not_a_trial_result"),
+        # a row logged while reading (the surrogate), then no trial result: still one row
+        (b'["\\ud800"]', "lone_surrogate"),
     ],
-    ids=["truncated", "empty", "blank", "non-utf8", "array", "no-trial-name"],
+    ids=["truncated", "empty", "blank", "non-utf8", "array", "no-trial-name", "surrogate-array"],
 )
 def test_unreadable_result_is_an_unreadable_trial(
     tmp_path: Path, content: bytes, kind: str

@@ -92,7 +92,10 @@ def _not_a_trial(
             advice = (
                 "If the trial is still running, re-ingest after it finishes; otherwise re-run it"
             )
-        causes = [f"{kind}: {message}" if message else kind]
+        # (rows the reading logged before it gave up, a lone surrogate, are causes too: one row)
+        causes = [f"{row['kind']}: {row['message']}" for row in problems.rows]
+        problems.rows.clear()
+        causes.append(f"{kind}: {message}" if message else kind)
         if dir_problem is not None:
             causes.append(f"{dir_problem.kind}: {dir_problem.message}")
         problems.add(
