@@ -23,6 +23,7 @@ NON_PORTABLE = [
     ("SELECT len(l) FROM t", "len", "array_length"),
     ("SELECT length([1, 2, 3]) FROM t", "len", "array_length"),
     ("SELECT length(list_filter(l, lambda x: x > 0)) FROM t", "len", "array_length"),
+    ("SELECT length(array_value(1, 2)) FROM t", "len", "array_length"),
     ("SELECT list_resize([]::DOUBLE[], n, 0.0) FROM t", "list_resize", "list_transform(range(n)"),
     ("SELECT list_slice(l, 1, n) FROM t", "list_slice", "array_slice(x, 1, n)"),
     ("SELECT array_slice(l, 2, n) FROM t", "slice_start", "array_slice(x, 1, n)"),
@@ -47,6 +48,8 @@ PORTABLE = [
     "SELECT list(x) OVER (PARTITION BY p ORDER BY k ROWS UNBOUNDED PRECEDING) FROM t",
     "SELECT array_slice(list_concat(a, b), 1, n) FROM t",
     "SELECT array_length(l), length(s) FROM t",
+    # length() of a string a list function returns is a string's length on Spark too
+    "SELECT length(array_to_string(l, ',')), length(list_extract(l, 1)) FROM t",
     "SELECT to_json({'n': name}) FROM t",
     "SELECT max(x) FILTER (WHERE y) FROM t",
     "SELECT '{\"a\": [1:2]}' AS text_with_brackets FROM t",

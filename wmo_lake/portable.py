@@ -55,8 +55,11 @@ RULES: list[Rule] = [
     ),
     _rule(
         "len",
-        # (and length() of what is plainly a list: a literal, a list_/array_ function's result)
-        r"\blen\s*\(|\blength\s*\(\s*(\[|(list|array)_\w+\s*\(|string_split\w*\s*\()",
+        # (and length() of what is plainly a list: a literal, a list-returning function's
+        # result; not array_to_string's, list_extract's or list_aggr's, whose may be text)
+        r"\blen\s*\(|\blength\s*\(\s*(\[|(list|array)_(value|pack|transform|apply|filter"
+        r"|sort|reverse_sort|distinct|concat|cat|slice|resize|append|prepend|push_back"
+        r"|push_front|zip|select|where|grade_up|reverse|intersect)\s*\(|string_split\w*\s*\()",
         "len() becomes Spark's length(), which takes strings only",
         "array_length(list) (Spark: size), or length(text)",
     ),
