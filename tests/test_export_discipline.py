@@ -333,10 +333,47 @@ def test_what_an_unfinished_export_left_is_kept_when_it_is_not_its_own(tmp_path:
     assert out.read_text(encoding="utf-8") == "someone else's\n"
     placeholder = json.loads(export.manifest_path(out).read_text(encoding="utf-8"))
     out.unlink()
-    placeholder[export.UNFINISHED]["pid"] = os.getppid()  # an export still running
+    parent = os.getppid()  # an export still running
+    placeholder[export.UNFINISHED] |= {"pid": parent, "started": export._process_started(parent)}
     export.manifest_path(out).write_text(json.dumps(placeholder))
     with pytest.raises(ExportError, match=r"manifest\.json already exists"):
         export.refuse_existing(out)
+
+
+def test_a_placeholder_whose_pid_another_process_now_has_is_removed(tmp_path: Path) -> None:
+    """The pid of an export killed long ago may be a live process's again: its placeholder,
+    taken for a running export's, refused every export to FILE until that process ended."""
+    out = tmp_path / "d.txt"
+    _killed_after_link(out, 1)
+    placeholder = json.loads(export.manifest_path(out).read_text(encoding="utf-8"))
+    started = placeholder[export.UNFINISHED]["started"]
+    assert isinstance(started, int)
+    placeholder[export.UNFINISHED]["pid"] = os.getppid()  # alive, and started at another time
+    assert export._process_started(os.getppid()) != started
+    export.manifest_path(out).write_text(json.dumps(placeholder))
+    export.write_export(out, lines_writer(["b"]), kind="lines", registry=None, excluded={})
+    assert export.load_verified(out, read_lines, task_of, kind="lines") == ["b"]
+
+
+@pytest.mark.parametrize("links", [1, 2])
+def test_ctrl_c_right_after_a_link_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, links: int
+) -> None:
+    """A Ctrl-C between a link and the export's note of it left that name (FILE without its
+    manifest, refused by every loader and every later export)."""
+    link, done = os.link, []
+
+    def link_then_interrupt(source: str, target: str) -> None:
+        link(source, target)
+        done.append(target)
+        if len(done) == links:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(export.os, "link", link_then_interrupt)
+    out = tmp_path / "d.txt"
+    with pytest.raises(KeyboardInterrupt):
+        export.write_export(out, lines_writer(["a"]), kind="lines", registry=None, excluded={})
+    assert entries(tmp_path) == []
 
 
 def test_a_manifest_of_another_dataset_is_not_taken_for_an_orphan(tmp_path: Path) -> None:

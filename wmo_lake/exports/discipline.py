@@ -207,7 +207,8 @@ def refuse_existing(dataset: Path) -> None:
             )
 
 
-# The key of the placeholder manifest `write_export` links first: {pid, dataset_sha256}.
+# The key of the placeholder manifest `write_export` links first: {pid, started, dataset_sha256}
+# (`started`: the process's start time, so a pid reused by another process is not taken for it).
 UNFINISHED = "unfinished_export"
 
 
@@ -233,7 +234,9 @@ def _remove_unfinished(dataset: Path) -> None:
         return
     pid = mark.get("pid")
     if isinstance(pid, int) and pid != os.getpid() and _alive(pid):
-        return  # (an export writing FILE now)
+        started = mark.get("started")
+        if started is None or started == _process_started(pid):
+            return  # (an export writing FILE now)
     if dataset.is_symlink() or (dataset.exists() and not dataset.is_file()):
         return
     if dataset.is_file():
@@ -268,6 +271,18 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _process_started(pid: int) -> int | None:
+    """When process `pid` started, in clock ticks since boot (Linux's /proc/PID/stat field 22);
+    None where that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            # (after the command name's closing paren, which the name itself may contain)
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        return int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _fsync(path: Path) -> None:
@@ -350,7 +365,11 @@ def write_export(
         # Two names cannot be placed at once. A placeholder manifest goes first, then FILE,
         # then the manifest over the placeholder: a kill between them leaves a placeholder (and
         # maybe FILE) that no loader takes and the next export to FILE removes.
-        mark = {"pid": os.getpid(), "dataset_sha256": digest}
+        mark = {
+            "pid": os.getpid(),
+            "started": _process_started(os.getpid()),
+            "dataset_sha256": digest,
+        }
         placeholder: dict[str, Any] = {UNFINISHED: mark, "dataset": out.name}
         for tmp, target, text in (
             (tmp_manifest, companion, json.dumps(placeholder) + "\n"),
@@ -375,6 +394,11 @@ def write_export(
     except BaseException:
         for target in installed:
             target.unlink(missing_ok=True)
+        for tmp, target in ((tmp_manifest, companion), (tmp_data, out)):
+            # (a Ctrl-C between a link and its `installed.append`: the name is our file's)
+            with contextlib.suppress(OSError):
+                if target not in installed and os.path.samefile(tmp, target):
+                    target.unlink()
         raise
     finally:
         tmp_data.unlink(missing_ok=True)
