@@ -463,3 +463,45 @@ def test_a_scope_of_only_oracle_and_nop_trials_exports_empty_counted_in_the_mani
         loaded = load_verified(out)
         assert loaded.height == 0 and "messages" in loaded.columns
         assert load_conversations(out).height == 0
+
+
+def _long_trajectory(agent_steps: int) -> dict[str, Any]:
+    """A trajectory of `agent_steps` agent turns, each 2 KB of text and a 2 KB observation."""
+    steps: list[dict[str, Any]] = [{"step_id": 1, "source": "user", "message": "the task"}]
+    for i in range(agent_steps):
+        steps.append(
+            {
+                "step_id": i + 2,
+                "source": "agent",
+                "message": f"turn {i} " + "x" * 2000,
+                "observation": {"results": [{"content": "o" * 2000}]},
+            }
+        )
+    trajectory = real_trajectory()
+    trajectory["steps"] = steps
+    return trajectory
+
+
+@pytest.mark.parametrize("episodes", ["last", "all"])
+def test_a_long_trajectory_exports_within_a_small_memory_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, episodes: str
+) -> None:
+    """Each episode holds every turn before it, so a long trajectory's conversations are
+    quadratic in its turns. The export built a trial's every episode at once, even to keep only
+    its last (2.5 GB for 800 turns; `--episodes all` failed out of memory at 3.7 GB). A large
+    trial is built a range of episodes at a time now, and `--episodes last` builds only its
+    last: both fit in 64 MB."""
+    job = write_job(tmp_path / "runs" / "job")
+    dump(write_trial(job, "long__1") / "agent" / "trajectory.json", _long_trajectory(150))
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    monkeypatch.setenv("WMO_LAKE_MEMORY_LIMIT", "64MB")
+    out = tmp_path / f"{episodes}.jsonl"
+    rows, manifest = exported(tmp_path / "lake", out, "--no-split-guard", "--episodes", episodes)
+    assert manifest["rows"] == len(rows) == (1 if episodes == "last" else 150)
+    last = rows[-1]["messages"]
+    # the task, then per turn the assistant's message and its observation (but the last one's)
+    assert len(last) == 1 + 150 * 2 - 1
+    assert last[-1]["content"].startswith("turn 149 ")
+    if episodes == "all":
+        assert [row["episode"] for row in rows] == list(range(150))
+        assert all(len(row["messages"]) == 2 * row["episode"] + 2 for row in rows)

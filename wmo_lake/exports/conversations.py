@@ -31,6 +31,7 @@ import hashlib
 import json
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -96,10 +97,15 @@ GROUP BY ALL
 ORDER BY c.run NULLS LAST, c.step NULLS LAST, c.batch
 """
 # The trials left after every rule, in export order, with an estimate of the text their
-# conversations hold (each file's text times its episodes): the writer builds the messages a chunk
-# of trials at a time, so memory follows the chunk, not the export.
+# conversations hold (each file's text times its episodes), their main trace's episodes left and
+# how many subagent rows: the writer builds the messages a chunk at a time (`_chunks`), so memory
+# follows the chunk, not the export.
 TRIAL_SIZES = """
-SELECT c.trial_key, any_value(s.text_bytes) AS text_bytes
+SELECT
+    c.trial_key,
+    any_value(s.text_bytes) AS text_bytes,
+    list(c.episode ORDER BY c.episode) FILTER (WHERE c.trace_source = 'main') AS main_episodes,
+    count(*) FILTER (WHERE c.trace_source <> 'main') AS subagent_rows
 FROM candidates AS c
 JOIN (
     SELECT trial_key, sum(text_bytes * (episodes + 1)) AS text_bytes
@@ -120,13 +126,32 @@ JOIN (
 GROUP BY c.trial_key, c.run, c.step, c.batch, c.trial_name
 ORDER BY c.run NULLS LAST, c.step NULLS LAST, c.batch, c.trial_name
 """
-# The rows of one chunk of trials ($keys): the view's messages, pushed down to those trials.
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Conversations built at once: every one of some trials (`part` "all"), or of one trial,
+    the main trace's episodes `lo`..`hi` ("main") or its subagent traces ("subagents")."""
+
+    keys: list[str]
+    part: str = "all"
+    lo: int = 0
+    hi: int = 0
+
+
+# The rows of one chunk: the view filtered on its own columns, which DuckDB pushes down to the
+# steps it joins (a filter that came through the join with `candidates` was not: one trial's
+# every episode was built to keep its last, 2.5 GB for an 800-step trajectory), then the
+# candidates' columns joined on.
 CHUNK_ROWS = """
 SELECT v.messages, c.task, c.task_id, c.trial_name, c.batch, c.model, c.reward, c.passed,
     c.trace_source, c.episode
-FROM candidates AS c
-JOIN conversations AS v USING (trial_key, trace_source, episode)
-WHERE list_contains($keys, v.trial_key)
+FROM (
+    SELECT trial_key, trace_source, episode, messages
+    FROM conversations
+    WHERE {conditions}
+) AS v
+JOIN candidates AS c USING (trial_key, trace_source, episode)
 ORDER BY c.run NULLS LAST, c.step NULLS LAST, c.batch, c.trial_name,
     c.trace_source <> 'main', c.trace_source, c.episode
 """
@@ -213,10 +238,12 @@ def export_conversations(
             _drop(con, excluded, "NOT coalesce(passed, false)", "not_passed", outcome == "success")
             _drop(con, excluded, "has_media", "multimodal", True)
             trials = _trials(con, scope)
-            chunks = _chunks(con.execute(TRIAL_SIZES).fetchall())
+            last_only = episodes == "last"
+            chunks = _chunks(con.execute(TRIAL_SIZES).fetchall(), last_only=last_only)
 
             def write(path: Path) -> int:
-                rows = _write(_unique_batches(_chunk_batches(con, chunks), excluded), path, fmt)
+                batches = _chunk_batches(con, chunks, last_only=last_only)
+                rows = _write(_unique_batches(batches, excluded), path, fmt)
                 if not rows and (excluded or not trials):  # (else: no trial has an episode)
                     raise ExportError(_nothing_to_export(trials, excluded, scope))
                 return rows
@@ -278,26 +305,60 @@ def _drop(
         con.execute(f"DELETE FROM candidates WHERE {condition}")
 
 
-def _chunks(sizes: list[tuple[str, int]]) -> list[list[str]]:
-    """Consecutive trials grouped so each group's estimated text stays under CHUNK_TEXT_BYTES
-    (a trial larger than that is a group of its own)."""
-    chunks: list[list[str]] = []
+def _chunks(
+    sizes: list[tuple[str, int | None, list[int] | None, int]], *, last_only: bool
+) -> list[Chunk]:
+    """Consecutive trials grouped so each group's estimated text stays under CHUNK_TEXT_BYTES.
+    A trial larger than that is split: its main trace's episodes in ranges, each under it (an
+    episode's conversation grows with its number, so its estimate does too), then its subagent
+    traces. With `last_only` every trial keeps one main episode: no trial needs splitting."""
+    chunks: list[Chunk] = []
+    group: list[str] = []
     total = 0
-    for trial_key, text_bytes in sizes:
-        # a first trial with no text at all (empty, null or absent messages) still opens a chunk
-        if not chunks or total + (text_bytes or 0) > CHUNK_TEXT_BYTES:
-            chunks.append([])
-            total = 0
-        chunks[-1].append(trial_key)
-        total += text_bytes or 0
+    for trial_key, text_bytes, main_episodes, subagent_rows in sizes:
+        size = text_bytes or 0
+        if size <= CHUNK_TEXT_BYTES or last_only or not main_episodes:
+            # a first trial with no text at all (empty, null or absent messages) still opens one
+            if not group or total + size > CHUNK_TEXT_BYTES:
+                group = [trial_key]
+                chunks.append(Chunk(group))
+                total = 0
+            else:
+                group.append(trial_key)
+            total += size
+            continue
+        group, total = [], 0
+        weights = sum(episode + 1 for episode in main_episodes)
+        held: list[int] = []  # the episodes of the range being filled
+        estimated = 0.0
+        for episode in main_episodes:
+            estimate = size * (episode + 1) / weights
+            if held and estimated + estimate > CHUNK_TEXT_BYTES:
+                chunks.append(Chunk([trial_key], "main", held[0], held[-1]))
+                held, estimated = [], 0.0
+            held.append(episode)
+            estimated += estimate
+        chunks.append(Chunk([trial_key], "main", held[0], held[-1]))
+        if subagent_rows:
+            chunks.append(Chunk([trial_key], "subagents"))
     return chunks
 
 
 def _chunk_batches(
-    con: duckdb.DuckDBPyConnection, chunks: list[list[str]]
+    con: duckdb.DuckDBPyConnection, chunks: list[Chunk], *, last_only: bool
 ) -> Iterator[pa.RecordBatch]:
-    for keys in chunks:
-        yield from con.sql(CHUNK_ROWS, params={"keys": keys}).to_arrow_reader(BATCH_ROWS)
+    for chunk in chunks:
+        conditions = ["list_contains($keys, trial_key)"]
+        params: dict[str, Any] = {"keys": chunk.keys}
+        if chunk.part == "main":
+            conditions += ["trace_source = 'main'", "episode BETWEEN $lo AND $hi"]
+            params |= {"lo": chunk.lo, "hi": chunk.hi}
+        elif chunk.part == "subagents":
+            conditions.append("trace_source <> 'main'")
+        if last_only:
+            conditions.append("is_last_episode")
+        query = CHUNK_ROWS.format(conditions="\n      AND ".join(conditions))
+        yield from con.sql(query, params=params).to_arrow_reader(BATCH_ROWS)
 
 
 def _unique_batches(
