@@ -67,7 +67,8 @@ def normalize_terminal(text: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any]], dict]:
+def golden_lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The offline trials and the golden trajectories (continuations, subagents), ingested."""
     root = tmp_path_factory.mktemp("harbor")
     runs = root / "runs"
     shutil.copytree(FIXTURES / "harbor" / "offline-terminus2", runs / "offline-terminus2")
@@ -79,22 +80,41 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, A
         for name, golden in files.items():
             shutil.copy(GOLDEN / golden, agent / name)
     ingest([runs], root / "lake", workers=1)
-    out = root / "conversations.jsonl"
-    result = CliRunner().invoke(
-        cli,
-        [
-            "export",
-            "conversations",
-            "--lake",
-            str(root / "lake"),
-            "--out",
-            str(out),
-            "--no-split-guard",
-            "--json",
-        ],
-    )
+    return root / "lake"
+
+
+def _export(lake: Path, out: Path, *args: str) -> tuple[list[dict[str, Any]], dict]:
+    command = ["export", "conversations", "--lake", str(lake), "--out", str(out)]
+    result = CliRunner().invoke(cli, [*command, "--no-split-guard", "--json", *args])
     assert result.exit_code == 0, result.output
     return load_verified(out).to_dicts(), json.loads(result.output)
+
+
+@pytest.fixture(scope="module")
+def exported(golden_lake: Path) -> tuple[list[dict[str, Any]], dict]:
+    return _export(golden_lake, golden_lake.parent / "conversations.jsonl")
+
+
+@pytest.mark.parametrize("episodes", ["all", "last"])
+def test_building_a_trial_in_ranges_of_episodes_changes_nothing(
+    golden_lake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, episodes: str
+) -> None:
+    """A trial larger than a chunk is built a range of its main episodes at a time, then its
+    subagent traces: with every trial larger than a chunk, the file is the same, byte for byte,
+    continuations and subagents included; --no-subagents leaves out just the subagents' rows."""
+    from wmo_lake.exports import conversations
+
+    whole = tmp_path / "whole.jsonl"
+    rows, _ = _export(golden_lake, whole, "--episodes", episodes)
+    assert {row["trace_source"] for row in rows} > {"main"}  # (subagents are in the lake)
+    monkeypatch.setattr(conversations, "CHUNK_TEXT_BYTES", 1)
+    ranged = tmp_path / "ranged.jsonl"
+    _export(golden_lake, ranged, "--episodes", episodes)
+    assert ranged.read_bytes() == whole.read_bytes()
+    main_only, _ = _export(
+        golden_lake, tmp_path / "main.jsonl", "--episodes", episodes, "--no-subagents"
+    )
+    assert main_only == [row for row in rows if row["trace_source"] == "main"]
 
 
 def rows_of(

@@ -242,7 +242,7 @@ def export_conversations(
             chunks = _chunks(con.execute(TRIAL_SIZES).fetchall(), last_only=last_only)
 
             def write(path: Path) -> int:
-                batches = _chunk_batches(con, chunks, last_only=last_only)
+                batches = _chunk_batches(con, chunks, last_only=last_only, subagents=subagents)
                 rows = _write(_unique_batches(batches, excluded), path, fmt)
                 if not rows and (excluded or not trials):  # (else: no trial has an episode)
                     raise ExportError(_nothing_to_export(trials, excluded, scope))
@@ -345,10 +345,12 @@ def _chunks(
 
 
 def _chunk_batches(
-    con: duckdb.DuckDBPyConnection, chunks: list[Chunk], *, last_only: bool
+    con: duckdb.DuckDBPyConnection, chunks: list[Chunk], *, last_only: bool, subagents: bool
 ) -> Iterator[pa.RecordBatch]:
     for chunk in chunks:
         conditions = ["list_contains($keys, trial_key)"]
+        if not subagents:  # (the candidates hold none: not built at all)
+            conditions.append("trace_source = 'main'")
         params: dict[str, Any] = {"keys": chunk.keys}
         if chunk.part == "main":
             conditions += ["trace_source = 'main'", "episode BETWEEN $lo AND $hi"]
