@@ -553,6 +553,93 @@ def test_a_full_stdout_is_said_and_stops_the_query(lake: Path) -> None:
     assert done.stderr.decode().strip() == "Error: cannot write stdout: No space left on device"
 
 
+def test_a_python_stdout_that_fails_at_once_is_said_not_waited_on() -> None:
+    """The relay gave up on a stream it could not even flush before DuckDB had opened the
+    FIFO: DuckDB's open waited for a reader for ever (the command hung, SIGTERM too)."""
+    import threading
+
+    import duckdb
+
+    from wmo_lake.output import write_result
+
+    class Full(io.TextIOWrapper):
+        def flush(self) -> None:
+            raise OSError(28, "No space left on device")
+
+    con = duckdb.connect()
+    relation = con.sql("SELECT range AS i FROM range(1000000)")
+    raised: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            write_result(relation, "csv", None, Full(io.BytesIO(), encoding="utf-8"), con=con)
+        except BaseException as error:
+            raised.append(error)
+
+    worker = threading.Thread(target=write, daemon=True)
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "the write still waits"
+    assert [type(e) for e in raised] == [OSError] and raised[0].errno == 28
+
+
+def test_ctrl_c_while_a_result_streams_to_a_python_stream_leaves_the_process_running(
+    lake: Path,
+) -> None:
+    """In a process that runs the CLI in-process (CliRunner, a notebook), Ctrl-C while rows
+    stream to its stream is the one cut-off line and exit 130: the process itself was ended."""
+    import subprocess
+    import sys
+
+    script = f"""
+import os, signal, sys, threading
+from click.testing import CliRunner
+from wmo_lake.cli import cli
+threading.Timer(3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+result = CliRunner().invoke(
+    cli, ["sql", "SELECT range AS i FROM range(3000000000)", "--lake", {str(lake)!r},
+          "--format", "csv"])
+said = (result.exit_code, result.stderr.strip(), result.stdout[:6].replace(chr(10), "|"))
+print("exit", *said, file=sys.stderr)  # (the real stdout holds DuckDB's progress bar)
+print("the process goes on", file=sys.stderr)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[0].startswith("exit 130 interrupted: the rows printed so far"), lines
+    assert lines[0].endswith("i|0|1|"), lines
+    assert lines[1] == "the process goes on"
+
+
+def test_sigterm_before_the_result_leaves_no_relay_behind(lake: Path, tmp_path: Path) -> None:
+    """The relay's dir was made before the lake was opened, and removed only at exit, which a
+    SIGTERM during an earlier statement skips: a dir left in the temp dir each time."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    slow = "CREATE TEMP TABLE x AS SELECT max(hash(i)) AS m FROM range(20000000000) t(i)"
+    args = [sys.executable, "-m", "wmo_lake.cli", "sql", f"{slow}; SELECT * FROM x"]
+    with open(tmp_path / "out.csv", "wb") as out:
+        proc = subprocess.Popen(
+            [*args, "--lake", str(lake), "--format", "csv"],
+            stdout=out,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "TMPDIR": str(temp)},
+        )
+        time.sleep(3)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    assert proc.returncode != 0
+    assert list(temp.iterdir()) == []
+
+
 def test_csv_to_stdout_has_duckdbs_text_for_every_type(lake: Path, tmp_path: Path) -> None:
     """CliRunner's stdout (like a redirected one) took an Arrow path: it wrote no INTERVAL,
     BIT or VARINT (a traceback), a blob's raw bytes and a TIMETZ without its offset. Its cells

@@ -262,26 +262,26 @@ def copy_target(output: Path | None, stdout: TextIO) -> str:
 
 @functools.cache
 def stdout_relay() -> str:
-    """The path of the stdout relay FIFO, in a private temp dir made on first use: one path
-    until a COPY has gone through it (`wmo-lake sql` allows its connection to write there
-    before it knows whether the result will), which removes it (`_remove_relay`); at exit
-    otherwise."""
+    """The path of this process's stdout relay FIFO: a private dir of a random name in the temp
+    dir, made just before a COPY goes through it and removed right after (`_copy_through_relay`),
+    so nothing is left when the process is stopped before or after. One path for the process:
+    `wmo-lake sql` allows its connection to write there before it knows whether a result will."""
     import atexit
+    import secrets
     import tempfile
 
-    directory = tempfile.mkdtemp(prefix="wmo-lake-")
+    directory = os.path.join(tempfile.gettempdir(), f"wmo-lake-{secrets.token_hex(8)}")
     path = os.path.join(directory, "stdout")
     atexit.register(_remove_relay, path)
     return path
 
 
 def _remove_relay(path: str) -> None:
-    """The relay FIFO and its dir gone; the next `stdout_relay()` makes another."""
+    """The relay FIFO and its dir gone."""
     for remove in (os.unlink, os.rmdir):
         with contextlib.suppress(OSError):
             remove(path)
         path = os.path.dirname(path)
-    stdout_relay.cache_clear()
 
 
 @contextlib.contextmanager
@@ -423,63 +423,108 @@ def _copy_through_relay(
     """Run `copy` (a COPY to `fifo`) while a thread passes the FIFO's bytes on to stdout, as
     they come: a result of any size streams, in bounded memory. A stdout that cannot be
     written (a full disk) closes the FIFO, which stops the COPY; that error is raised."""
-    import threading
-
     import duckdb
 
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(fifo)  # (a relay an earlier COPY of this process left: Ctrl-C)
-    os.mkfifo(fifo, 0o600)
+    _remove_relay(fifo)  # (what an earlier COPY of this process left: killed mid-COPY)
+    os.mkdir(os.path.dirname(fifo), 0o700)  # ours alone: fails on a dir someone else made
     try:
+        os.mkfifo(fifo, 0o600)
         source = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
         # a writer of our own until the COPY is over: the reader sees no end of file before
-        # DuckDB opens the FIFO, nor hangs if the COPY fails before it does
+        # DuckDB opens the FIFO, nor waits for ever if the COPY fails before it does
         held = os.open(fifo, os.O_WRONLY)
-        os.set_blocking(source, True)
-        failed: list[OSError] = []
-        relay = threading.Thread(
-            target=_relay, args=(source, stdout, failed), name="wmo-lake-stdout-relay"
-        )
-        relay.start()
+        relay = _Relay(source, stdout)
         try:
-            with exit_on_sigterm():
-                execute_interruptibly(con, copy, None, before_exit=lambda: _remove_relay(fifo))
+            if stdout is sys.__stdout__:
+                with exit_on_sigterm():
+                    execute_interruptibly(con, copy, None, before_exit=lambda: _remove_relay(fifo))
+            else:
+                _copy_in_process(con, copy, relay)
         except duckdb.Error:
-            if failed:  # (DuckDB's "Broken pipe": the relay had closed the FIFO)
-                raise failed[0] from None
+            if relay.failed:  # (DuckDB's "Broken pipe": the relay had closed the FIFO)
+                raise relay.failed[0] from None
             raise
         finally:
             os.close(held)
-            relay.join()
-        if failed:
-            raise failed[0]
+            relay.thread.join()
+        if relay.failed:
+            raise relay.failed[0]
     finally:
         _remove_relay(fifo)
 
 
-def _relay(source: int, stdout: TextIO, failed: list[OSError]) -> None:
-    """`source`'s bytes to stdout, each chunk flushed (a Ctrl-C ends the process at once):
-    its binary buffer when it has one, else as UTF-8 text. An error writing is kept in
-    `failed`, and `source` closed, so the writer stops."""
-    import codecs
+def _copy_in_process(con: duckdb.DuckDBPyConnection, copy: str, relay: _Relay) -> None:
+    """The COPY for a Python stream (a test's, a notebook's): Ctrl-C must not end the process
+    as it does for the real stdout, so it stops the relay, whose closed FIFO ends the COPY at
+    DuckDB's next write, and is `OutputCutOff` once the relay is done."""
+    from wmo_lake.background import Background
+    from wmo_lake.stopping import OutputCutOff
 
-    binary = getattr(stdout, "buffer", None)
-    text = codecs.getincrementaldecoder("utf-8")()  # (a chunk may end inside a character)
+    copying = None
     try:
-        stdout.flush()
-        while chunk := os.read(source, 1 << 16):
-            if binary is not None:
-                binary.write(chunk)
-                binary.flush()
-            else:
-                stdout.write(text.decode(chunk))
-                stdout.flush()
-        if binary is None:
-            stdout.write(text.decode(b"", final=True))
-    except OSError as error:
-        failed.append(error)
-    finally:
-        os.close(source)
+        copying = Background(lambda: con.execute(copy), "wmo-lake-copy")
+        copying.wait(poll=0.1)
+    except KeyboardInterrupt:
+        relay.stop()
+        relay.thread.join()
+        if copying is not None:
+            with contextlib.suppress(Exception):  # (its "Broken pipe")
+                copying.wait(poll=0.1)
+        raise OutputCutOff from None
+
+
+class _Relay:
+    """A thread passing `source`'s bytes (the FIFO's) to stdout as they come, each chunk
+    flushed: its binary buffer when it has one, else as UTF-8 text. An error writing is kept in
+    `failed`, and `source` closed, so the COPY writing the FIFO fails at its next write."""
+
+    def __init__(self, source: int, stdout: TextIO) -> None:
+        import threading
+
+        self.source = source
+        self.stdout = stdout
+        self.failed: list[Exception] = []
+        self._stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="wmo-lake-stdout-relay", daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        """Stop passing bytes on (Ctrl-C): the FIFO is closed, ending the COPY."""
+        self._stopping.set()
+
+    def _run(self) -> None:
+        import codecs
+        import select
+
+        binary = getattr(self.stdout, "buffer", None)
+        text = codecs.getincrementaldecoder("utf-8")()  # (a chunk may end inside a character)
+        opened = False  # whether DuckDB has the FIFO open: it wrote to it
+        try:
+            try:
+                self.stdout.flush()
+                while not self._stopping.is_set():
+                    if not select.select([self.source], [], [], 0.1)[0]:
+                        continue
+                    chunk = os.read(self.source, 1 << 16)
+                    if not chunk:
+                        break
+                    opened = True
+                    if binary is not None:
+                        binary.write(chunk)
+                        binary.flush()
+                    else:
+                        self.stdout.write(text.decode(chunk))
+                        self.stdout.flush()
+                if binary is None and not self._stopping.is_set():
+                    self.stdout.write(text.decode(b"", final=True))
+            except Exception as error:
+                self.failed.append(error)
+            if not opened and (self.failed or self._stopping.is_set()):
+                # DuckDB's open of the FIFO for writing waits for a reader: one is kept until
+                # it writes (closed then, its next write fails) or the COPY is over
+                select.select([self.source], [], [])
+        finally:
+            os.close(self.source)
 
 
 SQL_NARROWER = "select fewer columns or use --format csv"  # `sql`'s ways to see every column

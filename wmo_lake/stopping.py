@@ -62,6 +62,13 @@ def stopped_message(message: str) -> tuple[str, int]:
     return "stopped by SIGTERM" + message.removeprefix("interrupted"), 128 + TERMINATED[0]
 
 
+class OutputCutOff(KeyboardInterrupt):
+    """Ctrl-C while a result streamed to a Python stream in this process (the CLI says
+    CUT_OFF, exit 130); the process is not ended, as a real stdout's COPY ends it."""
+
+    message = CUT_OFF
+
+
 @contextlib.contextmanager
 def ctrl_c_stops(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
     """Within: Ctrl-C stops the query `con` runs, always. Python's own SIGINT handler raises
@@ -129,8 +136,9 @@ def execute_interruptibly(
         code = 130 if isinstance(stop, KeyboardInterrupt) else int(stop.code or 143)
         if code == 130:
             sys.stderr.write((INTERRUPTED if on_abort is not None else CUT_OFF) + "\n")
-        sys.stderr.flush()
-        sys.stdout.flush()
+        for stream in (sys.stderr, sys.stdout):  # (one that cannot be written: exit anyway)
+            with contextlib.suppress(Exception):
+                stream.flush()
         os._exit(code)
 
 
