@@ -355,6 +355,22 @@ def test_a_placeholder_whose_pid_another_process_now_has_is_removed(tmp_path: Pa
     assert export.load_verified(out, read_lines, task_of, kind="lines") == ["b"]
 
 
+def test_a_live_exporter_whose_start_cannot_be_read_keeps_its_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another user's process under /proc's hidepid=2 shows no start time: its live export's
+    placeholder was taken for a dead one's and removed, with its FILE."""
+    out = tmp_path / "d.txt"
+    _killed_after_link(out, 2)
+    placeholder = json.loads(export.manifest_path(out).read_text(encoding="utf-8"))
+    placeholder[export.UNFINISHED]["pid"] = os.getppid()  # alive
+    export.manifest_path(out).write_text(json.dumps(placeholder))
+    monkeypatch.setattr(export, "_process_started", lambda pid: None)
+    with pytest.raises(ExportError, match="already exists"):
+        export.refuse_existing(out)
+    assert out.exists() and export.manifest_path(out).exists()
+
+
 @pytest.mark.parametrize("links", [1, 2])
 def test_ctrl_c_right_after_a_link_leaves_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, links: int

@@ -234,9 +234,9 @@ def _remove_unfinished(dataset: Path) -> None:
         return
     pid = mark.get("pid")
     if isinstance(pid, int) and pid != os.getpid() and _alive(pid):
-        started = mark.get("started")
-        if started is None or started == _process_started(pid):
-            return  # (an export writing FILE now)
+        started, now = mark.get("started"), _process_started(pid)
+        if started is None or now is None or started == now:
+            return  # (an export writing FILE now, or one this process cannot tell apart)
     if dataset.is_symlink() or (dataset.exists() and not dataset.is_file()):
         return
     if dataset.is_file():
