@@ -43,7 +43,7 @@ MAP_STRING_STRING = "map<string, string>"
 
 # Bump for a change of extraction the specs do not show (a fixed bug, a new reading of a field):
 # the extract version is this and the specs' digest.
-EXTRACT_LOGIC_VERSION = "14"  # 2: trajectories / steps / tool_calls; 3: collection paths;
+EXTRACT_LOGIC_VERSION = "15"  # 2: trajectories / steps / tool_calls; 3: collection paths;
 # 4: rewards as harbor's TrialResult reads them; a byte-order mark is not JSON; sink lines lax;
 # a CTRF summary count past 64 bits leaves the summary out; n_episodes past 64 bits clamped;
 # 5: a broken trial config.json, a trace that is no object and a time that is none are problems;
@@ -59,8 +59,9 @@ EXTRACT_LOGIC_VERSION = "14"  # 2: trajectories / steps / tool_calls; 3: collect
 # result.json with trial_name makes its dir a trial whatever its config.json says; a token id
 # past a double's range (1e400) is malformed spans, not an extract_failed trial
 # 14: an unreadable trial is one problems row; a CTRF skipped / pending / other count past 64
-# bits is null (the summary still grades); the trace is read on the terminus-2 path too (evidence);
-# trajectory problems as harbor's model sees them (an absent schema_version is its ATIF-v1.8)
+# bits is null (the summary still grades); the trace is read on the terminus-2 path too (evidence)
+# 15: an absent trajectory schema_version is harbor's default, no problem; an unreadable trial's
+# rows logged before it was found unreadable are folded into its one row
 
 
 @dataclass(frozen=True)
