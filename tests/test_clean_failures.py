@@ -448,3 +448,21 @@ def test_py4js_interrupted_calls_are_not_logged_at_the_root() -> None:
     gateway = "/venv/lib/python3.12/site-packages/py4j/java_gateway.py"
     assert not _py4j_at_the_root(record(gateway))
     assert _py4j_at_the_root(record("/venv/lib/python3.12/site-packages/wmo_lake/ingest.py"))
+
+
+@pytest.mark.parametrize("command", [["stats"], ["sql", "SELECT 1 AS x", "--format", "csv"]])
+def test_a_closed_stdout_is_one_line_not_a_traceback(lake: Path, command: list[str]) -> None:
+    """`wmo-lake stats >&-`: Python has no sys.stdout at all, and every command ended in an
+    AttributeError traceback."""
+    done = subprocess.run(
+        [*CLI, *command, "--lake", str(lake)],
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: os.close(1),
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == (
+        "Error: stdout is closed; give wmo-lake one (`> /dev/null` drops it)"
+    )
+    assert "Traceback" not in done.stderr

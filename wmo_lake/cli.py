@@ -149,6 +149,12 @@ def main() -> None:
         OWN_PROCESS.append(True)
         program_environment()
     _tolerant_streams()
+    if sys.stdout is None:  # (`>&-`: Python has no stdout at all; every command writes there)
+        if sys.stderr is not None:
+            sys.stderr.write(
+                "Error: stdout is closed; give wmo-lake one (`> /dev/null` drops it)\n"
+            )
+        sys.exit(1)
     try:
         cli()
     except SystemExit as done:
