@@ -595,7 +595,13 @@ def test_ctrl_c_while_a_result_streams_to_a_python_stream_leaves_the_process_run
 import os, signal, sys, threading
 from click.testing import CliRunner
 from wmo_lake.cli import cli
-threading.Timer(3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+def ctrl_c_once_rows_flow():  # (the relay's thread runs once the COPY is under way)
+    import time
+    while not any(t.name == "wmo-lake-stdout-relay" for t in threading.enumerate()):
+        time.sleep(0.05)
+    time.sleep(1)
+    os.kill(os.getpid(), signal.SIGINT)
+threading.Thread(target=ctrl_c_once_rows_flow, daemon=True).start()
 result = CliRunner().invoke(
     cli, ["sql", "SELECT range AS i FROM range(3000000000)", "--lake", {str(lake)!r},
           "--format", "csv"])

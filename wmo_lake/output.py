@@ -439,7 +439,7 @@ def _copy_through_relay(
                 with exit_on_sigterm():
                     execute_interruptibly(con, copy, None, before_exit=lambda: _remove_relay(fifo))
             else:
-                _copy_in_process(con, copy, relay)
+                _copy_in_process(con, copy)
         except duckdb.Error:
             if relay.failed:  # (DuckDB's "Broken pipe": the relay had closed the FIFO)
                 raise relay.failed[0] from None
@@ -453,24 +453,21 @@ def _copy_through_relay(
         _remove_relay(fifo)
 
 
-def _copy_in_process(con: duckdb.DuckDBPyConnection, copy: str, relay: _Relay) -> None:
-    """The COPY for a Python stream (a test's, a notebook's): Ctrl-C must not end the process
-    as it does for the real stdout, so it stops the relay, whose closed FIFO ends the COPY at
-    DuckDB's next write, and is `OutputCutOff` once the relay is done."""
-    from wmo_lake.background import Background
-    from wmo_lake.stopping import OutputCutOff
+def _copy_in_process(con: duckdb.DuckDBPyConnection, copy: str) -> None:
+    """The COPY for a Python stream (a test's, a notebook's), on this thread: Ctrl-C must not
+    end the process as it does for the real stdout. DuckDB takes the signal mid-query (the CLI's
+    `ctrl_c_stops` interrupts the connection), and the rows relayed so far stay: `OutputCutOff`.
+    (On a thread of its own the COPY, once interrupted, left the connection busy at times.)"""
+    from wmo_lake.stopping import OutputCutOff, query_interrupted
 
-    copying = None
     try:
-        copying = Background(lambda: con.execute(copy), "wmo-lake-copy")
-        copying.wait(poll=0.1)
+        con.execute(copy)
     except KeyboardInterrupt:
-        relay.stop()
-        relay.thread.join()
-        if copying is not None:
-            with contextlib.suppress(Exception):  # (its "Broken pipe")
-                copying.wait(poll=0.1)
         raise OutputCutOff from None
+    except Exception as error:
+        if query_interrupted(error):
+            raise OutputCutOff from None
+        raise
 
 
 class _Relay:
@@ -484,13 +481,8 @@ class _Relay:
         self.source = source
         self.stdout = stdout
         self.failed: list[Exception] = []
-        self._stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, name="wmo-lake-stdout-relay", daemon=True)
         self.thread.start()
-
-    def stop(self) -> None:
-        """Stop passing bytes on (Ctrl-C): the FIFO is closed, ending the COPY."""
-        self._stopping.set()
 
     def _run(self) -> None:
         import codecs
@@ -502,9 +494,8 @@ class _Relay:
         try:
             try:
                 self.stdout.flush()
-                while not self._stopping.is_set():
-                    if not select.select([self.source], [], [], 0.1)[0]:
-                        continue
+                while True:
+                    select.select([self.source], [], [])  # (`source` does not block)
                     chunk = os.read(self.source, 1 << 16)
                     if not chunk:
                         break
@@ -515,11 +506,11 @@ class _Relay:
                     else:
                         self.stdout.write(text.decode(chunk))
                         self.stdout.flush()
-                if binary is None and not self._stopping.is_set():
+                if binary is None:
                     self.stdout.write(text.decode(b"", final=True))
             except Exception as error:
                 self.failed.append(error)
-            if not opened and (self.failed or self._stopping.is_set()):
+            if not opened and self.failed:
                 # DuckDB's open of the FIFO for writing waits for a reader: one is kept until
                 # it writes (closed then, its next write fails) or the COPY is over
                 select.select([self.source], [], [])
