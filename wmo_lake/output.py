@@ -25,7 +25,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from wmo_lake.stopping import execute_interruptibly, exit_on_sigterm
 from wmo_lake.terminal import render_table
@@ -35,7 +35,6 @@ if TYPE_CHECKING:  # imported where used: `wmo-lake ingest` imports this module'
     import pyarrow as pa
 
 FORMATS = ("table", "csv", "json", "jsonl", "parquet")
-BATCH_ROWS = 8192  # rows per Arrow record batch: the unit of memory while streaming
 TABLE_ROWS = 1000  # the table format shows at most this many rows unless --limit says otherwise
 NESTED_TYPES = {"list", "struct", "map", "array", "union"}
 NUMERIC_TYPES = {
@@ -284,39 +283,11 @@ def _remove_relay(path: str) -> None:
         path = os.path.dirname(path)
 
 
-@contextlib.contextmanager
-def _sink(output: Path | None, stdout: TextIO) -> Iterator[IO[bytes]]:
-    """A binary stream to write to: stdout, or `output` written under a temporary name and
-    renamed into place only when everything was written (removed on any error or Ctrl-C)."""
-    if output is None:
-        stdout.flush()
-        buffer = getattr(stdout, "buffer", None)
-        if buffer is None:  # a text-only stream (tests): collect bytes, then write them as text
-            yield _TextBridge(stdout)  # type: ignore[misc]  # write() is all the writers need
-            return
-        yield buffer
-        buffer.flush()
-        return
+def _write_file(output: Path, data: bytes) -> None:
+    """`data` as `output`, written under a temporary name and renamed into place only when
+    whole (removed on any error or Ctrl-C)."""
     with written_atomically(output) as target, open(target.partial, "wb") as stream:
-        yield stream
-
-
-class _TextBridge:
-    """Bytes written to a text stream (for stdout replacements without a binary buffer)."""
-
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-
-    def write(self, data: bytes) -> int:
-        self.stream.write(bytes(data).decode("utf-8"))
-        return len(data)
-
-    def flush(self) -> None:
-        self.stream.flush()
-
-    @property
-    def closed(self) -> bool:
-        return False
+        stream.write(data)
 
 
 def write_result(
@@ -552,17 +523,15 @@ def _write_table(
             narrower=SQL_NARROWER,
         )
         return
-    with _sink(output, stdout) as sink:
-        rendered = io.StringIO()
-        render_table(
-            columns, rows, right_aligned=right, file=rendered, footer=footer, narrower=SQL_NARROWER
-        )
-        sink.write(rendered.getvalue().encode("utf-8"))
+    rendered = io.StringIO()
+    render_table(
+        columns, rows, right_aligned=right, file=rendered, footer=footer, narrower=SQL_NARROWER
+    )
+    _write_file(output, rendered.getvalue().encode("utf-8"))
 
 
 def _write_text(text: str, output: Path | None, stdout: TextIO) -> None:
     if output is None:
         stdout.write(text)
         return
-    with _sink(output, stdout) as sink:
-        sink.write(text.encode("utf-8"))
+    _write_file(output, text.encode("utf-8"))
