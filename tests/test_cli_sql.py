@@ -536,6 +536,54 @@ def test_every_stdout_gets_the_same_bytes(lake: Path, tmp_path: Path, fmt: str) 
     assert list(temp.iterdir()) == []
 
 
+def test_a_temp_dir_without_fifos_still_gets_the_same_bytes(
+    lake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A temp dir on a filesystem that cannot hold a FIFO (some FUSE or network mounts) made
+    `sql > file` and a Python stream fail at mkfifo. The COPY now writes a plain file there,
+    passed on once whole: the same bytes as a pipe's, and nothing left in the temp dir."""
+    import os
+    import subprocess
+    import sys
+
+    query = "SELECT trial_name, 1.0::DOUBLE AS one, 'a,b' AS comma FROM trials ORDER BY 1"
+    cli_args = ["sql", query, "--lake", str(lake), "--format", "csv"]
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp)}
+    piped = subprocess.run(
+        [sys.executable, "-m", "wmo_lake.cli", *cli_args], capture_output=True, env=env, check=True
+    ).stdout
+    no_fifos = (
+        "import errno, os, sys\n"
+        "def mkfifo(*args, **kwargs): raise OSError(errno.EPERM, 'Operation not permitted')\n"
+        "os.mkfifo = mkfifo\n"
+        "from wmo_lake.cli import main\n"
+        "sys.argv[0] = 'wmo-lake'\n"
+        "main()\n"
+    )
+    redirected = tmp_path / "out"
+    with open(redirected, "wb") as stdout:  # `> out`
+        subprocess.run(
+            [sys.executable, "-c", no_fifos, *cli_args], stdout=stdout, env=env, check=True
+        )
+    assert redirected.read_bytes() == piped
+
+    def no_mkfifo(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    import errno
+
+    from wmo_lake.output import stdout_relay
+
+    monkeypatch.setattr(os, "mkfifo", no_mkfifo)
+    captured = _sql(lake, query, "--format", "csv")
+    assert captured.exit_code == 0, captured.output
+    assert captured.stdout_bytes == piped
+    assert list(temp.iterdir()) == []  # (the subprocess's relay)
+    assert not os.path.exists(os.path.dirname(stdout_relay()))  # (this process's)
+
+
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
 def test_a_full_stdout_is_said_and_stops_the_query(lake: Path) -> None:
     """A stdout that cannot be written (a full disk) stops the COPY feeding the relay: said as

@@ -399,18 +399,21 @@ def _copy_through_relay(
     _remove_relay(fifo)  # (what an earlier COPY of this process left: killed mid-COPY)
     os.mkdir(os.path.dirname(fifo), 0o700)  # ours alone: fails on a dir someone else made
     try:
-        os.mkfifo(fifo, 0o600)
+        try:
+            os.mkfifo(fifo, 0o600)
+        except OSError:
+            # a temp dir on a filesystem without FIFOs (some FUSE or network mounts): the
+            # COPY writes a plain file there, passed on once whole (the same bytes, on disk)
+            _run_copy(con, copy, fifo, stdout)
+            _Relay(os.open(fifo, os.O_RDONLY), stdout).wait()
+            return
         source = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
         # a writer of our own until the COPY is over: the reader sees no end of file before
         # DuckDB opens the FIFO, nor waits for ever if the COPY fails before it does
         held = os.open(fifo, os.O_WRONLY)
         relay = _Relay(source, stdout)
         try:
-            if stdout is sys.__stdout__:
-                with exit_on_sigterm():
-                    execute_interruptibly(con, copy, None, before_exit=lambda: _remove_relay(fifo))
-            else:
-                _copy_in_process(con, copy)
+            _run_copy(con, copy, fifo, stdout)
         except duckdb.Error:
             if relay.failed:  # (DuckDB's "Broken pipe": the relay had closed the FIFO)
                 raise relay.failed[0] from None
@@ -418,10 +421,19 @@ def _copy_through_relay(
         finally:
             os.close(held)
             relay.thread.join()
-        if relay.failed:
-            raise relay.failed[0]
+        relay.wait()
     finally:
         _remove_relay(fifo)
+
+
+def _run_copy(con: duckdb.DuckDBPyConnection, copy: str, fifo: str, stdout: TextIO) -> None:
+    """`copy` (to the relay at `fifo`) run as its stdout needs: for the real stdout, SIGTERM
+    and Ctrl-C end the process (the relay removed first); for a Python stream, on this thread."""
+    if stdout is sys.__stdout__:
+        with exit_on_sigterm():
+            execute_interruptibly(con, copy, None, before_exit=lambda: _remove_relay(fifo))
+    else:
+        _copy_in_process(con, copy)
 
 
 def _copy_in_process(con: duckdb.DuckDBPyConnection, copy: str) -> None:
@@ -454,6 +466,12 @@ class _Relay:
         self.failed: list[Exception] = []
         self.thread = threading.Thread(target=self._run, name="wmo-lake-stdout-relay", daemon=True)
         self.thread.start()
+
+    def wait(self) -> None:
+        """Once every byte is passed on; the error writing stdout, if any, raised."""
+        self.thread.join()
+        if self.failed:
+            raise self.failed[0]
 
     def _run(self) -> None:
         import codecs
