@@ -532,3 +532,41 @@ def test_a_trial_that_names_no_task_is_kept_and_said(tmp_path: Path) -> None:
     assert "names no task" in problems[0][2]
     con = connect(tmp_path / "lake")
     assert con.sql("SELECT task_id FROM cells WHERE trial_name = 'bad__1'").fetchall() == [(None,)]
+
+
+def test_an_agent_dir_that_cannot_be_listed_still_gives_its_trace_and_named_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent/ dir that may be entered but not listed (execute without read permission, which
+    root ignores, so the listing is refused here by hand) hid its wmo-run.json, so a pi-bridge
+    trial's stop reason was unknown, and every continuation: the stop reason is now the trace's,
+    the continuation trajectory.json names is read, and what a listing alone could find (a
+    subagent's trajectory) is said as a problem, not silently missed."""
+    import os
+
+    (tmp_path / "sinks").mkdir()
+    job = write_job(tmp_path / "runs" / "job", token_sink_dir=str(tmp_path / "sinks"))
+    trial = write_trial(job, "locked__1", trace={"stop_reason": "max_turns"})
+    agent = trial / "agent"
+    main = json.loads((agent / "trajectory.json").read_text())
+    continuation = {**main, "steps": main["steps"][-1:]}
+    main["continued_trajectory_ref"] = "trajectory.cont-1.json"
+    (agent / "trajectory.json").write_text(json.dumps(main))
+    (agent / "trajectory.cont-1.json").write_text(json.dumps(continuation))
+    real_listdir = os.listdir
+
+    def listdir(path="."):  # type: ignore[no-untyped-def]
+        if os.fspath(path) == str(agent):
+            raise PermissionError(13, "Permission denied", str(agent))
+        return real_listdir(path)
+
+    monkeypatch.setattr(os, "listdir", listdir)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    con = connect(tmp_path / "lake")
+    stop = con.execute("SELECT stop_reason FROM trial_records").fetchall()
+    assert stop == [("max_turns",)]
+    files = con.execute("SELECT file FROM trajectories ORDER BY file").fetchall()
+    assert [Path(f).name for (f,) in files] == ["trajectory.cont-1.json", "trajectory.json"]
+    problems = con.execute("SELECT kind, path, message FROM problems").fetchall()
+    assert [(kind, path) for kind, path, _ in problems] == [("unreadable_dir", str(agent))]
+    assert "cannot be listed" in problems[0][2] and "subagent" in problems[0][2]

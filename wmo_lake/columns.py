@@ -43,7 +43,7 @@ MAP_STRING_STRING = "map<string, string>"
 
 # Bump for a change of extraction the specs do not show (a fixed bug, a new reading of a field):
 # the extract version is this and the specs' digest.
-EXTRACT_LOGIC_VERSION = "15"  # 2: trajectories / steps / tool_calls; 3: collection paths;
+EXTRACT_LOGIC_VERSION = "16"  # 2: trajectories / steps / tool_calls; 3: collection paths;
 # 4: rewards as harbor's TrialResult reads them; a byte-order mark is not JSON; sink lines lax;
 # a CTRF summary count past 64 bits leaves the summary out; n_episodes past 64 bits clamped;
 # 5: a broken trial config.json, a trace that is no object and a time that is none are problems;
@@ -62,6 +62,8 @@ EXTRACT_LOGIC_VERSION = "15"  # 2: trajectories / steps / tool_calls; 3: collect
 # bits is null (the summary still grades); the trace is read on the terminus-2 path too (evidence)
 # 15: an absent trajectory schema_version is harbor's default, no problem; an unreadable trial's
 # rows logged before it was found unreadable are folded into its one row
+# 16: an agent/ dir that cannot be listed still gives its wmo-run.json and the continuations
+# trajectory.json names (read by name), and is said as an unreadable_dir problem
 
 
 @dataclass(frozen=True)

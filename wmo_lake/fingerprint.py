@@ -47,12 +47,15 @@ def _collection(collection: Collection) -> list[str]:
     return [collection.path, str(collection.token_sink_dir), str(sink and (sink.path, sink.exists))]
 
 
-def agent_listing(trial_dir: str) -> list[str]:
-    """The names in a trial's agent/ dir (none when it cannot be listed)."""
+def agent_listing(trial_dir: str) -> list[str] | None:
+    """The names in a trial's agent/ dir: none when it has no such dir, None when its agent/
+    cannot be listed (one that may be entered but not read: its files still open by name)."""
     try:
         return os.listdir(f"{trial_dir}/agent")
-    except OSError:
+    except (FileNotFoundError, NotADirectoryError):
         return []
+    except OSError:
+        return None
 
 
 def trial_fingerprint(
@@ -76,6 +79,9 @@ def trial_fingerprint(
     parts += [f"{name}={_stat_token(f'{directory}/{name}')}" for name in TRIAL_FILES]
     if agent_names is None:
         agent_names = agent_listing(directory)
+    if agent_names is None:  # (unlistable: its main trajectory is still read, by name)
+        agent_names = ["trajectory.json"]
+        parts.append("agent=unlisted")
     agent = f"{directory}/agent"
     agent_files = sorted(n for n in agent_names if n.startswith("trajectory"))
     parts += [f"agent/{name}={_stat_token(f'{agent}/{name}')}" for name in agent_files]

@@ -212,11 +212,21 @@ def read_trajectories(
     has it."""
     found = Found()
     if names_listed is None:
-        try:
-            names_listed = os.listdir(agent_dir)
-        except OSError:
-            names_listed = []
-    names = set(names_listed)
+        from wmo_lake.fingerprint import agent_listing
+
+        names_listed = agent_listing(str(agent_dir.parent))
+    if names_listed is None:
+        # Entered but not listed: the continuations trajectory.json names are still found by
+        # name; none it does not name, nor a subagent's, can be, which is said.
+        problems.add(
+            "unreadable_dir",
+            agent_dir,
+            f"{agent_dir} cannot be listed (no read permission?): only the trajectory files "
+            "reached by name from trajectory.json are read; a subagent's trajectory, or a "
+            "continuation nothing names, would be missed",
+        )
+    unlisted = names_listed is None
+    names = set(names_listed or ())
     ref: str | None = None
     main_path = agent_dir / MAIN_FILE
     if main_status != "absent":
@@ -235,6 +245,8 @@ def read_trajectories(
     seen = {MAIN_FILE}
     continuations: list[str] = []
     while ref is not None:
+        if ref not in names and unlisted and os.path.isfile(agent_dir / ref):
+            names.add(ref)  # (found by name in an unlistable dir)
         if ref in seen or "/" in ref or "\\" in ref or ref not in names:
             if ref not in seen:
                 problems.add(
