@@ -192,9 +192,41 @@ def test_never_overwrites_the_dataset_or_its_manifest(tmp_path: Path, existing: 
     assert (tmp_path / existing).read_text(encoding="utf-8") == "precious"
 
 
-def test_missing_output_directory_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(ExportError, match="does not exist; create it first"):
-        export.refuse_existing(tmp_path / "nope" / "d.txt")
+def _lines(path: Path) -> int:
+    path.write_text("a\n", encoding="utf-8")
+    return 1
+
+
+def test_missing_output_directories_are_made(tmp_path: Path) -> None:
+    """As WMO's `training_data` does (`output.parent.mkdir(parents=True)`); an export into a
+    missing dir was refused ("create it first")."""
+    out = tmp_path / "new" / "deeper" / "d.txt"
+    manifest = export.write_export(out, _lines, kind="lines", registry=None, excluded={})
+    assert manifest["rows"] == 1
+    assert entries(out.parent) == ["d.txt", "d.txt.manifest.json"]
+
+
+def test_a_failed_export_removes_the_directories_it_made(tmp_path: Path) -> None:
+    (tmp_path / "kept").mkdir()
+
+    def fail(path: Path) -> int:
+        raise ExportError("nothing to export")
+
+    with pytest.raises(ExportError, match="nothing to export"):
+        export.write_export(
+            tmp_path / "kept" / "new" / "deeper" / "d.txt",
+            fail,
+            kind="lines",
+            registry=None,
+            excluded={},
+        )
+    assert entries(tmp_path) == ["kept"] and entries(tmp_path / "kept") == []
+
+
+def test_an_output_directory_that_is_a_file_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x", encoding="utf-8")
+    with pytest.raises(ExportError, match=r"cannot make the directory .* is not a directory"):
+        export.refuse_existing(tmp_path / "file" / "sub" / "d.txt")
 
 
 @pytest.mark.parametrize("failure", ["dataset", "manifest", "interrupt"])

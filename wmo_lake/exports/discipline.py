@@ -194,10 +194,12 @@ class SplitGuard:
 
 def refuse_existing(dataset: Path) -> None:
     """`ExportError` when FILE or FILE.manifest.json exists (an export never overwrites) or FILE's
-    directory does not exist. `write_export` checks this itself; call it early to fail fast.
-    What an interrupted export left is removed first (`_remove_unfinished`)."""
+    directory is something else than a directory (a missing one is made by `write_export`, as
+    WMO's `training_data` makes it). `write_export` checks this itself; call it early to fail
+    fast. What an interrupted export left is removed first (`_remove_unfinished`)."""
     if not dataset.parent.is_dir():
-        raise ExportError(f"the directory of --out {dataset} does not exist; create it first")
+        _missing_dirs(dataset)
+        return  # (nothing can exist in a directory not yet made)
     _remove_unfinished(dataset)
     for target in (dataset, manifest_path(dataset)):
         if target.exists() or target.is_symlink():
@@ -205,6 +207,46 @@ def refuse_existing(dataset: Path) -> None:
                 f"{target} already exists; an export never overwrites a dataset or its manifest, "
                 "so choose a new --out FILE (or remove both files yourself)"
             )
+
+
+def _missing_dirs(dataset: Path) -> list[Path]:
+    """The directories above FILE that do not exist yet, deepest first; `ExportError` when one
+    of its ancestors is a file (or a link to nothing), so none can be made."""
+    missing = []
+    directory = dataset.parent
+    while not directory.is_dir():
+        if directory.exists() or directory.is_symlink() or directory == directory.parent:
+            raise ExportError(
+                f"cannot make the directory of --out {dataset}: {directory} is not a directory"
+            )
+        missing.append(directory)
+        directory = directory.parent
+    return missing
+
+
+def _make_dirs(dataset: Path) -> list[Path]:
+    """Make FILE's missing directories (as `training_data`'s `mkdir(parents=True)`); those made,
+    deepest first, so a failed export removes them again."""
+    missing = _missing_dirs(dataset)
+    made: list[Path] = []
+    for directory in reversed(missing):
+        try:
+            directory.mkdir()
+        except FileExistsError:
+            continue  # (made by someone else meanwhile: not ours to remove)
+        except OSError as error:
+            _remove_dirs(made)
+            raise ExportError(
+                f"cannot make the directory of --out {dataset}: {directory}: {error.strerror}"
+            ) from None
+        made.insert(0, directory)
+    return made
+
+
+def _remove_dirs(made: list[Path]) -> None:
+    for directory in made:
+        with contextlib.suppress(OSError):  # (only when empty: nothing of anyone's is lost)
+            directory.rmdir()
 
 
 # The key of the placeholder manifest `write_export` links first: {pid, started, dataset_sha256}
@@ -340,10 +382,12 @@ def write_export(
     out = Path(out)
     companion = manifest_path(out)
     refuse_existing(out)
+    made = _make_dirs(out)
     _remove_stale_partials(out)
     _remove_stale_partials(companion)
     tmp_data, tmp_manifest = _partial(out), _partial(companion)
     installed: list[Path] = []
+    written = False
     try:
         rows = write_dataset(tmp_data)
         from concurrent.futures import ThreadPoolExecutor
@@ -389,7 +433,9 @@ def write_export(
         tmp_manifest.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", "utf-8")
         _fsync(tmp_manifest)
         os.replace(tmp_manifest, companion)
-        fsync_path(out.parent)
+        for directory in [out, *made]:  # (a directory made here: its own entry in its parent)
+            fsync_path(directory.parent)
+        written = True
         return manifest
     except BaseException:
         for target in installed:
@@ -403,6 +449,8 @@ def write_export(
     finally:
         tmp_data.unlink(missing_ok=True)
         tmp_manifest.unlink(missing_ok=True)
+        if not written:
+            _remove_dirs(made)
 
 
 # --- the verifying loader ------------------------------------------------------------------------
