@@ -279,32 +279,34 @@ def test_load_verified_refuses_another_registry(good_export: Path, registry: Pat
         load_verified(good_export, tasks=registry)
 
 
+def _tamper(dataset: Path, change: Any) -> None:
+    """Rewrite a JSONL export's rows as `change(rows)` returns them, with its manifest's digest
+    and row count matched: only the loader's row checks can catch it."""
+    import hashlib
+
+    rows = [json.loads(line) for line in dataset.read_text(encoding="utf-8").splitlines()]
+    rows = change(rows)
+    dataset.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    manifest = json.loads(manifest_path(dataset).read_text())
+    manifest["rows"] = len(rows)
+    manifest["dataset_sha256"] = hashlib.sha256(dataset.read_bytes()).hexdigest()
+    manifest_path(dataset).write_text(json.dumps(manifest))
+
+
 def test_load_verified_refuses_a_duplicated_row_even_with_a_matching_manifest(
     good_export: Path,
 ) -> None:
-    import hashlib
-
-    lines = good_export.read_text(encoding="utf-8").splitlines(keepends=True)
-    good_export.write_text("".join([*lines, lines[0]]), encoding="utf-8")
-    manifest = json.loads(manifest_path(good_export).read_text())
-    manifest["rows"] = len(lines) + 1
-    manifest["dataset_sha256"] = hashlib.sha256(good_export.read_bytes()).hexdigest()
-    manifest_path(good_export).write_text(json.dumps(manifest))
+    _tamper(good_export, lambda rows: [*rows, rows[0]])
     with pytest.raises(ExportError, match="appears twice"):
         load_verified(good_export)
 
 
 def test_load_verified_refuses_a_bad_message(good_export: Path) -> None:
-    import hashlib
+    def bad_role(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        rows[0]["messages"][0]["role"] = "tool"
+        return rows
 
-    lines = good_export.read_text(encoding="utf-8").splitlines(keepends=True)
-    row = json.loads(lines[0])
-    row["messages"][0]["role"] = "tool"
-    lines[0] = json.dumps(row) + "\n"
-    good_export.write_text("".join(lines), encoding="utf-8")
-    manifest = json.loads(manifest_path(good_export).read_text())
-    manifest["dataset_sha256"] = hashlib.sha256(good_export.read_bytes()).hexdigest()
-    manifest_path(good_export).write_text(json.dumps(manifest))
+    _tamper(good_export, bad_role)
     with pytest.raises(ExportError, match="role"):
         load_verified(good_export)
 
@@ -343,12 +345,18 @@ def test_trials_whose_trajectories_hold_no_text(tmp_path: Path, text: str) -> No
     result = run(tmp_path / "lake", tmp_path / "out.jsonl", "--no-split-guard")
     assert result.exit_code == 0, result.output
     rows = load_verified(tmp_path / "out.jsonl").to_dicts()
-    # the two trials' episodes are identical (no text): written once, the rest counted
-    assert len(rows) == EPISODES_PER_TRIAL
-    # no message text anywhere: only the agent turns' tool calls (as harbor renders them) remain
-    contents = {m["content"] for row in rows for m in row["messages"]}
-    assert {c for c in contents if not c.startswith("<tool_call>")} == {""}
-    assert json.loads(result.output)["excluded"] == {"duplicate": EPISODES_PER_TRIAL}
+    # With no observation, no user message comes between agent steps: only each trial's first
+    # episode answers one (the task's empty prompt), and the two trials' are identical, written
+    # once; the rest are counted.
+    assert len(rows) == 1
+    assert [m["role"] for m in rows[0]["messages"]] == ["user", "assistant"]
+    # no message text anywhere: only the agent turn's tool calls (as harbor renders them) remain
+    assert rows[0]["messages"][0]["content"] == ""
+    assert rows[0]["messages"][1]["content"].startswith("<tool_call>")
+    assert json.loads(result.output)["excluded"] == {
+        "duplicate": 1,
+        "no_user_prompt": 2 * (EPISODES_PER_TRIAL - 1),
+    }
 
 
 @pytest.mark.parametrize(
@@ -505,3 +513,74 @@ def test_a_long_trajectory_exports_within_a_small_memory_limit(
     if episodes == "all":
         assert [row["episode"] for row in rows] == list(range(150))
         assert all(len(row["messages"]) == 2 * row["episode"] + 2 for row in rows)
+
+
+def _agent_step(message: str, *, observed: bool = True) -> dict[str, Any]:
+    """The real trajectory's first agent step saying `message`, without its tool calls, with or
+    without its observation (the user message that follows it in a conversation)."""
+    step = {k: v for k, v in real_trajectory()["steps"][1].items() if k != "tool_calls"}
+    step["message"] = message
+    if not observed:
+        del step["observation"]
+    return step
+
+
+@pytest.mark.parametrize(
+    ("agent_steps", "agent_first", "reason"),
+    [
+        # an agent step that said nothing: an empty or blank assistant turn is no response
+        ([_agent_step("")], False, "no_response"),
+        ([_agent_step("   \n")], False, "no_response"),
+        # an agent step before any user message: episode 0 is the assistant's turn alone
+        ([_agent_step("first", observed=False)], True, "no_user_prompt"),
+        # two agent steps with no observation between: episode 1 is [user, assistant, assistant]
+        # (episode 0, [user, assistant], is a row)
+        ([_agent_step("one", observed=False), _agent_step("two")], False, "no_user_prompt"),
+    ],
+    ids=["empty", "blank", "agent-first", "two-agents"],
+)
+def test_rows_that_are_no_prompt_and_response_are_excluded_and_counted(
+    tmp_path: Path, agent_steps: list[dict[str, Any]], agent_first: bool, reason: str
+) -> None:
+    """WMO's `training_data` holds every row to a prompt ending with a user message and a
+    non-blank assistant response (its export refuses, its loader rejects, any other); the export
+    wrote such rows and the loader took them. Each is now left out and counted by reason."""
+    job = write_job(tmp_path / "runs" / "job")
+    good = write_trial(job, "good__1", task_name="demo/a", reward=1.0)
+    bad = write_trial(job, "bad__1", task_name="demo/a", reward=1.0)
+    trajectory = real_trajectory()
+    user = trajectory["steps"][0]
+    steps = [*agent_steps, user] if agent_first else [user, *agent_steps]
+    trajectory["steps"] = [{**step, "step_id": i} for i, step in enumerate(steps, 1)]
+    dump(bad / "agent" / "trajectory.json", trajectory)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    rows, manifest = exported(tmp_path / "lake", tmp_path / "out.jsonl", "--no-split-guard")
+    kept = [row["episode"] for row in rows if row["trial_name"] == bad.name]
+    assert kept == ([0] if len(agent_steps) == 2 else [])
+    assert any(row["trial_name"] == good.name for row in rows)
+    assert manifest["excluded"] == {reason: 1}
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (lambda messages: [*messages[:-1], {"role": "assistant", "content": " \n"}], "no_response"),
+        (lambda messages: messages[:-1], "no_response"),  # (ends with the user's message)
+        (lambda messages: messages[-1:], "no_user_prompt"),
+    ],
+    ids=["blank-response", "no-response", "no-prompt"],
+)
+def test_load_verified_refuses_a_row_that_is_no_prompt_and_response(
+    good_export: Path, change: Any, reason: str
+) -> None:
+    """As WMO's `training_data` loader does ("Dataset requires final assistant response and
+    preceding user prompt"); a subagent's row ending with a user message was taken."""
+
+    def tampered(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        rows[0]["messages"] = change(rows[0]["messages"])
+        rows[0]["trace_source"] = "summarization-1-summary"  # (the check was for main rows)
+        return rows
+
+    _tamper(good_export, tampered)
+    with pytest.raises(ExportError, match=rf"answering a user message \({reason}\)"):
+        load_verified(good_export)

@@ -17,6 +17,10 @@ Rules on top of the view, each counted in the manifest's `excluded` (in episodes
 - `--filter success|failure` keeps the episodes of passed / not passed trials (`cells.passed`,
   with the query-time reward key and mode) -> `not_passed` / `passed`;
 - episodes holding image or audio content are not text data -> `multimodal`;
+- a row is a prompt and its response, as WMO's `training_data` holds every row (its export refuses,
+  and its loader rejects, any other): one that does not end with an assistant turn of non-blank
+  text -> `no_response`, one whose last turn does not answer a user message -> `no_user_prompt`
+  (an agent's first step before any user message, two agent steps with no observation between);
 - exact duplicates (the same messages) are exported once -> `duplicate` (WMO's `training_data.py`).
 Trials in scope that give no episode at all (oracle / nop agents write no trajectory; a trajectory
 may have no agent step) are counted under `trials.without_episodes`, never an error: a scope of
@@ -363,21 +367,38 @@ def _chunk_batches(
         yield from con.sql(query, params=params).to_arrow_reader(BATCH_ROWS)
 
 
+def not_a_training_row(messages: list[dict[str, Any]]) -> str | None:
+    """Why `messages` is no prompt-and-response row, as WMO's `training_data` reads one (its
+    export's "Missing assistant response" and "prompt must end with a user message", its
+    loader's final-assistant check): `no_response` or `no_user_prompt`; None when it is one."""
+    last = messages[-1] if messages else None
+    if last is None or last["role"] != "assistant" or not last["content"].strip():
+        return "no_response"
+    if len(messages) < 2 or messages[-2]["role"] != "user":
+        return "no_user_prompt"
+    return None
+
+
 def _unique_batches(
     reader: pa.RecordBatchReader, excluded: Counter[str]
 ) -> Iterator[pa.RecordBatch]:
-    """The batches with every conversation already seen (same messages) dropped and counted; only
-    a 32-byte digest per conversation is kept, so memory stays flat."""
+    """The batches with every conversation that is no training row (`not_a_training_row`) or was
+    already seen (same messages) dropped and counted; only a 32-byte digest per conversation is
+    kept, so memory stays flat."""
     seen: set[bytes] = set()
     for batch in reader:
         keep = []
         for messages in batch.column("messages").to_pylist():
+            if reason := not_a_training_row(messages):
+                excluded[reason] += 1
+                keep.append(False)
+                continue
             identity = messages_identity(messages)
             keep.append(identity not in seen)
+            if identity in seen:
+                excluded["duplicate"] += 1
             seen.add(identity)
-        dropped = keep.count(False)
-        if dropped:
-            excluded["duplicate"] += dropped
+        if not all(keep):
             batch = batch.filter(pa.array(keep))
         if batch.num_rows:
             yield batch
@@ -470,10 +491,11 @@ def _check_row(dataset: Path, index: int, row: dict[str, Any]) -> None:
                 f"{where}: every message must be exactly {{role, content}} with a role in "
                 f"{', '.join(ROLES)} and text content, got {str(message)[:80]}"
             )
-    if row.get("trace_source") == "main" and messages[-1]["role"] != "assistant":
-        raise ExportError(f"{where}: an agent episode must end with the assistant's turn")
-    if not any(m["role"] == "assistant" for m in messages):
-        raise ExportError(f"{where}: a conversation needs at least one assistant turn")
+    if reason := not_a_training_row(messages):
+        raise ExportError(
+            f"{where}: a row must end with an assistant turn of text answering a user message "
+            f"({reason}); an export writes no other"
+        )
 
 
 def load_verified(dataset: Path | str, tasks: Path | str | None = None) -> pl.DataFrame:
