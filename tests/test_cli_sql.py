@@ -1009,3 +1009,35 @@ def test_an_errors_context_line_that_is_not_the_users_sql_is_left_out() -> None:
     assert _numbered_as_given(message, "SELECT *\nFROM spans") == "Invalid Input Error: bad file"
     twice = "Error: x\n\nLINE 3: FROM t\n     ^"
     assert _numbered_as_given(twice, "SELECT 1\nFROM t;\nSELECT 2\nFROM t") == twice
+
+
+def _bar_setting(lake: Path, fmt: str, *, terminal: bool) -> str:
+    """What `enable_progress_bar` is in `wmo-lake sql`'s connection, with stdout a pipe or a
+    terminal (a pty): DuckDB draws its bar on fd 1 once a query has run 2 s. Run as a process
+    that imported `main` (a harness, a notebook), whose DuckDB has it on by default."""
+    import os
+    import subprocess
+    import sys
+
+    query = "SELECT current_setting('enable_progress_bar')::VARCHAR AS bar"
+    args = [sys.executable, "-c", "from wmo_lake.cli import main; main()"]
+    args += ["sql", query, "--lake", str(lake)]
+    args += ["--format", fmt]
+    if not terminal:
+        return subprocess.run(args, capture_output=True, check=True, text=True).stdout
+    leader, follower = os.openpty()
+    try:
+        subprocess.run(args, stdout=follower, check=True, timeout=60)
+        return os.read(leader, 1 << 16).decode().replace("\r\n", "\n")
+    finally:
+        os.close(leader)
+        os.close(follower)
+
+
+def test_duckdbs_progress_bar_never_lands_among_the_rows(lake: Path) -> None:
+    """A query running past 2 s had DuckDB draw `\\r 17% ...` frames on fd 1: inside the
+    rows of a `> file` or a pipe (and among csv rows on a terminal). Off wherever the bar would
+    be written among data; kept for a table drawn on a terminal, which prints after the query."""
+    assert _bar_setting(lake, "csv", terminal=False) == "bar\nfalse\n"
+    assert _bar_setting(lake, "csv", terminal=True) == "bar\nfalse\n"
+    assert "true" in _bar_setting(lake, "table", terminal=True)

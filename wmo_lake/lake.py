@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -306,6 +307,13 @@ def connect(
     return con
 
 
+def _on_a_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):  # (None, closed, or no isatty)
+        return False
+
+
 def _set_up(
     con: duckdb.DuckDBPyConnection,
     store: Store,
@@ -317,6 +325,10 @@ def _set_up(
     """`connect`'s configuration of a connection it opened (see there)."""
     apply_engine_config(con)
     times_in_utc(con)
+    if not _on_a_terminal(sys.stdout):
+        # DuckDB draws its progress bar on fd 1 after 2 s of a query: into the data of a
+        # `> file` or a pipe (`wmo-lake sql` turns it off for its own output on a terminal too)
+        con.execute("SET enable_progress_bar = false")
     # Both doors' views name their files relative to the lake dir, wherever that is now (the
     # setting is per connection: lake.duckdb does not keep it).
     refuse_shadowed_files(store.root, manifest)

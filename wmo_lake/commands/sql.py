@@ -194,6 +194,8 @@ def sql(
             )
         for warning in caught:
             click.echo(f"warning: {warning.message}", err=True)
+        if output is None and target is not None:  # (DuckDB's bar among the rows it writes)
+            con.execute("SET enable_progress_bar = false")
     except LakeError as error:
         lake_failure(ctx, lake, error)
     statements = _parse(con, query, ctx, lake)
