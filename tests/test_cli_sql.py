@@ -694,6 +694,49 @@ def test_sigterm_before_the_result_leaves_no_relay_behind(lake: Path, tmp_path: 
     assert list(temp.iterdir()) == []
 
 
+def test_sigterm_while_the_relay_is_made_leaves_nothing_behind(lake: Path, tmp_path: Path) -> None:
+    """SIGTERM between the relay's dir being made and the COPY starting (here held there by a
+    slow mkfifo) killed the process by the signal, leaving the dir and its FIFO in the temp dir:
+    the handler that unwinds through their removal came only with the COPY."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    mark = tmp_path / "in-mkfifo"
+    script = (
+        "import os, sys, time\n"
+        "real = os.mkfifo\n"
+        "def mkfifo(path, mode=0o600):\n"
+        f"    open({str(mark)!r}, 'w').close()\n"
+        "    time.sleep(60)\n"
+        "    real(path, mode)\n"
+        "os.mkfifo = mkfifo\n"
+        "from wmo_lake.cli import main\n"
+        "sys.argv[0] = 'wmo-lake'\n"
+        "main()\n"
+    )
+    args = [sys.executable, "-c", script, "sql", "SELECT 1 AS a", "--lake", str(lake)]
+    with open(tmp_path / "out.csv", "wb") as out:
+        proc = subprocess.Popen(
+            [*args, "--format", "csv"],
+            stdout=out,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "TMPDIR": str(temp)},
+        )
+        deadline = time.monotonic() + 60
+        while not mark.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [p.name.startswith("wmo-lake-") for p in temp.iterdir()] == [True]
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    assert proc.returncode == 143
+    assert list(temp.iterdir()) == []
+
+
 def test_csv_to_stdout_has_duckdbs_text_for_every_type(lake: Path, tmp_path: Path) -> None:
     """CliRunner's stdout (like a redirected one) took an Arrow path: it wrote no INTERVAL,
     BIT or VARINT (a traceback), a blob's raw bytes and a TIMETZ without its offset. Its cells

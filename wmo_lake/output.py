@@ -394,6 +394,13 @@ def _copy_through_relay(
     """Run `copy` (a COPY to `fifo`) while a thread passes the FIFO's bytes on to stdout, as
     they come: a result of any size streams, in bounded memory. A stdout that cannot be
     written (a full disk) closes the FIFO, which stops the COPY; that error is raised."""
+    # SIGTERM from before the relay's dir is made unwinds through its removal (the real stdout's
+    # COPY: a Python stream's host process keeps its own handler)
+    with exit_on_sigterm() if stdout is sys.__stdout__ else contextlib.nullcontext():
+        _relay_copy(con, copy, fifo, stdout)
+
+
+def _relay_copy(con: duckdb.DuckDBPyConnection, copy: str, fifo: str, stdout: TextIO) -> None:
     import duckdb
 
     _remove_relay(fifo)  # (what an earlier COPY of this process left: killed mid-COPY)
