@@ -462,7 +462,22 @@ def test_a_closed_stdout_is_one_line_not_a_traceback(lake: Path, command: list[s
         timeout=120,
     )
     assert done.returncode == 1
-    assert done.stderr.splitlines()[-1] == (
-        "Error: stdout is closed; give wmo-lake one (`> /dev/null` drops it)"
-    )
+    said = done.stderr.splitlines()[-1]
+    assert said.startswith("Error: ")  # (`sql`: "cannot write stdout: " first)
+    assert said.endswith("stdout is closed; give wmo-lake one (`> /dev/null` drops it)")
     assert "Traceback" not in done.stderr
+
+
+def test_a_closed_stdout_stops_only_a_command_that_writes_there(lake: Path, tmp_path: Path) -> None:
+    """`sql -o FILE >&-` writes nothing to stdout: it ran before the closed-stdout error was
+    said at the start of every command, and it runs again."""
+    out = tmp_path / "x.csv"
+    done = subprocess.run(
+        [*CLI, "sql", "SELECT 1 AS x", "--lake", str(lake), "-o", str(out)],
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: os.close(1),
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert out.read_text() == "x\n1\n"

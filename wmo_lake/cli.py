@@ -6,6 +6,7 @@ are in wmo_lake/commands/options.py.
 
 from __future__ import annotations
 
+import errno
 import importlib
 import io
 import os
@@ -139,6 +140,34 @@ def _tolerant_streams() -> None:
             stream.reconfigure(errors="backslashreplace")
 
 
+STDOUT_CLOSED = "stdout is closed; give wmo-lake one (`> /dev/null` drops it)"
+
+
+class StdoutClosedError(OSError):
+    """A write to the stdout the process was started without (`>&-`)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            errno.EBADF, "stdout is closed; give wmo-lake one (`> /dev/null` drops it)"
+        )
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+class _ClosedStdout(io.TextIOBase):
+    """sys.stdout when the process has none: what would be written there is an error."""
+
+    def write(self, text: str) -> int:
+        raise StdoutClosedError
+
+    def flush(self) -> None:
+        pass  # (nothing written: nothing lost)
+
+    def fileno(self) -> int:
+        raise StdoutClosedError
+
+
 def main() -> None:
     """The `wmo-lake` entry point: the command group, then (after a command that asked for it and
     succeeded) an exit without the interpreter's teardown, stdout and stderr flushed first."""
@@ -149,14 +178,14 @@ def main() -> None:
         OWN_PROCESS.append(True)
         program_environment()
     _tolerant_streams()
-    if sys.stdout is None:  # (`>&-`: Python has no stdout at all; every command writes there)
-        if sys.stderr is not None:
-            sys.stderr.write(
-                "Error: stdout is closed; give wmo-lake one (`> /dev/null` drops it)\n"
-            )
-        sys.exit(1)
+    if sys.stdout is None:  # (`>&-`: Python has no stdout at all)
+        sys.stdout = _ClosedStdout()  # (a command that writes none, `sql -o FILE`, still runs)
     try:
         cli()
+    except StdoutClosedError as error:
+        if sys.stderr is not None:
+            sys.stderr.write(f"Error: {error}\n")
+        sys.exit(1)
     except SystemExit as done:
         from wmo_lake.commands.options import QUICK_EXIT
 
