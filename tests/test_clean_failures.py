@@ -481,3 +481,19 @@ def test_a_closed_stdout_stops_only_a_command_that_writes_there(lake: Path, tmp_
     )
     assert done.returncode == 0, done.stderr
     assert out.read_text() == "x\n1\n"
+
+
+def test_a_query_read_from_a_closed_stdin_is_one_line(lake: Path) -> None:
+    """`wmo-lake sql - 0<&-` ended in an AttributeError traceback (Python has no sys.stdin)."""
+    done = subprocess.run(
+        [*CLI, "sql", "-", "--lake", str(lake)],
+        capture_output=True,
+        text=True,
+        preexec_fn=lambda: os.close(0),
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1] == (
+        "Error: `-` reads the query from stdin, which is closed; give the query as an argument"
+    )
+    assert "Traceback" not in done.stderr

@@ -35,6 +35,7 @@ from wmo_lake.store import LakeError, Store
 from wmo_lake.terminal import terminal_width
 
 # Statements that write files outside the database. The connection cannot write anywhere but
+CLOSED_STDIN = "`-` reads the query from stdin, which is closed; give the query as an argument"
 # the lake's own Parquet files (see connect(files_only=True)); these are refused before they run
 # so that no statement can reach even those.
 FILE_WRITERS = {duckdb.StatementType.COPY, duckdb.StatementType.EXPORT}
@@ -157,6 +158,8 @@ def sql(
       wmo-lake sql --engine spark "SET VAR wmo_max_tokens = 4096; SELECT * FROM rollout_stats"
     """
     if query == "-":
+        if sys.stdin is None:  # (`0<&-`: Python has no stdin at all)
+            fail(CLOSED_STDIN, 2)
         try:
             query = sys.stdin.read()
         except UnicodeDecodeError as error:
