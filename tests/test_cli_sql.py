@@ -1084,3 +1084,27 @@ def test_duckdbs_progress_bar_never_lands_among_the_rows(lake: Path) -> None:
     assert _bar_setting(lake, "csv", terminal=False) == "bar\nfalse\n"
     assert _bar_setting(lake, "csv", terminal=True) == "bar\nfalse\n"
     assert "true" in _bar_setting(lake, "table", terminal=True)
+
+
+def test_output_to_this_processs_stderr_appends_as_stderr(lake: Path, tmp_path: Path) -> None:
+    """`-o /dev/stderr 2>> log` renamed a new file over the log: what was in it was lost, and
+    every later message went to a file no name reached. `-o /dev/stdout` already wrote as stdout."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "log"
+    log.write_text("previous\n")
+    args = [sys.executable, "-m", "wmo_lake.cli", "sql", "SELECT 1 AS a", "--lake", str(lake)]
+    with open(log, "a") as stderr:
+        subprocess.run(
+            [*args, "-o", "/dev/stderr", "--format", "csv"], stderr=stderr, check=True, timeout=60
+        )
+    assert log.read_text() == "previous\na\n1\n"
+
+
+def test_a_confined_files_message_counts_lines_in_the_sql_as_given(lake: Path) -> None:
+    """`FROM '/etc/passwd'` in a one-line query was said at `LINE 3`, wmo-lake's wrapper's."""
+    result = _sql(lake, "SELECT * FROM '/etc/passwd'", "--format", "csv")
+    assert result.exit_code == 2
+    assert "LINE 1: SELECT * FROM '/etc/passwd'" in result.output, result.output
+    assert "LINE 3" not in result.output

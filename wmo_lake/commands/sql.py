@@ -9,7 +9,7 @@ import re
 import sys
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import click
 import duckdb
@@ -177,19 +177,21 @@ def sql(
         fail("the query is empty", 2)
     if fmt == "parquet" and output is None:
         fail("--format parquet needs --output FILE.parquet", 2)
-    if output is not None and fmt != "parquet" and _is_stdout(output):
-        # `-o /dev/stdout > log`: the file stdout appends to, written as stdout (a rename over
-        # it, or DuckDB's opening it afresh, would drop what the shell had written there)
-        output = None
+    stream = sys.stdout  # where a result with no --output goes
+    if output is not None and fmt != "parquet" and (named := _std_stream(output)) is not None:
+        # `-o /dev/stdout > log`, `-o /dev/stderr 2>> log`: the file that stream appends to,
+        # written as that stream (a rename over it, or DuckDB's opening it afresh, would drop
+        # what the shell had written there)
+        output, stream = None, named
     if output is not None:
         directory = OutputFile(output).final.parent  # (a symlink's: its target is written)
         if not directory.is_dir():
             fail(f"cannot write {output}: its directory {directory} does not exist")
     if engine == "spark":
-        run_on_spark(query, lake, fmt, output, settings_from(options), limit)
+        run_on_spark(query, lake, fmt, output, settings_from(options), limit, stream)
         return
     try:
-        target = copy_target(output, sys.stdout) if fmt != "table" else None
+        target = copy_target(output, stream) if fmt != "table" else None
         with warnings.catch_warnings(record=True) as caught:  # said as `warning: ...` lines
             warnings.simplefilter("always")
             con = connect(
@@ -214,7 +216,7 @@ def sql(
             statement = statements[-1]
             text = _without_its_end(statement.query)
             if statement.type == duckdb.StatementType.SELECT and copy_query(
-                con, text, fmt, output, sys.stdout, limit=limit
+                con, text, fmt, output, stream, limit=limit
             ):
                 return
             relation = con.sql(text)
@@ -224,9 +226,9 @@ def sql(
                 relation,
                 fmt,
                 output,
-                sys.stdout,
+                stream,
                 limit=limit,
-                width=terminal_width(sys.stdout),
+                width=terminal_width(stream),
                 con=con,
             )
     except duckdb.InterruptException:
@@ -243,7 +245,7 @@ def sql(
         fail_if_damaged(lake)  # a missing segment is globbed for, outside allowed_paths
         if statement.type in WRITERS:
             fail(_read_only_message(f"it reads no other files: {error}", ctx, lake), 2)
-        fail(_confined_message(str(error)), 2)
+        fail(_confined_message(_numbered_as_given(str(error), query)), 2)
     except duckdb.Error as error:
         if statement.type in WRITERS or "read-only mode" in str(error):
             fail(_read_only_message(f"{statement.type.name} refused: {error}", ctx, lake), 2)
@@ -254,10 +256,11 @@ def sql(
         if isinstance(error, duckdb.CatalogException) and _PATH_AS_TABLE.search(str(error)):
             # `FROM '/etc/passwd'`: a confined connection cannot look for the file, and DuckDB
             # says there is no such table
-            fail(_confined_message(str(error)), 2)
+            fail(_confined_message(_numbered_as_given(str(error), query)), 2)
         fail(f"query failed: {_numbered_as_given(str(error), query)}")
     except OSError as error:
-        fail(f"cannot write {output or 'stdout'}: {error.strerror or error}")
+        where = output or ("stderr" if stream is sys.stderr else "stdout")
+        fail(f"cannot write {where}: {error.strerror or error}")
     finally:
         con.close()
 
@@ -378,14 +381,21 @@ def spark_write_word(statement: str) -> str | None:
     return None
 
 
-def _is_stdout(output: Path) -> bool:
-    """Whether `output` is the file this process's stdout is (`/dev/stdout`, `/proc/self/fd/1`,
-    or the very file it is redirected to)."""
+def _std_stream(output: Path) -> TextIO | None:
+    """This process's stdout or stderr when `output` is the file it is (`/dev/stdout`,
+    `/proc/self/fd/2`, or the very file it is redirected to); else None."""
     try:
-        named, ours = os.stat(output), os.fstat(sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):  # (nothing there yet; a stdout with no fd)
-        return False
-    return (named.st_dev, named.st_ino) == (ours.st_dev, ours.st_ino)
+        named = os.stat(output)
+    except (OSError, ValueError):  # (nothing there yet)
+        return None
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            ours = os.fstat(stream.fileno())
+        except (OSError, ValueError, AttributeError):  # (a stream with no fd)
+            continue
+        if (named.st_dev, named.st_ino) == (ours.st_dev, ours.st_ino):
+            return stream
+    return None
 
 
 def _sets_a_variable(statement: str) -> bool:
@@ -405,6 +415,7 @@ def run_on_spark(
     output: Path | None,
     settings: dict[str, Any],
     limit: int | None = None,
+    stream: TextIO | None = None,
 ) -> None:
     """`wmo-lake sql --engine spark`: the same tables and views in a SparkSession (Spark SQL;
     settings are session variables: SET VAR wmo_reward_key = 'score')."""
@@ -455,7 +466,7 @@ def run_on_spark(
         drawer = duckdb.connect()
         times_in_utc(drawer)
         drawer.register("spark_result", table)
-        write_result(drawer.table("spark_result"), fmt, output, sys.stdout, con=drawer)
+        write_result(drawer.table("spark_result"), fmt, output, stream or sys.stdout, con=drawer)
     except LakeError as error:
         fail(str(error))
     except ValueError as error:
