@@ -1108,3 +1108,25 @@ def test_a_confined_files_message_counts_lines_in_the_sql_as_given(lake: Path) -
     assert result.exit_code == 2
     assert "LINE 1: SELECT * FROM '/etc/passwd'" in result.output, result.output
     assert "LINE 3" not in result.output
+
+
+def test_a_stop_once_the_result_is_written_says_so(
+    lake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C after the result was complete (here: as it was marked so) said "nothing was
+    written or changed" beside a whole file or a whole stdout."""
+    from wmo_lake.commands import sql
+    from wmo_lake.stopping import finished
+
+    def then_ctrl_c(what: str) -> None:
+        finished(what)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sql, "finished", then_ctrl_c)
+    out = tmp_path / "x.csv"
+    result = _sql(lake, "SELECT 1 AS a", "-o", str(out))
+    assert result.exit_code == 130
+    assert result.output.strip() == (
+        "interrupted after the command had finished: the result is written in full"
+    )
+    assert out.read_text() == "a\n1\n"

@@ -547,3 +547,25 @@ def test_a_batch_of_several_agents_lists_each_in_the_manifest(tmp_path: Path) ->
     assert [
         (a["model_name"], a["max_turns"], a["max_tokens"], a["trials"]) for a in source["agents"]
     ] == [("openai/gpt-4o-mini", 2, 60, 2), (first, 5, 64, 1)]
+
+
+def test_a_stop_once_the_export_is_whole_keeps_it_and_says_so(
+    lake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C (or SIGTERM) after FILE and its manifest were in place, while their dir was being
+    synced: the export's abort removed both, a finished export gone. From the manifest's rename
+    on, a stop removes nothing and says the export was written."""
+    from wmo_lake.exports import discipline
+
+    def sync(path: Path | str) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(discipline, "fsync_path", sync)
+    out = tmp_path / "d.parquet"
+    result = run("--lake", str(lake), "--out", str(out), "--no-split-guard")
+    assert result.exit_code == 130
+    assert result.output.strip().splitlines()[-1] == (
+        f"interrupted after the command had finished: {out} and its manifest are written in full"
+    )
+    assert out.is_file() and companion(out).is_file()
+    assert json.loads(companion(out).read_text())["dataset_sha256"] == sha256(out)

@@ -47,9 +47,10 @@ class LazyGroup(click.Group):
         """Ctrl-C: one line and exit 130 (the shell's code for SIGINT), no traceback; SIGTERM,
         where a command takes it so (`stopping.sigterm_stops`), the same with 143. Every writer
         renames its file into place only when complete, so nothing is half-written."""
-        from wmo_lake.stopping import TERMINATED
+        from wmo_lake.stopping import FINISHED, TERMINATED
 
         TERMINATED.clear()  # (a SIGTERM an earlier command of this process took is not this one's)
+        FINISHED.clear()
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt as error:
@@ -64,9 +65,9 @@ class LazyGroup(click.Group):
 
     @staticmethod
     def _interrupted(message: str | None = None) -> NoReturn:
-        from wmo_lake.stopping import INTERRUPTED, stopped_message
+        from wmo_lake.stopping import INTERRUPTED, finished_message, stopped_message
 
-        said, code = stopped_message(message or INTERRUPTED)
+        said, code = stopped_message(finished_message() or message or INTERRUPTED)
         click.echo(said, err=True)
         sys.exit(code)
 

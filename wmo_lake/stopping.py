@@ -28,6 +28,23 @@ CUT_OFF = (
 )
 
 
+# What a command had finished when a Ctrl-C or SIGTERM came after it (its output complete): the
+# CLI says that, not INTERRUPTED.
+FINISHED: list[str] = []
+
+
+def finished(what: str) -> None:
+    """The command's output is complete (`what` says which): a stop from here on says so."""
+    FINISHED[:] = [what]
+
+
+def finished_message() -> str | None:
+    """The line for a stop after `finished`, else None."""
+    if not FINISHED:
+        return None
+    return f"interrupted after the command had finished: {FINISHED[-1]}"
+
+
 # SIGTERM's number once `sigterm_stops` took it: the CLI then says the command was stopped by
 # SIGTERM, and exits 143, where a Ctrl-C says "interrupted" and exits 130.
 TERMINATED: list[int] = []

@@ -30,11 +30,12 @@ from wmo_lake.commands.options import (
 from wmo_lake.lake import connect, times_in_utc
 from wmo_lake.output import FORMATS, OutputFile, copy_query, copy_target, write_result
 from wmo_lake.settings import BY_VARIABLE, whole_number
-from wmo_lake.stopping import ctrl_c_stops
+from wmo_lake.stopping import ctrl_c_stops, finished
 from wmo_lake.store import LakeError, Store
 from wmo_lake.terminal import terminal_width
 
 # Statements that write files outside the database. The connection cannot write anywhere but
+_WRITTEN = "the result is written in full"
 CLOSED_STDIN = "`-` reads the query from stdin, which is closed; give the query as an argument"
 # the lake's own Parquet files (see connect(files_only=True)); these are refused before they run
 # so that no statement can reach even those.
@@ -218,6 +219,7 @@ def sql(
             if statement.type == duckdb.StatementType.SELECT and copy_query(
                 con, text, fmt, output, stream, limit=limit
             ):
+                finished(_WRITTEN)
                 return
             relation = con.sql(text)
             if relation is None:
@@ -231,6 +233,7 @@ def sql(
                 width=terminal_width(stream),
                 con=con,
             )
+            finished(_WRITTEN)
     except duckdb.InterruptException:
         raise  # Ctrl-C: one line, exit 130 (wmo_lake.cli)
     except duckdb.IOException as error:

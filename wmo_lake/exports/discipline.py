@@ -47,6 +47,7 @@ from typing import Any
 
 from wmo_lake import __version__
 from wmo_lake.selection import scope_sql
+from wmo_lake.stopping import finished
 from wmo_lake.store import fsync_path
 
 SCHEMA_VERSION = 1
@@ -433,11 +434,14 @@ def write_export(
         tmp_manifest.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", "utf-8")
         _fsync(tmp_manifest)
         os.replace(tmp_manifest, companion)
+        written = True  # (from here, a stop removes nothing: both files are whole)
+        finished(f"{out} and its manifest are written in full")
         for directory in [out, *made]:  # (a directory made here: its own entry in its parent)
             fsync_path(directory.parent)
-        written = True
         return manifest
     except BaseException:
+        if written:
+            raise
         for target in installed:
             target.unlink(missing_ok=True)
         for tmp, target in ((tmp_manifest, companion), (tmp_data, out)):
