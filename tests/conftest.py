@@ -3,8 +3,10 @@ session."""
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -14,8 +16,11 @@ import pytest
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 # The skeleton lake.duckdb cache (wmo_lake.lake.cached_skeleton): one for the session, not the
-# user's ~/.cache (subprocesses inherit it). A test about the cache sets its own.
-os.environ.setdefault("WMO_LAKE_CACHE_DIR", tempfile.mkdtemp(prefix="wmo-lake-test-cache-"))
+# user's ~/.cache (subprocesses inherit it), removed when the session ends. A test about the
+# cache sets its own.
+if "WMO_LAKE_CACHE_DIR" not in os.environ:
+    os.environ["WMO_LAKE_CACHE_DIR"] = tempfile.mkdtemp(prefix="wmo-lake-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["WMO_LAKE_CACHE_DIR"], ignore_errors=True)
 
 
 @pytest.fixture
