@@ -1130,3 +1130,27 @@ def test_a_stop_once_the_result_is_written_says_so(
         "interrupted after the command had finished: the result is written in full"
     )
     assert out.read_text() == "a\n1\n"
+
+
+def test_a_stdout_pipe_whose_reader_has_gone_ends_the_command(lake: Path, tmp_path: Path) -> None:
+    """DuckDB opened /dev/stdout afresh, and the open of a pipe with no reader waits for one:
+    the command hung for ever at full CPU, where a plain write fails at once (EPIPE). It now
+    ends as `| head` does: exit 1, no traceback."""
+    import os
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "p"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    writer = os.open(fifo, os.O_WRONLY)
+    os.close(reader)  # (the reader has gone: the write end stays open)
+    try:
+        args = [sys.executable, "-m", "wmo_lake.cli", "sql", "SELECT 1 AS a", "--lake", str(lake)]
+        done = subprocess.run(
+            [*args, "--format", "csv"], stdout=writer, stderr=subprocess.PIPE, timeout=60
+        )
+    finally:
+        os.close(writer)
+    assert done.returncode == 1
+    assert b"Traceback" not in done.stderr

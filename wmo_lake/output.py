@@ -252,11 +252,23 @@ def copy_target(output: Path | None, stdout: TextIO) -> str:
             fd = stdout.fileno()
             # a pipe or a terminal only: DuckDB opens the device afresh, which would truncate
             # a regular file (`>> file`) and write over what was already printed to it
-            if stat.S_ISFIFO(os.fstat(fd).st_mode) or os.isatty(fd):
+            if (stat.S_ISFIFO(os.fstat(fd).st_mode) or os.isatty(fd)) and _reopens(STDOUT_DEVICE):
                 return STDOUT_DEVICE
         except (OSError, ValueError):
             pass
     return stdout_relay()
+
+
+def _reopens(device: str) -> bool:
+    """Whether DuckDB can open `device` (stdout) afresh without waiting: not a pipe whose reader
+    has gone (its open would wait for a reader for ever, where a write fails at once), nor one
+    this user may write but not open (another user's pipe or terminal, as under `sudo -u`)."""
+    try:
+        fd = os.open(device, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError:  # (ENXIO: a pipe with no reader; EACCES)
+        return False
+    os.close(fd)
+    return True
 
 
 @functools.cache

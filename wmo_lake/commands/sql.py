@@ -261,6 +261,8 @@ def sql(
             # says there is no such table
             fail(_confined_message(_numbered_as_given(str(error), query)), 2)
         fail(f"query failed: {_numbered_as_given(str(error), query)}")
+    except BrokenPipeError:
+        raise  # (`| head`, through the relay: click ends the command, exit 1, no message)
     except OSError as error:
         where = output or ("stderr" if stream is sys.stderr else "stdout")
         fail(f"cannot write {where}: {error.strerror or error}")
