@@ -1154,3 +1154,28 @@ def test_a_stdout_pipe_whose_reader_has_gone_ends_the_command(lake: Path, tmp_pa
         os.close(writer)
     assert done.returncode == 1
     assert b"Traceback" not in done.stderr
+
+
+def test_a_relay_the_temp_dir_has_no_room_for_names_the_temp_dir(
+    lake: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A temp dir with no free inode said `cannot write stdout: No space left on device`, while
+    stdout's own disk was fine."""
+    import errno
+    import os
+    import tempfile
+
+    real_mkdir = os.mkdir
+
+    def mkdir(path: str, mode: int = 0o777) -> None:
+        if os.path.basename(path).startswith("wmo-lake-"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_mkdir(path, mode)
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    result = _sql(lake, "SELECT 1 AS a", "--format", "csv")
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        "Error: cannot write stdout: No space left on device in the temp dir "
+        f"{tempfile.gettempdir()}, where the relay to stdout is made (set TMPDIR to another)"
+    )

@@ -416,7 +416,15 @@ def _relay_copy(con: duckdb.DuckDBPyConnection, copy: str, fifo: str, stdout: Te
     import duckdb
 
     _remove_relay(fifo)  # (what an earlier COPY of this process left: killed mid-COPY)
-    os.mkdir(os.path.dirname(fifo), 0o700)  # ours alone: fails on a dir someone else made
+    directory = os.path.dirname(fifo)
+    try:
+        os.mkdir(directory, 0o700)  # ours alone: fails on a dir someone else made
+    except OSError as error:  # (said as the temp dir's, not as stdout's: a full /tmp, say)
+        raise OSError(
+            error.errno,
+            f"{error.strerror} in the temp dir {os.path.dirname(directory)}, where the relay "
+            "to stdout is made (set TMPDIR to another)",
+        ) from None
     try:
         try:
             os.mkfifo(fifo, 0o600)
