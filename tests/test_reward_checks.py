@@ -199,3 +199,47 @@ def test_sql_shows_connects_warning_as_one_line(lake: Path) -> None:
     assert result.exit_code == 0, result.output
     (line,) = [line for line in result.stderr.splitlines() if "scor" in line]
     assert line.startswith("warning: reward key 'scor' occurs in no trial in scope")
+
+
+@pytest.mark.parametrize("kind", ["datums", "conversations"])
+def test_export_of_rewards_that_are_no_measurement_warns_and_strict_writes_nothing(
+    lake: Path, tmp_path: Path, kind: str
+) -> None:
+    """Upstream's scorer raises for a batch holding such a reward, so no datum of it reaches a
+    trainer; the export gave them the 0.0 stand-in without a word (only `stats` noted them)."""
+    out = tmp_path / f"out.{'parquet' if kind == 'datums' else 'jsonl'}"
+    args = ["export", kind, "--lake", str(lake), "--out", str(out), "--no-split-guard"]
+    invalid = len(INVALID) + 1  # (and NaN)
+    said = f"warning: {invalid} trial(s) in scope carry a reward that is no measurement (e.g. "
+    strict = CliRunner().invoke(cli, [*args, "--strict"])
+    assert strict.exit_code == 1
+    assert said in strict.stderr and "WMO's scorer refuses their whole batch" in strict.stderr
+    assert not out.exists() and not Path(f"{out}.manifest.json").exists()
+    warned = CliRunner().invoke(cli, args)
+    assert warned.exit_code == 0, warned.output
+    assert warned.stderr.count(said) == 1 and out.exists()
+    clean = CliRunner().invoke(
+        cli,
+        [
+            *args[:5],
+            str(tmp_path / f"clean-{out.name}"),
+            *args[6:],
+            "--batch",
+            "*step-0002*",
+            "--reward-key",
+            "score",
+        ],
+    )
+    assert clean.exit_code == 0 and "warning" not in clean.stderr, clean.output
+
+
+def test_the_python_export_warns_of_rewards_that_are_no_measurement(
+    lake: Path, tmp_path: Path
+) -> None:
+    import wmo_lake as wl
+    from wmo_lake.checks import InvalidRewardWarning
+
+    with pytest.warns(InvalidRewardWarning, match=r"^6 trial\(s\) in scope carry a reward"):
+        wl.export_datums(lake, tmp_path / "d.parquet", no_split_guard=True)
+    with pytest.warns(InvalidRewardWarning, match="WMO's scorer refuses their whole batch"):
+        wl.export_conversations(lake, tmp_path / "c.jsonl", no_split_guard=True)

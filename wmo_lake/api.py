@@ -183,13 +183,21 @@ def _warn_on_unused_reward_key(
     batch: str | None = None,
     run: str | None = None,
     batches: list[str] | None = None,
+    *,
+    exporting: bool = False,
 ) -> None:
     """The shared reward-key check over the selection (`batch`, `run`, `batches`), told in
-    Python."""
+    Python; `exporting`: also the rewards that are no measurement (exported as 0.0 stand-ins,
+    where WMO's scorer refuses their batch)."""
     from wmo_lake.checks import warn_on_unused_reward_key
 
     warn_on_unused_reward_key(
-        con, batch_glob=batch, run=run, batches=batches, rewrite=_in_python_terms
+        con,
+        batch_glob=batch,
+        run=run,
+        batches=batches,
+        rewrite=_in_python_terms,
+        invalid_rewards=exporting,
     )
 
 
@@ -393,7 +401,7 @@ def export_datums(
         run=run,
         where=where,
         settings=_settings(settings),
-        check=functools.partial(_warn_on_unused_reward_key, batch=batch, run=run),
+        check=functools.partial(_warn_on_unused_reward_key, batch=batch, run=run, exporting=True),
     )
 
 
@@ -431,7 +439,7 @@ def export_conversations(
         run=run,
         subagents=subagents,
         settings=_settings(settings),
-        check=lambda con: _warn_on_unused_reward_key(con, batch, run),
+        check=lambda con: _warn_on_unused_reward_key(con, batch, run, exporting=True),
     )
 
 

@@ -37,6 +37,10 @@ class RewardKeyWarning(LakeWarning):
     """The reward key in force occurs in no trial in scope (every reward reads as missing)."""
 
 
+class InvalidRewardWarning(LakeWarning):
+    """Trials in an export's scope carry a reward that is no measurement (a 0.0 stand-in)."""
+
+
 class StaleRulesWarning(LakeWarning):
     """Some of the lake's rows were read by an older wmo-lake's extraction rules."""
 
@@ -100,6 +104,39 @@ def reward_key_warning(
     )
 
 
+# Trials in scope whose reward under the key in force is there but no measurement (1.5, NaN, "abc",
+# null), as `stats` notes them per batch.
+INVALID_REWARDS_QUERY = f"""
+SELECT count(*) AS trials, arg_min(reward_json, trial_name) AS example
+FROM cells
+WHERE {scope_sql()}
+  AND ($batches IS NULL OR list_contains(CAST($batches AS VARCHAR[]), batch))
+  AND infra_failed AND reward_json IS NOT NULL
+"""
+
+
+def invalid_reward_warning(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    batch_glob: str | None = None,
+    run: str | None = None,
+    batches: Sequence[str] | None = None,
+) -> str | None:
+    """What an export says when trials in scope carry a reward that is no measurement: upstream's
+    scorer raises for their whole batch (no datum of it reaches a trainer), where the lake gives
+    them the 0.0 stand-in as infra failures. None when there are none."""
+    params = {"batch_glob": batch_glob, "run": run, "batches": batches}
+    ((count, example),) = con.execute(INVALID_REWARDS_QUERY, params).fetchall()
+    if not count:
+        return None
+    return (
+        f"{count} trial(s) in scope carry a reward that is no measurement (e.g. {example}; "
+        "expected a number in [0, 1]): they are exported as infra failures with a 0.0 stand-in, "
+        "where WMO's scorer refuses their whole batch (problems kind 'invalid_reward'); fix the "
+        "verifier's output, or narrow the export with --batch or --run"
+    )
+
+
 def warn_on_unused_reward_key(
     con: duckdb.DuckDBPyConnection,
     *,
@@ -107,13 +144,19 @@ def warn_on_unused_reward_key(
     run: str | None = None,
     batches: Sequence[str] | None = None,
     rewrite: Callable[[str], str] | None = None,
+    invalid_rewards: bool = False,
 ) -> None:
     """A `RewardKeyWarning` when the reward key in force on `con` occurs in no trial in scope
     (`reward_key_warning`), pointing at the first caller outside this package; `rewrite` turns
-    the message into its caller's terms (the Python API's `reward_key=`)."""
+    the message into its caller's terms (the Python API's `reward_key=`). `invalid_rewards`
+    (an export's): also an `InvalidRewardWarning` for rewards that are no measurement."""
     message = reward_key_warning(con, batch_glob=batch_glob, run=run, batches=batches)
     if message is not None:
         _warn(message, RewardKeyWarning, rewrite)
+    elif invalid_rewards:  # (with no trial holding the key, none holds an invalid value)
+        message = invalid_reward_warning(con, batch_glob=batch_glob, run=run, batches=batches)
+        if message is not None:
+            _warn(message, InvalidRewardWarning, rewrite)
 
 
 def _warn(

@@ -46,12 +46,15 @@ def _reward_key_check(
     settings: dict[str, Any], batch_glob: str | None, run: str | None, strict: bool
 ) -> Callable[[duckdb.DuckDBPyConnection], None]:
     """What the export runs on its connection before reading: warn when no trial in scope has
-    the reward key; under --strict exit 1 before writing."""
+    the reward key, or some carry a reward that is no measurement; under --strict exit 1
+    before writing."""
 
     def check(con: duckdb.DuckDBPyConnection, batches: list[str] | None = None) -> None:
-        from wmo_lake.checks import reward_key_warning
+        from wmo_lake.checks import invalid_reward_warning, reward_key_warning
 
         warning = reward_key_warning(con, batch_glob=batch_glob, run=run, batches=batches)
+        if warning is None:  # (a key no trial has: every reward is missing, none invalid)
+            warning = invalid_reward_warning(con, batch_glob=batch_glob, run=run, batches=batches)
         if warning is not None:
             click.echo(f"warning: {warning}", err=True)
             if strict:
