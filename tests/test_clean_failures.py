@@ -483,6 +483,50 @@ def test_a_closed_stdout_stops_only_a_command_that_writes_there(lake: Path, tmp_
     assert out.read_text() == "x\n1\n"
 
 
+@pytest.mark.parametrize("fmt", ["table", "csv"])
+def test_output_to_a_closed_stdout_is_refused_and_leaves_the_lake_whole(
+    lake: Path, tmp_path: Path, fmt: str
+) -> None:
+    """With fd 1 closed, the next file opened took it: `-o /dev/stdout` then named the lake's
+    lake.duckdb, which the table was renamed over (exit 0, the lake's DuckDB file destroyed)."""
+    import shutil
+
+    copy = tmp_path / "lake"
+    shutil.copytree(lake, copy)
+    before = (copy / "lake.duckdb").read_bytes()
+    done = subprocess.run(
+        [*CLI, "sql", "SELECT 42 AS x", "--lake", str(copy), "--format", fmt, "-o", "/dev/stdout"],
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: os.close(1),
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1].endswith(
+        "stdout is closed; give wmo-lake one (`> /dev/null` drops it)"
+    )
+    assert (copy / "lake.duckdb").read_bytes() == before
+
+
+def test_a_closed_stdout_refuses_an_ingest_before_its_work(tmp_path: Path) -> None:
+    """An ingest (or an export) with stdout closed did all its work, committed, then failed
+    printing its summary: exit 1 over a changed lake. It is refused before it starts."""
+    from conftest import FIXTURES
+
+    done = subprocess.run(
+        [*CLI, "ingest", str(FIXTURES / "harbor" / "offline-demo"), "--lake", str(tmp_path / "l")],
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: os.close(1),
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert (
+        done.stderr.strip() == "Error: stdout is closed; give wmo-lake one (`> /dev/null` drops it)"
+    )
+    assert not (tmp_path / "l").exists()
+
+
 def test_a_query_read_from_a_closed_stdin_is_one_line(lake: Path) -> None:
     """`wmo-lake sql - 0<&-` ended in an AttributeError traceback (Python has no sys.stdin)."""
     done = subprocess.run(

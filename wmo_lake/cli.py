@@ -157,7 +157,9 @@ class StdoutClosedError(OSError):
 
 
 class _ClosedStdout(io.TextIOBase):
-    """sys.stdout when the process has none: what would be written there is an error."""
+    """sys.stdout when the process has none: what would be written there is an error. Its fd 1
+    is held on /dev/null (`_hold_fd_1`), so `-o /dev/stdout` names this stream, not the next
+    file the process opens."""
 
     def write(self, text: str) -> int:
         raise StdoutClosedError
@@ -166,7 +168,29 @@ class _ClosedStdout(io.TextIOBase):
         pass  # (nothing written: nothing lost)
 
     def fileno(self) -> int:
-        raise StdoutClosedError
+        return 1
+
+
+def _hold_fd_1() -> None:
+    """Put /dev/null on the closed fd 1: else the next file opened (a lake's lake.duckdb) gets
+    it, and what is meant for stdout (`-o /dev/stdout`) lands in that file."""
+    held = os.open(os.devnull, os.O_WRONLY)
+    if held != 1:
+        os.dup2(held, 1)
+        os.close(held)
+
+
+def _writes_only_a_file(args: list[str]) -> bool:
+    """Whether the command line is `sql ... -o FILE` (`--output FILE`), which writes nothing to
+    stdout: every other command prints there, most after their work (an ingest's commit, an
+    export's files), so with stdout closed they are refused before it."""
+    return (
+        bool(args)
+        and args[0] == "sql"
+        and any(
+            arg in ("-o", "--output") or arg.startswith(("--output=", "-o")) for arg in args[1:]
+        )
+    )
 
 
 def main() -> None:
@@ -180,7 +204,12 @@ def main() -> None:
         program_environment()
     _tolerant_streams()
     if sys.stdout is None:  # (`>&-`: Python has no stdout at all)
-        sys.stdout = _ClosedStdout()  # (a command that writes none, `sql -o FILE`, still runs)
+        _hold_fd_1()
+        sys.stdout = _ClosedStdout()
+        if not _writes_only_a_file(sys.argv[1:]):
+            if sys.stderr is not None:
+                sys.stderr.write(f"Error: {STDOUT_CLOSED}\n")
+            sys.exit(1)
     try:
         cli()
     except StdoutClosedError as error:
