@@ -570,3 +570,13 @@ def test_an_agent_dir_that_cannot_be_listed_still_gives_its_trace_and_named_file
     problems = con.execute("SELECT kind, path, message FROM problems").fetchall()
     assert [(kind, path) for kind, path, _ in problems] == [("unreadable_dir", str(agent))]
     assert "cannot be listed" in problems[0][2] and "subagent" in problems[0][2]
+    # A continuation read by name changes: its dir cannot be listed, so the trial's fingerprint
+    # cannot watch it, and the next ingest reads the trial again (it kept the old steps).
+    (n_steps,) = con.execute("SELECT count(*) FROM steps").fetchone() or (0,)
+    con.close()
+    continuation["steps"] = continuation["steps"] * 3
+    (agent / "trajectory.cont-1.json").write_text(json.dumps(continuation))
+    again = ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    assert again.trials_unchanged == 0
+    con = connect(tmp_path / "lake")
+    assert con.execute("SELECT count(*) FROM steps").fetchone() == (n_steps + 2,)

@@ -694,10 +694,14 @@ def test_sigterm_before_the_result_leaves_no_relay_behind(lake: Path, tmp_path: 
     assert list(temp.iterdir()) == []
 
 
-def test_sigterm_while_the_relay_is_made_leaves_nothing_behind(lake: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_sigterm_while_the_relay_is_made_leaves_nothing_behind(
+    lake: Path, tmp_path: Path, stream: str
+) -> None:
     """SIGTERM between the relay's dir being made and the COPY starting (here held there by a
     slow mkfifo) killed the process by the signal, leaving the dir and its FIFO in the temp dir:
-    the handler that unwinds through their removal came only with the COPY."""
+    the handler that unwinds through their removal came only with the COPY (and for
+    `-o /dev/stderr`, never: stderr's COPY ran as a Python stream's)."""
     import os
     import signal
     import subprocess
@@ -720,11 +724,12 @@ def test_sigterm_while_the_relay_is_made_leaves_nothing_behind(lake: Path, tmp_p
         "main()\n"
     )
     args = [sys.executable, "-c", script, "sql", "SELECT 1 AS a", "--lake", str(lake)]
+    args += ["--format", "csv", *(["-o", "/dev/stderr"] if stream == "stderr" else [])]
     with open(tmp_path / "out.csv", "wb") as out:
         proc = subprocess.Popen(
-            [*args, "--format", "csv"],
-            stdout=out,
-            stderr=subprocess.PIPE,
+            args,
+            stdout=out if stream == "stdout" else subprocess.DEVNULL,
+            stderr=out if stream == "stderr" else subprocess.PIPE,
             env={**os.environ, "TMPDIR": str(temp)},
         )
         deadline = time.monotonic() + 60
@@ -1179,3 +1184,42 @@ def test_a_relay_the_temp_dir_has_no_room_for_names_the_temp_dir(
         "Error: cannot write stdout: No space left on device in the temp dir "
         f"{tempfile.gettempdir()}, where the relay to stdout is made (set TMPDIR to another)"
     )
+
+
+def test_ctrl_c_while_the_no_fifo_fallback_passes_its_file_on_stops_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With no FIFO in the temp dir the COPY's file was passed on by a thread: Ctrl-C left that
+    thread writing into a notebook's output, and the real stdout's said "nothing was written".
+    It is passed on here, on the calling thread: Ctrl-C stops it, as a cut-off result."""
+    import errno
+    import os
+    import threading
+
+    import duckdb
+
+    from wmo_lake.output import write_result
+    from wmo_lake.stopping import OutputCutOff
+
+    def no_mkfifo(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    class CtrlCOnTheThirdWrite(io.StringIO):
+        writes = 0
+
+        def write(self, text: str) -> int:
+            self.writes += 1
+            if self.writes == 3:
+                raise KeyboardInterrupt
+            return super().write(text)
+
+    monkeypatch.setattr(os, "mkfifo", no_mkfifo)
+    con = duckdb.connect()
+    stream = CtrlCOnTheThirdWrite()
+    with pytest.raises(OutputCutOff):
+        relation = con.sql("SELECT range AS i FROM range(1000000)")
+        write_result(relation, "csv", None, stream, con=con)
+    assert stream.getvalue().startswith("i\n0\n1\n")
+    written = len(stream.getvalue())
+    assert not any(t.name == "wmo-lake-stdout-relay" for t in threading.enumerate())
+    assert len(stream.getvalue()) == written

@@ -223,6 +223,15 @@ def test_a_failed_export_removes_the_directories_it_made(tmp_path: Path) -> None
     assert entries(tmp_path) == ["kept"] and entries(tmp_path / "kept") == []
 
 
+def test_a_missing_directory_stepped_back_out_of_is_not_made(tmp_path: Path) -> None:
+    """`--out typo/../d.txt` made `typo`, and left it beside the export it was not part of."""
+    with pytest.raises(ExportError, match=r"typo does not exist, and the path steps back out"):
+        export.write_export(
+            tmp_path / "typo" / ".." / "d.txt", _lines, kind="lines", registry=None, excluded={}
+        )
+    assert entries(tmp_path) == []
+
+
 def test_an_output_directory_that_is_a_file_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x", encoding="utf-8")
     with pytest.raises(ExportError, match=r"cannot make the directory .* is not a directory"):

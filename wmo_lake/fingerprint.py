@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -79,9 +80,11 @@ def trial_fingerprint(
     parts += [f"{name}={_stat_token(f'{directory}/{name}')}" for name in TRIAL_FILES]
     if agent_names is None:
         agent_names = agent_listing(directory)
-    if agent_names is None:  # (unlistable: its main trajectory is still read, by name)
+    if agent_names is None:
+        # Unlistable: the files read from it by name (the continuations trajectory.json names)
+        # cannot all be known here, so such a dir never reads as unchanged: read again each time.
         agent_names = ["trajectory.json"]
-        parts.append("agent=unlisted")
+        parts.append(f"agent=unlisted:{time.time_ns()}")
     agent = f"{directory}/agent"
     agent_files = sorted(n for n in agent_names if n.startswith("trajectory"))
     parts += [f"agent/{name}={_stat_token(f'{agent}/{name}')}" for name in agent_files]

@@ -408,7 +408,7 @@ def _copy_through_relay(
     written (a full disk) closes the FIFO, which stops the COPY; that error is raised."""
     # SIGTERM from before the relay's dir is made unwinds through its removal (the real stdout's
     # COPY: a Python stream's host process keeps its own handler)
-    with exit_on_sigterm() if stdout is sys.__stdout__ else contextlib.nullcontext():
+    with exit_on_sigterm() if _of_the_process(stdout) else contextlib.nullcontext():
         _relay_copy(con, copy, fifo, stdout)
 
 
@@ -432,7 +432,7 @@ def _relay_copy(con: duckdb.DuckDBPyConnection, copy: str, fifo: str, stdout: Te
             # a temp dir on a filesystem without FIFOs (some FUSE or network mounts): the
             # COPY writes a plain file there, passed on once whole (the same bytes, on disk)
             _run_copy(con, copy, fifo, stdout)
-            _Relay(os.open(fifo, os.O_RDONLY), stdout).wait()
+            _pass_on(fifo, stdout)
             return
         source = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
         # a writer of our own until the COPY is over: the reader sees no end of file before
@@ -453,10 +453,16 @@ def _relay_copy(con: duckdb.DuckDBPyConnection, copy: str, fifo: str, stdout: Te
         _remove_relay(fifo)
 
 
+def _of_the_process(stream: TextIO) -> bool:
+    """Whether `stream` is the process's own stdout or stderr (`-o /dev/stderr`), not a Python
+    stream a host set (CliRunner's, a notebook's)."""
+    return stream is sys.__stdout__ or stream is sys.__stderr__
+
+
 def _run_copy(con: duckdb.DuckDBPyConnection, copy: str, fifo: str, stdout: TextIO) -> None:
     """`copy` (to the relay at `fifo`) run as its stdout needs: for the real stdout, SIGTERM
     and Ctrl-C end the process (the relay removed first); for a Python stream, on this thread."""
-    if stdout is sys.__stdout__:
+    if _of_the_process(stdout):
         with exit_on_sigterm():
             execute_interruptibly(con, copy, None, before_exit=lambda: _remove_relay(fifo))
     else:
@@ -480,10 +486,50 @@ def _copy_in_process(con: duckdb.DuckDBPyConnection, copy: str) -> None:
         raise
 
 
+class _Sink:
+    """Bytes passed on to stdout as they come, each chunk flushed: to its binary buffer when it
+    has one, else as UTF-8 text (a chunk may end inside a character)."""
+
+    def __init__(self, stdout: TextIO) -> None:
+        import codecs
+
+        self.stdout = stdout
+        self.binary = getattr(stdout, "buffer", None)
+        self.text = codecs.getincrementaldecoder("utf-8")()
+
+    def write(self, chunk: bytes) -> None:
+        if self.binary is not None:
+            self.binary.write(chunk)
+            self.binary.flush()
+        else:
+            self.stdout.write(self.text.decode(chunk))
+            self.stdout.flush()
+
+    def close(self) -> None:
+        if self.binary is None:
+            self.stdout.write(self.text.decode(b"", final=True))
+
+
+def _pass_on(path: str, stdout: TextIO) -> None:
+    """The COPY's plain file (no FIFO in the temp dir) passed on to stdout, on this thread:
+    Ctrl-C stops it, and the rows passed on so far stay (`OutputCutOff`)."""
+    from wmo_lake.stopping import OutputCutOff
+
+    sink = _Sink(stdout)
+    try:
+        with open(path, "rb") as source:
+            stdout.flush()
+            while chunk := source.read(1 << 16):
+                sink.write(chunk)
+        sink.close()
+    except KeyboardInterrupt:
+        raise OutputCutOff from None
+
+
 class _Relay:
-    """A thread passing `source`'s bytes (the FIFO's) to stdout as they come, each chunk
-    flushed: its binary buffer when it has one, else as UTF-8 text. An error writing is kept in
-    `failed`, and `source` closed, so the COPY writing the FIFO fails at its next write."""
+    """A thread passing `source`'s bytes (the FIFO's) to stdout as they come (`_Sink`). An error
+    writing is kept in `failed`, and `source` closed, so the COPY writing the FIFO fails at its
+    next write."""
 
     def __init__(self, source: int, stdout: TextIO) -> None:
         import threading
@@ -501,14 +547,12 @@ class _Relay:
             raise self.failed[0]
 
     def _run(self) -> None:
-        import codecs
         import select
 
-        binary = getattr(self.stdout, "buffer", None)
-        text = codecs.getincrementaldecoder("utf-8")()  # (a chunk may end inside a character)
         opened = False  # whether DuckDB has the FIFO open: it wrote to it
         try:
             try:
+                sink = _Sink(self.stdout)
                 self.stdout.flush()
                 while True:
                     select.select([self.source], [], [])  # (`source` does not block)
@@ -516,14 +560,8 @@ class _Relay:
                     if not chunk:
                         break
                     opened = True
-                    if binary is not None:
-                        binary.write(chunk)
-                        binary.flush()
-                    else:
-                        self.stdout.write(text.decode(chunk))
-                        self.stdout.flush()
-                if binary is None:
-                    self.stdout.write(text.decode(b"", final=True))
+                    sink.write(chunk)
+                sink.close()
             except Exception as error:
                 self.failed.append(error)
             if not opened and self.failed:

@@ -220,6 +220,11 @@ def _missing_dirs(dataset: Path) -> list[Path]:
             raise ExportError(
                 f"cannot make the directory of --out {dataset}: {directory} is not a directory"
             )
+        if directory.name in ("..", "."):  # (`typo/../x`: made, typo would be left beside it)
+            raise ExportError(
+                f"cannot make the directory of --out {dataset}: {directory.parent} does not "
+                "exist, and the path steps back out of it; name the directory the file goes in"
+            )
         missing.append(directory)
         directory = directory.parent
     return missing
