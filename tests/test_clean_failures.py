@@ -483,7 +483,7 @@ def test_a_closed_stdout_stops_only_a_command_that_writes_there(lake: Path, tmp_
     assert out.read_text() == "x\n1\n"
 
 
-@pytest.mark.parametrize("fmt", ["table", "csv"])
+@pytest.mark.parametrize("fmt", ["table", "csv", "parquet"])
 def test_output_to_a_closed_stdout_is_refused_and_leaves_the_lake_whole(
     lake: Path, tmp_path: Path, fmt: str
 ) -> None:
@@ -506,6 +506,37 @@ def test_output_to_a_closed_stdout_is_refused_and_leaves_the_lake_whole(
         "stdout is closed; give wmo-lake one (`> /dev/null` drops it)"
     )
     assert (copy / "lake.duckdb").read_bytes() == before
+
+
+def test_output_to_a_closed_stderr_leaves_the_lake_whole(lake: Path, tmp_path: Path) -> None:
+    """With fd 2 closed (`2>&-`), `-o /dev/stderr` named the next file opened: the lake's
+    lake.duckdb, the table renamed over it (exit 0)."""
+    import shutil
+
+    copy = tmp_path / "lake"
+    shutil.copytree(lake, copy)
+    before = (copy / "lake.duckdb").read_bytes()
+    done = subprocess.run(
+        [*CLI, "sql", "SELECT 42 AS x", "--lake", str(copy), "-o", "/dev/stderr"],
+        stdout=subprocess.PIPE,
+        preexec_fn=lambda: os.close(2),
+        timeout=120,
+    )
+    assert done.returncode == 0
+    assert (copy / "lake.duckdb").read_bytes() == before
+
+
+def test_a_closed_stdout_is_not_dev_null(lake: Path) -> None:
+    """fd 1 is held on /dev/null while stdout is closed: `-o /dev/null` was then taken for
+    stdout and refused."""
+    done = subprocess.run(
+        [*CLI, "sql", "SELECT 1 AS x", "--lake", str(lake), "-o", "/dev/null"],
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: os.close(1),
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
 
 
 def test_a_closed_stdout_refuses_an_ingest_before_its_work(tmp_path: Path) -> None:

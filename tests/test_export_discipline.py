@@ -230,6 +230,9 @@ def test_a_missing_directory_stepped_back_out_of_is_not_made(tmp_path: Path) -> 
             tmp_path / "typo" / ".." / "d.txt", _lines, kind="lines", registry=None, excluded={}
         )
     assert entries(tmp_path) == []
+    (tmp_path / "afile").write_text("x", encoding="utf-8")  # (there, but no dir: said so)
+    with pytest.raises(ExportError, match=r"afile is not a directory$"):
+        export.refuse_existing(tmp_path / "afile" / ".." / "d.txt")
 
 
 def test_an_output_directory_that_is_a_file_is_a_clear_error(tmp_path: Path) -> None:

@@ -210,10 +210,10 @@ def test_export_of_rewards_that_are_no_measurement_warns_and_strict_writes_nothi
     out = tmp_path / f"out.{'parquet' if kind == 'datums' else 'jsonl'}"
     args = ["export", kind, "--lake", str(lake), "--out", str(out), "--no-split-guard"]
     invalid = len(INVALID) + 1  # (and NaN)
-    said = f"warning: {invalid} trial(s) in scope carry a reward that is no measurement (e.g. "
+    said = f"warning: 1 batch(es) in scope hold {invalid} trial(s) whose reward is no measurement"
     strict = CliRunner().invoke(cli, [*args, "--strict"])
     assert strict.exit_code == 1
-    assert said in strict.stderr and "WMO's scorer refuses their whole batch" in strict.stderr
+    assert said in strict.stderr and "WMO's scorer refuses such a batch whole" in strict.stderr
     assert not out.exists() and not Path(f"{out}.manifest.json").exists()
     warned = CliRunner().invoke(cli, args)
     assert warned.exit_code == 0, warned.output
@@ -239,7 +239,10 @@ def test_the_python_export_warns_of_rewards_that_are_no_measurement(
     import wmo_lake as wl
     from wmo_lake.checks import InvalidRewardWarning
 
-    with pytest.warns(InvalidRewardWarning, match=r"^6 trial\(s\) in scope carry a reward"):
+    with pytest.warns(InvalidRewardWarning) as caught:
         wl.export_datums(lake, tmp_path / "d.parquet", no_split_guard=True)
-    with pytest.warns(InvalidRewardWarning, match="WMO's scorer refuses their whole batch"):
+    assert str(caught[0].message).startswith("1 batch(es) in scope hold 6 trial(s) whose reward")
+    # in Python's terms, whole: `--batch, --run` read `batch=, run=`
+    assert str(caught[0].message).endswith("leave those batches out (batch=, run=)")
+    with pytest.warns(InvalidRewardWarning, match="WMO's scorer refuses such a batch whole"):
         wl.export_conversations(lake, tmp_path / "c.jsonl", no_split_guard=True)

@@ -107,7 +107,8 @@ def reward_key_warning(
 # Trials in scope whose reward under the key in force is there but no measurement (1.5, NaN, "abc",
 # null), as `stats` notes them per batch.
 INVALID_REWARDS_QUERY = f"""
-SELECT count(*) AS trials, arg_min(reward_json, trial_name) AS example
+SELECT count(*) AS trials, count(DISTINCT batch) AS batches,
+    arg_min(reward_json, trial_name) AS example
 FROM cells
 WHERE {scope_sql()}
   AND ($batches IS NULL OR list_contains(CAST($batches AS VARCHAR[]), batch))
@@ -122,18 +123,20 @@ def invalid_reward_warning(
     run: str | None = None,
     batches: Sequence[str] | None = None,
 ) -> str | None:
-    """What an export says when trials in scope carry a reward that is no measurement: upstream's
-    scorer raises for their whole batch (no datum of it reaches a trainer), where the lake gives
-    them the 0.0 stand-in as infra failures. None when there are none."""
+    """What an export says when batches in scope hold trials whose reward is no measurement:
+    upstream's scorer raises for each such batch as a whole (no datum of it reaches a trainer),
+    where the lake reads those trials as infra failures with the 0.0 stand-in and keeps the rest
+    of the batch. None when there are none."""
     params = {"batch_glob": batch_glob, "run": run, "batches": batches}
-    ((count, example),) = con.execute(INVALID_REWARDS_QUERY, params).fetchall()
+    ((count, n_batches, example),) = con.execute(INVALID_REWARDS_QUERY, params).fetchall()
     if not count:
         return None
     return (
-        f"{count} trial(s) in scope carry a reward that is no measurement (e.g. {example}; "
-        "expected a number in [0, 1]): they are exported as infra failures with a 0.0 stand-in, "
-        "where WMO's scorer refuses their whole batch (problems kind 'invalid_reward'); fix the "
-        "verifier's output, or narrow the export with --batch or --run"
+        f"{n_batches} batch(es) in scope hold {count} trial(s) whose reward is no measurement "
+        f"(e.g. {example}; expected a number in [0, 1]): WMO's scorer refuses such a batch "
+        "whole, where the lake reads those trials as infra failures with a 0.0 stand-in and "
+        "exports the rest of the batch (problems kind 'invalid_reward'); fix the verifier's "
+        "output, or leave those batches out (--batch, --run)"
     )
 
 

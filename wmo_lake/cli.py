@@ -6,7 +6,6 @@ are in wmo_lake/commands/options.py.
 
 from __future__ import annotations
 
-import errno
 import importlib
 import io
 import os
@@ -141,43 +140,18 @@ def _tolerant_streams() -> None:
             stream.reconfigure(errors="backslashreplace")
 
 
-STDOUT_CLOSED = "stdout is closed; give wmo-lake one (`> /dev/null` drops it)"
-
-
-class StdoutClosedError(OSError):
-    """A write to the stdout the process was started without (`>&-`)."""
-
-    def __init__(self) -> None:
-        super().__init__(
-            errno.EBADF, "stdout is closed; give wmo-lake one (`> /dev/null` drops it)"
-        )
-
-    def __str__(self) -> str:
-        return str(self.strerror)
-
-
-class _ClosedStdout(io.TextIOBase):
-    """sys.stdout when the process has none: what would be written there is an error. Its fd 1
-    is held on /dev/null (`_hold_fd_1`), so `-o /dev/stdout` names this stream, not the next
-    file the process opens."""
-
-    def write(self, text: str) -> int:
-        raise StdoutClosedError
-
-    def flush(self) -> None:
-        pass  # (nothing written: nothing lost)
-
-    def fileno(self) -> int:
-        return 1
-
-
-def _hold_fd_1() -> None:
-    """Put /dev/null on the closed fd 1: else the next file opened (a lake's lake.duckdb) gets
-    it, and what is meant for stdout (`-o /dev/stdout`) lands in that file."""
-    held = os.open(os.devnull, os.O_WRONLY)
-    if held != 1:
-        os.dup2(held, 1)
-        os.close(held)
+def _hold_closed_fds() -> None:
+    """Put /dev/null on each of fds 0-2 the process was started without (`>&-`, `2>&-`): else
+    the next file opened (a lake's lake.duckdb) gets that number, and what is meant for stdout
+    or stderr (`-o /dev/stderr`) lands in that file."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            held = os.open(os.devnull, os.O_RDWR)
+            if held != fd:
+                os.dup2(held, fd)
+                os.close(held)
 
 
 def _writes_only_a_file(args: list[str]) -> bool:
@@ -202,10 +176,12 @@ def main() -> None:
     if _run_as_the_program():
         OWN_PROCESS.append(True)
         program_environment()
+    from wmo_lake.stopping import STDOUT_CLOSED, ClosedStdout, StdoutClosedError
+
     _tolerant_streams()
+    _hold_closed_fds()
     if sys.stdout is None:  # (`>&-`: Python has no stdout at all)
-        _hold_fd_1()
-        sys.stdout = _ClosedStdout()
+        sys.stdout = ClosedStdout()
         if not _writes_only_a_file(sys.argv[1:]):
             if sys.stderr is not None:
                 sys.stderr.write(f"Error: {STDOUT_CLOSED}\n")

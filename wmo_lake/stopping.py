@@ -11,6 +11,8 @@ these raise into its line and exit code (`cli.LazyGroup.invoke`, `stopped_messag
 from __future__ import annotations
 
 import contextlib
+import errno
+import io
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -26,6 +28,41 @@ CUT_OFF = (
     "interrupted: the rows printed so far are part of the result only, cut off where it "
     "stopped; nothing was changed"
 )
+
+
+STDOUT_CLOSED = "stdout is closed; give wmo-lake one (`> /dev/null` drops it)"
+
+
+class StdoutClosedError(OSError):
+    """A write to the stdout the process was started without (`>&-`): the CLI says STDOUT_CLOSED,
+    exit 1."""
+
+    def __init__(self) -> None:
+        super().__init__(errno.EBADF, STDOUT_CLOSED)
+
+    def __str__(self) -> str:
+        return STDOUT_CLOSED
+
+
+class ClosedStdout(io.TextIOBase):
+    """sys.stdout when the process has none: what would be written there is an error. (Its fd 1
+    is held on /dev/null, which is not this stream: `names_closed_stdout` tells a path to it.)"""
+
+    def write(self, text: str) -> int:
+        raise StdoutClosedError
+
+    def flush(self) -> None:
+        pass  # (nothing written: nothing lost)
+
+    def fileno(self) -> int:
+        raise StdoutClosedError
+
+
+def names_closed_stdout(path: os.PathLike[str] | str) -> bool:
+    """Whether `path` names fd 1 (`/dev/stdout`, `/dev/fd/1`, `/proc/self/fd/1`) while stdout is
+    closed: writing there would go to the /dev/null held in its place."""
+    names = {"/dev/stdout", "/dev/fd/1", "/proc/self/fd/1", f"/proc/{os.getpid()}/fd/1"}
+    return isinstance(sys.stdout, ClosedStdout) and os.path.abspath(path) in names
 
 
 # What a command had finished when a Ctrl-C or SIGTERM came after it (its output complete): the

@@ -30,7 +30,7 @@ from wmo_lake.commands.options import (
 from wmo_lake.lake import connect, times_in_utc
 from wmo_lake.output import FORMATS, OutputFile, copy_query, copy_target, write_result
 from wmo_lake.settings import BY_VARIABLE, whole_number
-from wmo_lake.stopping import ctrl_c_stops, finished
+from wmo_lake.stopping import StdoutClosedError, ctrl_c_stops, finished, names_closed_stdout
 from wmo_lake.store import LakeError, Store
 from wmo_lake.terminal import terminal_width
 
@@ -179,6 +179,8 @@ def sql(
     if fmt == "parquet" and output is None:
         fail("--format parquet needs --output FILE.parquet", 2)
     stream = sys.stdout  # where a result with no --output goes
+    if output is not None and names_closed_stdout(output):
+        raise StdoutClosedError  # (what is held in its place is /dev/null: the result lost)
     if output is not None and fmt != "parquet" and (named := _std_stream(output)) is not None:
         # `-o /dev/stdout > log`, `-o /dev/stderr 2>> log`: the file that stream appends to,
         # written as that stream (a rename over it, or DuckDB's opening it afresh, would drop

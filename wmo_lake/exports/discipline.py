@@ -220,11 +220,15 @@ def _missing_dirs(dataset: Path) -> list[Path]:
             raise ExportError(
                 f"cannot make the directory of --out {dataset}: {directory} is not a directory"
             )
-        if directory.name in ("..", "."):  # (`typo/../x`: made, typo would be left beside it)
-            raise ExportError(
-                f"cannot make the directory of --out {dataset}: {directory.parent} does not "
-                "exist, and the path steps back out of it; name the directory the file goes in"
+        if directory.name == "..":  # (`typo/../x`: made, typo would be left beside it)
+            blocker = directory.parent
+            why = (
+                "is not a directory"
+                if blocker.exists() or blocker.is_symlink()
+                else "does not exist, and the path steps back out of it; name the directory "
+                "the file goes in"
             )
+            raise ExportError(f"cannot make the directory of --out {dataset}: {blocker} {why}")
         missing.append(directory)
         directory = directory.parent
     return missing
