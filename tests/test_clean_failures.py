@@ -5,6 +5,7 @@ format."""
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -510,7 +511,7 @@ def test_output_to_a_closed_stdout_is_refused_and_leaves_the_lake_whole(
 
 def test_output_to_a_closed_stderr_leaves_the_lake_whole(lake: Path, tmp_path: Path) -> None:
     """With fd 2 closed (`2>&-`), `-o /dev/stderr` named the next file opened: the lake's
-    lake.duckdb, the table renamed over it (exit 0)."""
+    lake.duckdb, the table renamed over it (exit 0). It is refused: stderr is closed."""
     import shutil
 
     copy = tmp_path / "lake"
@@ -522,7 +523,7 @@ def test_output_to_a_closed_stderr_leaves_the_lake_whole(lake: Path, tmp_path: P
         preexec_fn=lambda: os.close(2),
         timeout=120,
     )
-    assert done.returncode == 0
+    assert done.returncode == 2
     assert (copy / "lake.duckdb").read_bytes() == before
 
 
@@ -539,18 +540,23 @@ def test_a_closed_stdout_is_not_dev_null(lake: Path) -> None:
     assert done.returncode == 0, done.stderr
 
 
+def _ingest_with_closed(fd: int, lake: Path) -> subprocess.CompletedProcess[str]:
+    """`wmo-lake ingest` of the bundled example with `fd` closed, the other stream captured."""
+    from conftest import FIXTURES
+
+    return subprocess.run(
+        [*CLI, "ingest", str(FIXTURES / "harbor" / "offline-demo"), "--lake", str(lake)],
+        capture_output=True,
+        text=True,
+        preexec_fn=functools.partial(os.close, fd),
+        timeout=120,
+    )
+
+
 def test_a_closed_stdout_refuses_an_ingest_before_its_work(tmp_path: Path) -> None:
     """An ingest (or an export) with stdout closed did all its work, committed, then failed
     printing its summary: exit 1 over a changed lake. It is refused before it starts."""
-    from conftest import FIXTURES
-
-    done = subprocess.run(
-        [*CLI, "ingest", str(FIXTURES / "harbor" / "offline-demo"), "--lake", str(tmp_path / "l")],
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: os.close(1),
-        timeout=120,
-    )
+    done = _ingest_with_closed(1, tmp_path / "l")
     assert done.returncode == 1
     assert (
         done.stderr.strip() == "Error: stdout is closed; give wmo-lake one (`> /dev/null` drops it)"
@@ -572,3 +578,44 @@ def test_a_query_read_from_a_closed_stdin_is_one_line(lake: Path) -> None:
         "Error: `-` reads the query from stdin, which is closed; give the query as an argument"
     )
     assert "Traceback" not in done.stderr
+
+
+def test_output_naming_another_file_descriptor_is_refused(lake: Path, tmp_path: Path) -> None:
+    """`-o /dev/fd/3` named whatever the process had opened on 3 when it wrote: the lake's own
+    lake.duckdb, the table renamed over it (exit 0); `3>> log` lost what the log held, and
+    `-o /dev/stdin` from a pipe waited on itself for ever. Only stdout and stderr are streams
+    an --output may name; a link to a descriptor is followed."""
+    import shutil
+
+    copy = tmp_path / "lake"
+    shutil.copytree(lake, copy)
+    before = (copy / "lake.duckdb").read_bytes()
+    log = tmp_path / "log"
+    log.write_text("prior\n")
+    link = tmp_path / "link.txt"
+    link.symlink_to("/proc/self/fd/3")
+    for target, fd in [("/dev/fd/3", 3), (str(link), 3), ("/dev/stdin", 0)]:
+        with open(log, "a") as three:  # (`3>> log`)
+            appended = three.fileno()
+            done = subprocess.run(
+                [*CLI, "sql", "SELECT 1 AS x", "--lake", str(copy), "-o", target],
+                input=b"hi\n",
+                capture_output=True,
+                preexec_fn=functools.partial(os.dup2, appended, 3),
+                timeout=60,
+            )
+        assert done.returncode == 2, (target, done.stderr)
+        said = done.stderr.decode().splitlines()[-1]
+        assert said == (
+            f"Error: --output {target} names file descriptor {fd}, not a file; give a file "
+            "name (or leave --output out: the result goes to stdout)"
+        )
+    assert (copy / "lake.duckdb").read_bytes() == before
+    assert log.read_text() == "prior\n"
+
+
+def test_a_closed_stderr_leaves_commands_working(tmp_path: Path) -> None:
+    """With fd 2 closed, Python has no sys.stderr: an ingest failed on it without a word."""
+    done = _ingest_with_closed(2, tmp_path / "l")
+    assert done.returncode == 0
+    assert done.stdout.startswith("6 trials (6 new")

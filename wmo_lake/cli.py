@@ -144,6 +144,8 @@ def _hold_closed_fds() -> None:
     """Put /dev/null on each of fds 0-2 the process was started without (`>&-`, `2>&-`): else
     the next file opened (a lake's lake.duckdb) gets that number, and what is meant for stdout
     or stderr (`-o /dev/stderr`) lands in that file."""
+    from wmo_lake.stopping import CLOSED_FDS
+
     for fd in (0, 1, 2):
         try:
             os.fstat(fd)
@@ -152,6 +154,10 @@ def _hold_closed_fds() -> None:
             if held != fd:
                 os.dup2(held, fd)
                 os.close(held)
+            os.set_inheritable(fd, True)  # (as the fd it stands for was)
+            CLOSED_FDS.add(fd)
+    if sys.stderr is None:  # (messages go to the /dev/null held: the caller closed stderr)
+        sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
 
 
 def _writes_only_a_file(args: list[str]) -> bool:

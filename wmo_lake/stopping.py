@@ -14,6 +14,7 @@ import contextlib
 import errno
 import io
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -46,7 +47,7 @@ class StdoutClosedError(OSError):
 
 class ClosedStdout(io.TextIOBase):
     """sys.stdout when the process has none: what would be written there is an error. (Its fd 1
-    is held on /dev/null, which is not this stream: `names_closed_stdout` tells a path to it.)"""
+    is held on /dev/null, which is not this stream: see CLOSED_FDS.)"""
 
     def write(self, text: str) -> int:
         raise StdoutClosedError
@@ -58,11 +59,30 @@ class ClosedStdout(io.TextIOBase):
         raise StdoutClosedError
 
 
-def names_closed_stdout(path: os.PathLike[str] | str) -> bool:
-    """Whether `path` names fd 1 (`/dev/stdout`, `/dev/fd/1`, `/proc/self/fd/1`) while stdout is
-    closed: writing there would go to the /dev/null held in its place."""
-    names = {"/dev/stdout", "/dev/fd/1", "/proc/self/fd/1", f"/proc/{os.getpid()}/fd/1"}
-    return isinstance(sys.stdout, ClosedStdout) and os.path.abspath(path) in names
+# The fds 0-2 the process was started without (`<&-`, `>&-`, `2>&-`), each held on /dev/null
+# since (`cli.main`), so that no file the command opens takes their numbers.
+CLOSED_FDS: set[int] = set()
+STREAM_NAMES = ("stdin", "stdout", "stderr")
+# A path naming a file descriptor: /dev/fd/N, /proc/self/fd/N, /proc/thread-self/fd/N,
+# /proc/PID/fd/N, /proc/PID/task/TID/fd/N (and /dev/stdout & co., links to /proc/self/fd/N)
+_FD_PATH = re.compile(r"/(?:dev/fd|proc/(?:self|thread-self|\d+)(?:/task/\d+)?/fd)/(\d+)")
+
+
+def fd_named(path: os.PathLike[str] | str) -> int | None:
+    """The file descriptor `path` names, following links (`/dev/stdout` is 1, a link to
+    `/proc/self/fd/3` is 3); None for any other path."""
+    current = os.path.abspath(path)
+    for _ in range(40):  # (a loop of links names no fd)
+        current = "/" + current.lstrip("/")  # (`//dev/stdout`)
+        match = _FD_PATH.fullmatch(current)
+        if match is not None:
+            return int(match.group(1))
+        try:
+            target = os.readlink(current)
+        except (OSError, ValueError):
+            return None
+        current = os.path.normpath(os.path.join(os.path.dirname(current), target))
+    return None
 
 
 # What a command had finished when a Ctrl-C or SIGTERM came after it (its output complete): the
