@@ -469,17 +469,25 @@ def test_a_closed_stdout_is_one_line_not_a_traceback(lake: Path, command: list[s
     assert "Traceback" not in done.stderr
 
 
-def test_a_closed_stdout_stops_only_a_command_that_writes_there(lake: Path, tmp_path: Path) -> None:
-    """`sql -o FILE >&-` writes nothing to stdout: it ran before the closed-stdout error was
-    said at the start of every command, and it runs again."""
-    out = tmp_path / "x.csv"
-    done = subprocess.run(
-        [*CLI, "sql", "SELECT 1 AS x", "--lake", str(lake), "-o", str(out)],
+STDOUT_CLOSED_SAID = "stdout is closed; give wmo-lake one (`> /dev/null` drops it)"
+
+
+def _sql_with_stdout_closed(lake: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`wmo-lake sql ... --lake LAKE ARGS` run with fd 1 closed (`>&-`), stderr captured."""
+    return subprocess.run(
+        [*CLI, "sql", "SELECT 1 AS x", "--lake", str(lake), *args],
         stderr=subprocess.PIPE,
         text=True,
         preexec_fn=lambda: os.close(1),
         timeout=120,
     )
+
+
+def test_a_closed_stdout_stops_only_a_command_that_writes_there(lake: Path, tmp_path: Path) -> None:
+    """`sql -o FILE >&-` writes nothing to stdout: it ran before the closed-stdout error was
+    said at the start of every command, and it runs again."""
+    out = tmp_path / "x.csv"
+    done = _sql_with_stdout_closed(lake, "-o", str(out))
     assert done.returncode == 0, done.stderr
     assert out.read_text() == "x\n1\n"
 
@@ -495,17 +503,9 @@ def test_output_to_a_closed_stdout_is_refused_and_leaves_the_lake_whole(
     copy = tmp_path / "lake"
     shutil.copytree(lake, copy)
     before = (copy / "lake.duckdb").read_bytes()
-    done = subprocess.run(
-        [*CLI, "sql", "SELECT 42 AS x", "--lake", str(copy), "--format", fmt, "-o", "/dev/stdout"],
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: os.close(1),
-        timeout=120,
-    )
+    done = _sql_with_stdout_closed(copy, "--format", fmt, "-o", "/dev/stdout")
     assert done.returncode == 1
-    assert done.stderr.splitlines()[-1].endswith(
-        "stdout is closed; give wmo-lake one (`> /dev/null` drops it)"
-    )
+    assert done.stderr.splitlines()[-1].endswith(STDOUT_CLOSED_SAID)
     assert (copy / "lake.duckdb").read_bytes() == before
 
 
@@ -527,16 +527,22 @@ def test_output_to_a_closed_stderr_leaves_the_lake_whole(lake: Path, tmp_path: P
     assert (copy / "lake.duckdb").read_bytes() == before
 
 
+def test_a_closed_stdout_reached_through_a_link_to_the_fds_is_refused(
+    lake: Path, tmp_path: Path
+) -> None:
+    """`-o FDS/1` (FDS a link to /proc/self/fd) with stdout closed: the result went to the
+    /dev/null held on fd 1, exit 0."""
+    fds = tmp_path / "fds"
+    fds.symlink_to("/proc/self/fd")
+    done = _sql_with_stdout_closed(lake, "-o", str(fds / "1"))
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1].endswith(STDOUT_CLOSED_SAID)
+
+
 def test_a_closed_stdout_is_not_dev_null(lake: Path) -> None:
     """fd 1 is held on /dev/null while stdout is closed: `-o /dev/null` was then taken for
     stdout and refused."""
-    done = subprocess.run(
-        [*CLI, "sql", "SELECT 1 AS x", "--lake", str(lake), "-o", "/dev/null"],
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: os.close(1),
-        timeout=120,
-    )
+    done = _sql_with_stdout_closed(lake, "-o", "/dev/null")
     assert done.returncode == 0, done.stderr
 
 
@@ -594,7 +600,10 @@ def test_output_naming_another_file_descriptor_is_refused(lake: Path, tmp_path: 
     log.write_text("prior\n")
     link = tmp_path / "link.txt"
     link.symlink_to("/proc/self/fd/3")
-    for target, fd in [("/dev/fd/3", 3), (str(link), 3), ("/dev/stdin", 0)]:
+    fds = tmp_path / "fds"  # (a link to a dir of them: the path's own text names none)
+    fds.symlink_to("/proc/self/fd")
+    targets = [("/dev/fd/3", 3), (str(link), 3), (str(fds / "3"), 3), ("/dev/stdin", 0)]
+    for target, fd in targets:
         with open(log, "a") as three:  # (`3>> log`)
             appended = three.fileno()
             done = subprocess.run(
@@ -619,3 +628,69 @@ def test_a_closed_stderr_leaves_commands_working(tmp_path: Path) -> None:
     done = _ingest_with_closed(2, tmp_path / "l")
     assert done.returncode == 0
     assert done.stdout.startswith("6 trials (6 new")
+
+
+def test_a_path_that_only_looks_like_a_file_descriptor_is_written(
+    lake: Path, tmp_path: Path
+) -> None:
+    """`deep/../../dev/fd/3`, where deep is a link: the kernel resolves `..` after the link, to
+    an ordinary file; the text alone read as /dev/fd/3."""
+    real = tmp_path / "real"
+    ups = len(tmp_path.parts)  # (as text, deep/ and then these reach /: /dev/fd/3)
+    deepest = real.joinpath(*[f"d{i}" for i in range(ups)])
+    deepest.mkdir(parents=True)
+    (real / "dev" / "fd").mkdir(parents=True)
+    (tmp_path / "deep").symlink_to(deepest)
+    target = f"{tmp_path}/deep" + "/.." * ups + "/dev/fd/3"
+    assert os.path.abspath(target) == "/dev/fd/3"
+    done = subprocess.run(
+        [*CLI, "sql", "SELECT 1 AS x", "--lake", str(lake), "-o", target, "--format", "csv"],
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (real / "dev" / "fd" / "3").read_text() == "x\n1\n"
+
+
+def test_report_out_reaching_a_file_descriptor_is_refused(lake: Path, tmp_path: Path) -> None:
+    """`--out r.html`, a link to /dev/fd/3, under `3>> log`: the page was renamed over the log."""
+    log = tmp_path / "log"
+    log.write_text("prior\n")
+    page = tmp_path / "r.html"
+    page.symlink_to("/dev/fd/3")
+    with open(log, "a") as three:
+        done = subprocess.run(
+            [*CLI, "report", "--lake", str(lake), "--out", str(page)],
+            capture_output=True,
+            preexec_fn=functools.partial(os.dup2, three.fileno(), 3),
+            timeout=120,
+        )
+    assert done.returncode == 2
+    assert b"names file descriptor 3, not a file" in done.stderr
+    assert log.read_text() == "prior\n"
+
+
+def test_parquet_to_a_stdout_redirected_to_a_file_is_refused(lake: Path, tmp_path: Path) -> None:
+    """`-o /dev/stdout --format parquet >> log` renamed the Parquet file over the log."""
+    log = tmp_path / "log"
+    log.write_text("prior\n")
+    with open(log, "a") as stdout:
+        done = subprocess.run(
+            [
+                *CLI,
+                "sql",
+                "SELECT 1 AS x",
+                "--lake",
+                str(lake),
+                "-o",
+                "/dev/stdout",
+                "--format",
+                "parquet",
+            ],
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            timeout=60,
+        )
+    assert done.returncode == 2
+    assert b"give --output FILE.parquet" in done.stderr
+    assert log.read_text() == "prior\n"

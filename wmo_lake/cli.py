@@ -141,16 +141,23 @@ def _tolerant_streams() -> None:
 
 
 def _hold_closed_fds() -> None:
-    """Put /dev/null on each of fds 0-2 the process was started without (`>&-`, `2>&-`): else
-    the next file opened (a lake's lake.duckdb) gets that number, and what is meant for stdout
-    or stderr (`-o /dev/stderr`) lands in that file."""
+    """Hold each of fds 0-2 the process was started without (`<&-`, `>&-`, `2>&-`): else the
+    next file opened (a lake's lake.duckdb) gets that number, and what is meant for stdout or
+    stderr (`-o /dev/stderr`) lands in that file. stdin and stderr hold /dev/null (stderr's
+    messages are dropped, as asked), stdout a pipe no one reads (see below)."""
     from wmo_lake.stopping import CLOSED_FDS
 
     for fd in (0, 1, 2):
         try:
             os.fstat(fd)
         except OSError:
-            held = os.open(os.devnull, os.O_RDWR)
+            if fd == 1:
+                # a pipe of its own, its reader closed: a write fails (EPIPE), and a path that
+                # reaches it (`-o /dev/stdout`, a link to a dir of fds) is told by its identity
+                reader, held = os.pipe()
+                os.close(reader)
+            else:
+                held = os.open(os.devnull, os.O_RDWR)
             if held != fd:
                 os.dup2(held, fd)
                 os.close(held)

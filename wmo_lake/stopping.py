@@ -68,9 +68,39 @@ STREAM_NAMES = ("stdin", "stdout", "stderr")
 _FD_PATH = re.compile(r"/(?:dev/fd|proc/(?:self|thread-self|\d+)(?:/task/\d+)?/fd)/(\d+)")
 
 
+def fd_reached(path: os.PathLike[str] | str) -> int | None:
+    """The file descriptor whose file `path` opens, as the kernel resolves it (every link, `..`
+    after them): an open one whose pipe, socket or regular file it is (`3>> log`, a piped
+    stdin; a terminal or /dev/null is no one's), or one not open that it names through /proc
+    (`/dev/fd/3`, a link to a dir of them). None for any other path."""
+    import stat
+
+    try:
+        named = os.stat(path)
+    except (OSError, ValueError):
+        real = os.path.realpath(path)  # (a magic link to an fd not open is left as named)
+        match = _FD_PATH.fullmatch("/" + real.lstrip("/"))
+        return None if match is None else int(match.group(1))
+    if stat.S_ISCHR(named.st_mode) or stat.S_ISDIR(named.st_mode):
+        return None
+    try:
+        fds = sorted(int(name) for name in os.listdir("/proc/self/fd"))
+    except OSError:  # (no /proc: the three streams)
+        fds = [0, 1, 2]
+    for fd in fds:
+        try:
+            held = os.fstat(fd)
+        except OSError:  # (the listing's own fd, closed by now)
+            continue
+        if (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino):
+            return fd
+    return None
+
+
 def fd_named(path: os.PathLike[str] | str) -> int | None:
-    """The file descriptor `path` names, following links (`/dev/stdout` is 1, a link to
-    `/proc/self/fd/3` is 3); None for any other path."""
+    """The file descriptor `path` names as written, following links (`/dev/stdout` is 1, a link
+    to `/proc/self/fd/3` is 3); None for any other path. (How a closed stream is told: its fd
+    holds /dev/null, which `fd_reached` leaves to no one.)"""
     current = os.path.abspath(path)
     for _ in range(40):  # (a loop of links names no fd)
         current = "/" + current.lstrip("/")  # (`//dev/stdout`)

@@ -197,3 +197,31 @@ def guard_options(command: Callable[..., Any]) -> Callable[..., Any]:
         help='Task registry JSON (a list, or {"tasks": [...]}, of {id, split}); only train '
         "tasks are exported.",
     )(command)
+
+
+def refuse_fd_output(output: Path, option: str, streams: tuple[int, ...] = ()) -> None:
+    """Refuse an `option` path that reaches a file descriptor (`/dev/fd/3`, `/dev/stdin`, a link
+    to a dir of them, the file `3>> log` appends to) other than the `streams` (1, 2) the caller
+    writes as streams: its file was renamed over (the lake's own lake.duckdb, when the lake was
+    opened on that number), or the write waited on its own stdin for ever. A closed stdout or
+    stderr is /dev/null held in its place: a result written there would be lost."""
+    from wmo_lake.stopping import (
+        CLOSED_FDS,
+        STREAM_NAMES,
+        StdoutClosedError,
+        fd_named,
+        fd_reached,
+    )
+
+    fd = fd_reached(output)
+    named = fd if fd in CLOSED_FDS else fd_named(output)  # (stderr's /dev/null: by its name)
+    if named in CLOSED_FDS:
+        if named == 1 and 1 in streams:
+            raise StdoutClosedError
+        fail(f"{option} {output} names {STREAM_NAMES[named]}, which is closed", 2)
+    if fd is not None and fd not in streams:
+        fail(
+            f"{option} {output} names file descriptor {fd}, not a file; give a file name"
+            + (" (or leave --output out: the result goes to stdout)" if streams else ""),
+            2,
+        )

@@ -14,6 +14,7 @@ from wmo_lake.commands.options import (
     fail_if_damaged,
     lake_failure,
     lake_option,
+    refuse_fd_output,
     refuse_lake_file,
     setting_options,
     settings_from,
@@ -78,6 +79,7 @@ def report(
     if not out.parent.is_dir():
         fail(f"--out {out}: directory {out.parent} does not exist", 2)
     refuse_lake_file(out, lake, "--out")
+    refuse_fd_output(out, "--out")
     try:
         data = collect_report(lake, settings_from(options), runs=list(runs), batch_glob=batch_glob)
     except LakeError as error:

@@ -23,6 +23,7 @@ from wmo_lake.commands.options import (
     lake_hint,
     lake_option,
     output_options,
+    refuse_fd_output,
     refuse_lake_file,
     setting_options,
     settings_from,
@@ -30,14 +31,7 @@ from wmo_lake.commands.options import (
 from wmo_lake.lake import connect, times_in_utc
 from wmo_lake.output import FORMATS, OutputFile, copy_query, copy_target, write_result
 from wmo_lake.settings import BY_VARIABLE, whole_number
-from wmo_lake.stopping import (
-    CLOSED_FDS,
-    STREAM_NAMES,
-    StdoutClosedError,
-    ctrl_c_stops,
-    fd_named,
-    finished,
-)
+from wmo_lake.stopping import ctrl_c_stops, finished
 from wmo_lake.store import LakeError, Store
 from wmo_lake.terminal import terminal_width
 
@@ -187,7 +181,17 @@ def sql(
         fail("--format parquet needs --output FILE.parquet", 2)
     stream = sys.stdout  # where a result with no --output goes
     if output is not None:
-        _check_fd_output(output)
+        refuse_fd_output(output, "--output", streams=(1, 2))
+    if output is not None and fmt == "parquet" and _std_stream(output) is not None:
+        import stat
+
+        if stat.S_ISREG(os.stat(output).st_mode):  # (a pipe's reader takes it as written)
+            # the file the shell appends to would be renamed over: nothing can be appended
+            fail(
+                f"--format parquet to {output}, which is stdout or stderr redirected to a file: "
+                "give --output FILE.parquet",
+                2,
+            )
     if output is not None and fmt != "parquet" and (named := _std_stream(output)) is not None:
         # `-o /dev/stdout > log`, `-o /dev/stderr 2>> log`: the file that stream appends to,
         # written as that stream (a rename over it, or DuckDB's opening it afresh, would drop
@@ -393,26 +397,6 @@ def spark_write_word(statement: str) -> str | None:
             if word in SPARK_WRITE_WORDS:
                 return word
     return None
-
-
-def _check_fd_output(output: Path) -> None:
-    """Refuse an --output that names a file descriptor other than an open stdout or stderr
-    (`/dev/fd/3`, `/dev/stdin`, or a link to one): its file was renamed over (the lake's own
-    lake.duckdb, when the lake was opened on that number), or the write waited on its own
-    stdin for ever. A closed stdout or stderr is /dev/null held in its place: the result lost."""
-    fd = fd_named(output)
-    if fd is None:
-        return
-    if fd in CLOSED_FDS:
-        if fd == 1:
-            raise StdoutClosedError
-        fail(f"--output {output} names {STREAM_NAMES[fd]}, which is closed", 2)
-    if fd not in (1, 2):
-        fail(
-            f"--output {output} names file descriptor {fd}, not a file; give a file name (or "
-            "leave --output out: the result goes to stdout)",
-            2,
-        )
 
 
 def _std_stream(output: Path) -> TextIO | None:
