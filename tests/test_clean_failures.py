@@ -610,15 +610,18 @@ def test_output_naming_another_file_descriptor_is_refused(lake: Path, tmp_path: 
                 [*CLI, "sql", "SELECT 1 AS x", "--lake", str(copy), "-o", target],
                 input=b"hi\n",
                 capture_output=True,
+                pass_fds=(3,),  # (kept open past close_fds, which runs after preexec_fn)
                 preexec_fn=functools.partial(os.dup2, appended, 3),
                 timeout=60,
             )
         assert done.returncode == 2, (target, done.stderr)
         said = done.stderr.decode().splitlines()[-1]
-        assert said == (
-            f"Error: --output {target} names file descriptor {fd}, not a file; give a file "
-            "name (or leave --output out: the result goes to stdout)"
-        )
+        assert said.startswith(f"Error: --output {target} ")
+        assert (
+            "is the file open for writing on file descriptor 3 (as `3>> log` opens one)"
+            if fd == 3
+            else "names file descriptor 0, not a file"  # (stdin, a pipe)
+        ) in said
     assert (copy / "lake.duckdb").read_bytes() == before
     assert log.read_text() == "prior\n"
 
@@ -662,35 +665,73 @@ def test_report_out_reaching_a_file_descriptor_is_refused(lake: Path, tmp_path: 
         done = subprocess.run(
             [*CLI, "report", "--lake", str(lake), "--out", str(page)],
             capture_output=True,
+            pass_fds=(3,),  # (kept open past close_fds, which runs after preexec_fn)
             preexec_fn=functools.partial(os.dup2, three.fileno(), 3),
             timeout=120,
         )
     assert done.returncode == 2
-    assert b"names file descriptor 3, not a file" in done.stderr
+    assert b"is the file open for writing on file descriptor 3" in done.stderr
     assert log.read_text() == "prior\n"
 
 
-def test_parquet_to_a_stdout_redirected_to_a_file_is_refused(lake: Path, tmp_path: Path) -> None:
-    """`-o /dev/stdout --format parquet >> log` renamed the Parquet file over the log."""
-    log = tmp_path / "log"
-    log.write_text("prior\n")
-    with open(log, "a") as stdout:
+@pytest.mark.parametrize("mode", ["w", "a"], ids=[">", ">>"])
+def test_parquet_to_a_stdout_appending_to_a_file_is_refused(
+    lake: Path, tmp_path: Path, mode: str
+) -> None:
+    """`-o /dev/stdout --format parquet >> log` renamed the Parquet file over the log. With `>`
+    (nothing to keep) it is written."""
+    target = tmp_path / "out"
+    target.write_text("prior\n")
+    args = [*CLI, "sql", "SELECT 1", "--lake", str(lake), "-o", "/dev/stdout"]
+    with open(target, mode) as stdout:
         done = subprocess.run(
-            [
-                *CLI,
-                "sql",
-                "SELECT 1 AS x",
-                "--lake",
-                str(lake),
-                "-o",
-                "/dev/stdout",
-                "--format",
-                "parquet",
-            ],
-            stdout=stdout,
-            stderr=subprocess.PIPE,
+            [*args, "--format", "parquet"], stdout=stdout, stderr=subprocess.PIPE, timeout=60
+        )
+    if mode == "w":
+        assert done.returncode == 0, done.stderr
+        assert target.read_bytes()[:4] == b"PAR1"
+    else:
+        assert done.returncode == 2
+        assert b"appends to that file (>>)" in done.stderr
+        assert target.read_text() == "prior\n"
+
+
+def test_a_file_some_descriptor_only_reads_is_written(lake: Path, tmp_path: Path) -> None:
+    """`-o data.csv < data.csv` (or under a `flock` of it): the file is only read there, so
+    replacing it loses nothing; the first check refused any file an fd held."""
+    data = tmp_path / "data.csv"
+    data.write_text("a,b\n")
+    with open(data) as stdin:
+        done = subprocess.run(
+            [*CLI, "sql", "SELECT 1 AS x", "--lake", str(lake), "-o", str(data)],
+            stdin=stdin,
+            capture_output=True,
+            timeout=60,
+        )
+    assert done.returncode == 0, done.stderr
+    assert data.read_text() == "x\n1\n"
+
+
+@pytest.mark.parametrize("fd", [0, 2])
+def test_a_closed_stdin_or_stderr_reached_through_a_link_to_the_fds_is_refused(
+    lake: Path, tmp_path: Path, fd: int
+) -> None:
+    """`-o FDS/2 2>&-` (FDS a link to /proc/self/fd): the result went to the /dev/null held
+    in stderr's place, exit 0. Each closed fd now holds a stand-in of its own."""
+    fds = tmp_path / "fds"
+    fds.symlink_to("/proc/self/fd")
+    out = tmp_path / "said"
+    with open(out, "w") as said:
+        done = subprocess.run(
+            [*CLI, "sql", "SELECT 1 AS x", "--lake", str(lake), "-o", str(fds / str(fd))],
+            stdout=said if fd == 2 else subprocess.DEVNULL,
+            stderr=said if fd == 0 else subprocess.DEVNULL,
+            preexec_fn=functools.partial(os.close, fd),
             timeout=60,
         )
     assert done.returncode == 2
-    assert b"give --output FILE.parquet" in done.stderr
-    assert log.read_text() == "prior\n"
+    if fd == 0:
+        assert (
+            out.read_text().splitlines()[-1]
+            == f"Error: --output {fds}/0 names stdin, which is closed"
+        )

@@ -143,21 +143,16 @@ def _tolerant_streams() -> None:
 def _hold_closed_fds() -> None:
     """Hold each of fds 0-2 the process was started without (`<&-`, `>&-`, `2>&-`): else the
     next file opened (a lake's lake.duckdb) gets that number, and what is meant for stdout or
-    stderr (`-o /dev/stderr`) lands in that file. stdin and stderr hold /dev/null (stderr's
-    messages are dropped, as asked), stdout a pipe no one reads (see below)."""
+    stderr (`-o /dev/stderr`) lands in that file. Each holds a stand-in of its own (`_stand_in`),
+    so a path that reaches it (`-o /dev/stdout`, a link to a dir of fds) is told by its
+    identity (`stopping.fd_reached`), where /dev/null is everyone's."""
     from wmo_lake.stopping import CLOSED_FDS
 
     for fd in (0, 1, 2):
         try:
             os.fstat(fd)
         except OSError:
-            if fd == 1:
-                # a pipe of its own, its reader closed: a write fails (EPIPE), and a path that
-                # reaches it (`-o /dev/stdout`, a link to a dir of fds) is told by its identity
-                reader, held = os.pipe()
-                os.close(reader)
-            else:
-                held = os.open(os.devnull, os.O_RDWR)
+            held = _stand_in(fd)
             if held != fd:
                 os.dup2(held, fd)
                 os.close(held)
@@ -165,6 +160,22 @@ def _hold_closed_fds() -> None:
             CLOSED_FDS.add(fd)
     if sys.stderr is None:  # (messages go to the /dev/null held: the caller closed stderr)
         sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
+
+
+def _stand_in(fd: int) -> int:
+    """What a closed fd 0-2 holds: stdin a pipe with no writer (reads end at once), stdout one
+    with no reader (a write fails, EPIPE), stderr an unnamed file in the temp dir (messages are
+    dropped, as asked; /dev/null where the temp dir takes no such file)."""
+    if fd in (0, 1):
+        reader, writer = os.pipe()
+        os.close(writer if fd == 0 else reader)
+        return reader if fd == 0 else writer
+    import tempfile
+
+    try:
+        return os.open(tempfile.gettempdir(), os.O_TMPFILE | os.O_WRONLY, 0o600)
+    except (OSError, AttributeError):  # (no O_TMPFILE there)
+        return os.open(os.devnull, os.O_WRONLY)
 
 
 def _writes_only_a_file(args: list[str]) -> bool:

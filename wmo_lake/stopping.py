@@ -69,10 +69,13 @@ _FD_PATH = re.compile(r"/(?:dev/fd|proc/(?:self|thread-self|\d+)(?:/task/\d+)?/f
 
 
 def fd_reached(path: os.PathLike[str] | str) -> int | None:
-    """The file descriptor whose file `path` opens, as the kernel resolves it (every link, `..`
-    after them): an open one whose pipe, socket or regular file it is (`3>> log`, a piped
-    stdin; a terminal or /dev/null is no one's), or one not open that it names through /proc
-    (`/dev/fd/3`, a link to a dir of them). None for any other path."""
+    """The file descriptor `path` reaches, as the kernel resolves it (every link, `..` after
+    them): one not open that it names through /proc (`/dev/fd/3`, a link to a dir of them:
+    whatever the process opens next would be written), or an open one whose pipe or socket it
+    is (a piped stdin: the write would wait on itself), or whose regular file it is, open for
+    writing (`3>> log`: what was appended there would be lost). A file some fd only reads
+    (`< data.csv`, a `flock`), a terminal or /dev/null is no one's. None for any other path."""
+    import fcntl
     import stat
 
     try:
@@ -81,7 +84,9 @@ def fd_reached(path: os.PathLike[str] | str) -> int | None:
         real = os.path.realpath(path)  # (a magic link to an fd not open is left as named)
         match = _FD_PATH.fullmatch("/" + real.lstrip("/"))
         return None if match is None else int(match.group(1))
-    if stat.S_ISCHR(named.st_mode) or stat.S_ISDIR(named.st_mode):
+    if not (
+        stat.S_ISREG(named.st_mode) or stat.S_ISFIFO(named.st_mode) or stat.S_ISSOCK(named.st_mode)
+    ):
         return None
     try:
         fds = sorted(int(name) for name in os.listdir("/proc/self/fd"))
@@ -90,11 +95,24 @@ def fd_reached(path: os.PathLike[str] | str) -> int | None:
     for fd in fds:
         try:
             held = os.fstat(fd)
+            writing = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDONLY
         except OSError:  # (the listing's own fd, closed by now)
             continue
-        if (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino):
+        if (held.st_dev, held.st_ino) != (named.st_dev, named.st_ino):
+            continue
+        if writing or not stat.S_ISREG(named.st_mode):
             return fd
     return None
+
+
+def appends(fd: int) -> bool:
+    """Whether `fd` (stdout, stderr) is a file opened to append to (`>> log`)."""
+    import fcntl
+
+    try:
+        return bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND)
+    except OSError:
+        return False
 
 
 def fd_named(path: os.PathLike[str] | str) -> int | None:

@@ -202,9 +202,10 @@ def guard_options(command: Callable[..., Any]) -> Callable[..., Any]:
 def refuse_fd_output(output: Path, option: str, streams: tuple[int, ...] = ()) -> None:
     """Refuse an `option` path that reaches a file descriptor (`/dev/fd/3`, `/dev/stdin`, a link
     to a dir of them, the file `3>> log` appends to) other than the `streams` (1, 2) the caller
-    writes as streams: its file was renamed over (the lake's own lake.duckdb, when the lake was
-    opened on that number), or the write waited on its own stdin for ever. A closed stdout or
-    stderr is /dev/null held in its place: a result written there would be lost."""
+    writes as streams (`fd_reached`): its file was renamed over (the lake's own lake.duckdb, when
+    the lake was opened on that number), or the write waited on its own stdin for ever. A closed
+    stream is held by something else (`cli._hold_closed_fds`): a result written there would be
+    lost."""
     from wmo_lake.stopping import (
         CLOSED_FDS,
         STREAM_NAMES,
@@ -220,8 +221,21 @@ def refuse_fd_output(output: Path, option: str, streams: tuple[int, ...] = ()) -
             raise StdoutClosedError
         fail(f"{option} {output} names {STREAM_NAMES[named]}, which is closed", 2)
     if fd is not None and fd not in streams:
+        import os
+        import stat
+
+        try:
+            regular = stat.S_ISREG(os.stat(output).st_mode)
+        except OSError:  # (an fd not open yet, named through /proc)
+            regular = False
+        what = (
+            f"is the file open for writing on file descriptor {fd} (as `{fd}>> log` opens one): "
+            "writing it would replace what is written there"
+            if regular
+            else f"names file descriptor {fd}, not a file"
+        )
         fail(
-            f"{option} {output} names file descriptor {fd}, not a file; give a file name"
+            f"{option} {output} {what}; give another file name"
             + (" (or leave --output out: the result goes to stdout)" if streams else ""),
             2,
         )

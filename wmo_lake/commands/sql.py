@@ -31,7 +31,7 @@ from wmo_lake.commands.options import (
 from wmo_lake.lake import connect, times_in_utc
 from wmo_lake.output import FORMATS, OutputFile, copy_query, copy_target, write_result
 from wmo_lake.settings import BY_VARIABLE, whole_number
-from wmo_lake.stopping import ctrl_c_stops, finished
+from wmo_lake.stopping import appends, ctrl_c_stops, finished
 from wmo_lake.store import LakeError, Store
 from wmo_lake.terminal import terminal_width
 
@@ -182,17 +182,16 @@ def sql(
     stream = sys.stdout  # where a result with no --output goes
     if output is not None:
         refuse_fd_output(output, "--output", streams=(1, 2))
-    if output is not None and fmt == "parquet" and _std_stream(output) is not None:
-        import stat
-
-        if stat.S_ISREG(os.stat(output).st_mode):  # (a pipe's reader takes it as written)
-            # the file the shell appends to would be renamed over: nothing can be appended
-            fail(
-                f"--format parquet to {output}, which is stdout or stderr redirected to a file: "
-                "give --output FILE.parquet",
-                2,
-            )
-    if output is not None and fmt != "parquet" and (named := _std_stream(output)) is not None:
+    named = _std_stream(output) if output is not None else None
+    if fmt == "parquet" and named is not None and appends(named.fileno()):
+        # (`>> log`: the rename would replace what the log holds)
+        fail(
+            f"--format parquet to {output}: {'stderr' if named is sys.stderr else 'stdout'} "
+            "appends to that file (>>), and a Parquet file cannot be appended to; give "
+            "--output FILE.parquet of its own",
+            2,
+        )
+    if fmt != "parquet" and named is not None:
         # `-o /dev/stdout > log`, `-o /dev/stderr 2>> log`: the file that stream appends to,
         # written as that stream (a rename over it, or DuckDB's opening it afresh, would drop
         # what the shell had written there)
