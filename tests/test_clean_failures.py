@@ -735,3 +735,21 @@ def test_a_closed_stdin_or_stderr_reached_through_a_link_to_the_fds_is_refused(
             out.read_text().splitlines()[-1]
             == f"Error: --output {fds}/0 names stdin, which is closed"
         )
+
+
+@pytest.mark.parametrize("command", ["sql", "report"])
+def test_an_output_name_no_file_system_takes_is_one_line(
+    lake: Path, tmp_path: Path, command: str
+) -> None:
+    """A 300-byte file name ended in an OSError traceback (File name too long)."""
+    from wmo_lake.cli import cli
+
+    if command == "sql":
+        args = ["sql", "SELECT 1", "--lake", str(lake), "-o", str(tmp_path / ("x" * 300 + ".csv"))]
+    else:
+        args = ["report", "--lake", str(lake), "--out", str(tmp_path / ("x" * 300 + ".html"))]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2
+    size = 304 if command == "sql" else 305
+    assert f"the file name is {size} bytes; a file system takes 255" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)

@@ -239,3 +239,19 @@ def refuse_fd_output(output: Path, option: str, streams: tuple[int, ...] = ()) -
             + (" (or leave --output out: the result goes to stdout)" if streams else ""),
             2,
         )
+
+
+# Longest file name an output may have: file systems take 255 bytes (NAME_MAX), and an output is
+# first written under a hidden temporary name (`.NAME.PID.tmp`, output.OutputFile) beside it.
+OUTPUT_NAME_MAX = 255 - len(".") - len(".4194304.tmp")
+
+
+def refuse_long_name(output: Path, option: str) -> None:
+    """Exit 2 for an `option` file name no file system takes (it was an OSError traceback)."""
+    size = len(output.name.encode("utf-8", "surrogateescape"))
+    if size > OUTPUT_NAME_MAX:
+        fail(
+            f"{option}: the file name is {size} bytes; a file system takes 255, and wmo-lake "
+            f"first writes it under a temporary name: keep it to {OUTPUT_NAME_MAX}",
+            2,
+        )

@@ -16,6 +16,7 @@ from wmo_lake.commands.options import (
     lake_option,
     refuse_fd_output,
     refuse_lake_file,
+    refuse_long_name,
     setting_options,
     settings_from,
 )
@@ -72,6 +73,7 @@ def report(
     from wmo_lake.report.data import collect_report
     from wmo_lake.report.page import PlotlyMissing, write_report
 
+    refuse_long_name(out, "--out")
     if out.exists() and out.is_dir():
         fail(f"--out {out} is a directory; give the HTML file to write", 2)
     if out.suffix.lower() not in (".html", ".htm"):  # a file's name never lies about its content

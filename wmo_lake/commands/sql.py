@@ -25,6 +25,7 @@ from wmo_lake.commands.options import (
     output_options,
     refuse_fd_output,
     refuse_lake_file,
+    refuse_long_name,
     setting_options,
     settings_from,
 )
@@ -181,6 +182,7 @@ def sql(
         fail("--format parquet needs --output FILE.parquet", 2)
     stream = sys.stdout  # where a result with no --output goes
     if output is not None:
+        refuse_long_name(output, "--output")
         refuse_fd_output(output, "--output", streams=(1, 2))
     named = _std_stream(output) if output is not None else None
     if fmt == "parquet" and named is not None and appends(named.fileno()):
