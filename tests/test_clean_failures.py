@@ -753,3 +753,22 @@ def test_an_output_name_no_file_system_takes_is_one_line(
     size = 304 if command == "sql" else 305
     assert f"the file name is {size} bytes; a file system takes 255" in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+@pytest.mark.parametrize("command", ["sql", "report"])
+def test_an_output_under_a_file_says_that_file_is_no_directory(
+    lake: Path, tmp_path: Path, command: str
+) -> None:
+    """`--out plain/x.html`, plain a file: said "directory plain does not exist"."""
+    from wmo_lake.cli import cli
+
+    plain = tmp_path / "plain"
+    plain.write_text("x")
+    if command == "sql":
+        args = ["sql", "SELECT 1", "--lake", str(lake), "-o", str(plain / "x.csv")]
+    else:
+        args = ["report", "--lake", str(lake), "--out", str(plain / "x.html")]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code in (1, 2)
+    assert f"{plain} is not a directory" in result.output
+    assert "does not exist" not in result.output

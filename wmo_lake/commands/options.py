@@ -255,3 +255,9 @@ def refuse_long_name(output: Path, option: str) -> None:
             f"first writes it under a temporary name: keep it to {OUTPUT_NAME_MAX}",
             2,
         )
+
+
+def missing_dir_text(directory: Path) -> str:
+    """Why an output's `directory` cannot take it: it is a file, or it does not exist."""
+    there = directory.exists() or directory.is_symlink()
+    return f"{directory} is not a directory" if there else f"directory {directory} does not exist"

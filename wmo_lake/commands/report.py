@@ -14,6 +14,7 @@ from wmo_lake.commands.options import (
     fail_if_damaged,
     lake_failure,
     lake_option,
+    missing_dir_text,
     refuse_fd_output,
     refuse_lake_file,
     refuse_long_name,
@@ -79,7 +80,7 @@ def report(
     if out.suffix.lower() not in (".html", ".htm"):  # a file's name never lies about its content
         fail(f"--out {out}: the report is one HTML page; name it {out.with_suffix('.html')}", 2)
     if not out.parent.is_dir():
-        fail(f"--out {out}: directory {out.parent} does not exist", 2)
+        fail(f"--out {out}: {missing_dir_text(out.parent)}", 2)
     refuse_lake_file(out, lake, "--out")
     refuse_fd_output(out, "--out")
     try:

@@ -22,6 +22,7 @@ from wmo_lake.commands.options import (
     lake_failure,
     lake_hint,
     lake_option,
+    missing_dir_text,
     output_options,
     refuse_fd_output,
     refuse_lake_file,
@@ -201,7 +202,7 @@ def sql(
     if output is not None:
         directory = OutputFile(output).final.parent  # (a symlink's: its target is written)
         if not directory.is_dir():
-            fail(f"cannot write {output}: its directory {directory} does not exist")
+            fail(f"cannot write {output}: {missing_dir_text(directory)}")
     if engine == "spark":
         run_on_spark(query, lake, fmt, output, settings_from(options), limit, stream)
         return
