@@ -153,13 +153,32 @@ def warn_on_unused_reward_key(
     (`reward_key_warning`), pointing at the first caller outside this package; `rewrite` turns
     the message into its caller's terms (the Python API's `reward_key=`). `invalid_rewards`
     (an export's): also an `InvalidRewardWarning` for rewards that are no measurement."""
+    found = scope_warning(
+        con, batch_glob=batch_glob, run=run, batches=batches, invalid_rewards=invalid_rewards
+    )
+    if found is not None:
+        _warn(found[0], found[1], rewrite)
+
+
+def scope_warning(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    batch_glob: str | None = None,
+    run: str | None = None,
+    batches: Sequence[str] | None = None,
+    invalid_rewards: bool = False,
+) -> tuple[str, type[LakeWarning]] | None:
+    """The one warning about the rewards in scope, and its category: a reward key no trial has
+    (`reward_key_warning`), else, with `invalid_rewards` (an export's), rewards that are no
+    measurement (`invalid_reward_warning`); None when neither."""
     message = reward_key_warning(con, batch_glob=batch_glob, run=run, batches=batches)
     if message is not None:
-        _warn(message, RewardKeyWarning, rewrite)
-    elif invalid_rewards:  # (with no trial holding the key, none holds an invalid value)
+        return message, RewardKeyWarning
+    if invalid_rewards:  # (with no trial holding the key, none holds an invalid value)
         message = invalid_reward_warning(con, batch_glob=batch_glob, run=run, batches=batches)
         if message is not None:
-            _warn(message, InvalidRewardWarning, rewrite)
+            return message, InvalidRewardWarning
+    return None
 
 
 def _warn(

@@ -50,13 +50,13 @@ def _reward_key_check(
     before writing."""
 
     def check(con: duckdb.DuckDBPyConnection, batches: list[str] | None = None) -> None:
-        from wmo_lake.checks import invalid_reward_warning, reward_key_warning
+        from wmo_lake.checks import scope_warning
 
-        warning = reward_key_warning(con, batch_glob=batch_glob, run=run, batches=batches)
-        if warning is None:  # (a key no trial has: every reward is missing, none invalid)
-            warning = invalid_reward_warning(con, batch_glob=batch_glob, run=run, batches=batches)
-        if warning is not None:
-            click.echo(f"warning: {warning}", err=True)
+        found = scope_warning(
+            con, batch_glob=batch_glob, run=run, batches=batches, invalid_rewards=True
+        )
+        if found is not None:
+            click.echo(f"warning: {found[0]}", err=True)
             if strict:
                 fail("--strict: nothing was written", 1)
 
