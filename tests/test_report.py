@@ -518,7 +518,9 @@ def test_a_long_task_id_is_a_short_tick_and_whole_on_hover(tmp_path: Path) -> No
         long_id: "very-long-task-name-very-long-\u2026g-task-name-end",
         "plain": "plain",
     }
-    assert "%{y}" in heatmap["hovertemplate"]
+    # the hover shows the whole id (the row's first customdata)
+    assert heatmap["hovertemplate"].startswith("%{customdata[0]}<br>")
+    assert {row[0][0] for row in heatmap["customdata"]} == {long_id, "plain"}
 
 
 def test_problems_per_step_by_kind(page: str, two_runs_lake: Path) -> None:

@@ -112,3 +112,66 @@ def test_the_harness_sees_errors_and_blocks_the_network(tmp_path: Path) -> None:
         assert "http://example.com/x.png" in browser.blocked
         network = page.evaluate("fetch('https://example.org/x').then(() => 'ok', () => 'failed')")
         assert network == "failed"
+
+
+# What a reader sees of each chart: its title, legend entries, tick labels.
+CHART_TEXT = """
+Array.from(document.querySelectorAll('.chart')).map(div => ({
+  id: div.id,
+  title: (div.querySelector('.gtitle') || {}).textContent,
+  legend: Array.from(div.querySelectorAll('.legendtext')).map(e => e.textContent),
+  xticks: Array.from(div.querySelectorAll('.xtick text')).map(e => e.textContent),
+  yticks: Array.from(div.querySelectorAll('.ytick text')).map(e => e.textContent),
+}))
+"""
+
+
+def test_names_are_drawn_as_they_are(tmp_path: Path) -> None:
+    """plotly reads tags and entities in every name, title, tick and hover: the runs `a&amp;b`
+    (all pass) and `a&b` (all fail) had one legend entry `a&b`, and `x<b>y` lost its `<b>`.
+    Each is drawn as it is, in legends, titles, batch ticks and hovers."""
+    from harbor_shapes import write_job, write_trial
+
+    from wmo_lake.ingest import ingest
+
+    runs = {"a&amp;b": 1.0, "a&b": 0.0, "x<b>y\"'": 1.0}
+    for run, reward in runs.items():
+        for step in (0, 1):
+            job = write_job(tmp_path / "runs" / run / "harbor" / f"step-{step:04d}" / "job")
+            write_trial(job, "t__0", reward=reward, task_name="demo/<b>task&amp;")
+    # a run whose batches have no step: its x ticks are its batches
+    write_trial(write_job(tmp_path / "runs" / "b<br>c" / "harbor" / "job&lt;1"), "t__0")
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    out = tmp_path / "report.html"
+    result = CliRunner().invoke(
+        cli, ["report", "--lake", str(tmp_path / "lake"), "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    with Browser.launch() as browser:
+        page = browser.open(out.as_uri())
+        page.wait_for("document.body && document.body.dataset.rendered")
+        charts = {chart["id"]: chart for chart in page.evaluate(CHART_TEXT)}
+        # (a heatmap's point is hovered by its x and y: the first column's first row)
+        hovers = {
+            chart: page.evaluate(
+                HOVER.replace("[{curveNumber: 0, pointNumber: %d}]", "%s") % (chart, at)
+            )
+            for chart, at in (
+                ("metric-solve_rate", "[{curveNumber: 0, pointNumber: 0}]"),
+                ("stop-x-b-y", "[{curveNumber: 0, pointNumber: 0}]"),
+                ("heatmap-x-b-y", "{xval: 0, yval: 0}"),
+                ("heatmap-b-br-c", "{xval: 0, yval: 0}"),
+            )
+        }
+        assert browser.errors == []
+    assert sorted(charts["metric-solve_rate"]["legend"]) == sorted([*runs, "b<br>c"])
+    assert charts["stop-x-b-y"]["title"] == "stop-reason mix: x<b>y\"'"
+    assert charts["stop-a-amp-b"]["title"] == "stop-reason mix: a&amp;b"
+    assert charts["stop-a-b"]["title"] == "stop-reason mix: a&b"
+    assert charts["stop-b-br-c"]["xticks"] == ["b<br>c/harbor/job&lt;1"]
+    assert charts["heatmap-x-b-y"]["yticks"] == ["<b>task&amp;"]
+    # (a hover's text: the trace's box first, then the batch and the value)
+    assert hovers["metric-solve_rate"] == "a&amp;b" + "a&amp;b/harbor/step-0000/job100.0%"
+    assert hovers["stop-x-b-y"] == "x<b>y\"'/harbor/step-0000/job" + "submitted: 100.0%"
+    assert hovers["heatmap-x-b-y"] == "<b>task&amp;step 0: 100.0%"
+    assert hovers["heatmap-b-br-c"] == "hello-offlinebatch b<br>c/harbor/job&lt;1: 100.0%"

@@ -79,6 +79,13 @@ OTHER_COLORS = [
 PATTERNS = ["", "/", "\\", "x", ".", "+", "-", "|"]
 
 
+def shown(text: str) -> str:
+    """`text` as plotly must be given it to draw it as it is: plotly reads tags (`<b>`, `<br>`)
+    and entities in every name, title, tick and hover, so a run `a<b>c` lost its `<b>` and the
+    runs `a&amp;b` and `a&b` had one legend entry. Quotes stay: plotly knows no `&quot;`."""
+    return html.escape(text, quote=False)
+
+
 def _color(index: int) -> str:
     return PALETTE[index % len(PALETTE)]
 
@@ -131,14 +138,25 @@ def _step_ticks(steps: list[int]) -> dict[str, Any]:
     return {"tickmode": "linear", "tick0": 0, "dtick": dtick}
 
 
+def _category_ticks(categories: list[Any]) -> dict[str, Any]:
+    """Tick texts for a category axis whose categories (batches) plotly would read as markup;
+    none (plotly's own ticks, thinned when crowded) when every category draws as it is."""
+    texts = [shown(str(category)) for category in categories]
+    if texts == [str(category) for category in categories]:
+        return {}
+    return {"tickmode": "array", "tickvals": categories, "ticktext": texts}
+
+
 def _xaxis(data: ReportData, label: str | None) -> dict[str, Any]:
     x_mode = _x_mode(data, label)
     xaxis: dict[str, Any] = {"title": {"text": AXIS_TITLES[x_mode]}, "automargin": True}
+    charted = [label] if label is not None else list(data.points)
     if x_mode == "step":
-        shown = [label] if label is not None else list(data.points)
-        xaxis.update(_step_ticks([p["step"] for s in shown for p in data.points[s]]))
+        xaxis.update(_step_ticks([p["step"] for s in charted for p in data.points[s]]))
     else:
         xaxis["type"] = "category"
+    if x_mode == "batch":
+        xaxis.update(_category_ticks([p["batch"] for s in charted for p in data.points[s]]))
     if x_mode == "mixed":  # the steps in order, then the batches of the runs without steps
         steps: set[int] = set()
         batches: list[str] = []
@@ -149,6 +167,7 @@ def _xaxis(data: ReportData, label: str | None) -> dict[str, Any]:
                 batches += [point["batch"] for point in points]
         xaxis["categoryorder"] = "array"
         xaxis["categoryarray"] = [f"step {step}" for step in sorted(steps)] + batches
+        xaxis.update(_category_ticks(xaxis["categoryarray"]))
     return xaxis
 
 
@@ -179,6 +198,11 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def _batch_hover(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """A trace's hover head: each point's batch, as `shown` (`customdata` keeps it as it is)."""
+    return {"text": [shown(r["batch"]) for r in rows]}
+
+
 def _rate_hover(values: list[Any]) -> dict[str, Any]:
     """A trace's hover value for rates: `percent_text`, as the CLI and the heatmap print them.
     plotly's `%{y}` takes the axis' '.0%' tick format, which showed 1 pass in 300 as '0%' and
@@ -200,15 +224,16 @@ def _line_trace(
     return {
         "type": "scatter",
         "mode": "lines+markers",
-        "name": label,
+        "name": shown(label),
         "x": _xs(data, label, rows, shared=True),
         "y": ys,
         "customdata": [r["batch"] for r in rows],
         "connectgaps": False,
         **_run_style(index),
         "meta": {"metric": metric, "series": label},
+        **_batch_hover(rows),
         **(_rate_hover(ys) if percent else {}),
-        "hovertemplate": f"%{{customdata}}<br>{value}<extra>{html.escape(label)}</extra>",
+        "hovertemplate": f"%{{text}}<br>{value}<extra>%{{fullData.name}}</extra>",
     }
 
 
@@ -315,14 +340,16 @@ def _stacked(
     traces = [
         {
             "type": "bar",
-            "name": name,
+            "name": shown(name),
             "x": _xs(data, label, rows, shared=False),
             "y": [_clean(v) for v in values],
             "customdata": [r["batch"] for r in rows],
             "marker": marker,
             "meta": {"metric": name, "series": label},
+            **_batch_hover(rows),
+            "textposition": "none",  # (the text is the hover's, not drawn on the bar)
             **(_rate_hover([_clean(v) for v in values]) if percent else {}),
-            "hovertemplate": f"%{{customdata}}<br>{html.escape(name)}: {value}<extra></extra>",
+            "hovertemplate": f"%{{text}}<br>%{{fullData.name}}: {value}<extra></extra>",
         }
         for name, marker, values in parts
     ]
@@ -360,7 +387,7 @@ def stop_reason_figures(data: ReportData) -> list[dict[str, Any]]:
                 data,
                 f"stop-{_chart_key(data, label)}",
                 "stop",
-                f"stop-reason mix: {label}",
+                f"stop-reason mix: {shown(label)}",
                 "share of trials",
                 label,
                 rows,
@@ -387,7 +414,7 @@ def datum_figures(data: ReportData) -> list[dict[str, Any]]:
             data,
             f"datums-{_chart_key(data, label)}",
             "datums",
-            f"datum_stats: {label}",
+            f"datum_stats: {shown(label)}",
             "episodes / datums",
             label,
             rows,
@@ -403,6 +430,8 @@ def datum_figures(data: ReportData) -> list[dict[str, Any]]:
                 "customdata": [r["batch"] for r in rows],
                 "line": {"color": "#000000"},
                 "meta": {"metric": "datums", "series": label},
+                **_batch_hover(rows),
+                "hovertemplate": "%{text}<br>datums: %{y}<extra></extra>",
             }
         )
         figures.append(figure)
@@ -425,7 +454,7 @@ def problem_figures(data: ReportData) -> list[dict[str, Any]]:
                 data,
                 f"problems-{_chart_key(data, label)}",
                 "problems",
-                f"problems by kind: {label}",
+                f"problems by kind: {shown(label)}",
                 "problems",
                 label,
                 rows,
@@ -466,7 +495,7 @@ def heatmap_figures(data: ReportData) -> list[dict[str, Any]]:
                     "data": [
                         {
                             "type": "heatmap",
-                            "name": label,
+                            "name": shown(label),
                             "x": x,
                             "y": [t.task_id for t in trends],
                             "z": z,
@@ -480,12 +509,19 @@ def heatmap_figures(data: ReportData) -> list[dict[str, Any]]:
                             "text": [
                                 ["" if v is None else percent_text(v) for v in rates] for rates in z
                             ],
-                            "hovertemplate": "%{y}<br>" + axis + " %{x}: %{text}<extra></extra>",
+                            # the whole task id and the x as they are (`shown`)
+                            "customdata": [
+                                [[shown(t.task_id), shown(str(column))] for column in x]
+                                for t in trends
+                            ],
+                            "hovertemplate": "%{customdata[0]}<br>"
+                            + axis
+                            + " %{customdata[1]}: %{text}<extra></extra>",
                         }
                     ],
                     "layout": _layout(
                         data,
-                        f"task pass rate by {axis}: {label}",
+                        f"task pass rate by {axis}: {shown(label)}",
                         "task",
                         label,
                         height=height,
@@ -496,7 +532,7 @@ def heatmap_figures(data: ReportData) -> list[dict[str, Any]]:
                             # the whole id stays the category (hover shows it); the tick is short
                             "tickmode": "array",
                             "tickvals": [t.task_id for t in trends],
-                            "ticktext": [_short_label(t.task_id) for t in trends],
+                            "ticktext": [shown(_short_label(t.task_id)) for t in trends],
                         },
                     ),
                 },
