@@ -4,6 +4,7 @@ exactly), null measurements stay null, flipped tasks match the cells, two runs l
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ def test_one_batch_sides_are_their_rollout_stats_rows(two_runs_lake: Path) -> No
         "trials": a["trials"],
         "unreadable_trials": a["unreadable_trials"],
         "batches_without_step": 0,
+        "trees": [],
     }
 
 
@@ -238,6 +240,7 @@ def test_a_run_of_only_unreadable_trials_is_a_side(tmp_path: Path) -> None:
         "trials": 0,
         "unreadable_trials": 1,
         "batches_without_step": 0,
+        "trees": [],
     }
     assert all(m["b"] is None and m["delta"] is None for m in result["metrics"])
     text = compare(tmp_path / "lake", "base", "crashed").output.splitlines()
@@ -403,3 +406,36 @@ def test_a_side_named_no_run_is_the_batches_outside_any_run(tmp_path: Path) -> N
     result = as_json(tmp_path / "lake", "(no run)", "exp1")
     assert result["a"]["kind"] == "run" and result["a"]["trials"] == 1
     assert [t["task_id"] for t in result["flipped"]["fail_to_pass"]] == ["hello-offline"]
+
+
+def test_batches_outside_any_run_from_two_trees_have_no_step_rows(tmp_path: Path) -> None:
+    """Step dirs under no `<run>/harbor/` are one run's steps only when they come from one tree
+    (as the report and stats read them): `expA/step-0001` and `expB/step-0001` were pooled into
+    one step row of 50%, a rate of neither experiment."""
+    for tree, reward in (("expA", 1.0), ("expB", 0.0)):
+        for step in (1, 2):
+            write_trial(
+                write_job(tmp_path / "runs" / tree / f"step-{step:04d}" / "job"),
+                "t__1",
+                reward=reward,
+            )
+    write_trial(write_job(tmp_path / "runs" / "base" / "harbor" / "step-0001" / "job"), "t__1")
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    result = as_json(tmp_path / "lake", "(no run)", "base")
+    assert result["steps"] == []
+    assert result["a"]["trees"] == ["expA", "expB"] and result["b"]["trees"] == []
+    assert result["a"]["trials"] == 4  # (its figures pool them all, as a side's do)
+    text = compare(tmp_path / "lake", "(no run)", "base").output.splitlines()
+    assert (
+        "no solve rate by step: A's batches outside any run come from 2 trees (expA, expB), and "
+        "one tree's step is not another's; compare one tree's with a glob ('expA/*')"
+    ) in text
+    assert "solve rate by step:" not in text
+    # the glob it names selects that tree
+    assert as_json(tmp_path / "lake", "expA/*", "base")["a"]["batches"] == 2
+    # one tree's steps outside any run are a run's steps
+    shutil.rmtree(tmp_path / "runs" / "expB")
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1, prune=True)
+    one_tree = as_json(tmp_path / "lake", "(no run)", "base")
+    assert one_tree["a"]["trees"] == []
+    assert [(s["step"], s["solve_rate_a"]) for s in one_tree["steps"]] == [(1, 1.0), (2, 1.0)]

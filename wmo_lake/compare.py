@@ -4,7 +4,9 @@ A side is a run (when its text names one) or a batch glob. Its metrics are the r
 rules applied to the side's trials pooled (`trial_records`, plus the additive rollout_stats
 counts: truncated spans, unreadable trials); a side of one batch gives exactly that batch's
 rollout_stats row. Two runs are also compared step by step, each side's batches at a step (a
-step may hold several job dirs) pooled the same way. A rate whose denominator is empty is None
+step may hold several job dirs) pooled the same way, unless a side is the batches outside any
+run from several trees (one tree's step 1 is not another's: the report draws them batch by
+batch). A rate whose denominator is empty is None
 (no measurement), never 0.
 
 A task is *solved* on a side when one of its executed trials there passed, *failed* when it was
@@ -27,7 +29,14 @@ import duckdb
 from wmo_lake.checks import warn_on_unused_reward_key
 from wmo_lake.lake import connect
 from wmo_lake.output import rows_as_dicts
-from wmo_lake.report.data import METRICS, NO_TASK, batch_counts, measured, pooled_counts
+from wmo_lake.report.data import (
+    METRICS,
+    NO_TASK,
+    batch_counts,
+    measured,
+    pooled_counts,
+    tree_of,
+)
 from wmo_lake.selection import NO_RUN, scope_sql
 
 # The runs rollout_stats labels: those of the trials and of the job dirs, so a run of only empty
@@ -67,6 +76,9 @@ class Side:
     counts: dict[str, dict[str, Any]]  # batch -> its BATCH_COUNTS row (none: no trials)
     metrics: dict[str, Any]
     tasks: dict[str, dict[str, int]]
+    # the trees of a side of batches outside any run, when its step dirs come from several (no
+    # step-by-step rows then: `expA/step-0001` and `expB/step-0001` are not one step)
+    trees: list[str]
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -77,6 +89,7 @@ class Side:
             "unreadable_trials": self.metrics["unreadable_trials"],
             # in the side's figures, but in no row of the step-by-step table
             "batches_without_step": sum(1 for batch in self.batches if batch["step"] is None),
+            "trees": self.trees,
         }
 
 
@@ -102,7 +115,18 @@ def resolve(con: duckdb.DuckDBPyConnection, text: str) -> Side:
         for t in rows_as_dicts(con.sql(TASKS, params={**params, "no_task": NO_TASK}))
     }
     kind = "run" if is_run else "batches"
-    return Side(text, kind, batches, counts, pooled_counts(counts, batches), tasks)
+    trees = sorted(
+        {tree_of(b["batch"]) for b in batches if b["run"] is None and b["step"] is not None}
+    )
+    return Side(
+        text,
+        kind,
+        batches,
+        counts,
+        pooled_counts(counts, batches),
+        tasks,
+        trees if len(trees) > 1 else [],
+    )
 
 
 def _rate(task: dict[str, int]) -> float:
@@ -180,7 +204,7 @@ def compare(
         "b": b.summary(),
         "metrics": metrics,
         "flipped": flips(a, b),
-        "steps": _steps(a, b) if a.kind == b.kind == "run" else [],
+        "steps": _steps(a, b) if a.kind == b.kind == "run" and not (a.trees or b.trees) else [],
     }
 
 

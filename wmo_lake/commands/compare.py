@@ -110,6 +110,15 @@ def render_text(result: dict[str, Any], width: int | None = None) -> list[str]:
                 f"executed only in {side} ({len(flipped[key])}): "
                 + printable(", ".join(flipped[key]))
             )
+    for label, side in (("A", a), ("B", b)):
+        if side["kind"] == "run" and side.get("trees"):
+            trees = side["trees"]
+            lines += [
+                "",
+                f"no solve rate by step: {label}'s batches outside any run come from "
+                f"{len(trees)} trees ({printable(', '.join(trees))}), and one tree's step is not "
+                f"another's; compare one tree's with a glob ({printable(repr(trees[0] + '/*'))})",
+            ]
     if result["steps"]:
         lines += ["", "solve rate by step:"]
         steps = [
