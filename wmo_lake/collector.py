@@ -11,11 +11,12 @@ This is the same contract on harbor's own Python API (`JobConfig`, `Job`), for a
 
 Resuming is harbor's own: the job dir is keyed by the step, and `Job` keeps every trial whose
 result.json it can read and re-runs the rest. Before handing a dir back to harbor, the two kinds of
-trial dir it would otherwise keep or double are removed, as `harbor job resume` does: a trial
-cancelled by an interrupt (CancelledError), and one whose result.json was cut off mid-write (harbor
-skips it and runs a fresh trial beside it); a whole result.json this harbor refuses is a finished
-trial's, never removed (the step is refused, naming it). A step whose every trial is done is not
-run again. The step's job dir is ingested with --prune, so a removed trial dir leaves the lake.
+trial dir it would otherwise keep or double are removed: a trial cancelled by an interrupt
+(CancelledError, which `harbor job resume` removes too), and one whose result.json was cut off
+mid-write (which harbor skips, and `harbor job resume` leaves, running a fresh trial beside it); a
+whole result.json this harbor refuses is a finished trial's, never removed (the step is refused,
+naming it). A step whose every trial is done is not run again. The step's job dir is ingested
+with --prune, so a removed trial dir leaves the lake.
 
 harbor is the optional extra `wmo-lake[harbor]`, imported only here and only when called, so
 `ingest`, `sql`, `stats` and the exports work without it.
