@@ -24,7 +24,7 @@ SELECT
     CASE
         WHEN v.reward_key = '' THEN error(
             'wmo_reward_key must be nonempty text'
-            || '; set another value, or RESET VARIABLE for the default'
+            || '; set another value, or RESET VARIABLE wmo_reward_key for the default'
         )
         ELSE coalesce(v.reward_key, d.reward_key)
     END AS reward_key,
@@ -34,7 +34,7 @@ SELECT
             THEN CAST(v.max_turns AS BIGINT)
         ELSE error(
             'wmo_max_turns must be a whole number >= 1, got ' || v.max_turns
-            || '; set another value, or RESET VARIABLE for the default'
+            || '; set another value, or RESET VARIABLE wmo_max_turns for the default'
         )
     END AS max_turns,
     d.max_turns AS max_turns_default,
@@ -43,7 +43,7 @@ SELECT
             THEN CAST(v.max_tokens AS BIGINT)
         ELSE error(
             'wmo_max_tokens must be a whole number >= 1, got ' || v.max_tokens
-            || '; set another value, or RESET VARIABLE for the default'
+            || '; set another value, or RESET VARIABLE wmo_max_tokens for the default'
         )
     END AS max_tokens,
     d.max_tokens AS max_tokens_default,
@@ -52,7 +52,7 @@ SELECT
             THEN CAST(v.context_budget AS BIGINT)
         ELSE error(
             'wmo_context_budget must be a whole number >= 1, got ' || v.context_budget
-            || '; set another value, or RESET VARIABLE for the default'
+            || '; set another value, or RESET VARIABLE wmo_context_budget for the default'
         )
     END AS context_budget,
     d.context_budget AS context_budget_default,
@@ -62,7 +62,7 @@ SELECT
                 THEN CAST(v.max_datum_tokens AS BIGINT)
             ELSE error(
                 'wmo_max_datum_tokens must be a whole number >= 1, got ' || v.max_datum_tokens
-                || '; set another value, or RESET VARIABLE for the default'
+                || '; set another value, or RESET VARIABLE wmo_max_datum_tokens for the default'
             )
         END,
         d.max_datum_tokens

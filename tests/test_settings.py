@@ -289,11 +289,20 @@ def test_a_setting_set_in_sql_is_held_to_what_the_option_takes(
     a whole number (4.0 is refused too)."""
     con = connect(lake)
     con.execute(statement)
-    with pytest.raises(duckdb.InvalidInputException, match=re.escape(said)):
+    with pytest.raises(duckdb.InvalidInputException, match=re.escape(said)) as refused:
         con.sql("SELECT * FROM settings").fetchall()
     if "max_turns" in statement or "max_tokens" in statement:  # (as every view reading it)
         with pytest.raises(duckdb.InvalidInputException, match=re.escape(said)):
             con.sql("SELECT * FROM rollout_stats").fetchall()
+    # the advice runs as written, and brings the default back (it said a bare RESET VARIABLE)
+    variable = statement.split()[2]
+    advice = re.search(r"or (RESET VARIABLE \w+) for the default", str(refused.value))
+    assert advice and advice.group(1) == f"RESET VARIABLE {variable}", str(refused.value)
+    con.execute(advice.group(1))
+    assert (
+        con.sql("SELECT * FROM settings").fetchall()
+        == connect(lake).sql("FROM settings").fetchall()
+    )
 
 
 def test_a_whole_count_set_in_sql_is_taken_as_the_option_takes_it(lake: Path) -> None:

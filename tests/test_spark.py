@@ -270,9 +270,20 @@ def test_settings_are_session_variables(spark: Any, on_spark: OnSpark) -> None:
         got, duckdb_rows(lake, "rollout_stats", {"wmo_reward_mode": "positive-binary"})
     )
     spark.sql("SET VAR wmo_max_tokens = 0")  # refused by the settings view, as in DuckDB
-    with pytest.raises(Exception, match="wmo_max_tokens must be a whole number >= 1, got 0"):
+    with pytest.raises(Exception, match="wmo_max_tokens must be a whole number >= 1, got 0") as no:
         spark_rows(spark, "rollout_stats")
-    spark.sql("SET VAR wmo_max_tokens = NULL")
+    # the advice is Spark's statement (DuckDB's RESET VARIABLE is none there) and runs as written
+    advice = re.search(r"or (SET VAR wmo_max_tokens = DEFAULT) for the default", str(no.value))
+    assert advice, str(no.value)
+    spark.sql(advice.group(1))
+    assert not differences(
+        spark_rows(spark, "rollout_stats"),
+        duckdb_rows(lake, "rollout_stats", {"wmo_reward_mode": "positive-binary"}),
+    )
+    spark.sql("SET VAR wmo_reward_mode = 'bogus'")
+    with pytest.raises(Exception, match="SET VAR wmo_reward_mode = DEFAULT for the default"):
+        spark_rows(spark, "rollout_stats")
+    spark.sql("SET VAR wmo_reward_mode = DEFAULT")
 
 
 def test_sql_command_on_spark(spark: Any, lakes: dict[str, Path], on_spark: OnSpark) -> None:
@@ -539,3 +550,52 @@ def test_ranks_are_bigint_on_spark_as_in_duckdb(spark: Any, on_spark: OnSpark) -
     for view, column in [("cells", "attempt"), ("trial_records", "attempt")]:
         assert spark.table(view).schema[column].dataType.simpleString() == "bigint", view
     assert spark.table("conversations").schema["episode"].dataType.simpleString() == "bigint"
+
+
+def _older_schema(lake: Path, table: str, column: str, files: int | None = None) -> None:
+    """Make `lake`'s first `files` (None: all) files of `table` lack `column`, as a release
+    before the column was added wrote them."""
+    import pyarrow.parquet as pq
+
+    from wmo_lake.store import Store
+
+    store = Store(lake)
+    for old_file in store.files(store.read_manifest(), table)[:files]:
+        pq.write_table(pq.read_table(old_file).drop_columns([column]), old_file)
+    raw = json.loads(store.manifest_path.read_text())
+    raw["schemas"][table] = "an-earlier-schema"
+    store.manifest_path.write_text(json.dumps(raw))
+    (lake / "lake.duckdb").unlink()
+
+
+def test_a_table_of_files_of_two_schemas_reads_as_in_duckdb(spark: Any, tmp_path: Path) -> None:
+    """A "mixed" table (files written before a column was added, beside newer ones): Spark's
+    schema merge put the newer column last, so `SELECT *` gave another column order than the
+    DuckDB engine; a column no file has was missing, and a view reading it failed to bind.
+    Both read as the DuckDB lake reads them: the schema's columns in order, null where absent."""
+    from harbor_shapes import write_job, write_trial
+
+    from wmo_lake.spark import register
+
+    runs = tmp_path / "runs"
+    write_trial(write_job(runs / "exp" / "harbor" / "step-0001" / "job"), "t__0", reward=1.0)
+    mixed, older = tmp_path / "mixed", tmp_path / "older"
+    ingest([runs], mixed, workers=1)
+    ingest([runs], older, workers=1)
+    _older_schema(mixed, "trials", "result_bytes")
+    write_trial(write_job(runs / "exp" / "harbor" / "step-0002" / "job"), "t__0", reward=0.0)
+    ingest([runs], mixed, workers=1)  # (the new step's file has every column)
+    _older_schema(older, "trials", "agent_config")  # (no file has it)
+    for lake in (mixed, older):
+        register(spark, lake)
+        for query in ("SELECT * FROM trials", "SELECT * FROM cells", "SELECT * FROM rollout_stats"):
+            con = connect(lake)
+            want = to_arrow(con.sql(query))
+            con.close()
+            got = spark.sql(query).toArrow()
+            assert got.column_names == want.column_names, (lake.name, query)
+            found = differences(
+                sorted([plain(r) for r in got.to_pylist()], key=sort_key),
+                sorted([plain(r) for r in want.to_pylist()], key=sort_key),
+            )
+            assert not found, f"{lake.name}: {query}: {found[:5]}"

@@ -17,6 +17,7 @@ does what `SET VARIABLE x = ...` does in DuckDB. pyspark and sqlglot come with t
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +45,9 @@ MISSING_JAVA = (
 )
 
 
+SPARK_RESET = re.compile(r"RESET VARIABLE (\w+)")
+
+
 def transpile(view_sql: str) -> str:
     """One `sql/*.sql` view (DuckDB) as Spark SQL: a temporary view, settings as session
     variables."""
@@ -69,7 +73,14 @@ def transpile(view_sql: str) -> str:
             return exp.Anonymous(this="raise_error", expressions=node.expressions)
         return node
 
-    tree = tree.transform(spark_function)
+    def spark_advice(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Literal) and node.is_string and "RESET VARIABLE" in node.name:
+            # an error's advice, said as Spark takes it (it has no RESET VARIABLE)
+            return exp.Literal.string(SPARK_RESET.sub(r"SET VAR \1 = DEFAULT", node.name))
+        return node
+
+    # (two passes: a transform does not look inside a node it replaced)
+    tree = tree.transform(spark_advice).transform(spark_function)
     if isinstance(tree, exp.Create):
         tree.set("properties", exp.Properties(expressions=[exp.TemporaryProperty()]))
     return tree.sql(dialect="spark", comments=False)
@@ -111,10 +122,17 @@ def table_frames(spark: SparkSession, lake: Path | str) -> dict[str, DataFrame]:
     frames: dict[str, DataFrame] = {}
     for name, table in TABLES.items():
         files = [str(p.resolve()) for p in store.files(manifest, name)]
-        if files:
-            frames[name] = spark.read.option("mergeSchema", "true").parquet(*files)
-        else:  # a lake written before this table existed: empty, with its schema
-            frames[name] = spark.createDataFrame(table.schema.empty_table())
+        empty = spark.createDataFrame(table.schema.empty_table())
+        if not files:  # a lake written before this table existed: empty, with its schema
+            frames[name] = empty
+            continue
+        frame = spark.read.option("mergeSchema", "true").parquet(*files)
+        if frame.columns != table.schema.names:
+            # Files of another schema (a "mixed" table): Spark's merge put a column the first
+            # file lacks last, and one no file has is missing. As the DuckDB lake reads them:
+            # this schema's columns in its order (null where no file has one), then the others.
+            frame = empty.unionByName(frame, allowMissingColumns=True)
+        frames[name] = frame
     return frames
 
 
