@@ -127,20 +127,23 @@ Array.from(document.querySelectorAll('.chart')).map(div => ({
 
 
 def test_names_are_drawn_as_they_are(tmp_path: Path) -> None:
-    """plotly reads tags and entities in every name, title, tick and hover: the runs `a&amp;b`
-    (all pass) and `a&b` (all fail) had one legend entry `a&b`, and `x<b>y` lost its `<b>`.
-    Each is drawn as it is, in legends, titles, batch ticks and hovers."""
+    """plotly reads tags and entities in every name, title, tick and hover, and fills `%{...}`
+    in names and titles: the runs `a&amp;b` (all pass) and `a&b` (all fail) had one legend entry
+    `a&b`, `a%{x}b` and `ab` another, and `x<b>y` lost its `<b>`. Each is drawn as it is, in
+    legends, titles, batch ticks and hovers, and a crowded batch axis is still thinned."""
     from harbor_shapes import write_job, write_trial
 
     from wmo_lake.ingest import ingest
 
-    runs = {"a&amp;b": 1.0, "a&b": 0.0, "x<b>y\"'": 1.0}
+    runs = {"a&amp;b": 1.0, "a&b": 0.0, "x<b>y\"'": 1.0, "a%{x}b": 0.0, "ab": 1.0}
     for run, reward in runs.items():
         for step in (0, 1):
             job = write_job(tmp_path / "runs" / run / "harbor" / f"step-{step:04d}" / "job")
-            write_trial(job, "t__0", reward=reward, task_name="demo/<b>task&amp;")
-    # a run whose batches have no step: its x ticks are its batches
-    write_trial(write_job(tmp_path / "runs" / "b<br>c" / "harbor" / "job&lt;1"), "t__0")
+            write_trial(job, "t__0", reward=reward, task_name="demo/<b>task&amp;%{y}")
+    # a run whose 80 batches have no step: its x ticks are its batches, too many to draw all
+    batches = [f"job&lt;{i:02d}" for i in range(80)]
+    for batch in batches:
+        write_trial(write_job(tmp_path / "runs" / "b<br>c" / "harbor" / batch), "t__0")
     ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
     out = tmp_path / "report.html"
     result = CliRunner().invoke(
@@ -168,10 +171,14 @@ def test_names_are_drawn_as_they_are(tmp_path: Path) -> None:
     assert charts["stop-x-b-y"]["title"] == "stop-reason mix: x<b>y\"'"
     assert charts["stop-a-amp-b"]["title"] == "stop-reason mix: a&amp;b"
     assert charts["stop-a-b"]["title"] == "stop-reason mix: a&b"
-    assert charts["stop-b-br-c"]["xticks"] == ["b<br>c/harbor/job&lt;1"]
-    assert charts["heatmap-x-b-y"]["yticks"] == ["<b>task&amp;"]
+    assert charts["stop-a--x-b"]["title"] == "stop-reason mix: a%{x}b"
+    assert charts["stop-ab"]["title"] == "stop-reason mix: ab"
+    ticks = charts["stop-b-br-c"]["xticks"]
+    assert 1 < len(ticks) < len(batches), ticks  # (plotly's own thinning)
+    assert set(ticks) <= {f"b<br>c/harbor/{batch}" for batch in batches}, ticks
+    assert charts["heatmap-x-b-y"]["yticks"] == ["<b>task&amp;%{y}"]
     # (a hover's text: the trace's box first, then the batch and the value)
-    assert hovers["metric-solve_rate"] == "a&amp;b" + "a&amp;b/harbor/step-0000/job100.0%"
+    assert hovers["metric-solve_rate"] == "a%{x}b" + "a%{x}b/harbor/step-0000/job0.0%"
     assert hovers["stop-x-b-y"] == "x<b>y\"'/harbor/step-0000/job" + "submitted: 100.0%"
-    assert hovers["heatmap-x-b-y"] == "<b>task&amp;step 0: 100.0%"
-    assert hovers["heatmap-b-br-c"] == "hello-offlinebatch b<br>c/harbor/job&lt;1: 100.0%"
+    assert hovers["heatmap-x-b-y"] == "<b>task&amp;%{y}step 0: 100.0%"
+    assert hovers["heatmap-b-br-c"] == "hello-offlinebatch b<br>c/harbor/job&lt;00: 100.0%"

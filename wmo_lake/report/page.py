@@ -80,10 +80,12 @@ PATTERNS = ["", "/", "\\", "x", ".", "+", "-", "|"]
 
 
 def shown(text: str) -> str:
-    """`text` as plotly must be given it to draw it as it is: plotly reads tags (`<b>`, `<br>`)
+    """`text` as plotly must be given it to draw it as it is. plotly reads tags (`<b>`, `<br>`)
     and entities in every name, title, tick and hover, so a run `a<b>c` lost its `<b>` and the
-    runs `a&amp;b` and `a&b` had one legend entry. Quotes stay: plotly knows no `&quot;`."""
-    return html.escape(text, quote=False)
+    runs `a&amp;b` and `a&b` had one legend entry; and it fills `%{...}` in names and titles
+    (`a%{x}b` drew as `ab`), so the `{` is an entity, which it decodes only when it draws.
+    Quotes stay: plotly knows no `&quot;`."""
+    return html.escape(text, quote=False).replace("%{", "%&#123;")
 
 
 def _color(index: int) -> str:
@@ -117,10 +119,10 @@ def _x_mode(data: ReportData, label: str | None) -> str:
 
 
 def _xs(data: ReportData, label: str, points: list[dict[str, Any]], shared: bool) -> list[Any]:
-    """A series' x values: its steps, or its batches when a batch of it has no step; on a
-    shared chart of both kinds of run a step is the category 'step N'."""
+    """A series' x values: its steps, or its batches (as drawn: `shown`) when a batch of it has
+    no step; on a shared chart of both kinds of run a step is the category 'step N'."""
     if data.x_modes[label] == "batch":
-        return [point["batch"] for point in points]
+        return [shown(point["batch"]) for point in points]
     if shared and data.x_mode == "mixed":
         return [f"step {point['step']}" for point in points]
     return [point["step"] for point in points]
@@ -138,25 +140,14 @@ def _step_ticks(steps: list[int]) -> dict[str, Any]:
     return {"tickmode": "linear", "tick0": 0, "dtick": dtick}
 
 
-def _category_ticks(categories: list[Any]) -> dict[str, Any]:
-    """Tick texts for a category axis whose categories (batches) plotly would read as markup;
-    none (plotly's own ticks, thinned when crowded) when every category draws as it is."""
-    texts = [shown(str(category)) for category in categories]
-    if texts == [str(category) for category in categories]:
-        return {}
-    return {"tickmode": "array", "tickvals": categories, "ticktext": texts}
-
-
 def _xaxis(data: ReportData, label: str | None) -> dict[str, Any]:
     x_mode = _x_mode(data, label)
     xaxis: dict[str, Any] = {"title": {"text": AXIS_TITLES[x_mode]}, "automargin": True}
-    charted = [label] if label is not None else list(data.points)
     if x_mode == "step":
-        xaxis.update(_step_ticks([p["step"] for s in charted for p in data.points[s]]))
+        shown_runs = [label] if label is not None else list(data.points)
+        xaxis.update(_step_ticks([p["step"] for s in shown_runs for p in data.points[s]]))
     else:
         xaxis["type"] = "category"
-    if x_mode == "batch":
-        xaxis.update(_category_ticks([p["batch"] for s in charted for p in data.points[s]]))
     if x_mode == "mixed":  # the steps in order, then the batches of the runs without steps
         steps: set[int] = set()
         batches: list[str] = []
@@ -164,10 +155,9 @@ def _xaxis(data: ReportData, label: str | None) -> dict[str, Any]:
             if data.x_modes[series] == "step":
                 steps.update(point["step"] for point in points)
             else:
-                batches += [point["batch"] for point in points]
+                batches += [shown(point["batch"]) for point in points]
         xaxis["categoryorder"] = "array"
         xaxis["categoryarray"] = [f"step {step}" for step in sorted(steps)] + batches
-        xaxis.update(_category_ticks(xaxis["categoryarray"]))
     return xaxis
 
 
@@ -497,7 +487,7 @@ def heatmap_figures(data: ReportData) -> list[dict[str, Any]]:
                             "type": "heatmap",
                             "name": shown(label),
                             "x": x,
-                            "y": [t.task_id for t in trends],
+                            "y": [shown(t.task_id) for t in trends],
                             "z": z,
                             "zmin": 0,
                             "zmax": 1,
@@ -509,14 +499,7 @@ def heatmap_figures(data: ReportData) -> list[dict[str, Any]]:
                             "text": [
                                 ["" if v is None else percent_text(v) for v in rates] for rates in z
                             ],
-                            # the whole task id and the x as they are (`shown`)
-                            "customdata": [
-                                [[shown(t.task_id), shown(str(column))] for column in x]
-                                for t in trends
-                            ],
-                            "hovertemplate": "%{customdata[0]}<br>"
-                            + axis
-                            + " %{customdata[1]}: %{text}<extra></extra>",
+                            "hovertemplate": "%{y}<br>" + axis + " %{x}: %{text}<extra></extra>",
                         }
                     ],
                     "layout": _layout(
@@ -531,7 +514,7 @@ def heatmap_figures(data: ReportData) -> list[dict[str, Any]]:
                             "type": "category",
                             # the whole id stays the category (hover shows it); the tick is short
                             "tickmode": "array",
-                            "tickvals": [t.task_id for t in trends],
+                            "tickvals": [shown(t.task_id) for t in trends],
                             "ticktext": [shown(_short_label(t.task_id)) for t in trends],
                         },
                     ),
