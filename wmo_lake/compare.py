@@ -125,7 +125,7 @@ def resolve(con: duckdb.DuckDBPyConnection, text: str) -> Side:
         counts,
         pooled_counts(counts, batches),
         tasks,
-        trees if len(trees) > 1 else [],
+        trees if is_run and len(trees) > 1 else [],  # (a glob side has no step rows anyway)
     )
 
 
