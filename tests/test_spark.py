@@ -552,16 +552,24 @@ def test_ranks_are_bigint_on_spark_as_in_duckdb(spark: Any, on_spark: OnSpark) -
     assert spark.table("conversations").schema["episode"].dataType.simpleString() == "bigint"
 
 
-def _older_schema(lake: Path, table: str, column: str, files: int | None = None) -> None:
-    """Make `lake`'s first `files` (None: all) files of `table` lack `column`, as a release
-    before the column was added wrote them."""
+def _older_schema(
+    lake: Path, table: str, column: str, files: int | None = None, as_type: Any = None
+) -> None:
+    """Make `lake`'s first `files` (None: all) files of `table` lack `column` (or hold it as
+    `as_type`), as a release before the column was added (or widened) wrote them."""
     import pyarrow.parquet as pq
 
     from wmo_lake.store import Store
 
     store = Store(lake)
     for old_file in store.files(store.read_manifest(), table)[:files]:
-        pq.write_table(pq.read_table(old_file).drop_columns([column]), old_file)
+        rows = pq.read_table(old_file)
+        if as_type is None:
+            rows = rows.drop_columns([column])
+        else:
+            index = rows.schema.get_field_index(column)
+            rows = rows.set_column(index, column, rows.column(column).cast(as_type))
+        pq.write_table(rows, old_file)
     raw = json.loads(store.manifest_path.read_text())
     raw["schemas"][table] = "an-earlier-schema"
     store.manifest_path.write_text(json.dumps(raw))
@@ -571,8 +579,11 @@ def _older_schema(lake: Path, table: str, column: str, files: int | None = None)
 def test_a_table_of_files_of_two_schemas_reads_as_in_duckdb(spark: Any, tmp_path: Path) -> None:
     """A "mixed" table (files written before a column was added, beside newer ones): Spark's
     schema merge put the newer column last, so `SELECT *` gave another column order than the
-    DuckDB engine; a column no file has was missing, and a view reading it failed to bind.
-    Both read as the DuckDB lake reads them: the schema's columns in order, null where absent."""
+    DuckDB engine; a column no file has was missing, and a view reading it failed to bind; a
+    column of another type in one file failed the merge, and in every file kept its type. Each
+    reads as the DuckDB lake reads it: the schema's columns in order, null where absent, the
+    schema's type."""
+    import pyarrow as pa
     from harbor_shapes import write_job, write_trial
 
     from wmo_lake.spark import register
@@ -586,7 +597,12 @@ def test_a_table_of_files_of_two_schemas_reads_as_in_duckdb(spark: Any, tmp_path
     write_trial(write_job(runs / "exp" / "harbor" / "step-0002" / "job"), "t__0", reward=0.0)
     ingest([runs], mixed, workers=1)  # (the new step's file has every column)
     _older_schema(older, "trials", "agent_config")  # (no file has it)
-    for lake in (mixed, older):
+    narrower, narrow = tmp_path / "narrower", tmp_path / "narrow"
+    ingest([runs], narrower, workers=1)
+    ingest([runs], narrow, workers=1)
+    _older_schema(narrower, "trials", "max_turns", files=1, as_type=pa.int32())
+    _older_schema(narrow, "trials", "max_turns", as_type=pa.int32())
+    for lake in (mixed, older, narrower, narrow):
         register(spark, lake)
         for query in ("SELECT * FROM trials", "SELECT * FROM cells", "SELECT * FROM rollout_stats"):
             con = connect(lake)
@@ -594,6 +610,9 @@ def test_a_table_of_files_of_two_schemas_reads_as_in_duckdb(spark: Any, tmp_path
             con.close()
             got = spark.sql(query).toArrow()
             assert got.column_names == want.column_names, (lake.name, query)
+            assert got.schema.field("step").type == want.schema.field("step").type
+            if query.endswith("trials"):
+                assert got.schema.field("max_turns").type == pa.int64(), lake.name
             found = differences(
                 sorted([plain(r) for r in got.to_pylist()], key=sort_key),
                 sorted([plain(r) for r in want.to_pylist()], key=sort_key),

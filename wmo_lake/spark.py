@@ -126,14 +126,40 @@ def table_frames(spark: SparkSession, lake: Path | str) -> dict[str, DataFrame]:
         if not files:  # a lake written before this table existed: empty, with its schema
             frames[name] = empty
             continue
-        frame = spark.read.option("mergeSchema", "true").parquet(*files)
-        if frame.columns != table.schema.names:
+        frame = _read_files(spark, files)
+        if _shape(frame) != _shape(empty):
             # Files of another schema (a "mixed" table): Spark's merge put a column the first
-            # file lacks last, and one no file has is missing. As the DuckDB lake reads them:
-            # this schema's columns in its order (null where no file has one), then the others.
+            # file lacks last, one no file has was missing, and an older type stayed. As the
+            # DuckDB lake reads them: this schema's columns in its order (null where no file has
+            # one, widened as a union widens), then the others.
             frame = empty.unionByName(frame, allowMissingColumns=True)
         frames[name] = frame
     return frames
+
+
+def _shape(frame: DataFrame) -> list[tuple[str, str]]:
+    """A frame's column names and types (not their nullability, which files do not keep)."""
+    return [(field.name, field.dataType.simpleString()) for field in frame.schema.fields]
+
+
+def _read_files(spark: SparkSession, files: list[str]) -> DataFrame:
+    """The files as one frame, their schemas merged; files whose types differ (which Spark's
+    merge refuses) are read a schema at a time and unioned by name, widening as DuckDB does."""
+    try:
+        return spark.read.option("mergeSchema", "true").parquet(*files)
+    except Exception as error:  # (pyspark's own exception family, raised from the JVM)
+        if "CANNOT_MERGE" not in str(error):
+            raise
+    import pyarrow.parquet as pq
+
+    by_schema: dict[str, list[str]] = {}
+    for path in files:
+        by_schema.setdefault(str(pq.read_schema(path).remove_metadata()), []).append(path)
+    frames = [spark.read.parquet(*group) for group in by_schema.values()]
+    merged = frames[0]
+    for frame in frames[1:]:
+        merged = merged.unionByName(frame, allowMissingColumns=True)
+    return merged
 
 
 def register_views(spark: SparkSession) -> None:
