@@ -808,3 +808,42 @@ def test_progress_counts_each_trial_once_and_a_cancelled_one_not_at_all() -> Non
     for each in events:
         asyncio.run(hook(each))
     assert said == [("hello-file__36A2F8u", 2, 3), ("hello-file__NGUPexS", 3, 3)]
+
+
+def test_a_copy_of_the_run_dir_that_took_the_steps_trials_is_said_not_counted_as_none(
+    tmp_path: Path,
+) -> None:
+    """`cp -r exp1 exp1-fork`, then a collect of the fork's step: the copy holds the same trial
+    ids, so the lake's trials of exp1's step are taken over (a lake counts a trial once). The
+    fork's collect says so in a note; a collect of exp1's step after it reported 0 trials with
+    exit 0 (a trainer took no records): it is refused, naming the copy's batch and how to mend
+    it, and after that mend it counts the step's trials again."""
+    _complete_step(tmp_path)
+    code, output = _collect_complete(tmp_path)
+    assert code == 0, output
+    assert json.loads(output)["stats"]["trials"] == 6
+    shutil.copytree(tmp_path / "runs" / "exp1", tmp_path / "runs" / "exp1-fork")
+    named = [arg for task in ("hello-file", "no-reward") for arg in ("--task", task)]
+    fork = ["--run-dir", str(tmp_path / "runs" / "exp1-fork"), "--lake", str(tmp_path / "lake")]
+    args = ["collect", "--template", str(TEMPLATE), "--step", "0", *fork, "--set", KIT_TASKS]
+    result = CliRunner().invoke(cli, [*args, "--attempts", "3", "--json", *named])
+    assert result.exit_code == 0, result.output
+    forked = json.loads(result.stdout)
+    assert forked["stats"]["trials"] == 6
+    original = "exp1/harbor/step-0000/rollouts"
+    assert forked["ingest"]["trials_taken_from"] == {original: 6}
+    assert any(f"trials of {original}" in note for note in forked["notes"]), forked["notes"]
+
+    code, output = _collect_complete(tmp_path)
+    assert code == 2, output
+    copy = "exp1-fork/harbor/step-0000/rollouts"
+    assert f"6 of step 0's trial dirs hold trials the lake counts in {copy}" in output
+    assert f"wmo-lake forget --batch '{copy}'" in output
+
+    forgotten = CliRunner().invoke(
+        cli, ["forget", "--batch", copy, "--lake", str(tmp_path / "lake")]
+    )
+    assert forgotten.exit_code == 0, forgotten.output
+    code, output = _collect_complete(tmp_path)
+    assert code == 0, output
+    assert json.loads(output)["stats"]["trials"] == 6

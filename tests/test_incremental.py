@@ -182,6 +182,29 @@ def test_a_tree_a_copy_took_over_is_said_as_held_elsewhere_not_as_no_trials(
     assert (mine.trials_unchanged, mine.trials_held_elsewhere) == (2, 0)
 
 
+def test_a_copy_under_another_run_name_says_which_batch_it_took_trials_from(
+    tmp_path: Path,
+) -> None:
+    """`cp -r exp exp-fork`: the copy's trials are the same trials, so reading it takes them from
+    the batch of `exp`, which then counts none of them. The summary says so, by batch; a copy
+    of the same tree through another PATH (the same batch labels) takes nothing from anyone."""
+    runs = tmp_path / "runs"
+    for name in ("t__0", "t__1"):
+        write_trial(write_job(runs / "exp" / "harbor" / "step-0001" / "job"), name)
+    lake = tmp_path / "lake"
+    ingest([runs], lake, workers=1)
+    shutil.copytree(runs / "exp", runs / "exp-fork")
+    forked = ingest([runs], lake, workers=1)
+    assert forked.trials_taken_from == {"exp/harbor/step-0001/job": 2}
+    assert "2 of them taken over from another batch's dirs (it no longer counts them)" in (
+        forked.line()
+    )
+    # the fork again from another PATH: the same batch labels, so taken from no other batch
+    shutil.copytree(runs / "exp-fork", tmp_path / "elsewhere" / "exp-fork")
+    same_batches = ingest([tmp_path / "elsewhere"], lake, workers=1)
+    assert same_batches.trials_replaced == 2 and same_batches.trials_taken_from == {}
+
+
 def test_a_trial_two_dirs_hold_is_the_first_dirs_in_the_walk_whichever_reader_answers_first(
     tmp_path: Path, monkeypatch
 ) -> None:

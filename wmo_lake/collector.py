@@ -905,6 +905,60 @@ def _refuse_a_shared_batch(plan: StepPlan, store: Store) -> None:
         )
 
 
+def _refuse_trials_held_elsewhere(plan: StepPlan, lake: Path, summary: IngestSummary) -> None:
+    """CollectError when trial dirs of the step hold trials the lake counts in another batch: a
+    copy of the run dir (`cp -r exp1 exp1-fork`) ingested later took them over (a lake counts a
+    trial once), so the step's stats and records, which a trainer takes, would leave them out
+    (they read 0 trials for a finished step). Its trials stay on disk."""
+    if not summary.trials_held_elsewhere:
+        return
+    from wmo_lake.discover import job_labels
+    from wmo_lake.store import Store, partition_of
+
+    store = Store(lake)
+    _, run, step = job_labels(plan.job_dir, plan.job_dir)
+    inside = os.path.realpath(plan.job_dir) + os.sep
+    keys = [
+        entry.trial_key
+        for entry in store.read_catalog(store.read_manifest(), [partition_of(run, step)]).values()
+        if entry.source.startswith(inside) and entry.unit_key is None and entry.trial_key
+    ]
+    holders: list[str] = []
+    if keys:
+        from wmo_lake.lake import connect
+
+        con = connect(lake, check=False)
+        try:
+            query = "SELECT DISTINCT batch FROM trials WHERE list_contains($keys, trial_key)"
+            holders = sorted(b for (b,) in con.execute(query, {"keys": keys}).fetchall() if b)
+        finally:
+            con.close()
+    n = summary.trials_held_elsewhere
+    named = ", ".join(holders) or "another batch"
+    forget = (
+        f"`wmo-lake forget --batch '{_glob_literal(holders[0])}'`"
+        if holders
+        else "`wmo-lake forget`"
+    )
+    raise CollectError(
+        f"{n} of step {plan.step}'s trial dirs hold trials the lake counts in {named}: a copy of "
+        f"this run dir, read into the lake later, took them over (a lake counts a trial once), "
+        f"so this step's stats and records would leave them out. Its trials are kept in "
+        f"{plan.job_dir}; drop the copy's batch ({forget}) and run the same command again, or "
+        f"collect each copy into its own --lake"
+    )
+
+
+def _taken_notes(summary: IngestSummary) -> list[str]:
+    """A note per batch whose trials this step's ingest took over (this run dir is a copy of
+    that one's, or that one of this): the other batch no longer counts them."""
+    return [
+        f"{n} of this step's trials were the lake's trials of {batch} (a copy of one run dir "
+        f"holds the other's trials): they count here now, and {batch} no longer counts them"
+        for batch, n in summary.trials_taken_from.items()
+    ]
+
+
 def collect(
     template: Path | str,
     run_dir: Path | str,
@@ -942,7 +996,9 @@ def collect(
 
     Raises:
         CollectError: the template, tasks, options or settings are wrong, or the step's dir was
-            collected under another config. Nothing has run.
+            collected under another config: nothing has run. Or, after the ingest, trials of the
+            step are counted in another batch (a copy of the run dir took them over): its trials
+            are kept, and the message says how to count them here.
         MissingHarborError: the harbor extra is not installed.
         LakeError: the lake cannot be read or written; the step's trials are kept, and the
             same call ingests them.
@@ -985,6 +1041,7 @@ def collect(
                 f"cannot be written ({error.filename or lake}: {error.strerror or error}); "
                 "fix that and run the same command again: a finished step is only ingested"
             ) from error
+    _refuse_trials_held_elsewhere(plan, Path(lake), summary)
     report = step_report(lake, plan.job_dir, settings, with_spans=with_spans)
     return StepResult(
         step=step,
@@ -997,6 +1054,6 @@ def collect(
         ingest=summary,
         stats=report.stats,
         records=report.records,
-        notes=[*_repeated_notes(plan), *report.notes],
+        notes=[*_repeated_notes(plan), *_taken_notes(summary), *report.notes],
         stats_row=report.stats_row,
     )

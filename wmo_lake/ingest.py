@@ -74,6 +74,9 @@ class IngestSummary:
     # trial dirs walked whose trial the lake holds from another dir (a copy that took it over,
     # or a duplicate): not in `trials`, and said, so a tree a copy took over is not "0 trials"
     trials_held_elsewhere: int = 0
+    # batch -> the trials this ingest took over from dirs of that batch that are still there (a
+    # copy's, or the original's of a copy read now): that batch no longer counts them
+    trials_taken_from: dict[str, int] = field(default_factory=dict)
     problems: int = 0
     jobs: int = 0
     seconds: float = 0.0
@@ -101,10 +104,21 @@ class IngestSummary:
         return (
             f"{trials} trials ({self.trials_new} new, {self.trials_replaced} replaced, "
             f"{self.trials_unchanged} unchanged{pruned}) in {self.jobs} jobs, "
-            f"{self._held_elsewhere()}"
+            f"{self._taken()}{self._held_elsewhere()}"
             f"{self.unreadable_trials} unreadable trials, {self.problems} problems"
             f" -> {self.lake} generation {self.generation}"
             f"{'' if self.committed else ' (nothing changed)'} in {self.seconds:.1f}s"
+        )
+
+    def _taken(self) -> str:
+        """The trials this ingest took over from another batch's dirs, which leaves them out."""
+        n, batches = sum(self.trials_taken_from.values()), len(self.trials_taken_from)
+        if not n:
+            return ""
+        if batches == 1:
+            return f"{n} of them taken over from another batch's dirs (it no longer counts them), "
+        return (
+            f"{n} of them taken over from {batches} other batches' dirs (no longer counted there), "
         )
 
     def _held_elsewhere(self) -> str:
@@ -493,6 +507,9 @@ class LakeUpdate:
                     self.summary.problems -= previous.n_problems
                 if os.path.lexists(previous_source):
                     previous.unit_key = None  # a copy: kept, so it is not read again as new
+                    if previous.batch not in (None, task.batch):
+                        taken = self.summary.trials_taken_from
+                        taken[previous.batch] = taken.get(previous.batch, 0) + 1
                     if walked:
                         self._held_elsewhere(previous_source)
                 else:  # moved here: an entry left for it would be "pruned" by every --prune
