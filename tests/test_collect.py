@@ -810,25 +810,44 @@ def test_progress_counts_each_trial_once_and_a_cancelled_one_not_at_all() -> Non
     assert said == [("hello-file__36A2F8u", 2, 3), ("hello-file__NGUPexS", 3, 3)]
 
 
+def _collect_run(tmp_path: Path, run_dir: str) -> tuple[int, str]:
+    """collect --json of `_complete_step`'s step 0 with another --run-dir."""
+    named = [arg for task in ("hello-file", "no-reward") for arg in ("--task", task)]
+    run = ["--run-dir", str(tmp_path / "runs" / run_dir), "--lake", str(tmp_path / "lake")]
+    args = ["collect", "--template", str(TEMPLATE), "--step", "0", *run, "--set", KIT_TASKS]
+    result = CliRunner().invoke(cli, [*args, "--attempts", "3", "--json", *named])
+    return result.exit_code, result.stdout if result.exit_code == 0 else result.output
+
+
+def _run_the_advice(tmp_path: Path, output: str) -> None:
+    """Run the `wmo-lake forget --batch ...` a refusal prints, as a shell would split it."""
+    import shlex
+
+    [command] = re.findall(r"`(wmo-lake forget --batch [^`]*)`", output)
+    words = shlex.split(command)
+    result = CliRunner().invoke(cli, [*words[1:], "--lake", str(tmp_path / "lake"), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["trials"] == 6, result.stdout
+
+
 def test_a_copy_of_the_run_dir_that_took_the_steps_trials_is_said_not_counted_as_none(
     tmp_path: Path,
 ) -> None:
-    """`cp -r exp1 exp1-fork`, then a collect of the fork's step: the copy holds the same trial
-    ids, so the lake's trials of exp1's step are taken over (a lake counts a trial once). The
-    fork's collect says so in a note; a collect of exp1's step after it reported 0 trials with
-    exit 0 (a trainer took no records): it is refused, naming the copy's batch and how to mend
-    it, and after that mend it counts the step's trials again."""
+    """`cp -r exp1 FORK`, then a collect of the fork's step: the copy holds the same trial ids,
+    so the lake's trials of exp1's step are taken over (a lake counts a trial once). The fork's
+    collect says so in a note; a collect of exp1's step after it reported 0 trials with exit 0
+    (a trainer took no records): it is refused, naming the copy's batch and a command that
+    drops it (quoted and escaped for a name with a quote and a backslash), and after that it
+    counts the step's trials again."""
+    fork = "exp1-fork's\\2"
     _complete_step(tmp_path)
     code, output = _collect_complete(tmp_path)
     assert code == 0, output
     assert json.loads(output)["stats"]["trials"] == 6
-    shutil.copytree(tmp_path / "runs" / "exp1", tmp_path / "runs" / "exp1-fork")
-    named = [arg for task in ("hello-file", "no-reward") for arg in ("--task", task)]
-    fork = ["--run-dir", str(tmp_path / "runs" / "exp1-fork"), "--lake", str(tmp_path / "lake")]
-    args = ["collect", "--template", str(TEMPLATE), "--step", "0", *fork, "--set", KIT_TASKS]
-    result = CliRunner().invoke(cli, [*args, "--attempts", "3", "--json", *named])
-    assert result.exit_code == 0, result.output
-    forked = json.loads(result.stdout)
+    shutil.copytree(tmp_path / "runs" / "exp1", tmp_path / "runs" / fork)
+    code, output = _collect_run(tmp_path, fork)
+    assert code == 0, output
+    forked = json.loads(output)
     assert forked["stats"]["trials"] == 6
     original = "exp1/harbor/step-0000/rollouts"
     assert forked["ingest"]["trials_taken_from"] == {original: 6}
@@ -836,14 +855,42 @@ def test_a_copy_of_the_run_dir_that_took_the_steps_trials_is_said_not_counted_as
 
     code, output = _collect_complete(tmp_path)
     assert code == 2, output
-    copy = "exp1-fork/harbor/step-0000/rollouts"
-    assert f"6 of step 0's trial dirs hold trials the lake counts in {copy}" in output
-    assert f"wmo-lake forget --batch '{copy}'" in output
-
-    forgotten = CliRunner().invoke(
-        cli, ["forget", "--batch", copy, "--lake", str(tmp_path / "lake")]
-    )
-    assert forgotten.exit_code == 0, forgotten.output
+    copy = f"{fork}/harbor/step-0000/rollouts"
+    assert "6 of step 0's trial dirs hold the same trials (their result.json ids) as " in output
+    assert f"the lake counts in {copy}: one of two copies of a run dir" in output
+    _run_the_advice(tmp_path, output)
     code, output = _collect_complete(tmp_path)
     assert code == 0, output
     assert json.loads(output)["stats"]["trials"] == 6
+
+
+def test_a_copy_read_second_in_one_ingest_is_refused_naming_the_batch_that_holds_them(
+    tmp_path: Path,
+) -> None:
+    """Both copies of a run dir read by one ingest: the second's dirs are duplicates of the
+    first's. Its collect is refused naming the batch that holds the trials (it named none, and
+    advised a `forget` without --batch); the advice then gets it through."""
+    _complete_step(tmp_path)
+    shutil.copytree(tmp_path / "runs" / "exp1", tmp_path / "runs" / "exp2")
+    ingested = CliRunner().invoke(
+        cli, ["ingest", str(tmp_path / "runs"), "--lake", str(tmp_path / "lake")]
+    )
+    assert ingested.exit_code == 0, ingested.output
+    code, output = _collect_run(tmp_path, "exp2")
+    assert code == 2, output
+    assert "the lake counts in exp1/harbor/step-0000/rollouts:" in output
+    _run_the_advice(tmp_path, output)
+    code, output = _collect_run(tmp_path, "exp2")
+    assert code == 0, output
+    assert json.loads(output)["stats"]["trials"] == 6
+
+
+def test_a_copied_trial_dir_within_the_step_costs_the_step_nothing(tmp_path: Path) -> None:
+    """A trial dir copied beside itself in the step's own job dir holds a trial the step's
+    batch counts: collect counts the step's 6 trials (it was refused, with no way through)."""
+    job_dir = _complete_step(tmp_path)
+    shutil.copytree(job_dir / "hello-file__36A2F8u", job_dir / "hello-file__36A2F8u-copy")
+    code, output = _collect_complete(tmp_path)
+    assert code == 0, output
+    report = json.loads(output)
+    assert (report["stats"]["trials"], report["ingest"]["trials_held_elsewhere"]) == (6, 1)

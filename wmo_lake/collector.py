@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shlex
 import shutil
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -829,7 +830,7 @@ class StepResult:
 
 def _glob_literal(text: str) -> str:
     """`text` as a GLOB pattern matching only itself."""
-    return "".join(f"[{c}]" if c in "*?[]" else c for c in text)
+    return "".join(f"[{c}]" if c in "*?[]" else "\\\\" if c == "\\" else c for c in text)
 
 
 @dataclass
@@ -907,45 +908,43 @@ def _refuse_a_shared_batch(plan: StepPlan, store: Store) -> None:
 
 def _refuse_trials_held_elsewhere(plan: StepPlan, lake: Path, summary: IngestSummary) -> None:
     """CollectError when trial dirs of the step hold trials the lake counts in another batch: a
-    copy of the run dir (`cp -r exp1 exp1-fork`) ingested later took them over (a lake counts a
-    trial once), so the step's stats and records, which a trainer takes, would leave them out
-    (they read 0 trials for a finished step). Its trials stay on disk."""
+    copy of the run dir (`cp -r exp1 exp1-fork`) holds the same trials, and a lake counts a
+    trial once, so the step's stats and records, which a trainer takes, would leave them out
+    (they read 0 trials for a finished step). A trial held by another dir of this step's own
+    batch (a copied trial dir beside it) costs the step nothing. Its trials stay on disk."""
     if not summary.trials_held_elsewhere:
         return
     from wmo_lake.discover import job_labels
+    from wmo_lake.lake import connect
     from wmo_lake.store import Store, partition_of
 
     store = Store(lake)
-    _, run, step = job_labels(plan.job_dir, plan.job_dir)
+    batch, run, step = job_labels(plan.job_dir, plan.job_dir)
     inside = os.path.realpath(plan.job_dir) + os.sep
+    # the step's dirs that hold a trial another dir holds (taken over, or a duplicate's)
     keys = [
         entry.trial_key
         for entry in store.read_catalog(store.read_manifest(), [partition_of(run, step)]).values()
-        if entry.source.startswith(inside) and entry.unit_key is None and entry.trial_key
+        if entry.source.startswith(inside) and entry.trial_key and entry.unit_key != entry.trial_key
     ]
-    holders: list[str] = []
-    if keys:
-        from wmo_lake.lake import connect
-
-        con = connect(lake, check=False)
-        try:
-            query = "SELECT DISTINCT batch FROM trials WHERE list_contains($keys, trial_key)"
-            holders = sorted(b for (b,) in con.execute(query, {"keys": keys}).fetchall() if b)
-        finally:
-            con.close()
-    n = summary.trials_held_elsewhere
-    named = ", ".join(holders) or "another batch"
-    forget = (
-        f"`wmo-lake forget --batch '{_glob_literal(holders[0])}'`"
-        if holders
-        else "`wmo-lake forget`"
-    )
+    con = connect(lake, check=False)
+    try:
+        query = "SELECT trial_key, batch FROM trials WHERE list_contains($keys, trial_key)"
+        holder = dict(con.execute(query, {"keys": keys}).fetchall())
+    finally:
+        con.close()
+    elsewhere = [key for key in keys if holder.get(key) not in (None, batch)]
+    if not elsewhere:
+        return
+    holders = sorted({holder[key] for key in elsewhere})
+    forget = shlex.quote(_glob_literal(holders[0]))
     raise CollectError(
-        f"{n} of step {plan.step}'s trial dirs hold trials the lake counts in {named}: a copy of "
-        f"this run dir, read into the lake later, took them over (a lake counts a trial once), "
-        f"so this step's stats and records would leave them out. Its trials are kept in "
-        f"{plan.job_dir}; drop the copy's batch ({forget}) and run the same command again, or "
-        f"collect each copy into its own --lake"
+        f"{len(elsewhere)} of step {plan.step}'s trial dirs hold the same trials (their "
+        f"result.json ids) as the lake counts in {', '.join(holders)}: one of two copies of a run "
+        f"dir, and a lake counts a trial once, so this step's stats and records would leave "
+        f"them out. Its trials are kept in {plan.job_dir}. To count them here, drop that batch "
+        f"(`wmo-lake forget --batch {forget}`) and run the same command again; or collect each "
+        f"copy into its own --lake"
     )
 
 
