@@ -819,15 +819,22 @@ def _collect_run(tmp_path: Path, run_dir: str) -> tuple[int, str]:
     return result.exit_code, result.stdout if result.exit_code == 0 else result.output
 
 
-def _run_the_advice(tmp_path: Path, output: str) -> None:
-    """Run the `wmo-lake forget --batch ...` a refusal prints, as a shell would split it."""
+def _mend_and_collect_again(
+    tmp_path: Path, output: str, run_dir: str = "exp1", dropped: int = 6
+) -> None:
+    """Run each `wmo-lake forget --batch ...` a refusal printed, as a shell would split it
+    (together they drop `dropped` trials), then the same collect: it counts the step's 6."""
     import shlex
 
-    [command] = re.findall(r"`(wmo-lake forget --batch [^`]*)`", output)
-    words = shlex.split(command)
-    result = CliRunner().invoke(cli, [*words[1:], "--lake", str(tmp_path / "lake"), "--json"])
-    assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout)["trials"] == 6, result.stdout
+    for command in re.findall(r"`(wmo-lake forget --batch [^`]*)`", output):
+        words = shlex.split(command)
+        result = CliRunner().invoke(cli, [*words[1:], "--lake", str(tmp_path / "lake"), "--json"])
+        assert result.exit_code == 0, result.output
+        dropped -= json.loads(result.stdout)["trials"]
+    assert dropped == 0, output
+    code, output = _collect_run(tmp_path, run_dir)
+    assert code == 0, output
+    assert json.loads(output)["stats"]["trials"] == 6
 
 
 def test_a_copy_of_the_run_dir_that_took_the_steps_trials_is_said_not_counted_as_none(
@@ -857,11 +864,8 @@ def test_a_copy_of_the_run_dir_that_took_the_steps_trials_is_said_not_counted_as
     assert code == 2, output
     copy = f"{fork}/harbor/step-0000/rollouts"
     assert "6 of step 0's trial dirs hold the same trials (their result.json ids) as " in output
-    assert f"the lake counts in {copy}: one of two copies of a run dir" in output
-    _run_the_advice(tmp_path, output)
-    code, output = _collect_complete(tmp_path)
-    assert code == 0, output
-    assert json.loads(output)["stats"]["trials"] == 6
+    assert f"the lake counts in {copy}: copies of a run dir" in output
+    _mend_and_collect_again(tmp_path, output)
 
 
 def test_a_copy_read_second_in_one_ingest_is_refused_naming_the_batch_that_holds_them(
@@ -879,10 +883,7 @@ def test_a_copy_read_second_in_one_ingest_is_refused_naming_the_batch_that_holds
     code, output = _collect_run(tmp_path, "exp2")
     assert code == 2, output
     assert "the lake counts in exp1/harbor/step-0000/rollouts:" in output
-    _run_the_advice(tmp_path, output)
-    code, output = _collect_run(tmp_path, "exp2")
-    assert code == 0, output
-    assert json.loads(output)["stats"]["trials"] == 6
+    _mend_and_collect_again(tmp_path, output, "exp2")
 
 
 def test_a_copied_trial_dir_within_the_step_costs_the_step_nothing(tmp_path: Path) -> None:
@@ -894,3 +895,47 @@ def test_a_copied_trial_dir_within_the_step_costs_the_step_nothing(tmp_path: Pat
     assert code == 0, output
     report = json.loads(output)
     assert (report["stats"]["trials"], report["ingest"]["trials_held_elsewhere"]) == (6, 1)
+
+
+def test_trials_two_copies_took_are_given_back_by_the_advice_for_both(tmp_path: Path) -> None:
+    """Two copies of some of the step's trial dirs, each read by a plain ingest, hold 3 of its
+    trials: the refusal names both batches and a forget for each (it gave one, and the same
+    command was refused again naming the other); after both, the step counts its 6."""
+    job_dir = _complete_step(tmp_path)
+    code, output = _collect_complete(tmp_path)
+    assert code == 0, output
+    trial_dirs = sorted(d.name for d in job_dir.iterdir() if (d / "result.json").exists())
+    for fork, kept in (("forkA", trial_dirs[:2]), ("forkB", trial_dirs[2:3])):
+        copy = tmp_path / "runs" / fork / "harbor" / "step-0000" / "rollouts"
+        shutil.copytree(job_dir, copy)
+        for trial in trial_dirs:
+            if trial not in kept:
+                shutil.rmtree(copy / trial)
+        ingested = CliRunner().invoke(
+            cli, ["ingest", str(tmp_path / "runs" / fork), "--lake", str(tmp_path / "lake")]
+        )
+        assert ingested.exit_code == 0, ingested.output
+    code, output = _collect_complete(tmp_path)
+    assert code == 2, output
+    assert "3 of step 0's trial dirs" in output and "drop those batches (" in output
+    _mend_and_collect_again(tmp_path, output, dropped=3)
+
+
+def test_a_run_dir_reached_through_a_symlink_under_another_name_says_what_it_took(
+    tmp_path: Path,
+) -> None:
+    """Trial dirs linked under another run name are the same dirs: reading them relabels their
+    trials, and the run they were counted in no longer counts them. The ingest summary and
+    collect's note said nothing of it (a copy's were said)."""
+    job_dir = _complete_step(tmp_path)
+    code, output = _collect_complete(tmp_path)
+    assert code == 0, output
+    fork_job = tmp_path / "runs" / "fork" / "harbor" / "step-0000" / "rollouts"
+    fork_job.mkdir(parents=True)
+    for item in job_dir.iterdir():
+        (fork_job / item.name).symlink_to(item, target_is_directory=item.is_dir())
+    code, output = _collect_run(tmp_path, "fork")
+    assert code == 0, output
+    forked = json.loads(output)
+    assert forked["ingest"]["trials_taken_from"] == {"exp1/harbor/step-0000/rollouts": 6}
+    assert any("trials of exp1/harbor/step-0000/rollouts" in n for n in forked["notes"])

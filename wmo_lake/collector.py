@@ -937,14 +937,16 @@ def _refuse_trials_held_elsewhere(plan: StepPlan, lake: Path, summary: IngestSum
     if not elsewhere:
         return
     holders = sorted({holder[key] for key in elsewhere})
-    forget = shlex.quote(_glob_literal(holders[0]))
+    forget = "; ".join(
+        f"`wmo-lake forget --batch {shlex.quote(_glob_literal(batch))}`" for batch in holders
+    )
+    that = "that batch" if len(holders) == 1 else "those batches"
     raise CollectError(
         f"{len(elsewhere)} of step {plan.step}'s trial dirs hold the same trials (their "
-        f"result.json ids) as the lake counts in {', '.join(holders)}: one of two copies of a run "
-        f"dir, and a lake counts a trial once, so this step's stats and records would leave "
-        f"them out. Its trials are kept in {plan.job_dir}. To count them here, drop that batch "
-        f"(`wmo-lake forget --batch {forget}`) and run the same command again; or collect each "
-        f"copy into its own --lake"
+        f"result.json ids) as the lake counts in {', '.join(holders)}: copies of a run dir, and "
+        f"a lake counts a trial once, so this step's stats and records would leave them out. "
+        f"Its trials are kept in {plan.job_dir}. To count them here, drop {that} ({forget}) "
+        f"and run the same command again; or collect each copy into its own --lake"
     )
 
 

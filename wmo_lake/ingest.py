@@ -507,13 +507,14 @@ class LakeUpdate:
                     self.summary.problems -= previous.n_problems
                 if os.path.lexists(previous_source):
                     previous.unit_key = None  # a copy: kept, so it is not read again as new
-                    if previous.batch not in (None, task.batch):
-                        taken = self.summary.trials_taken_from
-                        taken[previous.batch] = taken.get(previous.batch, 0) + 1
+                    self._taken_from(previous.batch, task.batch)
                     if walked:
                         self._held_elsewhere(previous_source)
                 else:  # moved here: an entry left for it would be "pruned" by every --prune
                     del self.catalog[previous_source]
+            elif old is not None and old.kind == TRIAL and old.unit_key == key:
+                # the same dir under another label (a run dir reached through a symlink)
+                self._taken_from(old.batch, task.batch)
             replaced = previous_source is not None or (old is not None and old.kind == TRIAL)
             self.summary.trials_replaced += replaced
             self.summary.trials_new += not replaced
@@ -539,6 +540,12 @@ class LakeUpdate:
             extracted.read_sink,
         )
         self.touched.add(partition)
+
+    def _taken_from(self, batch: str | None, new_batch: str) -> None:
+        """Count a trial taken from `batch`'s dir (that batch no longer counts it)."""
+        if batch is not None and batch != new_batch:
+            taken = self.summary.trials_taken_from
+            taken[batch] = taken.get(batch, 0) + 1
 
     def _held_elsewhere(self, real: str) -> None:
         """Count a walked trial dir whose trial the lake holds from another dir."""
