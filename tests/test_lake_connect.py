@@ -354,3 +354,23 @@ def test_a_copy_queried_from_inside_its_original_refuses_to_read_the_originals_f
     monkeypatch.chdir(copy)  # the lake's own dir: its own files
     with connect(copy) as con:
         assert con.execute("SELECT count(*) FROM spans").fetchall() == expected
+
+
+def test_a_confined_connection_beside_a_held_one_leaves_the_next_connect_working(
+    lake: Path,
+) -> None:
+    """DuckDB shares one database per file in a process: with a connection held (a notebook's),
+    a file-confined one (`wmo-lake sql`'s) turned external access off for that database, which
+    DuckDB never turns back on, and every later connect to the lake failed ('Cannot change
+    allowed_paths when enable_external_access is disabled'; in CI, whenever the garbage
+    collector had not yet closed an earlier test's connection). A later connect builds its own."""
+    held = connect(lake)
+    for _ in range(2):
+        confined = connect(lake, files_only=True)
+        assert confined.execute("SELECT count(*) FROM trials").fetchall() == [(2,)]
+        confined.close()
+    con = connect(lake)
+    con.execute("SET temp_directory = ?", [str(lake.parent / "spill")])
+    assert con.execute("SELECT count(*) FROM trials").fetchall() == [(2,)]
+    con.close()
+    held.close()

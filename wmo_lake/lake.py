@@ -289,6 +289,12 @@ def connect(
             # replaced. Its rows are an older generation's: build our own instead.
             con.close()
             con = None
+        elif con is not None and _confined(con):
+            # ... or one a file-confined connection (`wmo-lake sql`'s, run in this process while
+            # another connection kept the database open) left with external access off, which
+            # DuckDB never turns back on: it takes no temp dir and no new allowed paths.
+            con.close()
+            con = None
     if con is None:
         con = connect_private_copy(store, manifest)
     try:
@@ -352,6 +358,12 @@ def _set_up(
         con.execute("SET allowed_paths = ?", [live + list(writable or [])])
         con.execute("SET enable_external_access = false")  # DuckDB refuses to turn it back on
     set_settings(con, settings or {})
+
+
+def _confined(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether `con`'s database has external access off (a file-confined connection's)."""
+    ((value,),) = con.execute("SELECT current_setting('enable_external_access')").fetchall()
+    return value is False or str(value).lower() == "false"
 
 
 def _holds_generation(con: duckdb.DuckDBPyConnection, stamp: str) -> bool:
