@@ -561,10 +561,11 @@ def _complete_step(tmp_path: Path) -> Path:
     return plan.job_dir
 
 
-def _collect_complete(tmp_path: Path, *tasks: str) -> tuple[int, str]:
-    """collect --json of step 0 (`_complete_step`): its exit code, and its stdout or errors."""
+def _collect_complete(tmp_path: Path, *tasks: str, run_dir: str = "exp1") -> tuple[int, str]:
+    """collect --json of step 0 (`_complete_step`'s, or a copy's under runs/`run_dir`): its exit
+    code, and its stdout or errors."""
     named = [arg for task in tasks or ("hello-file", "no-reward") for arg in ("--task", task)]
-    run = ["--run-dir", str(tmp_path / "runs" / "exp1"), "--lake", str(tmp_path / "lake")]
+    run = ["--run-dir", str(tmp_path / "runs" / run_dir), "--lake", str(tmp_path / "lake")]
     args = ["collect", "--template", str(TEMPLATE), "--step", "0", *run, "--set", KIT_TASKS]
     result = CliRunner().invoke(cli, [*args, "--attempts", "3", "--json", *named])
     return result.exit_code, result.stdout if result.exit_code == 0 else result.output
@@ -810,15 +811,6 @@ def test_progress_counts_each_trial_once_and_a_cancelled_one_not_at_all() -> Non
     assert said == [("hello-file__36A2F8u", 2, 3), ("hello-file__NGUPexS", 3, 3)]
 
 
-def _collect_run(tmp_path: Path, run_dir: str) -> tuple[int, str]:
-    """collect --json of `_complete_step`'s step 0 with another --run-dir."""
-    named = [arg for task in ("hello-file", "no-reward") for arg in ("--task", task)]
-    run = ["--run-dir", str(tmp_path / "runs" / run_dir), "--lake", str(tmp_path / "lake")]
-    args = ["collect", "--template", str(TEMPLATE), "--step", "0", *run, "--set", KIT_TASKS]
-    result = CliRunner().invoke(cli, [*args, "--attempts", "3", "--json", *named])
-    return result.exit_code, result.stdout if result.exit_code == 0 else result.output
-
-
 def _mend_and_collect_again(
     tmp_path: Path, output: str, run_dir: str = "exp1", dropped: int = 6
 ) -> None:
@@ -832,7 +824,7 @@ def _mend_and_collect_again(
         assert result.exit_code == 0, result.output
         dropped -= json.loads(result.stdout)["trials"]
     assert dropped == 0, output
-    code, output = _collect_run(tmp_path, run_dir)
+    code, output = _collect_complete(tmp_path, run_dir=run_dir)
     assert code == 0, output
     assert json.loads(output)["stats"]["trials"] == 6
 
@@ -852,7 +844,7 @@ def test_a_copy_of_the_run_dir_that_took_the_steps_trials_is_said_not_counted_as
     assert code == 0, output
     assert json.loads(output)["stats"]["trials"] == 6
     shutil.copytree(tmp_path / "runs" / "exp1", tmp_path / "runs" / fork)
-    code, output = _collect_run(tmp_path, fork)
+    code, output = _collect_complete(tmp_path, run_dir=fork)
     assert code == 0, output
     forked = json.loads(output)
     assert forked["stats"]["trials"] == 6
@@ -880,7 +872,7 @@ def test_a_copy_read_second_in_one_ingest_is_refused_naming_the_batch_that_holds
         cli, ["ingest", str(tmp_path / "runs"), "--lake", str(tmp_path / "lake")]
     )
     assert ingested.exit_code == 0, ingested.output
-    code, output = _collect_run(tmp_path, "exp2")
+    code, output = _collect_complete(tmp_path, run_dir="exp2")
     assert code == 2, output
     assert "the lake counts in exp1/harbor/step-0000/rollouts:" in output
     _mend_and_collect_again(tmp_path, output, "exp2")
@@ -934,7 +926,7 @@ def test_a_run_dir_reached_through_a_symlink_under_another_name_says_what_it_too
     fork_job.mkdir(parents=True)
     for item in job_dir.iterdir():
         (fork_job / item.name).symlink_to(item, target_is_directory=item.is_dir())
-    code, output = _collect_run(tmp_path, "fork")
+    code, output = _collect_complete(tmp_path, run_dir="fork")
     assert code == 0, output
     forked = json.loads(output)
     assert forked["ingest"]["trials_taken_from"] == {"exp1/harbor/step-0000/rollouts": 6}
