@@ -454,6 +454,45 @@ def test_each_agent_of_a_job_is_judged_by_its_own_caps(tmp_path: Path) -> None:
     assert stats["truncated_spans"] == 1
 
 
+@pytest.mark.parametrize(
+    ("max_tokens", "context_limit"),
+    [(4, 10), (4.0, 10.0), ("4", "10")],
+    ids=["int", "float", "str"],
+)
+def test_output_and_context_caps_are_read_as_harbors_sampler_reads_them(
+    tmp_path: Path, max_tokens: Any, context_limit: Any
+) -> None:
+    """terminus-2 hands llm_kwargs to TinkerLLM, which samples under tinker's SamplingParams (a
+    pydantic model, lax: 4.0 and "4" are 4) and measures prompts against context_limit as a
+    number. Written 4.0 or "4", the caps were left null and the defaults (8192, 65536) stood in:
+    no truncated span, and an episode over its context budget exported as a datum. Each turn
+    here samples 4 tokens (both reach a cap of 4: seed 003 counts 2 truncated spans), and the
+    second's 9 + 4 tokens pass a budget of 10 (data.py drops the episode: 1 overflow drop)."""
+    job = write_job(
+        tmp_path / "runs/exp/harbor/step-0000/job",
+        max_tokens=max_tokens,
+        context_limit=context_limit,
+    )
+    turns = [
+        ([1, 2, 3], [10, 11, 12, 13], [-0.1] * 4),
+        ([1, 2, 3, 10, 11, 12, 13, 5, 6], [14, 15, 16, 17], [-0.2] * 4),
+    ]
+    write_trial(job, "hello__1", n_episodes=2, turns=turns)
+    ingest([tmp_path / "runs"], tmp_path / "lake")
+    (row,) = query(
+        tmp_path / "lake",
+        "SELECT c.max_tokens, c.context_budget, r.truncated_spans, d.overflow_drops, d.datums"
+        " FROM trial_caps AS c, rollout_stats AS r, datum_stats AS d",
+    )
+    assert row == {
+        "max_tokens": 4,
+        "context_budget": 10,
+        "truncated_spans": 2,
+        "overflow_drops": 1,
+        "datums": 0,
+    }
+
+
 def test_a_job_dir_without_its_config_keeps_each_trials_caps(tmp_path: Path) -> None:
     """The real kit-e2e job (terminus-2, max_turns 5, recorded in every trial's result.json and
     config.json) copied without its config.json: a trial that ran 5 episodes reads `max_turns`

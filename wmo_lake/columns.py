@@ -43,7 +43,7 @@ MAP_STRING_STRING = "map<string, string>"
 
 # Bump for a change of extraction the specs do not show (a fixed bug, a new reading of a field):
 # the extract version is this and the specs' digest.
-EXTRACT_LOGIC_VERSION = "16"  # 2: trajectories / steps / tool_calls; 3: collection paths;
+EXTRACT_LOGIC_VERSION = "17"  # 2: trajectories / steps / tool_calls; 3: collection paths;
 # 4: rewards as harbor's TrialResult reads them; a byte-order mark is not JSON; sink lines lax;
 # a CTRF summary count past 64 bits leaves the summary out; n_episodes past 64 bits clamped;
 # 5: a broken trial config.json, a trace that is no object and a time that is none are problems;
@@ -64,6 +64,7 @@ EXTRACT_LOGIC_VERSION = "16"  # 2: trajectories / steps / tool_calls; 3: collect
 # rows logged before it was found unreadable are folded into its one row
 # 16: an agent/ dir that cannot be listed still gives its wmo-run.json and the continuations
 # trajectory.json names (read by name), and is said as an unreadable_dir problem
+# 17: llm_kwargs.max_tokens / context_limit read as TinkerLLM reads them (pydantic, lax: 4.0 is 4)
 
 
 @dataclass(frozen=True)

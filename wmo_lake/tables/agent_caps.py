@@ -29,7 +29,9 @@ def context_budget(agent: Fields, *at: str) -> int | None:
     """The collector's context budget as the agent recorded it: terminus-2's
     `llm_kwargs.context_limit`, else the `context_window` the pi bridge (and terminus-2's scorer
     too) is given; both are the run's `rollout.context_budget_tokens`."""
-    limit = agent.int(*at, "kwargs", "llm_kwargs", "context_limit")
+    # TinkerLLM measures prompts against context_limit as the number it is given: 10.0 is a
+    # budget of 10 (read as pydantic's lax mode reads an int, and reported)
+    limit = agent.model_int(*at, "kwargs", "llm_kwargs", "context_limit")
     return limit if limit is not None else agent.int(*at, "kwargs", "context_window")
 
 
@@ -37,6 +39,8 @@ def caps(agent: Fields, *at: str) -> dict[str, int | None]:
     """`max_turns`, `max_tokens` (the output cap per turn) and `context_limit` of an agent."""
     return {
         "max_turns": turn_cap(agent, *at),
-        "max_tokens": agent.int(*at, "kwargs", "llm_kwargs", "max_tokens"),
+        # TinkerLLM samples under tinker's SamplingParams(max_tokens=...), a pydantic model in
+        # lax mode: 4.0 and "4" are 4
+        "max_tokens": agent.model_int(*at, "kwargs", "llm_kwargs", "max_tokens"),
         "context_limit": context_budget(agent, *at),
     }
