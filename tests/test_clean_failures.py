@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import functools
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -257,6 +259,49 @@ def test_hints_are_quoted_and_name_only_options_that_were_set(tmp_path: Path) ->
     sql = _invoke("sql", "DROP VIEW cells", "--lake", spaced)
     assert sql.exit_code == 1  # no lake there yet: the ingest hint, quoted
     assert f"--lake '{spaced}'" in sql.output
+
+
+NO_MATCH_HINTS = {
+    "export datums": ["export", "datums", "--no-split-guard", "--batch", "nope"],
+    "export conversations": ["export", "conversations", "--no-split-guard", "--batch", "nope"],
+    "report": ["report", "--run", "nope"],
+    "report, one run of two": ["report", "--run", "(no run)", "--run", "nope"],
+    "schema": ["schema", "nope"],
+    "sql of another file": ["sql", "SELECT * FROM read_csv('/etc/hostname')"],
+}
+
+
+@pytest.mark.parametrize("case", list(NO_MATCH_HINTS))
+def test_a_hint_runs_on_the_lake_the_command_was_given(
+    lake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    """The commands a failure says to run (`wmo-lake stats` lists the batches, see `wmo-lake sql
+    ...`) left out the --lake given: run as printed they answered about ./lake, another lake or
+    none. Each now names it, and runs as printed from another dir; given by $WMO_LAKE, the
+    hint names no --lake (it works as is)."""
+    import shlex
+
+    spaced = tmp_path / "a lake"
+    shutil.copytree(lake, spaced)
+    given = NO_MATCH_HINTS[case]
+    suffix = {"report": "html", "datums": "parquet", "conversations": "jsonl"}
+    if given[0] in ("export", "report"):
+        given = [*given, "--out", str(tmp_path / f"out.{suffix[given[given[0] == 'export']]}")]
+    failed = _invoke(*given, "--lake", str(spaced))
+    assert failed.exit_code != 0, failed.output
+    # (`wmo-lake sql` alone is the subject of a sentence, not a command to run)
+    hints = [h for h in re.findall(r"`(wmo-lake [^`]*)`", failed.output) if h != "wmo-lake sql"]
+    assert hints, failed.output
+    monkeypatch.chdir(tmp_path)  # (no ./lake here)
+    for hint in hints:
+        words = shlex.split(hint)
+        assert words[-2:] == ["--lake", str(spaced)], hint
+        if words[1] != "ingest":
+            answer = _invoke(*words[1:])
+            assert answer.exit_code == 0, (hint, answer.output)
+    from_env = CliRunner().invoke(cli, given, env={"WMO_LAKE": str(spaced)})
+    assert from_env.exit_code == failed.exit_code, from_env.output
+    assert "--lake" not in from_env.output
 
 
 def test_ingest_problem_hint_is_quoted(tmp_path: Path) -> None:

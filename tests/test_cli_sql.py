@@ -310,7 +310,7 @@ def test_reading_other_files_is_refused_as_a_read(lake: Path, query: str) -> Non
     assert (
         "\nError: `wmo-lake sql` reads the lake's tables and views, not other files or globs ("
     ) in result.output, result.output
-    assert "`wmo-lake tables` lists what there is to query" in result.output
+    assert f"`wmo-lake tables --lake {lake}` lists what there is to query" in result.output
     assert "ingest" not in result.output and "--output" not in result.output
 
 

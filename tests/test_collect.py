@@ -731,6 +731,40 @@ def test_a_batch_label_another_run_tree_holds_is_refused_before_harbor_runs(
     assert ran == []
 
 
+def test_a_shared_batch_refusal_gives_the_forget_that_drops_that_batch_from_that_lake(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The refusal's `wmo-lake forget --batch B` pasted B unescaped between plain quotes and
+    without the --lake collect was given: for a run dir named `exp[1]'s`, the GLOB's [1] matched
+    another run's batch (`exp1's`) and the quote broke the command, run on ./lake. As printed,
+    run from another dir, it now drops that batch alone from that lake."""
+    import shlex
+
+    from harbor_shapes import write_job, write_trial
+
+    from wmo_lake import collector
+    from wmo_lake.ingest import ingest
+
+    name = "exp[1]'s"
+    for tree, run in (("a", name), ("b", "exp1's")):
+        job = write_job(tmp_path / tree / run / "harbor" / "step-0000" / "rollouts")
+        write_trial(job, "t__1", trial_id=f"{tree}-1")
+    lake = tmp_path / "the lake"
+    ingest([tmp_path / "a", tmp_path / "b"], lake, workers=1)
+    monkeypatch.setattr(collector, "run_job", lambda *args: pytest.fail("harbor ran"))
+    args = ["collect", "--template", str(TEMPLATE), "--step", "0", "--set", KIT_TASKS]
+    run = ["--run-dir", str(tmp_path / "runs" / name), "--lake", str(lake), "--task", "hello-file"]
+    result = CliRunner().invoke(cli, [*args, *run])
+    assert result.exit_code == 2, result.output
+    (command,) = re.findall(r"`(wmo-lake forget --batch [^`]*)` drops it", result.output)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # (no ./lake here: the command must name the lake)
+    forget = CliRunner().invoke(cli, [*shlex.split(command)[1:], "--dry-run", "--json"])
+    assert forget.exit_code == 0, forget.output
+    assert json.loads(forget.stdout)["batches"] == [f"{name}/harbor/step-0000/rollouts"]
+
+
 def test_a_step_whose_tasks_changed_since_it_ran_is_a_usage_error_saying_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -814,13 +848,15 @@ def test_progress_counts_each_trial_once_and_a_cancelled_one_not_at_all() -> Non
 def _mend_and_collect_again(
     tmp_path: Path, output: str, run_dir: str = "exp1", dropped: int = 6
 ) -> None:
-    """Run each `wmo-lake forget --batch ...` a refusal printed, as a shell would split it
-    (together they drop `dropped` trials), then the same collect: it counts the step's 6."""
+    """Run each `wmo-lake forget --batch ...` a refusal printed, as a shell would split it (it
+    names the --lake collect was given; together they drop `dropped` trials), then the same
+    collect: it counts the step's 6."""
     import shlex
 
     for command in re.findall(r"`(wmo-lake forget --batch [^`]*)`", output):
         words = shlex.split(command)
-        result = CliRunner().invoke(cli, [*words[1:], "--lake", str(tmp_path / "lake"), "--json"])
+        assert words[-2:] == ["--lake", str(tmp_path / "lake")], command
+        result = CliRunner().invoke(cli, [*words[1:], "--json"])
         assert result.exit_code == 0, result.output
         dropped -= json.loads(result.stdout)["trials"]
     assert dropped == 0, output

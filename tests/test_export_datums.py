@@ -359,7 +359,8 @@ def test_an_empty_lake_says_what_to_do(tmp_path: Path) -> None:
     out = tmp_path / "d.parquet"
     result = run("--lake", tmp_path / "lake", "--out", out, "--no-split-guard")
     assert result.exit_code == 1
-    assert "the lake has no batches yet: `wmo-lake ingest RUNS`" in result.output
+    hint = f"the lake has no batches yet: `wmo-lake ingest RUNS --lake {tmp_path / 'lake'}`"
+    assert hint in result.output
     assert not out.exists()
 
 

@@ -879,7 +879,7 @@ def step_report(
     return StepReport(batch, stats_frame, rows[0] if rows else None, records, notes)
 
 
-def _refuse_a_shared_batch(plan: StepPlan, store: Store) -> None:
+def _refuse_a_shared_batch(plan: StepPlan, store: Store, lake_args: str | None) -> None:
     """CollectError when the lake holds the step's batch label from another job dir: a batch is
     labelled from the run dir's name (`exp1/harbor/step-0000/rollouts`), so a second run tree of
     that name (`/a/exp1`, `/b/exp1`) would have its step pooled with the other's, in the stats
@@ -902,11 +902,22 @@ def _refuse_a_shared_batch(plan: StepPlan, store: Store) -> None:
             f"the lake at {store.root} holds batch {batch} from another job dir ({others[0]}): "
             f"this step's trials would be pooled with its own (a batch is labelled from the run "
             f"dir's name, {run!r}). Collect into another --lake, or name the run dir apart; if "
-            f"that dir is gone, `wmo-lake forget --batch '{batch}'` drops it. Nothing was run"
+            f"that dir is gone, {_forget_command(batch, store.root, lake_args)} drops it. "
+            "Nothing was run"
         )
 
 
-def _refuse_trials_held_elsewhere(plan: StepPlan, lake: Path, summary: IngestSummary) -> None:
+def _forget_command(batch: str, lake: Path, lake_args: str | None) -> str:
+    """The `wmo-lake forget` that drops exactly `batch` from this lake, quoted for a shell."""
+    from wmo_lake.store import hint_lake_option
+
+    literal = shlex.quote(_glob_literal(batch))
+    return f"`wmo-lake forget --batch {literal}{hint_lake_option(lake, lake_args)}`"
+
+
+def _refuse_trials_held_elsewhere(
+    plan: StepPlan, lake: Path, summary: IngestSummary, lake_args: str | None
+) -> None:
     """CollectError when trial dirs of the step hold trials the lake counts in another batch: a
     copy of the run dir (`cp -r exp1 exp1-fork`) holds the same trials, and a lake counts a
     trial once, so the step's stats and records, which a trainer takes, would leave them out
@@ -937,9 +948,7 @@ def _refuse_trials_held_elsewhere(plan: StepPlan, lake: Path, summary: IngestSum
     if not elsewhere:
         return
     holders = sorted({holder[key] for key in elsewhere})
-    forget = "; ".join(
-        f"`wmo-lake forget --batch {shlex.quote(_glob_literal(batch))}`" for batch in holders
-    )
+    forget = "; ".join(_forget_command(batch, lake, lake_args) for batch in holders)
     that = "that batch" if len(holders) == 1 else "those batches"
     raise CollectError(
         f"{len(elsewhere)} of step {plan.step}'s trial dirs hold the same trials (their "
@@ -974,6 +983,7 @@ def collect(
     with_spans: bool = False,
     on_plan: Callable[[StepPlan, JobDirState], None] | None = None,
     on_trial_done: TrialDone | None = None,
+    lake_args: str | None = None,
 ) -> StepResult:
     """Collect training step `step`: run its harbor job (or finish it), ingest it, report it.
 
@@ -990,6 +1000,8 @@ def collect(
         settings: Query-time settings for the stats (`wmo_reward_key`, `wmo_max_tokens`, ...).
         with_spans: Include `spans` (every turn's token ids) in `records`.
         on_plan, on_trial_done: progress callbacks (before running; as each trial ends).
+        lake_args: The ` --lake DIR` the messages' commands carry (a CLI's own rule); by
+            default they name `lake`.
 
     Returns:
         A StepResult: `stats` (rollout_stats, one row), `records` (trial_records, one row per
@@ -1023,7 +1035,7 @@ def collect(
     )
     # a lake the ingest would refuse (a comma in its path, a damaged or foreign manifest) is
     # said now, not after harbor has run the whole step
-    _refuse_a_shared_batch(plan, Store(lake))
+    _refuse_a_shared_batch(plan, Store(lake), lake_args)
     with step_lock(plan):
         check_recorded_config(plan)
         state = prepare_job_dir(plan)
@@ -1042,7 +1054,7 @@ def collect(
                 f"cannot be written ({error.filename or lake}: {error.strerror or error}); "
                 "fix that and run the same command again: a finished step is only ingested"
             ) from error
-    _refuse_trials_held_elsewhere(plan, Path(lake), summary)
+    _refuse_trials_held_elsewhere(plan, Path(lake), summary, lake_args)
     report = step_report(lake, plan.job_dir, settings, with_spans=with_spans)
     return StepResult(
         step=step,

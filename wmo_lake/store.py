@@ -148,6 +148,17 @@ class LakeError(Exception):
     """A lake that cannot be used as asked; the message says what to do."""
 
 
+def hint_lake_option(lake: Path | str, given: str | None = None) -> str:
+    """The ` --lake DIR` a hint's command carries, so it runs on this lake as printed: `given`
+    when a CLI says it (its own rule: only when --lake was on the command line), else the
+    lake a library caller named, shell-quoted."""
+    if given is not None:
+        return given
+    import shlex
+
+    return f" --lake {shlex.quote(str(lake))}"
+
+
 MIXED = "mixed"  # a table whose files were written with different schemas (see Manifest.schemas)
 # table -> partition -> its segments (paths relative to the lake), as the manifest lists them
 PartitionedFiles = dict[str, dict[str, list[str]]]

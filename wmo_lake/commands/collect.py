@@ -13,7 +13,13 @@ from typing import Any, NoReturn
 
 import click
 
-from wmo_lake.commands.options import fail, lake_option, setting_options, settings_from
+from wmo_lake.commands.options import (
+    fail,
+    lake_hint,
+    lake_option,
+    setting_options,
+    settings_from,
+)
 from wmo_lake.settings import whole_number
 from wmo_lake.stopping import TERMINATED, query_interrupted, sigterm_stops
 from wmo_lake.store import LakeError
@@ -162,6 +168,7 @@ def collect(
                 settings=settings_from(options),
                 on_plan=on_plan,
                 on_trial_done=on_trial_done,
+                lake_args=lake_hint(click.get_current_context(), lake),
             )
     except CollectError as error:
         fail(str(error), 2)

@@ -23,6 +23,7 @@ from wmo_lake.commands.options import (
     format_for,
     guard_options,
     lake_failure,
+    lake_hint,
     lake_option,
     refuse_lake_file,
     reward_options,
@@ -95,6 +96,7 @@ def _run_export(
                 run=run,
                 settings=settings,
                 check=_reward_key_check(settings, batch_glob, run, strict),
+                lake_args=lake_hint(click.get_current_context(), lake),
                 **kind_options,
             )
     except (ExportError, LakeError) as error:

@@ -82,11 +82,11 @@ def lake_write_failure(lake: Path, error: OSError) -> NoReturn:
 def lake_hint(ctx: click.Context, lake: Path) -> str:
     """` --lake DIR` (shell-quoted) for a hint to repeat, only when --lake was given on the
     command line; '' when the lake came from the default or $WMO_LAKE (the hint works as is)."""
-    if ctx.get_parameter_source("lake") is ParameterSource.COMMANDLINE:
-        import shlex
+    if ctx.get_parameter_source("lake") is not ParameterSource.COMMANDLINE:
+        return ""
+    from wmo_lake.store import hint_lake_option
 
-        return f" --lake {shlex.quote(str(lake))}"
-    return ""
+    return hint_lake_option(lake)
 
 
 def lake_failure(ctx: click.Context | None, lake: Path, error: Exception) -> NoReturn:

@@ -13,6 +13,7 @@ from wmo_lake.commands.options import (
     fail,
     fail_if_damaged,
     lake_failure,
+    lake_hint,
     lake_option,
     missing_dir_text,
     refuse_fd_output,
@@ -90,12 +91,13 @@ def report(
     except duckdb.Error as error:
         fail_if_damaged(lake)
         fail(f"report query failed: {error}")
+    list_batches = f"`wmo-lake stats{lake_hint(click.get_current_context(), lake)}`"
     if not data.batches:
         wanted = " ".join(
             [f"--run {r!r}" for r in runs] + ([f"--batch {batch_glob!r}"] if batch_glob else [])
         )
         fail(
-            f"no batch matches {wanted}; `wmo-lake stats` lists the batches"
+            f"no batch matches {wanted}; {list_batches} lists the batches"
             if wanted
             else f"the lake at {lake} has no batches yet",
         )
@@ -103,7 +105,7 @@ def report(
     if missing:  # an overlay never loses a mistyped run without a word
         fail(
             f"no batch matches --run {', '.join(map(repr, missing))} (the others do: "
-            f"{', '.join(data.series)}); `wmo-lake stats` lists the batches; nothing was written"
+            f"{', '.join(data.series)}); {list_batches} lists the batches; nothing was written"
         )
     try:
         write_report(data, out)

@@ -69,7 +69,7 @@ SPARK_WRITE_WORDS = frozenset(
 
 
 def _read_only_message(what: str, ctx: click.Context, lake: Path) -> str:
-    lake_args = lake_hint(ctx, lake)  # (only when said: it imports shlex)
+    lake_args = lake_hint(ctx, lake)  # (only when said)
     return (
         f"the lake is read-only to `wmo-lake sql` ({what}). To add or replace trials run "
         f"`wmo-lake ingest PATH{lake_args}`; to remove batches `wmo-lake forget --batch "
@@ -85,13 +85,15 @@ _PATH_AS_TABLE = re.compile(r"Table with name \S*/\S* does not exist")
 _SPARK_PATH_AS_TABLE = re.compile(r"`\w+`\.`[^`]*/[^`]*`")
 
 
-def _confined_message(error: str) -> str:
+def _confined_message(error: str, lake: Path) -> str:
     """A read of a file that is not one of the lake's (a glob too: DuckDB lists a directory for
     it): a read, so no advice about writing."""
+    ctx = click.get_current_context(silent=True)
     return (
         f"`wmo-lake sql` reads the lake's tables and views, not other files or globs ({error}). "
-        "`wmo-lake tables` lists what there is to query; for other files use DuckDB itself or "
-        "`wl.connect(LAKE)` in Python, whose file access is not confined"
+        f"`wmo-lake tables{lake_hint(ctx, lake) if ctx else ''}` lists what there is "
+        "to query; for other files use DuckDB itself or `wl.connect(LAKE)` in Python, whose "
+        "file access is not confined"
     )
 
 
@@ -263,7 +265,7 @@ def sql(
         fail_if_damaged(lake)  # a missing segment is globbed for, outside allowed_paths
         if statement.type in WRITERS:
             fail(_read_only_message(f"it reads no other files: {error}", ctx, lake), 2)
-        fail(_confined_message(_numbered_as_given(str(error), query)), 2)
+        fail(_confined_message(_numbered_as_given(str(error), query), lake), 2)
     except duckdb.Error as error:
         if statement.type in WRITERS or "read-only mode" in str(error):
             fail(_read_only_message(f"{statement.type.name} refused: {error}", ctx, lake), 2)
@@ -274,7 +276,7 @@ def sql(
         if isinstance(error, duckdb.CatalogException) and _PATH_AS_TABLE.search(str(error)):
             # `FROM '/etc/passwd'`: a confined connection cannot look for the file, and DuckDB
             # says there is no such table
-            fail(_confined_message(_numbered_as_given(str(error), query)), 2)
+            fail(_confined_message(_numbered_as_given(str(error), query), lake), 2)
         fail(f"query failed: {_numbered_as_given(str(error), query)}")
     except BrokenPipeError:
         raise  # (`| head`, through the relay: click ends the command, exit 1, no message)
@@ -496,6 +498,6 @@ def run_on_spark(
             fail_if_damaged(lake)  # (a segment deleted by hand: said as the DuckDB engine says it)
             first = str(error).strip().splitlines()[0]
             if "TABLE_OR_VIEW_NOT_FOUND" in first and _SPARK_PATH_AS_TABLE.search(first):
-                fail(_confined_message(first), 2)
+                fail(_confined_message(first, lake), 2)
             fail(f"query failed on Spark: {first}")
         raise

@@ -11,7 +11,7 @@ from typing import Any
 import click
 import duckdb
 
-from wmo_lake.commands.options import fail, lake_failure, lake_option
+from wmo_lake.commands.options import fail, lake_failure, lake_hint, lake_option
 from wmo_lake.store import LakeError
 from wmo_lake.terminal import render_table, terminal_width
 
@@ -121,7 +121,8 @@ def schema(ctx: click.Context, name: str, lake: Path, as_json: bool) -> None:
         if name not in known:
             close = difflib.get_close_matches(name, known, n=3)
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
-            fail(f"no table or view named {name!r}{hint}; `wmo-lake tables` lists them", 2)
+            listing = f"`wmo-lake tables{lake_hint(ctx, lake)}`"
+            fail(f"no table or view named {name!r}{hint}; {listing} lists them", 2)
         described = con.sql(f'DESCRIBE "{name}"').fetchall()
     except duckdb.Error as error:
         fail(f"cannot describe {name}: {error}")

@@ -202,13 +202,15 @@ def export_conversations(
     subagents: bool = True,
     settings: Mapping[str, Any] | None = None,
     check: Callable[[duckdb.DuckDBPyConnection], None] | None = None,
+    lake_args: str | None = None,
 ) -> dict[str, Any]:
     """Export the lake's conversations to `out` (JSONL or Parquet) with `out.manifest.json`;
     return the manifest. Raises ExportError (clear message, nothing written) on a missing guard
     choice, a bad registry, an unregistered task, an existing target or an empty export.
     `settings` are the query-time settings, as `wmo_lake.lake.connect` takes them (the reward
     key and mode decide `passed` for --filter); the manifest records the `settings` view's row.
-    `check(con)` runs on the export's connection before anything is read (see Request.check)."""
+    `check(con)` runs on the export's connection before anything is read (see Request.check);
+    `lake_args`: the ` --lake DIR` the messages' commands carry (see Request.lake_args)."""
     require_guard_choice(tasks, no_split_guard)
     _choice("format", fmt, FORMATS)
     _choice("episodes", episodes, EPISODES)
@@ -221,6 +223,7 @@ def export_conversations(
         batch_glob=batch_glob,
         run=run,
         settings=dict(settings or {}),
+        lake_args=lake_args,
         check=check,
     )
     scope = request.scope
@@ -249,7 +252,7 @@ def export_conversations(
                 batches = _chunk_batches(con, chunks, last_only=last_only, subagents=subagents)
                 rows = _write(_unique_batches(batches, excluded), path, fmt)
                 if not rows and (excluded or not trials):  # (else: no trial has an episode)
-                    raise ExportError(_nothing_to_export(trials, excluded, scope))
+                    raise ExportError(_nothing_to_export(trials, excluded, request))
                 return rows
 
             used = export.settings
@@ -441,10 +444,10 @@ def _trial_totals(trials: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _nothing_to_export(
-    trials: list[dict[str, Any]], excluded: Counter[str], scope: Mapping[str, Any]
+    trials: list[dict[str, Any]], excluded: Counter[str], request: Request
 ) -> str:
     if not trials:
-        return nothing_in_scope(scope)
+        return nothing_in_scope(request)
     totals = _trial_totals(trials)
     reasons = ", ".join(f"{k} {v}" for k, v in sorted(excluded.items())) or "none"
     return (

@@ -174,6 +174,7 @@ def export_datums(
     where: str | None = None,
     settings: Mapping[str, Any] | None = None,
     check: Callable[..., None] | None = None,
+    lake_args: str | None = None,
 ) -> dict[str, Any]:
     """Export the lake's `datums` (train-split tasks only, unless `no_split_guard`) to the Parquet
     file `out` with `out.manifest.json` beside it; return the manifest. Raises ExportError (clear
@@ -183,7 +184,8 @@ def export_datums(
     `wmo_lake.lake.connect` takes them; the manifest records the `settings` view's row.
     `check(con)` runs on the export's connection before anything is read (see Request.check);
     with `where`, once the rows are selected, as `check(con, batches=...)` with the batches they
-    come from: a --where that leaves only trials without the reward key is said too."""
+    come from: a --where that leaves only trials without the reward key is said too.
+    `lake_args`: the ` --lake DIR` the messages' commands carry (see Request.lake_args)."""
     deferred = check if where is not None else None
     request = Request(
         Path(lake),
@@ -193,6 +195,7 @@ def export_datums(
         batch_glob=batch_glob,
         run=run,
         settings=dict(settings or {}),
+        lake_args=lake_args,
         check=(lambda con: None) if deferred is not None else check,
     )
     scope = request.scope
@@ -238,7 +241,7 @@ def export_datums(
         if not written["rows"]:
             read_stats()
             raise ExportError(
-                _nothing_to_export(rows_by_task, excluded, stats["batches"], scope, where)
+                _nothing_to_export(rows_by_task, excluded, stats["batches"], request, where)
             )
         selected = f"SELECT * FROM ({scoped}) AS d WHERE {export.kept('d.task_id')}"
 
@@ -470,17 +473,17 @@ def _nothing_to_export(
     rows_by_task: Mapping[Any, int],
     excluded: Mapping[str, int],
     batches: list[dict[str, Any]],
-    scope: Mapping[str, Any],
+    request: Request,
     where: str | None,
 ) -> str:
     if not batches:
-        return nothing_in_scope(scope)
+        return nothing_in_scope(request)
     if rows_by_task:
         return f"no datum of a train-split task to export (excluded: {dict(excluded)})"
     why = f" match --where {where!r}" if where else " exist in the selected batches"
     return (
         f"no datums{why} (excluded: {dict(excluded) or 'none'}); trials need token spans, "
-        'see `wmo-lake sql "SELECT spans_status, count(*) FROM trials GROUP BY ALL"`'
+        "see " + request.command("sql", '"SELECT spans_status, count(*) FROM trials GROUP BY ALL"')
     )
 
 

@@ -628,11 +628,20 @@ class Request:
     # warning, which may stop the export): one connection instead of two. Without it the
     # connection gives connect()'s own RewardKeyWarning over the whole lake.
     check: Callable[[Any], None] | None = None
+    # the ` --lake DIR` a hint's command repeats (the CLI's, only when --lake was given); None:
+    # the lake above, so a library caller's hint runs on the lake it named
+    lake_args: str | None = None
 
     @property
     def scope(self) -> dict[str, Any]:
         """The bound parameters of `scope_condition`."""
         return {"batch_glob": self.batch_glob, "run": self.run}
+
+    def command(self, command: str, arguments: str) -> str:
+        """A hint's `wmo-lake COMMAND ARGUMENTS`, naming this export's lake (see lake_args)."""
+        from wmo_lake.store import hint_lake_option
+
+        return f"`wmo-lake {command} {arguments}{hint_lake_option(self.lake, self.lake_args)}`"
 
     def parameters(self) -> dict[str, Any]:
         """The manifest's `parameters` every kind shares; a kind adds its own."""
@@ -651,17 +660,18 @@ def scope_condition(batch: str = "batch", run: str = "run") -> str:
     return scope_sql(batch, run)
 
 
-def nothing_in_scope(scope: Mapping[str, Any]) -> str:
-    """Why an export found no trial to read (`scope`: Request.scope): the lake is empty, or the
-    --batch / --run given match no batch."""
+def nothing_in_scope(request: Request) -> str:
+    """Why an export found no trial to read: the lake is empty, or the --batch / --run given
+    match no batch."""
     given = " ".join(
         f"{flag} {value!r}"
-        for flag, value in (("--batch", scope["batch_glob"]), ("--run", scope["run"]))
+        for flag, value in (("--batch", request.batch_glob), ("--run", request.run))
         if value is not None
     )
     if not given:
-        return "the lake has no batches yet: `wmo-lake ingest RUNS` reads some"
-    return f'no batch matches {given}; see `wmo-lake sql "SELECT DISTINCT batch, run FROM trials"`'
+        return f"the lake has no batches yet: {request.command('ingest', 'RUNS')} reads some"
+    batches = request.command("sql", '"SELECT DISTINCT batch, run FROM trials"')
+    return f"no batch matches {given}; see {batches}"
 
 
 class Export:
