@@ -272,6 +272,38 @@ def test_unreadable_trial_that_completes_later_is_replaced(tmp_path: Path) -> No
     assert con.execute("SELECT count(*) FROM trials").fetchall() == [(2,)]
 
 
+@pytest.mark.parametrize(
+    "name", ["result.json", "verifier/ctrf.json", "agent/trajectory.json", "../config.json"]
+)
+def test_a_file_made_readable_after_a_failed_read_is_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """A file the ingest could not read for its permissions (EACCES: recorded as an unreadable
+    trial or a problem) was fingerprinted by its size and mtime, which a chmod leaves as they
+    were: once made readable it was never read again, and the lake kept the failure for good.
+    (Tests run as root, who reads any file: the refusal is the os.open of that file.)"""
+    runs = _tree(tmp_path, n_trials=2)
+    target = (runs / "exp" / "harbor" / "step-0001" / "job" / "t__0" / name).resolve()
+    real_open = os.open
+
+    def refusing(path, flags, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if os.fspath(path) == str(target):
+            raise PermissionError(errno.EACCES, "Permission denied", str(target))
+        return real_open(path, flags, *args, **kwargs)
+
+    target.chmod(0)
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "open", refusing)
+        ingest([runs], tmp_path / "lake", workers=1)
+    assert _counts(tmp_path / "lake")["problems"] >= 1
+    target.chmod(0o644)
+    again = ingest([runs], tmp_path / "lake", workers=1)
+    assert again.committed, again.line()
+    ingest([runs], tmp_path / "fresh", workers=1)
+    assert _counts(tmp_path / "lake") == _counts(tmp_path / "fresh")
+    assert _counts(tmp_path / "lake")["problems"] == 0
+
+
 def test_many_small_ingests_keep_few_segment_files(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     job_dir = write_job(runs / "r" / "harbor" / "step-0001" / "job")
