@@ -344,7 +344,13 @@ def _lake_then_new_trials(tmp_path: Path, n_new: int) -> tuple[Path, Path, dict[
 
 @pytest.mark.parametrize(
     ("point", "committed"),
-    [("mid_extract", False), ("after_manifest", True), ("before_duckdb_file", True)],
+    [
+        ("mid_extract", False),
+        ("after_manifest", True),
+        ("after_commit", True),  # (the commit returned, its summary not yet told)
+        ("before_duckdb_file", True),
+        ("after_duckdb_file", True),  # (all done but the lock's release and the summary)
+    ],
 )
 @pytest.mark.parametrize(
     ("env_name", "code", "said"),
@@ -359,7 +365,8 @@ def test_ctrl_c_says_whether_the_ingest_had_committed(
     tmp_path: Path, point: str, committed: bool, env_name: str, code: int, said: str
 ) -> None:
     """Ctrl-C after the manifest swap said `nothing was written or changed`, over a lake whose
-    new generation was in (and whose lake.duckdb, for a plain DuckDB client, was not)."""
+    new generation was in (and whose lake.duckdb, for a plain DuckDB client, was not). So did
+    one right after the commit returned, or once lake.duckdb was built too."""
     runs, lake, _ = _lake_then_new_trials(tmp_path, 3)
     stopped = _run_ingest(
         runs,
@@ -371,7 +378,12 @@ def test_ctrl_c_says_whether_the_ingest_had_committed(
     _, err = stopped.communicate(timeout=120)
     assert stopped.returncode == code, err
     assert _counts(lake)["trials"] == (5 if committed else 2)
-    if committed:
+    if point == "after_duckdb_file":
+        assert err.strip() == (
+            f"{said} after the command had finished: generation 2 is the lake at {lake}, and "
+            "lake.duckdb is up to date"
+        )
+    elif committed:
         assert err.strip() == (
             f"{said} after the commit: generation 2 is the lake at {lake}, but lake.duckdb "
             "was not rebuilt (wmo-lake reads the lake as it is; for a plain DuckDB client, run "

@@ -129,21 +129,27 @@ def _forget_in_a_process(lake: Path, env: dict[str, str]) -> subprocess.Complete
     )
 
 
-@pytest.mark.parametrize(
+# a Ctrl-C, and SIGTERM (a scheduler's, `timeout`'s: it ended the process without a word)
+stop_signals = pytest.mark.parametrize(
     ("env_name", "code", "said"),
     [
         ("WMO_LAKE_INTERRUPT_AT", 130, "interrupted"),
-        ("WMO_LAKE_TERMINATE_AT", 143, "stopped by SIGTERM"),  # (it ended without a word)
+        ("WMO_LAKE_TERMINATE_AT", 143, "stopped by SIGTERM"),
     ],
     ids=["ctrl-c", "sigterm"],
 )
+
+
+@stop_signals
+@pytest.mark.parametrize("point", ["after_manifest", "before_sweep", "after_commit"])
 def test_forget_stopped_after_its_commit_says_so_and_again_rebuilds_lake_duckdb(
-    lake: Path, env_name: str, code: int, said: str
+    lake: Path, env_name: str, code: int, said: str, point: str
 ) -> None:
     """Ctrl-C just after the manifest swap said "nothing was written or changed" over a lake
     whose batches were gone; the same forget again said "nothing matched" and left lake.duckdb
-    a generation behind. It now says the change is in, and the rerun rebuilds the file."""
-    stopped = _forget_in_a_process(lake, {env_name: "after_manifest"})
+    a generation behind. It now says the change is in, and the rerun rebuilds the file. So
+    did one during the sweep of the replaced files, or right after the commit returned."""
+    stopped = _forget_in_a_process(lake, {env_name: point})
     assert stopped.returncode == code, stopped.stderr
     assert stopped.stderr.strip() == (
         f"{said} after the commit: generation 2 is the lake at {lake}, but lake.duckdb was "
@@ -155,6 +161,23 @@ def test_forget_stopped_after_its_commit_says_so_and_again_rebuilds_lake_duckdb(
     assert not duckdb_file_current(store, store.read_manifest())
     again = _forget_in_a_process(lake, {})
     assert again.returncode == 0 and "nothing matched" in again.stdout, again.stderr
+    assert duckdb_file_current(store, store.read_manifest())
+
+
+@stop_signals
+def test_forget_stopped_once_done_says_the_change_is_in(
+    lake: Path, env_name: str, code: int, said: str
+) -> None:
+    """A stop once the commit and lake.duckdb were done (the lock's release, the lines printed)
+    said "nothing was written or changed"."""
+    stopped = _forget_in_a_process(lake, {env_name: "after_duckdb_file"})
+    assert stopped.returncode == code, stopped.stderr
+    assert stopped.stderr.strip() == (
+        f"{said} after the command had finished: generation 2 is the lake at {lake}, and "
+        "lake.duckdb is up to date"
+    )
+    assert _rows(lake, "SELECT DISTINCT batch FROM trials") == [(OTHER,)]
+    store = Store(lake)
     assert duckdb_file_current(store, store.read_manifest())
 
 

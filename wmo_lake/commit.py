@@ -491,9 +491,13 @@ class Commit:
             if self._manifest_in_place(manifest_bytes):
                 raise InterruptedAfterCommit(self.store.root, manifest.generation) from None
             raise
-        self._swept = (manifest, None if self.store.interrupted else self.touched)
-        if sweep:
-            self.sweep()
+        try:
+            self._swept = (manifest, None if self.store.interrupted else self.touched)
+            if sweep:
+                crash_point("before_sweep")
+                self.sweep()
+        except KeyboardInterrupt:  # (the sweep's: a forget's, after its commit)
+            raise InterruptedAfterCommit(self.store.root, manifest.generation) from None
         return manifest
 
     def _manifest_in_place(self, written: bytes) -> bool:

@@ -31,6 +31,7 @@ from wmo_lake.fingerprint import (
     walk_fingerprint,
 )
 from wmo_lake.readers import Readers, collecting_less
+from wmo_lake.stopping import finished
 from wmo_lake.store import (
     DUPLICATE,
     JOB,
@@ -44,6 +45,7 @@ from wmo_lake.store import (
     Manifest,
     PartitionedFiles,
     Store,
+    committed_message,
     crash_point,
     failed_after_commit,
     partition_of,
@@ -284,8 +286,10 @@ def ingest(
         except BaseException as error:
             if update.commit is not None:
                 update.commit.abort()
-            if isinstance(error, KeyboardInterrupt) and update.summary.committed:
-                raise InterruptedAfterCommit(store.root, update.manifest.generation) from None
+            # (stopped once the manifest was in place, before the summary recorded it too)
+            committed = store.committed_since(update.base)
+            if isinstance(error, KeyboardInterrupt) and committed is not None:
+                raise InterruptedAfterCommit(store.root, committed) from None
             # the segments the readers wrote for a commit that never came (the manifest is the
             # base's still): a direct read of a table dir (README, "Lake layout") took their
             # rows as the lake's
@@ -293,9 +297,9 @@ def ingest(
                 if store.read_manifest().generation == update.base.generation:
                     store.collect_garbage(update.base, walked, temporaries=False)
             raise
-        from wmo_lake.lake import duckdb_file_current, ensure_duckdb_file
-
         try:
+            from wmo_lake.lake import duckdb_file_current, ensure_duckdb_file
+
             swept = update.sweep()
             try:
                 # (the manifest this ingest committed, or found unchanged: not read again)
@@ -306,6 +310,10 @@ def ingest(
                     ensure_duckdb_file(store, update.copies(readers.copies), update.manifest)
             finally:
                 swept()
+            if update.summary.committed:  # a stop from here on (the lock's release, the
+                # summary's print) says the change is in, not that nothing was changed
+                finished(committed_message(store.root, update.manifest.generation))
+                crash_point("after_duckdb_file")
         except KeyboardInterrupt:
             if update.summary.committed:
                 raise InterruptedAfterCommit(store.root, update.manifest.generation) from None
@@ -749,6 +757,7 @@ class LakeUpdate:
             self.manifest = self._commit().finish(
                 self.catalog.values(), self.touched, sweep=False, extractions=self._extractions()
             )
+            crash_point("after_commit")
             self.summary.generation = self.manifest.generation
             self.summary.committed = True
         else:

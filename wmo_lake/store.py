@@ -250,6 +250,12 @@ class InterruptedAfterCommit(KeyboardInterrupt):
         )
 
 
+def committed_message(root: Path, generation: int) -> str:
+    """What a command that changed the lake says when stopped once all its work was done (the
+    lock's release, its summary's print): `stopping.finished`'s text."""
+    return f"generation {generation} is the lake at {root}, and lake.duckdb is up to date"
+
+
 def failed_after_commit(root: Path, generation: int, command: str, error: LakeError) -> LakeError:
     """`error`, raised by lake.duckdb's rebuild once a change of the lake was committed (a segment
     of a partition the change did not touch was deleted by hand, say), saying that the change
@@ -302,6 +308,15 @@ class Store:
 
     def exists(self) -> bool:
         return self.manifest_path.is_file()
+
+    def committed_since(self, base: Manifest) -> int | None:
+        """The generation on disk when a commit moved the lake past `base` (a command stopped
+        after its commit, whose own record of it may not have been made yet), else None."""
+        try:
+            generation = self.read_manifest().generation
+        except LakeError:
+            return None
+        return generation if generation != base.generation else None
 
     def read_manifest(self) -> Manifest:
         if not self.exists():

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from wmo_lake.catalog import CatalogEntry, shadows_of
 from wmo_lake.selection import labels_matching
+from wmo_lake.stopping import finished
 from wmo_lake.store import (
     JOB,
     TRIAL,
@@ -23,6 +24,8 @@ from wmo_lake.store import (
     LakeError,
     Manifest,
     Store,
+    committed_message,
+    crash_point,
     failed_after_commit,
 )
 
@@ -143,13 +146,19 @@ def _remove(
             (e for source, e in catalog.items() if source not in gone),
             touched={e.partition for e in entries},
         )
+        crash_point("after_commit")
     except InterruptedAfterCommit as stopped:  # (said in forget's words)
         raise InterruptedAfterCommit(store.root, stopped.generation, "forget") from None
-    except BaseException:
+    except BaseException as error:
         commit.abort()
+        committed = store.committed_since(base)  # (stopped right after the commit returned)
+        if isinstance(error, KeyboardInterrupt) and committed is not None:
+            raise InterruptedAfterCommit(store.root, committed, "forget") from None
         raise
     try:
         ensure_duckdb_file(store, manifest=manifest)
+        finished(committed_message(store.root, manifest.generation))
+        crash_point("after_duckdb_file")
     except KeyboardInterrupt:
         raise InterruptedAfterCommit(store.root, manifest.generation, "forget") from None
     except LakeError as error:
