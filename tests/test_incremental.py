@@ -275,12 +275,12 @@ def test_unreadable_trial_that_completes_later_is_replaced(tmp_path: Path) -> No
 @pytest.mark.parametrize(
     "name", ["result.json", "verifier/ctrf.json", "agent/trajectory.json", "../config.json"]
 )
-def test_a_file_made_readable_after_a_failed_read_is_read_again(
+def test_a_file_that_could_not_be_read_is_read_again_once_it_can_be(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
     """A file the ingest could not read for its permissions (EACCES: recorded as an unreadable
-    trial or a problem) was fingerprinted by its size and mtime, which a chmod leaves as they
-    were: once made readable it was never read again, and the lake kept the failure for good.
+    trial or a problem) was fingerprinted by its size and mtime, which granting the permission
+    (a chmod, a group the user joins) leaves as they were: the lake kept the failure for good.
     (Tests run as root, who reads any file: the refusal is the os.open of that file.)"""
     runs = _tree(tmp_path, n_trials=2)
     target = (runs / "exp" / "harbor" / "step-0001" / "job" / "t__0" / name).resolve()
@@ -291,17 +291,33 @@ def test_a_file_made_readable_after_a_failed_read_is_read_again(
             raise PermissionError(errno.EACCES, "Permission denied", str(target))
         return real_open(path, flags, *args, **kwargs)
 
-    target.chmod(0)
     with monkeypatch.context() as patched:
         patched.setattr(os, "open", refusing)
         ingest([runs], tmp_path / "lake", workers=1)
-    assert _counts(tmp_path / "lake")["problems"] >= 1
-    target.chmod(0o644)
+        assert _counts(tmp_path / "lake")["problems"] >= 1
+        still = ingest([runs], tmp_path / "lake", workers=1)  # (read again: still refused)
+        assert still.problems >= 1 and _counts(tmp_path / "lake")["problems"] >= 1
     again = ingest([runs], tmp_path / "lake", workers=1)
     assert again.committed, again.line()
     ingest([runs], tmp_path / "fresh", workers=1)
     assert _counts(tmp_path / "lake") == _counts(tmp_path / "fresh")
     assert _counts(tmp_path / "lake")["problems"] == 0
+    assert not ingest([runs], tmp_path / "lake", workers=1).committed  # (then left alone)
+
+
+def test_a_chmod_or_a_hard_link_that_changes_no_content_reads_nothing_again(
+    tmp_path: Path,
+) -> None:
+    """What moves a file's ctime but not its content (a no-op `chmod -R`, a hard-link snapshot
+    of the runs) must not make every trial read again and a new generation."""
+    runs = _tree(tmp_path, n_trials=3)
+    ingest([runs], tmp_path / "lake", workers=1)
+    for path in runs.rglob("*"):
+        if path.is_file():
+            path.chmod(path.stat().st_mode)
+            os.link(path, tmp_path / f"link-{path.stat().st_ino}")
+    again = ingest([runs], tmp_path / "lake", workers=1)
+    assert (again.committed, again.trials_unchanged) == (False, 3), again.line()
 
 
 def test_many_small_ingests_keep_few_segment_files(tmp_path: Path) -> None:

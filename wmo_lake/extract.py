@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from wmo_lake.collection import PI_BRIDGE, Collection, agent_collection_path
 from wmo_lake.discover import DirProblem, Job, TrialTask, WalkProblem, config_problem
-from wmo_lake.jsonfile import ReadFailure, read_bytes, read_json
+from wmo_lake.jsonfile import ReadFailure, read_bytes, read_json, watching_reads
 from wmo_lake.pending import PendingRows
 from wmo_lake.store import DUPLICATE, JOB, OTHER, TRIAL, UNREADABLE, WALK
 from wmo_lake.tables import (
@@ -46,6 +46,9 @@ class Extracted:
     n_problems: int = -1  # counted from `tables` unless given
     fingerprint: str | None = None  # of the dir, taken just before it was read (read_task)
     read_sink: str | None = None  # the sink dir it was read from, when the walk did not know it
+    # a file of it could not be read for a reason a later read may not meet (jsonfile's
+    # `watching_reads`): its fingerprint never matches, so the next ingest reads it again
+    retry_read: bool = False
 
     def __post_init__(self) -> None:
         if self.n_problems < 0:
@@ -62,6 +65,7 @@ class Extracted:
             self.n_problems,
             self.fingerprint,
             self.read_sink,
+            self.retry_read,
         )
 
 
@@ -154,11 +158,14 @@ def _problem_table(problems: ProblemLog) -> dict[str, pa.Table]:
 def extract_job(job: Job) -> Extracted:
     """A job dir's `jobs` row and the problems of its config.json and result.json."""
     problems = ProblemLog(unit_key=job.key, batch=job.batch)
-    row = jobs.row(job, problems)
+    with watching_reads() as failed:
+        row = jobs.row(job, problems)
     tables: dict[str, pa.Table | PendingRows] = {
         "jobs": PendingRows.from_rows([row], TABLES["jobs"].schema.names)
     }
-    return Extracted(JOB, job.key, tables=tables | _problem_table(problems))
+    return Extracted(
+        JOB, job.key, tables=tables | _problem_table(problems), retry_read=bool(failed)
+    )
 
 
 def extract_walk_problem(problem: WalkProblem) -> Extracted:
@@ -195,12 +202,14 @@ def read_task(task: TrialTask) -> Extracted:
 
     agent_names = agent_listing(task.path)
     fingerprint = trial_fingerprint(task, agent_names)
-    try:
-        extracted = extract_trial(task, agent_names)
-    except MemoryError:
-        raise
-    except Exception as error:  # one dir that trips the reading never aborts the batch
-        extracted = _extract_failed(task, error)
+    with watching_reads() as failed:
+        try:
+            extracted = extract_trial(task, agent_names)
+        except MemoryError:
+            raise
+        except Exception as error:  # one dir that trips the reading never aborts the batch
+            extracted = _extract_failed(task, error)
+    extracted.retry_read = bool(failed)
     if extracted.read_sink is not None:  # (its size and mtime taken after the read)
         fingerprint = with_read_sink(fingerprint, task, extracted.read_sink)
     extracted.fingerprint = fingerprint

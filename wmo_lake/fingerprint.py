@@ -1,5 +1,5 @@
-"""What decides whether an ingested dir must be read again: the sizes, mtimes and ctimes of the
-files its rows come from, the labels it is stored under, and the extract version.
+"""What decides whether an ingested dir must be read again: the sizes and mtimes of the files its
+rows come from, the labels it is stored under, and the extract version.
 
 Needs neither pyarrow nor duckdb: an ingest that finds nothing changed stops here.
 """
@@ -31,14 +31,11 @@ TRIAL_FILES = (
 
 
 def _stat_token(path: Path | str) -> str:
-    """A file's size, mtime and ctime ("-" when it cannot be stat'ed). The ctime moves with a
-    chmod or chown too, which leave the other two as they were: a file that could not be read
-    (EACCES, recorded as a problem) and was then made readable is read again."""
     try:
         st = os.stat(path)
     except (OSError, ValueError):  # (ValueError: a recorded path with a NUL in it)
         return "-"
-    return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+    return f"{st.st_size}:{st.st_mtime_ns}"
 
 
 def _digest(parts: Iterable[str]) -> str:
@@ -100,6 +97,12 @@ def trial_fingerprint(
         parts.append(f"sink={_stat_token(os.path.join(sink.path, f'{name}.jsonl'))}")
     fingerprint = _digest(parts)
     return fingerprint if read_sink is None else with_read_sink(fingerprint, candidate, read_sink)
+
+
+def never_unchanged(fingerprint: str) -> str:
+    """A fingerprint no later one equals: the dir is read again on the next ingest (a file of it
+    could not be read for a reason that may pass, see jsonfile.watching_reads)."""
+    return _digest([fingerprint, f"retry={time.time_ns()}"])
 
 
 def with_read_sink(fingerprint: str, candidate: Candidate | TrialTask, read_sink: str) -> str:

@@ -27,6 +27,7 @@ from wmo_lake.discover import Candidate, Job, TrialTask, WalkProblem, discover
 from wmo_lake.fingerprint import (
     EXTRACT_VERSION,
     job_fingerprint,
+    never_unchanged,
     trial_fingerprint,
     walk_fingerprint,
 )
@@ -540,7 +541,7 @@ class LakeUpdate:
             kind,
             task.job_key,
             task.batch,
-            fingerprint,
+            never_unchanged(fingerprint) if extracted.retry_read else fingerprint,
             extracted.n_problems,
             partition,
             trial_key,
@@ -678,7 +679,7 @@ class LakeUpdate:
             JOB,
             job.key,
             job.batch,
-            fingerprint,
+            never_unchanged(fingerprint) if extracted.retry_read else fingerprint,
             extracted.n_problems,
             partition,
             extraction=EXTRACT_VERSION,
