@@ -454,20 +454,33 @@ def test_each_agent_of_a_job_is_judged_by_its_own_caps(tmp_path: Path) -> None:
     assert stats["truncated_spans"] == 1
 
 
-@pytest.mark.parametrize(
-    ("max_tokens", "context_limit"),
-    [(4, 10), (4.0, 10.0), ("4", "10")],
-    ids=["int", "float", "str"],
-)
+# llm_kwargs caps -> (the context budget TinkerLLM ran under, the overflow drops and datums of
+# the trial below), by hand from harbor llms/tinker.py and data.py
+CAP_SPELLINGS: dict[str, tuple[Any, Any, int, int, int]] = {
+    "int": (4, 10, 10, 1, 0),
+    "float": (4.0, 10.0, 10, 1, 0),
+    "str": ("4", "10", 10, 1, 0),
+    # `prompt_tokens > 10.5` holds exactly when `> 10` does
+    "fractional-budget": (4, 10.5, 10, 1, 0),
+    # `context_limit or DEFAULT_CONTEXT_LIMIT`: no budget of the run's, the lake's default
+    "zero-budget": (4, 0, 65536, 0, 1),
+    "float-zero-budget": (4, 0.0, 65536, 0, 1),
+    "false-budget": (4, False, 65536, 0, 1),
+}
+
+
+@pytest.mark.parametrize("case", list(CAP_SPELLINGS))
 def test_output_and_context_caps_are_read_as_harbors_sampler_reads_them(
-    tmp_path: Path, max_tokens: Any, context_limit: Any
+    tmp_path: Path, case: str
 ) -> None:
     """terminus-2 hands llm_kwargs to TinkerLLM, which samples under tinker's SamplingParams (a
-    pydantic model, lax: 4.0 and "4" are 4) and measures prompts against context_limit as a
-    number. Written 4.0 or "4", the caps were left null and the defaults (8192, 65536) stood in:
-    no truncated span, and an episode over its context budget exported as a datum. Each turn
-    here samples 4 tokens (both reach a cap of 4: seed 003 counts 2 truncated spans), and the
-    second's 9 + 4 tokens pass a budget of 10 (data.py drops the episode: 1 overflow drop)."""
+    pydantic model, lax: 4.0 and "4" are 4) and measures prompts against `context_limit or
+    DEFAULT_CONTEXT_LIMIT` as a number. Written 4.0 or "4", the caps were left null and the
+    defaults (8192, 65536) stood in: no truncated span, and an episode over its context budget
+    exported as a datum. Each turn here samples 4 tokens (both reach a cap of 4: seed 003
+    counts 2 truncated spans), and the second's 9 + 4 tokens pass a budget of 10 (data.py drops
+    the episode: 1 overflow drop)."""
+    max_tokens, context_limit, budget, overflow_drops, datums = CAP_SPELLINGS[case]
     job = write_job(
         tmp_path / "runs/exp/harbor/step-0000/job",
         max_tokens=max_tokens,
@@ -486,10 +499,10 @@ def test_output_and_context_caps_are_read_as_harbors_sampler_reads_them(
     )
     assert row == {
         "max_tokens": 4,
-        "context_budget": 10,
+        "context_budget": budget,
         "truncated_spans": 2,
-        "overflow_drops": 1,
-        "datums": 0,
+        "overflow_drops": overflow_drops,
+        "datums": datums,
     }
 
 

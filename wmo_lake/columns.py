@@ -64,7 +64,8 @@ EXTRACT_LOGIC_VERSION = "17"  # 2: trajectories / steps / tool_calls; 3: collect
 # rows logged before it was found unreadable are folded into its one row
 # 16: an agent/ dir that cannot be listed still gives its wmo-run.json and the continuations
 # trajectory.json names (read by name), and is said as an unreadable_dir problem
-# 17: llm_kwargs.max_tokens / context_limit read as TinkerLLM reads them (pydantic, lax: 4.0 is 4)
+# 17: llm_kwargs.max_tokens / context_limit read as TinkerLLM reads them (pydantic, lax: 4.0 is 4;
+# a context_limit of 0 or false is none, 10.5 is 10)
 
 
 @dataclass(frozen=True)

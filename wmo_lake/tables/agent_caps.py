@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from wmo_lake.tables.fields import Fields
+import math
+
+from wmo_lake.tables.fields import Fields, fits_int64
 
 # terminus-2's turn cap and its older names, in the order its __init__ honours them (harbor
 # agents/terminus_2/terminus_2.py: max_turns when not None, else max_episodes, else episodes).
@@ -29,10 +31,23 @@ def context_budget(agent: Fields, *at: str) -> int | None:
     """The collector's context budget as the agent recorded it: terminus-2's
     `llm_kwargs.context_limit`, else the `context_window` the pi bridge (and terminus-2's scorer
     too) is given; both are the run's `rollout.context_budget_tokens`."""
-    # TinkerLLM measures prompts against context_limit as the number it is given: 10.0 is a
-    # budget of 10 (read as pydantic's lax mode reads an int, and reported)
-    limit = agent.model_int(*at, "kwargs", "llm_kwargs", "context_limit")
+    limit = _tinker_context_limit(agent, *at)
     return limit if limit is not None else agent.int(*at, "kwargs", "context_window")
+
+
+def _tinker_context_limit(agent: Fields, *at: str) -> int | None:
+    """terminus-2's `llm_kwargs.context_limit` as TinkerLLM runs under it: `context_limit or
+    DEFAULT_CONTEXT_LIMIT` (0, 0.0 and false are no limit of the run's), then `prompt_tokens >
+    context_limit` as numbers: 10.0 is a budget of 10 (read as pydantic's lax mode reads an
+    int, and reported), and 10.5 one of 10 too, since a count of tokens passes 10.5 exactly
+    when it passes 10."""
+    keys = (*at, "kwargs", "llm_kwargs", "context_limit")
+    value = agent.get(*keys)
+    if not value:
+        return None
+    if type(value) is float and value > 0 and math.isfinite(value) and not value.is_integer():
+        return math.floor(value) if fits_int64(math.floor(value)) else None
+    return agent.model_int(*keys)
 
 
 def caps(agent: Fields, *at: str) -> dict[str, int | None]:
