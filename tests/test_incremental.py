@@ -419,6 +419,54 @@ def test_ctrl_c_says_whether_the_ingest_had_committed(
         assert db.execute("SELECT count(*) FROM trials").fetchall() == [(5,)]
 
 
+def test_the_python_api_says_lake_duckdb_is_up_to_date_when_it_is(tmp_path: Path) -> None:
+    """Stopped once all was done (lake.duckdb rebuilt), the library's InterruptedAfterCommit
+    said lake.duckdb was not rebuilt and to run the ingest again."""
+    runs, lake, _ = _lake_then_new_trials(tmp_path, 3)
+    script = (
+        "from pathlib import Path; from wmo_lake.ingest import ingest\n"
+        "try:\n"
+        f"    ingest([Path({str(runs)!r})], Path({str(lake)!r}), workers=1)\n"
+        "except KeyboardInterrupt as error:\n"
+        "    print(error.message)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, "WMO_LAKE_INTERRUPT_AT": "after_duckdb_file"},
+        capture_output=True,
+        text=True,
+    )
+    assert out.stdout.strip() == (
+        f"interrupted after the commit: generation 2 is the lake at {lake}, and lake.duckdb is "
+        "up to date"
+    ), out.stderr
+
+
+def test_a_ctrl_c_inside_the_rebuilds_query_after_the_commit_says_the_change_is_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C inside one of lake.duckdb's rebuild queries is DuckDB's own error
+    (RuntimeError('Query interrupted') in duckdb 2.0), not KeyboardInterrupt: after the commit
+    it said "nothing was written or changed" over a lake whose new generation was in."""
+    from click.testing import CliRunner
+
+    from wmo_lake import lake as lake_module
+    from wmo_lake.cli import cli
+
+    runs, lake, _ = _lake_then_new_trials(tmp_path, 3)
+
+    def interrupted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise RuntimeError("Query interrupted")
+
+    monkeypatch.setattr(lake_module, "ensure_duckdb_file", interrupted)
+    stopped = CliRunner().invoke(cli, ["ingest", str(runs), "--lake", str(lake), "--workers", "1"])
+    assert stopped.exit_code == 130, stopped.output
+    assert f"interrupted after the commit: generation 2 is the lake at {lake}, but" in (
+        stopped.output
+    )
+    assert _counts(lake)["trials"] == 5
+
+
 @pytest.mark.parametrize(
     "point", ["mid_extract", "before_manifest", "after_manifest", "before_duckdb_file"]
 )

@@ -181,6 +181,26 @@ def test_forget_stopped_once_done_says_the_change_is_in(
     assert duckdb_file_current(store, store.read_manifest())
 
 
+def test_a_ctrl_c_inside_the_rebuilds_query_after_the_commit_says_the_change_is_in(
+    lake: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C inside one of lake.duckdb's rebuild queries is DuckDB's own error
+    (RuntimeError('Query interrupted') in duckdb 2.0), not KeyboardInterrupt: after the commit
+    it said "nothing was written or changed" over a lake whose batches were gone."""
+    from wmo_lake import lake as lake_module
+
+    def interrupted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise RuntimeError("Query interrupted")
+
+    monkeypatch.setattr(lake_module, "ensure_duckdb_file", interrupted)
+    stopped = CliRunner().invoke(cli, ["forget", "--batch", "exp/*", "--lake", str(lake)])
+    assert stopped.exit_code == 130, stopped.output
+    assert f"interrupted after the commit: generation 2 is the lake at {lake}, but" in (
+        stopped.output
+    )
+    assert _rows(lake, "SELECT DISTINCT batch FROM trials") == [(OTHER,)]
+
+
 def test_forget_killed_while_building_lake_duckdb_is_finished_by_the_same_forget(
     lake: Path,
 ) -> None:

@@ -32,7 +32,7 @@ from wmo_lake.fingerprint import (
     walk_fingerprint,
 )
 from wmo_lake.readers import Readers, collecting_less
-from wmo_lake.stopping import finished
+from wmo_lake.stopping import finished, query_interrupted
 from wmo_lake.store import (
     DUPLICATE,
     JOB,
@@ -298,6 +298,7 @@ def ingest(
                 if store.read_manifest().generation == update.base.generation:
                     store.collect_garbage(update.base, walked, temporaries=False)
             raise
+        rebuilt = False
         try:
             from wmo_lake.lake import duckdb_file_current, ensure_duckdb_file
 
@@ -313,16 +314,20 @@ def ingest(
                 swept()
             if update.summary.committed:  # a stop from here on (the lock's release, the
                 # summary's print) says the change is in, not that nothing was changed
+                rebuilt = True
                 finished(committed_message(store.root, update.manifest.generation))
                 crash_point("after_duckdb_file")
-        except KeyboardInterrupt:
-            if update.summary.committed:
-                raise InterruptedAfterCommit(store.root, update.manifest.generation) from None
-            raise
         except LakeError as error:
             if update.summary.committed:
                 generation = update.manifest.generation
                 raise failed_after_commit(store.root, generation, "ingest", error) from error
+            raise
+        except BaseException as error:
+            # (a Ctrl-C inside one of the rebuild's DuckDB queries is DuckDB's own error)
+            stopped = isinstance(error, KeyboardInterrupt) or query_interrupted(error)
+            if stopped and update.summary.committed:
+                generation = update.manifest.generation
+                raise InterruptedAfterCommit(store.root, generation, rebuilt=rebuilt) from None
             raise
         store.clear_staging()
     update.summary.seconds = time.perf_counter() - started

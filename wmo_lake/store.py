@@ -239,14 +239,18 @@ class InterruptedAfterCommit(KeyboardInterrupt):
     """Ctrl-C once a change of the lake was committed: its new generation is the lake's; what
     was left undone is only lake.duckdb's rebuild (and the sweep of the replaced files)."""
 
-    def __init__(self, root: Path, generation: int, command: str = "ingest") -> None:
+    def __init__(
+        self, root: Path, generation: int, command: str = "ingest", *, rebuilt: bool = False
+    ) -> None:
         super().__init__(root, generation)
         self.generation = generation
         self.message = (
-            f"interrupted after the commit: generation {generation} is the lake at {root}, but "
-            "lake.duckdb was not rebuilt (wmo-lake reads the lake as it is; for a plain DuckDB "
-            f"client, run the same {command} again: it rebuilds lake.duckdb and changes nothing "
-            "else)"
+            f"interrupted after the commit: {committed_message(root, generation)}"
+            if rebuilt  # (stopped once all was done: the lock's release, say)
+            else f"interrupted after the commit: generation {generation} is the lake at {root}, "
+            "but lake.duckdb was not rebuilt (wmo-lake reads the lake as it is; for a plain "
+            f"DuckDB client, run the same {command} again: it rebuilds lake.duckdb and changes "
+            "nothing else)"
         )
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from wmo_lake.catalog import CatalogEntry, shadows_of
 from wmo_lake.selection import labels_matching
-from wmo_lake.stopping import finished
+from wmo_lake.stopping import finished, query_interrupted
 from wmo_lake.store import (
     JOB,
     TRIAL,
@@ -155,14 +155,21 @@ def _remove(
         if isinstance(error, KeyboardInterrupt) and committed is not None:
             raise InterruptedAfterCommit(store.root, committed, "forget") from None
         raise
+    rebuilt = False
     try:
         ensure_duckdb_file(store, manifest=manifest)
+        rebuilt = True
         finished(committed_message(store.root, manifest.generation))
         crash_point("after_duckdb_file")
-    except KeyboardInterrupt:
-        raise InterruptedAfterCommit(store.root, manifest.generation, "forget") from None
     except LakeError as error:
         raise failed_after_commit(store.root, manifest.generation, "forget", error) from error
+    except BaseException as error:
+        # (a Ctrl-C inside one of the rebuild's DuckDB queries is DuckDB's own error)
+        if isinstance(error, KeyboardInterrupt) or query_interrupted(error):
+            raise InterruptedAfterCommit(
+                store.root, manifest.generation, "forget", rebuilt=rebuilt
+            ) from None
+        raise
     removal.generation = manifest.generation
     removal.committed = True
     return removal
