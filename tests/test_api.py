@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import warnings
 from pathlib import Path
 
@@ -75,6 +76,12 @@ def test_errors_speak_python(lake: Path, tmp_path: Path) -> None:
     with pytest.raises(ExportError) as nothing:
         wl.export_datums(lake, tmp_path / "d.parquet", no_split_guard=True, batch="zzz/*")
     assert "batch=" in str(nothing.value) and "--batch" not in str(nothing.value)
+    assert str(nothing.value).endswith("see wmo_lake.query()")
+    odd = tmp_path / "odd`lake"  # (a backtick cut the rewrite of a hint naming the lake)
+    shutil.copytree(lake, odd)
+    with pytest.raises(ExportError) as named:
+        wl.export_datums(odd, tmp_path / "d.parquet", no_split_guard=True, batch="zzz/*")
+    assert str(named.value) == str(nothing.value)
     with pytest.raises(ValueError) as setting:  # a bad argument value, as Python has it
         wl.stats(lake, max_turns=0)
     assert "(max_turns) must be a positive integer" in str(setting.value)

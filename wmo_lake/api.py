@@ -102,8 +102,8 @@ def collect(*args: Any, **kwargs: Any) -> Any:
     from wmo_lake.collector import CollectError
     from wmo_lake.collector import collect as collect_step
 
-    try:
-        return collect_step(*args, **kwargs)
+    try:  # (a message's commands become this module's functions: no --lake to name)
+        return collect_step(*args, **{"lake_args": "", **kwargs})
     except (CollectError, LakeError) as error:
         raise _pythonic(error, _COLLECT_OPTION_AS_ARGUMENT) from None
 
@@ -402,6 +402,7 @@ def export_datums(
         where=where,
         settings=_settings(settings),
         check=functools.partial(_warn_on_unused_reward_key, batch=batch, run=run, exporting=True),
+        lake_args="",  # (a message's commands become this module's functions: see _pythonic)
     )
 
 
@@ -440,6 +441,7 @@ def export_conversations(
         subagents=subagents,
         settings=_settings(settings),
         check=lambda con: _warn_on_unused_reward_key(con, batch, run, exporting=True),
+        lake_args="",
     )
 
 
