@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import html
 import json
+import re
+import shlex
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
@@ -541,7 +543,9 @@ def test_problems_per_step_by_kind(page: str, two_runs_lake: Path) -> None:
     assert "problems-exp-b" not in figures_of(page)  # exp-b recorded none
 
 
-def test_problems_tied_to_no_batch_are_shown_for_a_selection_too(tmp_path: Path) -> None:
+def test_problems_tied_to_no_batch_are_shown_for_a_selection_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A symlink loop in a run's step dir is a problem of no batch: `--run` said 'none'."""
     step = tmp_path / "runs" / "exp" / "harbor" / "step-0001"
     write_trial(write_job(step / "job"), "t__1")
@@ -553,6 +557,14 @@ def test_problems_tied_to_no_batch_are_shown_for_a_selection_too(tmp_path: Path)
         section = out.read_text().split("<h3>Problems not tied to a batch</h3>", 1)[1]
         section = section.split("<h2>", 1)[0]
         assert "<td>symlink_loop</td><td>1</td>" in section, args
+    # the page's command lists them, run from any dir: it names the lake
+    (command,) = re.findall(r"<code>(wmo-lake sql [^<]*)</code>", html.unescape(section))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    listed = CliRunner().invoke(cli, [*shlex.split(command)[1:], "--format", "json"])
+    assert listed.exit_code == 0, listed.output
+    assert [row["kind"] for row in json.loads(listed.stdout)] == ["symlink_loop"]
 
 
 def test_figures_are_valid_plotly(page: str) -> None:

@@ -16,7 +16,9 @@ from __future__ import annotations
 import html
 import json
 import math
+import os
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -657,6 +659,11 @@ def render_html(data: ReportData, js: str | None = None) -> str:
         if data.datums_computable
         else f"<p class='empty'>{html.escape(data.datum_note)}</p>"
     )
+    # (the page is read later, from anywhere: the command names the lake, absolute)
+    problems_command = (
+        f"wmo-lake sql --lake {shlex.quote(os.path.abspath(data.lake))} "
+        '"SELECT * FROM problems WHERE batch IS NULL"'
+    )
     problems_section = _charts(figures, "problems") or (
         "<p class='empty'>no problems recorded for the selected batches</p>"
     )
@@ -719,7 +726,7 @@ Tasks ordered by trend (least-squares slope over steps), most improved at the to
 <div class="grid">{problems_section}</div>
 <h3>Problems not tied to a batch</h3>
 <p class="sub">The whole lake's: no batch holds them, so no --run or --batch narrows them.
-<code>wmo-lake sql "SELECT * FROM problems WHERE batch IS NULL"</code> lists each.</p>
+<code>{html.escape(problems_command)}</code> lists each.</p>
 {unbatched}
 <h2>Settings the numbers were computed under</h2>
 {settings_table}
