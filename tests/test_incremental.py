@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -295,14 +296,90 @@ def test_a_file_that_could_not_be_read_is_read_again_once_it_can_be(
         patched.setattr(os, "open", refusing)
         ingest([runs], tmp_path / "lake", workers=1)
         assert _counts(tmp_path / "lake")["problems"] >= 1
-        still = ingest([runs], tmp_path / "lake", workers=1)  # (read again: still refused)
-        assert still.problems >= 1 and _counts(tmp_path / "lake")["problems"] >= 1
+        # still refused: left as it is (no read, no new generation, nothing "replaced")
+        still = ingest([runs], tmp_path / "lake", workers=1)
+        assert not still.committed and still.trials_replaced == 0, still.line()
+        assert still.problems >= 1
     again = ingest([runs], tmp_path / "lake", workers=1)
     assert again.committed, again.line()
     ingest([runs], tmp_path / "fresh", workers=1)
     assert _counts(tmp_path / "lake") == _counts(tmp_path / "fresh")
     assert _counts(tmp_path / "lake")["problems"] == 0
     assert not ingest([runs], tmp_path / "lake", workers=1).committed  # (then left alone)
+
+
+def test_a_dir_whose_trial_a_copy_took_keeps_it_there_while_its_file_still_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trial dir with a file that could not be read is tried again on later ingests; once a
+    copy of the tree (another run name) took its trial over, an ingest of the original with
+    nothing changed read it again and took the trial back, without the copy's graded tests."""
+    runs = _tree(tmp_path, n_trials=2)
+    target = runs / "exp" / "harbor" / "step-0001" / "job" / "t__0" / "verifier" / "ctrf.json"
+    real_open = os.open
+
+    def refusing(path, flags, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if os.fspath(path) == str(target):
+            raise PermissionError(errno.EACCES, "Permission denied", str(target))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refusing)
+    lake = tmp_path / "lake"
+    ingest([runs], lake, workers=1)
+    copy = tmp_path / "copy"
+    shutil.copytree(runs / "exp", copy / "exp2")
+    taken = ingest([copy], lake, workers=1)
+    assert taken.trials_taken_from == {"exp/harbor/step-0001/job": 2}, taken.line()
+    again = ingest([runs], lake, workers=1)
+    assert not again.committed, again.line()
+    rows = connect(lake).execute("SELECT batch, count(*) FROM tests GROUP BY ALL").fetchall()
+    assert rows == [("exp2/harbor/step-0001/job", 4)]
+
+
+def test_a_socket_where_a_file_should_be_is_not_read_again_and_again(tmp_path: Path) -> None:
+    """A socket's open fails (ENXIO) for as long as it is one, like a FIFO's: no retry."""
+    import socket
+
+    short = Path(tempfile.mkdtemp(prefix="wl", dir="/tmp"))  # (a socket path is <= 107 bytes)
+    try:
+        runs = _tree(short, n_trials=1)
+        ctrf = runs / "exp" / "harbor" / "step-0001" / "job" / "t__0" / "verifier" / "ctrf.json"
+        ctrf.unlink()
+        with socket.socket(socket.AF_UNIX) as server:
+            server.bind(str(ctrf))
+            ingest([runs], tmp_path / "lake", workers=1)
+            again = ingest([runs], tmp_path / "lake", workers=1)
+    finally:
+        shutil.rmtree(short)
+    assert not again.committed, again.line()
+
+
+def test_a_trial_dir_that_could_not_be_listed_is_read_again_once_it_can_be(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trial dir that may be entered but not listed is read (its files by name) with an
+    unreadable_dir problem; made listable, with no file of it changed, it kept the problem."""
+    runs = _tree(tmp_path, n_trials=2)
+    trial = (runs / "exp" / "harbor" / "step-0001" / "job" / "t__0").resolve()
+    real_scandir, real_listdir = os.scandir, os.listdir
+
+    def refusing(real):  # type: ignore[no-untyped-def]
+        def listing(path="."):  # type: ignore[no-untyped-def]
+            if not isinstance(path, int) and os.path.realpath(os.fspath(path)) == str(trial):
+                raise PermissionError(errno.EACCES, "Permission denied", str(trial))
+            return real(path)
+
+        return listing
+
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "scandir", refusing(real_scandir))
+        patched.setattr(os, "listdir", refusing(real_listdir))
+        ingest([runs], tmp_path / "lake", workers=1)
+    kinds = connect(tmp_path / "lake").execute("SELECT kind FROM problems").fetchall()
+    assert ("unreadable_dir",) in kinds
+    again = ingest([runs], tmp_path / "lake", workers=1)
+    assert again.committed, again.line()
+    assert _counts(tmp_path / "lake")["problems"] == 0
 
 
 def test_a_chmod_or_a_hard_link_that_changes_no_content_reads_nothing_again(
@@ -365,6 +442,7 @@ def _lake_then_new_trials(tmp_path: Path, n_new: int) -> tuple[Path, Path, dict[
         ("after_manifest", True),
         ("after_commit", True),  # (the commit returned, its summary not yet told)
         ("before_duckdb_file", True),
+        ("sweep_wait", True),  # (lake.duckdb built, the replaced files' sweep not yet done)
         ("after_duckdb_file", True),  # (all done but the lock's release and the summary)
     ],
 )
@@ -398,6 +476,11 @@ def test_ctrl_c_says_whether_the_ingest_had_committed(
         assert err.strip() == (
             f"{said} after the command had finished: generation 2 is the lake at {lake}, and "
             "lake.duckdb is up to date"
+        )
+    elif point == "sweep_wait":
+        assert err.strip() == (
+            f"{said} after the commit: generation 2 is the lake at {lake}, and lake.duckdb is "
+            "up to date"
         )
     elif committed:
         assert err.strip() == (

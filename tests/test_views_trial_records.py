@@ -466,6 +466,8 @@ CAP_SPELLINGS: dict[str, tuple[Any, Any, int, int, int]] = {
     "zero-budget": (4, 0, 65536, 0, 1),
     "float-zero-budget": (4, 0.0, 65536, 0, 1),
     "false-budget": (4, False, 65536, 0, 1),
+    "string-zero-budget": (4, "0", 65536, 0, 1),
+    "negative-fractional-budget": (4, -10.5, -11, 1, 0),  # (every prompt passes it)
 }
 
 

@@ -46,9 +46,9 @@ class Extracted:
     n_problems: int = -1  # counted from `tables` unless given
     fingerprint: str | None = None  # of the dir, taken just before it was read (read_task)
     read_sink: str | None = None  # the sink dir it was read from, when the walk did not know it
-    # a file of it could not be read for a reason a later read may not meet (jsonfile's
-    # `watching_reads`): its fingerprint never matches, so the next ingest reads it again
-    retry_read: bool = False
+    # files of it that could not be read for a reason a later read may not meet (jsonfile's
+    # `watching_reads`): the next ingest tries them again (fingerprint.with_failed_reads)
+    failed_reads: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.n_problems < 0:
@@ -65,7 +65,7 @@ class Extracted:
             self.n_problems,
             self.fingerprint,
             self.read_sink,
-            self.retry_read,
+            self.failed_reads,
         )
 
 
@@ -164,7 +164,7 @@ def extract_job(job: Job) -> Extracted:
         "jobs": PendingRows.from_rows([row], TABLES["jobs"].schema.names)
     }
     return Extracted(
-        JOB, job.key, tables=tables | _problem_table(problems), retry_read=bool(failed)
+        JOB, job.key, tables=tables | _problem_table(problems), failed_reads=tuple(failed)
     )
 
 
@@ -209,7 +209,7 @@ def read_task(task: TrialTask) -> Extracted:
             raise
         except Exception as error:  # one dir that trips the reading never aborts the batch
             extracted = _extract_failed(task, error)
-    extracted.retry_read = bool(failed)
+    extracted.failed_reads = tuple(failed)
     if extracted.read_sink is not None:  # (its size and mtime taken after the read)
         fingerprint = with_read_sink(fingerprint, task, extracted.read_sink)
     extracted.fingerprint = fingerprint

@@ -7,6 +7,7 @@ Needs neither pyarrow nor duckdb: an ingest that finds nothing changed stops her
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
 from collections.abc import Iterable
@@ -77,6 +78,10 @@ def trial_fingerprint(
     # how discovery took it decides how a broken result.json counts, and can change with no file
     # of its own changing (a sibling trial dir proves its parent a job dir)
     parts.append(f"shape={candidate.trial_shaped_config:d}{candidate.in_job_dir:d}")
+    # a dir that could not be listed (its problem is recorded) is read again once it can be
+    # (a config.json problem is the file's own: its size and mtime are watched)
+    dir_problem = candidate.dir_problem
+    parts.append(f"unlisted={dir_problem is not None and dir_problem.kind == 'unreadable_dir':d}")
     parts += [f"{name}={_stat_token(f'{directory}/{name}')}" for name in TRIAL_FILES]
     if agent_names is None:
         agent_names = agent_listing(directory)
@@ -99,10 +104,35 @@ def trial_fingerprint(
     return fingerprint if read_sink is None else with_read_sink(fingerprint, candidate, read_sink)
 
 
-def never_unchanged(fingerprint: str) -> str:
-    """A fingerprint no later one equals: the dir is read again on the next ingest (a file of it
-    could not be read for a reason that may pass, see jsonfile.watching_reads)."""
-    return _digest([fingerprint, f"retry={time.time_ns()}"])
+RETRY = "retry:"  # a catalog fingerprint that names files its read could not open
+
+
+def with_failed_reads(fingerprint: str, failed: Iterable[str]) -> str:
+    """The fingerprint a dir is stored under when files of it could not be read for a reason
+    that may pass (EACCES, EIO: jsonfile.watching_reads): a permission granted through a chmod,
+    a chown or a group moves no size or mtime, so `matches` also tries those files again."""
+    paths = sorted(set(failed))
+    return f"{RETRY}{fingerprint}:{json.dumps(paths)}" if paths else fingerprint
+
+
+def matches(stored: str, fingerprint: str) -> bool:
+    """Whether a dir stored under `stored` is unchanged, its fingerprint now `fingerprint`: the
+    same, and none of the files its last read could not open opens now (one that still fails
+    leaves the dir as it is: no read, no new generation)."""
+    if stored == fingerprint:
+        return True
+    if not stored.startswith(RETRY):
+        return False
+    base, _, failed = stored.removeprefix(RETRY).partition(":")
+    return base == fingerprint and not any(_opens(path) for path in json.loads(failed))
+
+
+def _opens(path: str) -> bool:
+    try:
+        os.close(os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK))
+    except OSError:
+        return False
+    return True
 
 
 def with_read_sink(fingerprint: str, candidate: Candidate | TrialTask, read_sink: str) -> str:

@@ -27,9 +27,10 @@ from wmo_lake.discover import Candidate, Job, TrialTask, WalkProblem, discover
 from wmo_lake.fingerprint import (
     EXTRACT_VERSION,
     job_fingerprint,
-    never_unchanged,
+    matches,
     trial_fingerprint,
     walk_fingerprint,
+    with_failed_reads,
 )
 from wmo_lake.readers import Readers, collecting_less
 from wmo_lake.stopping import finished, query_interrupted
@@ -310,11 +311,11 @@ def ingest(
                     if head_start is not None:
                         head_start.join()
                     ensure_duckdb_file(store, update.copies(readers.copies), update.manifest)
+                rebuilt = update.summary.committed  # (a stop in the sweep's end says so)
             finally:
                 swept()
             if update.summary.committed:  # a stop from here on (the lock's release, the
                 # summary's print) says the change is in, not that nothing was changed
-                rebuilt = True
                 finished(committed_message(store.root, update.manifest.generation))
                 crash_point("after_duckdb_file")
         except LakeError as error:
@@ -463,7 +464,7 @@ class LakeUpdate:
     def unchanged(self, candidate: Candidate, fingerprint: str) -> bool:
         """Count an unchanged dir from its catalog entry; False when it must be read."""
         entry = self.catalog.get(candidate.real)
-        if entry is None or entry.fingerprint != fingerprint:
+        if entry is None or not matches(entry.fingerprint, fingerprint):
             return False
         if entry.kind in (TRIAL, UNREADABLE):
             self.jobs[candidate.job.real] = candidate.job
@@ -546,7 +547,7 @@ class LakeUpdate:
             kind,
             task.job_key,
             task.batch,
-            never_unchanged(fingerprint) if extracted.retry_read else fingerprint,
+            with_failed_reads(fingerprint, extracted.failed_reads),
             extracted.n_problems,
             partition,
             trial_key,
@@ -653,7 +654,7 @@ class LakeUpdate:
         as the catalog has them (then its problems are counted)."""
         fingerprint = job_fingerprint(job)
         entry = self.catalog.get(job.key)
-        if entry is not None and entry.fingerprint == fingerprint:
+        if entry is not None and matches(entry.fingerprint, fingerprint):
             self.summary.problems += entry.n_problems
             return None
         return fingerprint
@@ -684,7 +685,7 @@ class LakeUpdate:
             JOB,
             job.key,
             job.batch,
-            never_unchanged(fingerprint) if extracted.retry_read else fingerprint,
+            with_failed_reads(fingerprint, extracted.failed_reads),
             extracted.n_problems,
             partition,
             extraction=EXTRACT_VERSION,
@@ -719,6 +720,7 @@ class LakeUpdate:
         sweep = Background(lambda: commit.sweep(temporaries=False), "wmo-lake-sweep")
 
         def wait() -> None:
+            crash_point("sweep_wait")
             sweep.wait()
             self.store.remove_temporaries()
 

@@ -47,10 +47,11 @@ class ReadFailure:
     message: str
 
 
-# Why a read failed that says nothing of the file itself (no such file, a dir, a FIFO, a path
-# too long or looping): the file is as it is, and reading it again gives the same.
+# Why a read failed that says nothing of the file itself (no such file, a dir, a FIFO or a
+# socket, a path too long or looping): the file is as it is, and reading it again gives the same.
 _LASTING = {
     errno.ENOENT,
+    errno.ENXIO,  # (a socket's open)
     errno.EISDIR,
     errno.ENOTDIR,
     errno.EINVAL,

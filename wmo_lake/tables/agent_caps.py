@@ -45,9 +45,9 @@ def _tinker_context_limit(agent: Fields, *at: str) -> int | None:
     value = agent.get(*keys)
     if not value:
         return None
-    if type(value) is float and value > 0 and math.isfinite(value) and not value.is_integer():
+    if type(value) is float and math.isfinite(value) and not value.is_integer():
         return math.floor(value) if fits_int64(math.floor(value)) else None
-    return agent.model_int(*keys)
+    return agent.model_int(*keys) or None  # ("0" is no budget either)
 
 
 def caps(agent: Fields, *at: str) -> dict[str, int | None]:
