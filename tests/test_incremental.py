@@ -273,6 +273,19 @@ def test_unreadable_trial_that_completes_later_is_replaced(tmp_path: Path) -> No
     assert con.execute("SELECT count(*) FROM trials").fetchall() == [(2,)]
 
 
+def _refused(real, target: Path, error: int = errno.EACCES):  # type: ignore[no-untyped-def]
+    """`real` (os.open, os.listdir, a reader) failing for `target` as the OS would (tests run as
+    root, who reads any file, so a chmod refuses nothing here), however the path is spelled."""
+    resolved = os.path.realpath(target)
+
+    def call(path=".", *args, **kwargs):  # type: ignore[no-untyped-def]
+        if not isinstance(path, int) and os.path.realpath(os.fspath(path)) == resolved:
+            raise OSError(error, os.strerror(error), str(path))
+        return real(path, *args, **kwargs)
+
+    return call
+
+
 @pytest.mark.parametrize(
     "name", ["result.json", "verifier/ctrf.json", "agent/trajectory.json", "../config.json"]
 )
@@ -284,16 +297,9 @@ def test_a_file_that_could_not_be_read_is_read_again_once_it_can_be(
     (a chmod, a group the user joins) leaves as they were: the lake kept the failure for good.
     (Tests run as root, who reads any file: the refusal is the os.open of that file.)"""
     runs = _tree(tmp_path, n_trials=2)
-    target = (runs / "exp" / "harbor" / "step-0001" / "job" / "t__0" / name).resolve()
-    real_open = os.open
-
-    def refusing(path, flags, *args, **kwargs):  # type: ignore[no-untyped-def]
-        if os.fspath(path) == str(target):
-            raise PermissionError(errno.EACCES, "Permission denied", str(target))
-        return real_open(path, flags, *args, **kwargs)
-
+    target = runs / "exp" / "harbor" / "step-0001" / "job" / "t__0" / name
     with monkeypatch.context() as patched:
-        patched.setattr(os, "open", refusing)
+        patched.setattr(os, "open", _refused(os.open, target))
         ingest([runs], tmp_path / "lake", workers=1)
         assert _counts(tmp_path / "lake")["problems"] >= 1
         # still refused: left as it is (no read, no new generation, nothing "replaced")
@@ -316,14 +322,7 @@ def test_a_dir_whose_trial_a_copy_took_keeps_it_there_while_its_file_still_fails
     nothing changed read it again and took the trial back, without the copy's graded tests."""
     runs = _tree(tmp_path, n_trials=2)
     target = runs / "exp" / "harbor" / "step-0001" / "job" / "t__0" / "verifier" / "ctrf.json"
-    real_open = os.open
-
-    def refusing(path, flags, *args, **kwargs):  # type: ignore[no-untyped-def]
-        if os.fspath(path) == str(target):
-            raise PermissionError(errno.EACCES, "Permission denied", str(target))
-        return real_open(path, flags, *args, **kwargs)
-
-    monkeypatch.setattr(os, "open", refusing)
+    monkeypatch.setattr(os, "open", _refused(os.open, target))
     lake = tmp_path / "lake"
     ingest([runs], lake, workers=1)
     copy = tmp_path / "copy"
@@ -360,26 +359,103 @@ def test_a_trial_dir_that_could_not_be_listed_is_read_again_once_it_can_be(
     """A trial dir that may be entered but not listed is read (its files by name) with an
     unreadable_dir problem; made listable, with no file of it changed, it kept the problem."""
     runs = _tree(tmp_path, n_trials=2)
-    trial = (runs / "exp" / "harbor" / "step-0001" / "job" / "t__0").resolve()
-    real_scandir, real_listdir = os.scandir, os.listdir
-
-    def refusing(real):  # type: ignore[no-untyped-def]
-        def listing(path="."):  # type: ignore[no-untyped-def]
-            if not isinstance(path, int) and os.path.realpath(os.fspath(path)) == str(trial):
-                raise PermissionError(errno.EACCES, "Permission denied", str(trial))
-            return real(path)
-
-        return listing
-
+    trial = runs / "exp" / "harbor" / "step-0001" / "job" / "t__0"
     with monkeypatch.context() as patched:
-        patched.setattr(os, "scandir", refusing(real_scandir))
-        patched.setattr(os, "listdir", refusing(real_listdir))
+        patched.setattr(os, "scandir", _refused(os.scandir, trial))
+        patched.setattr(os, "listdir", _refused(os.listdir, trial))
         ingest([runs], tmp_path / "lake", workers=1)
     kinds = connect(tmp_path / "lake").execute("SELECT kind FROM problems").fetchall()
     assert ("unreadable_dir",) in kinds
     again = ingest([runs], tmp_path / "lake", workers=1)
     assert again.committed, again.line()
     assert _counts(tmp_path / "lake")["problems"] == 0
+
+
+def test_a_failed_file_reached_by_another_path_next_time_is_still_tried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The failed file was kept as the walk reached it: after an ingest of `runs` from its
+    parent dir, an ingest by the absolute path from elsewhere tried the relative name there,
+    never opened it, and kept the failure."""
+    runs = _tree(tmp_path, n_trials=2)
+    target = runs / "exp" / "harbor" / "step-0001" / "job" / "t__0" / "verifier" / "ctrf.json"
+    with monkeypatch.context() as patched:
+        patched.chdir(tmp_path)
+        patched.setattr(os, "open", _refused(os.open, target))
+        ingest([Path("runs")], tmp_path / "lake", workers=1)
+    assert _counts(tmp_path / "lake")["problems"] == 1
+    monkeypatch.chdir("/")
+    again = ingest([runs], tmp_path / "lake", workers=1)
+    assert again.committed and _counts(tmp_path / "lake")["problems"] == 0, again.line()
+
+
+def test_a_file_that_opens_but_cannot_be_read_is_left_alone_until_it_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file that opens and whose read fails (EIO, a bad sector) was read again on every
+    ingest: the check tried only to open it."""
+    from wmo_lake import jsonfile
+
+    runs = _tree(tmp_path, n_trials=2)
+    target = runs / "exp" / "harbor" / "step-0001" / "job" / "t__0" / "verifier" / "ctrf.json"
+    with monkeypatch.context() as patched:
+        patched.setattr(jsonfile, "_read_file", _refused(jsonfile._read_file, target, errno.EIO))
+        ingest([runs], tmp_path / "lake", workers=1)
+        still = ingest([runs], tmp_path / "lake", workers=1)
+        assert not still.committed, still.line()
+    again = ingest([runs], tmp_path / "lake", workers=1)
+    assert again.committed and _counts(tmp_path / "lake")["problems"] == 0, again.line()
+
+
+def test_an_agent_dir_that_cannot_be_listed_is_read_again_only_once_it_can_be(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trial whose agent/ could not be listed was read again on every ingest (a new
+    generation each time, its trial taken back from a copy)."""
+    runs = _tree(tmp_path, n_trials=2)
+    agent = runs / "exp" / "harbor" / "step-0001" / "job" / "t__0" / "agent"
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "listdir", _refused(os.listdir, agent))
+        ingest([runs], tmp_path / "lake", workers=1)
+        still = ingest([runs], tmp_path / "lake", workers=1)
+        assert not still.committed, still.line()
+    again = ingest([runs], tmp_path / "lake", workers=1)
+    assert again.committed and _counts(tmp_path / "lake")["problems"] == 0, again.line()
+
+
+def test_a_continuation_of_any_name_is_watched(tmp_path: Path) -> None:
+    """A trajectory's continued_trajectory_ref may name any file of agent/ (harbor's
+    traces_utils follows it); one not named trajectory* was read but not watched, so a change
+    to it was never read."""
+    runs = _tree(tmp_path, n_trials=1)
+    agent = runs / "exp" / "harbor" / "step-0001" / "job" / "t__0" / "agent"
+    main = json.loads((agent / "trajectory.json").read_text())
+    main["continued_trajectory_ref"] = "part2.json"
+    (agent / "trajectory.json").write_text(json.dumps(main))
+    last = main | {"continued_trajectory_ref": None}
+    (agent / "part2.json").write_text(json.dumps(last))
+    ingest([runs], tmp_path / "lake", workers=1)
+    steps = _table_count(tmp_path / "lake", "steps")
+    (agent / "part2.json").write_text(json.dumps(last | {"steps": main["steps"][:1]}))
+    again = ingest([runs], tmp_path / "lake", workers=1)
+    assert again.committed, again.line()
+    assert _table_count(tmp_path / "lake", "steps") == steps - len(main["steps"]) + 1
+
+
+def test_a_dry_run_counts_a_changed_job_dir(tmp_path: Path) -> None:
+    """`--dry-run` says how many dirs an ingest would read: a changed job dir was left out
+    ("would read 0 ... nothing changed") of an ingest that then read it and committed."""
+    runs = _tree(tmp_path, n_trials=2)
+    ingest([runs], tmp_path / "lake", workers=1)
+    result = runs / "exp" / "harbor" / "step-0001" / "job" / "result.json"
+    result.write_text(result.read_text() + "\n")
+    dry = ingest([runs], tmp_path / "lake", workers=1, dry_run=True)
+    assert dry.would_read == 1, dry.line()
+    assert ingest([runs], tmp_path / "lake", workers=1).committed
+
+
+def _table_count(lake: Path, table: str) -> int:
+    return connect(lake).execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
 
 
 def test_a_chmod_or_a_hard_link_that_changes_no_content_reads_nothing_again(

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -86,12 +85,14 @@ def trial_fingerprint(
     if agent_names is None:
         agent_names = agent_listing(directory)
     if agent_names is None:
-        # Unlistable: the files read from it by name (the continuations trajectory.json names)
-        # cannot all be known here, so such a dir never reads as unchanged: read again each time.
+        # Unlistable: read again once it can be listed (the read lists it among the dir's
+        # failed reads: extract.read_task). Until then only trajectory.json is watched of the
+        # files read from it by name (the continuations trajectory.json names).
         agent_names = ["trajectory.json"]
-        parts.append(f"agent=unlisted:{time.time_ns()}")
+        parts.append("agent=unlisted")
     agent = f"{directory}/agent"
-    agent_files = sorted(n for n in agent_names if n.startswith("trajectory"))
+    # the trajectory files, and any other a trajectory's continued_trajectory_ref may name
+    agent_files = sorted(n for n in agent_names if n.endswith(".json") and n != "wmo-run.json")
     parts += [f"agent/{name}={_stat_token(f'{agent}/{name}')}" for name in agent_files]
     name = os.path.basename(directory)
     if collection.sink is not None:
@@ -124,12 +125,18 @@ def matches(stored: str, fingerprint: str) -> bool:
     if not stored.startswith(RETRY):
         return False
     base, _, failed = stored.removeprefix(RETRY).partition(":")
-    return base == fingerprint and not any(_opens(path) for path in json.loads(failed))
+    return base == fingerprint and not any(_reads(path) for path in json.loads(failed))
 
 
-def _opens(path: str) -> bool:
+def _reads(path: str) -> bool:
+    """Whether the file (a dir: its listing) that failed to read now reads in full."""
+    from wmo_lake.jsonfile import read_whole_file
+
     try:
-        os.close(os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK))
+        if os.path.isdir(path):
+            os.listdir(path)
+        else:
+            read_whole_file(path)
     except OSError:
         return False
     return True

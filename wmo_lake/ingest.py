@@ -219,7 +219,11 @@ def ingest(
         update.prune(gone, dry_run=dry_run)
         if dry_run:
             update.summary.dry_run = True
-            update.summary.would_read = len(tasks) + len(update.shadows_to_read(candidates))
+            update.summary.would_read = (
+                len(tasks)
+                + len(update.shadows_to_read(candidates))
+                + sum(update.job_would_change(job) for job in update.jobs.values())
+            )
             update.summary.seconds = time.perf_counter() - started
             return update.summary
         try:
@@ -658,6 +662,11 @@ class LakeUpdate:
             self.summary.problems += entry.n_problems
             return None
         return fingerprint
+
+    def job_would_change(self, job: Job) -> bool:
+        """`job_changed` for a dry run: whether the job dir would be read, nothing counted."""
+        entry = self.catalog.get(job.key)
+        return entry is None or not matches(entry.fingerprint, job_fingerprint(job))
 
     def read_job(self, job: Job, fingerprint: str) -> None:
         """A changed job dir's row (`job_changed` gave its fingerprint), read here."""

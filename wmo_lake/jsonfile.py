@@ -84,8 +84,14 @@ def read_file(path: Path | str) -> bytes:
         return _read_file(path)
     except OSError as error:
         if _WATCHERS and error.errno not in _LASTING:
-            _WATCHERS[-1].append(str(path))
+            # (resolved: the next ingest may reach the dir by another PATH, from another cwd)
+            _WATCHERS[-1].append(os.path.realpath(path))
         raise
+
+
+def read_whole_file(path: Path | str) -> bytes:
+    """read_file, its failure never watched (the check whether a failed read reads now)."""
+    return _read_file(path)
 
 
 def _read_file(path: Path | str) -> bytes:
