@@ -407,36 +407,45 @@ def test_a_file_that_opens_but_cannot_be_read_is_left_alone_until_it_reads(
     assert again.committed and _counts(tmp_path / "lake")["problems"] == 0, again.line()
 
 
-def test_an_agent_dir_that_cannot_be_listed_is_read_again_only_once_it_can_be(
+def test_an_agent_dir_that_cannot_be_listed_is_read_again_to_see_its_continuations(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A trial whose agent/ could not be listed was read again on every ingest (a new
-    generation each time, its trial taken back from a copy)."""
-    runs = _tree(tmp_path, n_trials=2)
+    """A trial whose agent/ cannot be listed is read with the continuations trajectory.json
+    names, which no fingerprint can know in advance: each ingest reads it again, so a
+    continuation that changed is read (an unchanged fixed marker kept the old steps)."""
+    runs = _tree(tmp_path, n_trials=1)
     agent = runs / "exp" / "harbor" / "step-0001" / "job" / "t__0" / "agent"
-    with monkeypatch.context() as patched:
-        patched.setattr(os, "listdir", _refused(os.listdir, agent))
-        ingest([runs], tmp_path / "lake", workers=1)
-        still = ingest([runs], tmp_path / "lake", workers=1)
-        assert not still.committed, still.line()
-    again = ingest([runs], tmp_path / "lake", workers=1)
-    assert again.committed and _counts(tmp_path / "lake")["problems"] == 0, again.line()
+    main = _with_continuation(agent, "trajectory.cont-1.json")
+    monkeypatch.setattr(os, "listdir", _refused(os.listdir, agent))
+    ingest([runs], tmp_path / "lake", workers=1)
+    last = main | {"continued_trajectory_ref": None, "steps": main["steps"][:1]}
+    (agent / "trajectory.cont-1.json").write_text(json.dumps(last))
+    ingest([runs], tmp_path / "lake", workers=1)
+    ingest([runs], tmp_path / "fresh", workers=1)
+    assert _table_count(tmp_path / "lake", "steps") == _table_count(tmp_path / "fresh", "steps")
 
 
-def test_a_continuation_of_any_name_is_watched(tmp_path: Path) -> None:
+def _with_continuation(agent: Path, name: str) -> dict:
+    """agent/trajectory.json continued in `name` (a copy of it); the main trajectory."""
+    main = json.loads((agent / "trajectory.json").read_text())
+    main["continued_trajectory_ref"] = name
+    (agent / "trajectory.json").write_text(json.dumps(main))
+    (agent / name).write_text(json.dumps(main | {"continued_trajectory_ref": None}))
+    return main
+
+
+@pytest.mark.parametrize("name", ["part2.json", "PART2.JSON", "trajectory.part2"])
+def test_a_continuation_of_any_name_is_watched(tmp_path: Path, name: str) -> None:
     """A trajectory's continued_trajectory_ref may name any file of agent/ (harbor's
     traces_utils follows it); one not named trajectory* was read but not watched, so a change
     to it was never read."""
     runs = _tree(tmp_path, n_trials=1)
     agent = runs / "exp" / "harbor" / "step-0001" / "job" / "t__0" / "agent"
-    main = json.loads((agent / "trajectory.json").read_text())
-    main["continued_trajectory_ref"] = "part2.json"
-    (agent / "trajectory.json").write_text(json.dumps(main))
-    last = main | {"continued_trajectory_ref": None}
-    (agent / "part2.json").write_text(json.dumps(last))
+    main = _with_continuation(agent, name)
     ingest([runs], tmp_path / "lake", workers=1)
     steps = _table_count(tmp_path / "lake", "steps")
-    (agent / "part2.json").write_text(json.dumps(last | {"steps": main["steps"][:1]}))
+    last = main | {"continued_trajectory_ref": None, "steps": main["steps"][:1]}
+    (agent / name).write_text(json.dumps(last))
     again = ingest([runs], tmp_path / "lake", workers=1)
     assert again.committed, again.line()
     assert _table_count(tmp_path / "lake", "steps") == steps - len(main["steps"]) + 1

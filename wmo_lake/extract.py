@@ -209,8 +209,6 @@ def read_task(task: TrialTask) -> Extracted:
             raise
         except Exception as error:  # one dir that trips the reading never aborts the batch
             extracted = _extract_failed(task, error)
-    if agent_names is None:  # (its agent/ could not be listed: read again once it can be)
-        failed.append(os.path.realpath(f"{task.path}/agent"))
     extracted.failed_reads = tuple(failed)
     if extracted.read_sink is not None:  # (its size and mtime taken after the read)
         fingerprint = with_read_sink(fingerprint, task, extracted.read_sink)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -85,14 +86,13 @@ def trial_fingerprint(
     if agent_names is None:
         agent_names = agent_listing(directory)
     if agent_names is None:
-        # Unlistable: read again once it can be listed (the read lists it among the dir's
-        # failed reads: extract.read_task). Until then only trajectory.json is watched of the
-        # files read from it by name (the continuations trajectory.json names).
+        # Unlistable: the files read from it by name (the continuations trajectory.json names)
+        # cannot all be known here, so such a dir never reads as unchanged: read again each time.
         agent_names = ["trajectory.json"]
-        parts.append("agent=unlisted")
+        parts.append(f"agent=unlisted:{time.time_ns()}")
     agent = f"{directory}/agent"
-    # the trajectory files, and any other a trajectory's continued_trajectory_ref may name
-    agent_files = sorted(n for n in agent_names if n.endswith(".json") and n != "wmo-run.json")
+    # the trajectory files, and any JSON file a trajectory's continued_trajectory_ref may name
+    agent_files = sorted(n for n in agent_names if _maybe_a_trajectory(n))
     parts += [f"agent/{name}={_stat_token(f'{agent}/{name}')}" for name in agent_files]
     name = os.path.basename(directory)
     if collection.sink is not None:
@@ -140,6 +140,12 @@ def _reads(path: str) -> bool:
     except OSError:
         return False
     return True
+
+
+def _maybe_a_trajectory(name: str) -> bool:
+    return name.startswith("trajectory") or (
+        name.lower().endswith(".json") and name != "wmo-run.json"
+    )
 
 
 def with_read_sink(fingerprint: str, candidate: Candidate | TrialTask, read_sink: str) -> str:
