@@ -105,7 +105,7 @@ def trial_fingerprint(
     return fingerprint if read_sink is None else with_read_sink(fingerprint, candidate, read_sink)
 
 
-RETRY = "retry:"  # a catalog fingerprint that names files its read could not open
+RETRY = "retry:"  # a catalog fingerprint that names files its read could not read
 
 
 def with_failed_reads(fingerprint: str, failed: Iterable[str]) -> str:
@@ -118,7 +118,7 @@ def with_failed_reads(fingerprint: str, failed: Iterable[str]) -> str:
 
 def matches(stored: str, fingerprint: str) -> bool:
     """Whether a dir stored under `stored` is unchanged, its fingerprint now `fingerprint`: the
-    same, and none of the files its last read could not open opens now (one that still fails
+    same, and none of the files its last read could not read reads now (one that still fails
     leaves the dir as it is: no read, no new generation)."""
     if stored == fingerprint:
         return True
@@ -129,14 +129,11 @@ def matches(stored: str, fingerprint: str) -> bool:
 
 
 def _reads(path: str) -> bool:
-    """Whether the file (a dir: its listing) that failed to read now reads in full."""
+    """Whether the file that failed to read now reads in full."""
     from wmo_lake.jsonfile import read_whole_file
 
     try:
-        if os.path.isdir(path):
-            os.listdir(path)
-        else:
-            read_whole_file(path)
+        read_whole_file(path)
     except OSError:
         return False
     return True
