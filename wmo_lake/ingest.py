@@ -33,7 +33,7 @@ from wmo_lake.fingerprint import (
     with_failed_reads,
 )
 from wmo_lake.readers import Readers, collecting_less
-from wmo_lake.stopping import finished, query_interrupted
+from wmo_lake.stopping import finished, stopped_by_user
 from wmo_lake.store import (
     DUPLICATE,
     JOB,
@@ -329,8 +329,7 @@ def ingest(
             raise
         except BaseException as error:
             # (a Ctrl-C inside one of the rebuild's DuckDB queries is DuckDB's own error)
-            stopped = isinstance(error, KeyboardInterrupt) or query_interrupted(error)
-            if stopped and update.summary.committed:
+            if stopped_by_user(error) and update.summary.committed:
                 generation = update.manifest.generation
                 raise InterruptedAfterCommit(store.root, generation, rebuilt=rebuilt) from None
             raise
@@ -467,8 +466,8 @@ class LakeUpdate:
 
     def unchanged(self, candidate: Candidate, fingerprint: str) -> bool:
         """Count an unchanged dir from its catalog entry; False when it must be read."""
-        entry = self.catalog.get(candidate.real)
-        if entry is None or not matches(entry.fingerprint, fingerprint):
+        entry = self._unchanged_entry(candidate.real, fingerprint)
+        if entry is None:
             return False
         if entry.kind in (TRIAL, UNREADABLE):
             self.jobs[candidate.job.real] = candidate.job
@@ -657,16 +656,20 @@ class LakeUpdate:
         """The job dir's fingerprint when its row must be (re)written; None when its files are
         as the catalog has them (then its problems are counted)."""
         fingerprint = job_fingerprint(job)
-        entry = self.catalog.get(job.key)
-        if entry is not None and matches(entry.fingerprint, fingerprint):
+        entry = self._unchanged_entry(job.key, fingerprint)
+        if entry is not None:
             self.summary.problems += entry.n_problems
             return None
         return fingerprint
 
     def job_would_change(self, job: Job) -> bool:
         """`job_changed` for a dry run: whether the job dir would be read, nothing counted."""
-        entry = self.catalog.get(job.key)
-        return entry is None or not matches(entry.fingerprint, job_fingerprint(job))
+        return self._unchanged_entry(job.key, job_fingerprint(job)) is None
+
+    def _unchanged_entry(self, source: str, fingerprint: str) -> CatalogEntry | None:
+        """The catalog's entry for `source` when its files are as it has them, else None."""
+        entry = self.catalog.get(source)
+        return entry if entry is not None and matches(entry.fingerprint, fingerprint) else None
 
     def read_job(self, job: Job, fingerprint: str) -> None:
         """A changed job dir's row (`job_changed` gave its fingerprint), read here."""

@@ -231,6 +231,12 @@ def query_interrupted(error: BaseException) -> bool:
     return isinstance(error, RuntimeError) and str(error) == "Query interrupted"
 
 
+def stopped_by_user(error: BaseException) -> bool:
+    """Ctrl-C (or SIGTERM, see `sigterm_stops`), wherever it landed: KeyboardInterrupt, or a
+    DuckDB query's own error for it (`query_interrupted`)."""
+    return isinstance(error, KeyboardInterrupt) or query_interrupted(error)
+
+
 def execute_interruptibly(
     con: duckdb.DuckDBPyConnection,
     sql: str,

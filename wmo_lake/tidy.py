@@ -14,7 +14,7 @@ from pathlib import Path
 
 from wmo_lake.catalog import CatalogEntry, shadows_of
 from wmo_lake.selection import labels_matching
-from wmo_lake.stopping import finished, query_interrupted
+from wmo_lake.stopping import finished, stopped_by_user
 from wmo_lake.store import (
     JOB,
     TRIAL,
@@ -165,7 +165,7 @@ def _remove(
         raise failed_after_commit(store.root, manifest.generation, "forget", error) from error
     except BaseException as error:
         # (a Ctrl-C inside one of the rebuild's DuckDB queries is DuckDB's own error)
-        if isinstance(error, KeyboardInterrupt) or query_interrupted(error):
+        if stopped_by_user(error):
             raise InterruptedAfterCommit(
                 store.root, manifest.generation, "forget", rebuilt=rebuilt
             ) from None

@@ -18,7 +18,6 @@ import json
 import math
 import os
 import re
-import shlex
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from wmo_lake.report.data import (
     ReportData,
     measured,
 )
+from wmo_lake.store import hint_lake_option
 from wmo_lake.terminal import percent_text
 
 PLOTLY_MISSING = (
@@ -661,7 +661,7 @@ def render_html(data: ReportData, js: str | None = None) -> str:
     )
     # (the page is read later, from anywhere: the command names the lake, absolute)
     problems_command = (
-        f"wmo-lake sql --lake {shlex.quote(os.path.abspath(data.lake))} "
+        f"wmo-lake sql{hint_lake_option(os.path.abspath(data.lake))} "
         '"SELECT * FROM problems WHERE batch IS NULL"'
     )
     problems_section = _charts(figures, "problems") or (
