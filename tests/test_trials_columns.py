@@ -5,6 +5,7 @@ table without a reading here fails the coverage check."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from datetime import UTC, datetime
@@ -53,11 +54,13 @@ NOT_FROM_RESULT = {
 
 
 def harbor_task_id_name(doc: dict[str, Any]) -> str | None:
-    """What WMO's scorer groups by: harbor's own `trial.task_id.get_name()`."""
+    """What WMO's scorer groups by: harbor's own `trial.task_id.get_name()`, of the TrialResult
+    harbor reads from result.json (JSON mode: a dict validated in Python mode breaks a tie of
+    the union's members otherwise)."""
     if not isinstance(doc.get("task_id"), dict):
         return None
     adapter = TypeAdapter(TrialResult.model_fields["task_id"].annotation)
-    return adapter.validate_python(doc["task_id"]).get_name()
+    return adapter.validate_json(json.dumps(doc["task_id"])).get_name()
 
 
 def _get(doc: Any, *keys: str) -> Any:
@@ -331,6 +334,40 @@ def test_task_id_name_is_harbors_get_name(task_id: dict[str, Any], tmp_path: Pat
     doc = {"task_id": task_id}
     ours = task_id_name(Fields(doc, tmp_path / "result.json", ProblemLog("k", "b")))
     assert ours == harbor_task_id_name(doc)
+
+
+def test_task_id_name_is_harbors_for_every_mix_of_fields(tmp_path: Path) -> None:
+    """Every mix of the three members' fields (absent, a value, null, a path harbor's git id
+    refuses), against harbor's union as it reads result.json: a tie of a git id and a package
+    (`{git_url, path, org, name}`) is the git id there."""
+    from pydantic import ValidationError
+
+    from wmo_lake.extract import begin_reading
+    from wmo_lake.tables.fields import Fields, ProblemLog
+    from wmo_lake.tables.trials import task_id_name
+
+    absent = object()
+    values: dict[str, list[Any]] = {
+        "path": [absent, "p/q", "/abs/q", "x/../..", None, 3],
+        "git_url": [absent, "https://x/r.git", None],
+        "git_commit_id": [absent, "abc", None],
+        "org": [absent, "acme", None],
+        "name": [absent, "pkg", None],
+        "ref": [absent, "v1", None],
+    }
+    begin_reading()
+    differing = []
+    for combination in itertools.product(*values.values()):
+        task_id = {k: v for k, v in zip(values, combination, strict=True) if v is not absent}
+        doc = {"task_id": task_id}
+        try:
+            theirs = harbor_task_id_name(doc)
+        except ValidationError:
+            theirs = None
+        ours = task_id_name(Fields(doc, tmp_path / "result.json", ProblemLog("k", "b")))
+        if ours != theirs:
+            differing.append((task_id, ours, theirs))
+    assert not differing, differing[:5]
 
 
 @pytest.mark.parametrize(

@@ -43,7 +43,7 @@ MAP_STRING_STRING = "map<string, string>"
 
 # Bump for a change of extraction the specs do not show (a fixed bug, a new reading of a field):
 # the extract version is this and the specs' digest.
-EXTRACT_LOGIC_VERSION = "17"  # 2: trajectories / steps / tool_calls; 3: collection paths;
+EXTRACT_LOGIC_VERSION = "18"  # 2: trajectories / steps / tool_calls; 3: collection paths;
 # 4: rewards as harbor's TrialResult reads them; a byte-order mark is not JSON; sink lines lax;
 # a CTRF summary count past 64 bits leaves the summary out; n_episodes past 64 bits clamped;
 # 5: a broken trial config.json, a trace that is no object and a time that is none are problems;
@@ -66,6 +66,8 @@ EXTRACT_LOGIC_VERSION = "17"  # 2: trajectories / steps / tool_calls; 3: collect
 # trajectory.json names (read by name), and is said as an unreadable_dir problem
 # 17: llm_kwargs.max_tokens / context_limit read as TinkerLLM reads them (pydantic, lax: 4.0 is 4;
 # a context_limit of 0 or false is none, 10.5 is 10)
+# 18: a task_id object's member as harbor reads result.json (JSON mode): a git id and a package
+# with as many fields given is the git id
 
 
 @dataclass(frozen=True)

@@ -100,30 +100,33 @@ def task_id_name(doc: Fields) -> str | None:
     task's normalized path's last part, a local task's resolved path's last part (resolved here, as
     the scorer resolves it where it runs), a package task's `org/name`.
 
-    Which of the three an object is follows harbor's `TrialResult`, whose `task_id` is pydantic's
-    smart union `LocalTaskId | GitTaskId | PackageTaskId`: of the members the object validates
-    as, the one with the most of its fields given; on a tie the package (its fields are plain
-    strings, an exact match where a path is converted), else the first. So `{org, name, path}` is
-    a package, and a git id whose path climbs out of its repo (`x/../..`), which GitTaskId
-    refuses, is a local task."""
+    Which of the three an object is follows harbor's `TrialResult` as read from result.json
+    (`model_validate_json`, as the scorer and harbor's resumed jobs read it), whose `task_id` is
+    pydantic's smart union `LocalTaskId | GitTaskId | PackageTaskId`: of the members the object
+    validates as, the one with the most of its fields given; on a tie the first (from JSON a
+    string path is as exact as a plain string: only Python-mode validation of a dict prefers
+    the package). So `{org, name, path}` is a package, `{org, name, git_url, path}` a git task,
+    and a git id whose path climbs out of its repo (`x/../..`), which GitTaskId refuses, is a
+    local task."""
     task_id = doc.get("task_id")
     if not isinstance(task_id, dict):
         return None
     path = task_id.get("path")
     if "git_url" not in task_id and "org" not in task_id and "name" not in task_id:
         return _local_name(path) if isinstance(path, str) else None  # (harbor's local task)
-    members: list[tuple[int, int, Callable[[], str]]] = []  # (fields given, exact, get_name)
+    # (fields given, minus the union position: a tie goes to the first, get_name)
+    members: list[tuple[int, int, Callable[[], str]]] = []
     if isinstance(path, str):
         members.append((1, 0, lambda: _local_name(path)))
         git_path = _git_path(path)
         is_git = isinstance(task_id.get("git_url"), str) and git_path is not None
         if is_git and _optional_str(task_id, "git_commit_id"):
             given = sum(key in task_id for key in ("git_url", "git_commit_id", "path"))
-            members.append((given, 0, lambda: git_path[-1] if git_path else ""))
+            members.append((given, -1, lambda: git_path[-1] if git_path else ""))
     package = _package(doc)
     if package is not None and _optional_str(task_id, "ref"):
         given = sum(key in task_id for key in ("org", "name", "ref"))
-        members.append((given, 1, lambda: package))
+        members.append((given, -2, lambda: package))
     if not members:
         return None
     return max(members, key=lambda member: member[:2])[2]()
