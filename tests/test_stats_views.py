@@ -346,3 +346,75 @@ def test_a_step_that_last_cuts_is_said(tmp_path: Path) -> None:
         assert note in stats(tmp_path / "lake", "--last", "2", *args).output.splitlines()
         for whole in ("1", "3"):
             assert "--last counts" not in stats(tmp_path / "lake", "--last", whole, *args).output
+
+
+def test_the_reward_key_is_checked_on_the_batches_shown(tmp_path: Path) -> None:
+    """`--steps` and `--last` narrow the batches: the reward key is checked on those, so a shown
+    step whose verifier wrote another key is a warning (and `--strict` exits 1), as the same
+    batch selected by `--batch` is, while a shown step that has the key is none."""
+    for step, key in ((0, "reward"), (1, "score")):
+        job = write_job(tmp_path / "runs" / "mixk" / "harbor" / f"step-{step:04d}" / "job")
+        for i in range(2):
+            write_trial(job, f"t__{step}{i}", task_name="demo/t", rewards={key: 1.0})
+    lake = tmp_path / "lake"
+    ingest([tmp_path / "runs"], lake, workers=1)
+    warning = "warning: reward key 'reward' occurs in no trial in scope"
+    for narrowing in (("--steps", "1:"), ("--last", "1"), ("--batch", "mixk/harbor/step-0001/*")):
+        for output in ((), ("--json",)):
+            result = CliRunner().invoke(
+                cli, ["stats", "--lake", str(lake), *narrowing, *output, "--strict"]
+            )
+            assert result.exit_code == 1, (narrowing, result.output)
+            assert warning in result.stderr
+    for narrowing in (("--steps", "0"), ("--steps", ":0"), ()):
+        result = CliRunner().invoke(cli, ["stats", "--lake", str(lake), *narrowing, "--strict"])
+        assert result.exit_code == 0, (narrowing, result.output)
+        assert "warning:" not in result.stderr
+
+
+def test_last_cuts_no_step_of_another_tree(tmp_path: Path) -> None:
+    """The batches of no run are a step's only within one tree: `--last 2` keeps expC's steps
+    1 and 2 whole, and expA's and expB's step 1 are not part of expC's step 1. A step of one
+    tree that is cut is named with its tree."""
+    for tree, steps, jobs in (("expA", (1,), 1), ("expB", (1,), 1), ("expC", (1, 2), 2)):
+        for step in steps:
+            for j in range(jobs):
+                job = write_job(tmp_path / "runs" / tree / f"step-{step:04d}" / f"job{j}")
+                write_trial(job, f"t__{tree}{step}{j}", reward=1.0)
+    lake = tmp_path / "lake"
+    ingest([tmp_path / "runs"], lake, workers=1)
+    assert "--last counts" not in stats(lake, "--last", "4").output
+    cut = stats(lake, "--last", "3").output
+    assert (
+        "note: (no run) (tree 'expC'): step 1 is 1 of its 2 batches (--last counts "
+        "batches; `--steps 1:` takes whole steps)"
+    ) in cut.splitlines(), cut
+
+
+def test_a_stop_reason_named_unknown_is_a_loss_the_note_names(tmp_path: Path) -> None:
+    """WMO counts any stop reason but the empty one as a reason, the string 'unknown' too (a
+    scaffold loss), and names the counts; the note named none: 'never reached an explicit
+    submit ()'. A trial with no reason is in no count the note names."""
+    sink = tmp_path / "runs" / "pib" / "tokens" / "step-0000"
+    sink.mkdir(parents=True)
+    job = write_job(
+        tmp_path / "runs" / "pib" / "harbor" / "step-0000" / "job", token_sink_dir=str(sink)
+    )
+    reasons = {"a__1": "unknown", "a__2": "submitted", "a__3": "max_turns", "a__4": None}
+    for name, reason in reasons.items():
+        trace = {} if reason is None else {"stop_reason": reason}
+        write_trial(job, name, task_name="demo/a", reward=1.0, trace=trace)
+    lake = tmp_path / "lake"
+    ingest([tmp_path / "runs"], lake, workers=1)
+    (row,) = rows(lake, "SELECT scaffold_loss_rate, stop_reason_counts FROM rollout_stats")
+    assert row["scaffold_loss_rate"] == 2 / 3  # unknown and max_turns of the 3 with a reason
+    assert row["stop_reason_counts"] == {"max_turns": 1, "submitted": 1, "unknown": 2}
+    notes = [
+        n
+        for n in stats(lake).output.splitlines()
+        if n.startswith("note: pib/harbor/step-0000/job: scaffold")
+    ]
+    assert notes == [
+        "note: pib/harbor/step-0000/job: scaffold loss 66.7%: trials that never reached an "
+        "explicit submit (max_turns 1, unknown 1); their rewards measure the cutoff"
+    ]

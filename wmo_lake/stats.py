@@ -55,6 +55,15 @@ GROUP BY batch
 HAVING count(*) > 1
 """
 
+# Trials whose stop reason is the string 'unknown' itself: WMO counts it a reason (a scaffold
+# loss), while `stop_reason_counts` pools it with the trials that have none.
+NAMED_UNKNOWN_QUERY = """
+SELECT batch, count(*) AS trials
+FROM trial_stop_reasons
+WHERE stop_reason = 'unknown'
+GROUP BY batch
+"""
+
 NO_MEASUREMENT = "-"
 
 
@@ -65,6 +74,7 @@ class StatsReport:
     rows: list[dict[str, Any]]
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # printed first; `--strict` exits 1
+    cut: list[str] = field(default_factory=list)  # steps `last` kept only some batches of
 
 
 def query_stats(
@@ -81,12 +91,17 @@ def collect_stats(
     *,
     batch_glob: str | None = None,
     run: str | None = None,
+    steps: tuple[int | None, int | None] | None = None,
+    last: int | None = None,
 ) -> StatsReport:
     """The rows plus WMO's `collect_rollouts` warnings as notes; raises LakeError / duckdb.Error.
-    The notes' queries run on a second session, on a thread of their own, while `rollout_stats`
-    runs: it keeps only one core busy most of the time."""
+    `steps` and `last` narrow the rows (`stats_views.limit_rows`) before the notes and the
+    reward key's check, so both are about the batches shown. The notes' queries run on a second
+    session, on a thread of their own, while `rollout_stats` runs: it keeps only one core busy
+    most of the time."""
     from wmo_lake.checks import reward_key_warning
     from wmo_lake.lake import session_beside
+    from wmo_lake.stats_views import cut_steps, limit_rows
 
     con = connect(lake, settings, check=False)
     try:
@@ -96,7 +111,8 @@ def collect_stats(
             lambda: [beside.sql(q).fetchall() for q in queries], "wmo-lake-stats-notes"
         )
         try:
-            rows = query_stats(con, batch_glob=batch_glob, run=run)
+            selected = limit_rows(query_stats(con, batch_glob=batch_glob, run=run), steps=steps)
+            rows = limit_rows(selected, last=last)
         finally:
             try:
                 invalid_rows, caps_rows, shared_rows = notes.wait()
@@ -108,10 +124,17 @@ def collect_stats(
         invalid: dict[str, tuple[int, str]] = {}
         if any(row["infra_failed_trials"] for row in rows):
             invalid = {b: (n, ex) for b, n, ex in invalid_rows}
-        warning = reward_key_warning(con, batch_glob=batch_glob, run=run)
+        narrowed = [row["batch"] for row in rows] if steps or last else None
+        warning = reward_key_warning(con, batch_glob=batch_glob, run=run, batches=narrowed)
         shared = {batch: dirs for batch, dirs in shared_rows}
-        report = StatsReport(rows, notes_for(rows, caps, invalid, shared))
+        named_unknown: dict[str, int] = {}
+        if any(
+            row["scaffold_loss_rate"] and "unknown" in row["stop_reason_counts"] for row in rows
+        ):
+            named_unknown = dict(con.execute(NAMED_UNKNOWN_QUERY).fetchall())
+        report = StatsReport(rows, notes_for(rows, caps, invalid, shared, named_unknown))
         report.warnings = [] if warning is None else [warning]
+        report.cut = cut_steps(selected, rows)
         return report
     finally:
         con.close()
@@ -129,10 +152,12 @@ def notes_for(
     caps: dict[str, tuple[int, int]],
     invalid_rewards: dict[str, tuple[int, str]] | None = None,
     shared_labels: dict[str, list[str]] | None = None,
+    named_unknown: dict[str, int] | None = None,
 ) -> list[str]:
     """WMO's `collect_rollouts` warnings, one short line per batch and condition, plus the
     lake's own: empty batches, batches pooled from several job dirs, and rewards that are no
-    measurement."""
+    measurement. `named_unknown`: per batch, the trials whose stop reason is 'unknown' itself
+    (a loss, where no reason at all is none)."""
     notes: list[str] = []
     for row in rows:
         batch, trials = row["batch"], row["trials"]
@@ -186,11 +211,14 @@ def notes_for(
                 "no readable CTRF test report; excluded from the graded solve rate"
             )
         if row["scaffold_loss_rate"] > 0:
-            losses = ", ".join(
-                f"{reason} {count}"
+            counts = {
+                reason: count
                 for reason, count in row["stop_reason_counts"].items()
                 if reason not in ("submitted", "unknown")
-            )
+            }
+            if (named_unknown or {}).get(batch):
+                counts["unknown"] = (named_unknown or {})[batch]
+            losses = ", ".join(f"{reason} {count}" for reason, count in sorted(counts.items()))
             verifier_part = row.get("verifier_scaffold_loss_rate") or 0.0
             of_which = (
                 f"; {percent_text(verifier_part).removesuffix('%')} points of it are verifier "

@@ -12,7 +12,7 @@ report uses (wmo_lake.report.data), and a null measurement stays a gap.
 from __future__ import annotations
 
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Collection
 from typing import Any
 
@@ -25,6 +25,7 @@ from wmo_lake.report.data import (
     pooled_counts,
     series_label,
     series_of,
+    tree_of,
     x_mode_of,
 )
 from wmo_lake.terminal import metric_text, percent_text, printable
@@ -81,20 +82,20 @@ def limit_rows(
 
 def cut_steps(rows: list[dict[str, Any]], kept: list[dict[str, Any]]) -> list[str]:
     """A line per step that `--last` cut (some of its batches kept, not all): a step's column
-    or sparkline point would stand for part of the step."""
-    batches: dict[tuple[Any, int], int] = defaultdict(int)
-    for row in rows:
-        if row["step"] is not None:
-            batches[(row["run"], row["step"])] += 1
-    shown: dict[tuple[Any, int], int] = defaultdict(int)
-    for row in kept:
-        if row["step"] is not None:
-            shown[(row["run"], row["step"])] += 1
+    or sparkline point would stand for part of the step. The batches of no run are a step's
+    only within one tree (`tree_of`): two experiments' step 1 are not one step."""
+
+    def step_of(row: dict[str, Any]) -> tuple[Any, str | None, int]:
+        return (row["run"], tree_of(row["batch"]) if row["run"] is None else None, row["step"])
+
+    batches = Counter(step_of(row) for row in rows if row["step"] is not None)
+    shown = Counter(step_of(row) for row in kept if row["step"] is not None)
     return [
-        f"{printable(series_label(run))}: step {step} is {n} of its {batches[(run, step)]} "
+        f"{printable(series_label(run))}{'' if tree is None else f' (tree {printable(tree)!r})'}: "
+        f"step {step} is {n} of its {batches[(run, tree, step)]} "
         f"batches (--last counts batches; `--steps {step}:` takes whole steps)"
-        for (run, step), n in shown.items()
-        if n < batches[(run, step)]
+        for (run, tree, step), n in shown.items()
+        if n < batches[(run, tree, step)]
     ]
 
 
@@ -116,12 +117,6 @@ def _split_batch(note: str, batches: Collection[str]) -> tuple[str | None, str]:
             return note[:cut], note[cut + 2 :]
         cut = note.rfind(": ", 0, cut)
     return None, note
-
-
-def notes_of(notes: list[str], batches: list[str]) -> list[str]:
-    """The notes about these batches (and notes about no batch)."""
-    known = set(batches)
-    return [n for n in notes if _split_batch(n, known)[0] in known or ":" not in n]
 
 
 def _span(values: list[str]) -> str:
@@ -320,7 +315,6 @@ __all__ = [
     "StepsError",
     "collapse_notes",
     "limit_rows",
-    "notes_of",
     "parse_steps",
     "series_label",
     "sparkline",

@@ -117,11 +117,9 @@ def stats(
         fail(str(error), 2)
     details = None
     try:
-        report = collect_stats(lake, settings_from(options), batch_glob=batch_glob, run=run)
-        selected = stats_views.limit_rows(report.rows, steps=steps)
-        report.rows = stats_views.limit_rows(selected, last=last)
-        cut = stats_views.cut_steps(selected, report.rows)
-        report.notes = stats_views.notes_of(report.notes, [row["batch"] for row in report.rows])
+        report = collect_stats(
+            lake, settings_from(options), batch_glob=batch_glob, run=run, steps=steps, last=last
+        )
         if report.rows and (not as_json or by == "task"):
             from wmo_lake.report.data import stats_details
 
@@ -142,9 +140,9 @@ def stats(
     else:
         given = (("--batch", batch_glob), ("--run", run), ("--steps", steps_text))
         _print_table(report, lake, [(f, v) for f, v in given if v is not None], notes_mode, details)
-    if cut and not as_json:
+    if report.cut and not as_json:
         click.echo("")
-        for line in cut:
+        for line in report.cut:
             click.echo(f"note: {line}")
     if strict and report.warnings:
         sys.exit(1)
