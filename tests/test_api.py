@@ -76,7 +76,7 @@ def test_errors_speak_python(lake: Path, tmp_path: Path) -> None:
     with pytest.raises(ExportError) as nothing:
         wl.export_datums(lake, tmp_path / "d.parquet", no_split_guard=True, batch="zzz/*")
     assert "batch=" in str(nothing.value) and "--batch" not in str(nothing.value)
-    assert str(nothing.value).endswith("see wmo_lake.query()")
+    assert str(nothing.value).endswith("see wmo_lake.stats() for the batches")
     odd = tmp_path / "odd`lake"  # (a backtick cut the rewrite of a hint naming the lake)
     shutil.copytree(lake, odd)
     with pytest.raises(ExportError) as named:
@@ -277,6 +277,35 @@ def test_a_selection_that_matches_nothing_is_warned(lake: Path, call: str) -> No
     with warnings.catch_warnings():
         warnings.simplefilter("error", NoMatchWarning)
         assert not getattr(wl, call)(lake, batch="*").is_empty()
+
+
+def test_batches_without_readable_trials_are_a_match(tmp_path: Path) -> None:
+    """A run of only unreadable trials and an empty job dir are batches (`stats` lists them):
+    an empty frame of theirs is no typo, so no "no batch matches"; an export of them says why
+    it has nothing to write."""
+    from edge_case_trees import write_unreadable_trial
+
+    runs = tmp_path / "runs"
+    write_unreadable_trial(
+        write_job(runs / "dead" / "harbor" / "step-0000" / "job"), "x__1", "missing"
+    )
+    write_trial(write_job(runs / "live" / "harbor" / "step-0000" / "job"), "t__1", reward=1.0)
+    write_job(runs / "live" / "harbor" / "step-0001" / "job")
+    lake = tmp_path / "lake"
+    wl.ingest(runs, lake=lake, workers=1)
+    selections = [{"run": "dead"}, {"batch": "live/harbor/step-0001/*"}]
+    for selection in selections:
+        assert wl.stats(lake, **selection).height == 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", NoMatchWarning)
+            assert wl.trials(lake, **selection).is_empty()
+            assert wl.records(lake, **selection).is_empty()
+        with pytest.raises(ExportError) as refused:
+            wl.export_datums(lake, tmp_path / "d.parquet", no_split_guard=True, **selection)
+        assert "hold no readable trial" in str(refused.value), refused.value
+        assert "no batch matches" not in str(refused.value)
+    with pytest.warns(NoMatchWarning):
+        assert wl.trials(lake, run="nope").is_empty()
 
 
 def test_a_warning_points_at_a_caller_named_like_the_package(lake: Path) -> None:

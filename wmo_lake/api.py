@@ -263,7 +263,7 @@ def _query(
         if frame.is_empty() and (batch is not None or run is not None):
             from wmo_lake.checks import warn_on_no_match
 
-            warn_on_no_match(batch, run)
+            warn_on_no_match(con, batch, run)
         return frame
     finally:
         con.close()

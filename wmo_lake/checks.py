@@ -190,15 +190,41 @@ def _warn(
     warnings.warn(text, category, skip_file_prefixes=(_PACKAGE,))
 
 
-def warn_on_no_match(batch: str | None, run: str | None) -> None:
-    """A `NoMatchWarning` for an empty result of a selection (a typo in a glob reads as a step
-    with no trials), pointing at the first caller outside this package."""
+# Whether the selection matches a batch, as `rollout_stats` has them: every job dir is one,
+# with or without trials (an empty job dir; one whose trial dirs are all unreadable).
+ANY_BATCH_QUERY = f"""
+SELECT 1
+FROM (
+    SELECT batch, run FROM jobs
+    UNION ALL
+    SELECT batch, run FROM trials
+    UNION ALL
+    SELECT batch, run FROM problems WHERE kind = 'unreadable_trial' AND batch IS NOT NULL
+)
+WHERE {scope_sql()}
+LIMIT 1
+"""
+
+
+def matches_a_batch(
+    con: duckdb.DuckDBPyConnection, batch_glob: str | None, run: str | None
+) -> bool:
+    """Whether the selection matches a batch `stats` lists, trials or none."""
+    return bool(con.execute(ANY_BATCH_QUERY, {"batch_glob": batch_glob, "run": run}).fetchall())
+
+
+def warn_on_no_match(con: duckdb.DuckDBPyConnection, batch: str | None, run: str | None) -> None:
+    """A `NoMatchWarning` for an empty result of a selection that matches no batch (a typo in a
+    glob reads as a step with no trials), pointing at the first caller outside this package. A
+    selection of batches that hold no readable trial (which `stats` lists) gets none."""
+    if matches_a_batch(con, batch, run):
+        return
     given = ", ".join(
         f"{name}={value!r}" for name, value in (("batch", batch), ("run", run)) if value is not None
     )
     _warn(
-        f"no batch matches {given} (the result is empty); wl.query(lake, 'SELECT DISTINCT "
-        "batch, run FROM trials') lists them ('*' in a batch glob crosses '/')",
+        f"no batch matches {given} (the result is empty); wl.stats(lake) lists them ('*' in a "
+        "batch glob crosses '/')",
         NoMatchWarning,
     )
 
@@ -250,6 +276,7 @@ __all__ = [
     "NoMatchWarning",
     "RewardKeyWarning",
     "StaleRulesWarning",
+    "matches_a_batch",
     "reward_key_warning",
     "stale_rules_warning",
     "warn_on_no_match",

@@ -252,7 +252,7 @@ def export_conversations(
                 batches = _chunk_batches(con, chunks, last_only=last_only, subagents=subagents)
                 rows = _write(_unique_batches(batches, excluded), path, fmt)
                 if not rows and (excluded or not trials):  # (else: no trial has an episode)
-                    raise ExportError(_nothing_to_export(trials, excluded, request))
+                    raise ExportError(_nothing_to_export(con, trials, excluded, request))
                 return rows
 
             used = export.settings
@@ -444,10 +444,13 @@ def _trial_totals(trials: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _nothing_to_export(
-    trials: list[dict[str, Any]], excluded: Counter[str], request: Request
+    con: duckdb.DuckDBPyConnection,
+    trials: list[dict[str, Any]],
+    excluded: Counter[str],
+    request: Request,
 ) -> str:
     if not trials:
-        return nothing_in_scope(request)
+        return nothing_in_scope(request, con)
     totals = _trial_totals(trials)
     reasons = ", ".join(f"{k} {v}" for k, v in sorted(excluded.items())) or "none"
     return (

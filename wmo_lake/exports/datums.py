@@ -241,7 +241,7 @@ def export_datums(
         if not written["rows"]:
             read_stats()
             raise ExportError(
-                _nothing_to_export(rows_by_task, excluded, stats["batches"], request, where)
+                _nothing_to_export(con, rows_by_task, excluded, stats["batches"], request, where)
             )
         selected = f"SELECT * FROM ({scoped}) AS d WHERE {export.kept('d.task_id')}"
 
@@ -470,6 +470,7 @@ def _stats_totals(batches: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _nothing_to_export(
+    con: duckdb.DuckDBPyConnection,
     rows_by_task: Mapping[Any, int],
     excluded: Mapping[str, int],
     batches: list[dict[str, Any]],
@@ -477,7 +478,7 @@ def _nothing_to_export(
     where: str | None,
 ) -> str:
     if not batches:
-        return nothing_in_scope(request)
+        return nothing_in_scope(request, con)
     if rows_by_task:
         return f"no datum of a train-split task to export (excluded: {dict(excluded)})"
     why = f" match --where {where!r}" if where else " exist in the selected batches"

@@ -38,17 +38,21 @@ import hashlib
 import json
 import os
 import re
+import shlex
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wmo_lake import __version__
 from wmo_lake.selection import scope_sql
 from wmo_lake.stopping import finished
 from wmo_lake.store import fsync_path
+
+if TYPE_CHECKING:
+    import duckdb
 
 SCHEMA_VERSION = 1
 SPLITS = ("train", "dev", "holdout", "custom")
@@ -641,7 +645,8 @@ class Request:
         """A hint's `wmo-lake COMMAND ARGUMENTS`, naming this export's lake (see lake_args)."""
         from wmo_lake.store import hint_lake_option
 
-        return f"`wmo-lake {command} {arguments}{hint_lake_option(self.lake, self.lake_args)}`"
+        words = " ".join(word for word in ("wmo-lake", command, arguments) if word)
+        return f"`{words}{hint_lake_option(self.lake, self.lake_args)}`"
 
     def parameters(self) -> dict[str, Any]:
         """The manifest's `parameters` every kind shares; a kind adds its own."""
@@ -660,18 +665,30 @@ def scope_condition(batch: str = "batch", run: str = "run") -> str:
     return scope_sql(batch, run)
 
 
-def nothing_in_scope(request: Request) -> str:
-    """Why an export found no trial to read: the lake is empty, or the --batch / --run given
-    match no batch."""
-    given = " ".join(
-        f"{flag} {value!r}"
+def nothing_in_scope(request: Request, con: duckdb.DuckDBPyConnection) -> str:
+    """Why an export found no trial to read: the lake is empty, the --batch / --run given match
+    no batch, or the batches they match hold no readable trial (empty job dirs, trial dirs that
+    could not be read)."""
+    from wmo_lake.checks import matches_a_batch
+
+    selection = [
+        (flag, value)
         for flag, value in (("--batch", request.batch_glob), ("--run", request.run))
         if value is not None
-    )
+    ]
+    given = " ".join(f"{flag} {value!r}" for flag, value in selection)
+    if matches_a_batch(con, request.batch_glob, request.run):
+        which = f"the batches {given} matches" if given else "the lake's batches"
+        stats = request.command(
+            "stats", " ".join(f"{flag} {shlex.quote(value)}" for flag, value in selection)
+        )
+        return (
+            f"{which} hold no readable trial (empty job dirs, or trial dirs whose result.json "
+            f"could not be read): {stats} lists them with their unreadable trials"
+        )
     if not given:
         return f"the lake has no batches yet: {request.command('ingest', 'RUNS')} reads some"
-    batches = request.command("sql", '"SELECT DISTINCT batch, run FROM trials"')
-    return f"no batch matches {given}; see {batches}"
+    return f"no batch matches {given}; see {request.command('stats', '')} for the batches"
 
 
 class Export:
