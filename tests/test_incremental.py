@@ -434,11 +434,13 @@ def _with_continuation(agent: Path, name: str) -> dict:
     return main
 
 
-@pytest.mark.parametrize("name", ["part2.json", "PART2.JSON", "trajectory.part2"])
+@pytest.mark.parametrize(
+    "name", ["part2.json", "PART2.JSON", "trajectory.part2", "cont-1", "notes.txt"]
+)
 def test_a_continuation_of_any_name_is_watched(tmp_path: Path, name: str) -> None:
     """A trajectory's continued_trajectory_ref may name any file of agent/ (harbor's
     traces_utils follows it); one not named trajectory* was read but not watched, so a change
-    to it was never read."""
+    to it was never read (nor one of a name no rule watches: the read's chain is kept)."""
     runs = _tree(tmp_path, n_trials=1)
     agent = runs / "exp" / "harbor" / "step-0001" / "job" / "t__0" / "agent"
     main = _with_continuation(agent, name)
@@ -449,6 +451,30 @@ def test_a_continuation_of_any_name_is_watched(tmp_path: Path, name: str) -> Non
     again = ingest([runs], tmp_path / "lake", workers=1)
     assert again.committed, again.line()
     assert _table_count(tmp_path / "lake", "steps") == steps - len(main["steps"]) + 1
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_continuation_named_before_it_exists_is_read_once_it_does(
+    tmp_path: Path, workers: int
+) -> None:
+    """A reference to a continuation not written yet is a missing_continuation problem; once
+    the file is there, the trial is read again (its steps, no problem), as a fresh ingest has
+    it, with reader processes too (their summaries carry the names the chain met)."""
+    runs = _tree(tmp_path, n_trials=2)
+    agent = runs / "exp" / "harbor" / "step-0001" / "job" / "t__0" / "agent"
+    main = _with_continuation(agent, "cont-2")
+    (agent / "cont-2").unlink()
+    ingest([runs], tmp_path / "lake", workers=workers)
+    assert _counts(tmp_path / "lake")["problems"] == 1
+    assert not ingest([runs], tmp_path / "lake", workers=workers).committed
+    (agent / "cont-2").write_text(json.dumps(main | {"continued_trajectory_ref": None}))
+    again = ingest([runs], tmp_path / "lake", workers=workers)
+    assert again.committed, again.line()
+    ingest([runs], tmp_path / "fresh", workers=workers)
+    assert _counts(tmp_path / "lake")["problems"] == 0
+    for table in ("steps", "trajectories", "tool_calls"):
+        assert _table_count(tmp_path / "lake", table) == _table_count(tmp_path / "fresh", table)
+    assert not ingest([runs], tmp_path / "lake", workers=workers).committed
 
 
 def test_a_dry_run_counts_a_changed_job_dir(tmp_path: Path) -> None:

@@ -35,6 +35,9 @@ class CatalogEntry(msgspec.Struct, array_like=True, gc=False):
     # The sink dir a pi-bridge trial was read from when the walk could not know it (only its
     # result.json names its agent): its fingerprint watches it too (fingerprint.with_read_sink).
     read_sink: str | None = None
+    # The agent/ files its continuation chain named that no rule watches by name: its
+    # fingerprint watches them too (fingerprint.with_named).
+    named: tuple[str, ...] = ()
 
 
 def is_shadow(entry: CatalogEntry) -> bool:

@@ -67,7 +67,8 @@ EXTRACT_LOGIC_VERSION = "18"  # 2: trajectories / steps / tool_calls; 3: collect
 # 17: llm_kwargs.max_tokens / context_limit read as TinkerLLM reads them (pydantic, lax: 4.0 is 4;
 # a context_limit of 0 or false is none, 10.5 is 10)
 # 18: a task_id object's member as harbor reads result.json (JSON mode): a git id and a package
-# with as many fields given is the git id
+# with as many fields given is the git id; a continuation of a name no rule watches is watched
+# (the catalog keeps the names a read's chain met)
 
 
 @dataclass(frozen=True)

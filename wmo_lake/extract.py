@@ -49,6 +49,9 @@ class Extracted:
     # files of it that could not be read for a reason a later read may not meet (jsonfile's
     # `watching_reads`): the next ingest tries them again (fingerprint.with_failed_reads)
     failed_reads: tuple[str, ...] = ()
+    # agent/ files its continuation chain named that no fingerprint rule watches, with their
+    # sizes and mtimes just before the read (fingerprint.with_named)
+    named: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.n_problems < 0:
@@ -66,6 +69,7 @@ class Extracted:
             self.fingerprint,
             self.read_sink,
             self.failed_reads,
+            self.named,
         )
 
 
@@ -198,7 +202,7 @@ def begin_reading() -> None:
 def read_task(task: TrialTask) -> Extracted:
     """`extract_trial`, with the dir's fingerprint taken first (in the reader: on a first ingest
     the ingest process fingerprints nothing, so that work is spread over the readers too)."""
-    from wmo_lake.fingerprint import agent_listing, trial_fingerprint, with_read_sink
+    from wmo_lake.fingerprint import agent_listing, trial_fingerprint, with_named, with_read_sink
 
     agent_names = agent_listing(task.path)
     fingerprint = trial_fingerprint(task, agent_names)
@@ -212,7 +216,7 @@ def read_task(task: TrialTask) -> Extracted:
     extracted.failed_reads = tuple(failed)
     if extracted.read_sink is not None:  # (its size and mtime taken after the read)
         fingerprint = with_read_sink(fingerprint, task, extracted.read_sink)
-    extracted.fingerprint = fingerprint
+    extracted.fingerprint = with_named(fingerprint, list(extracted.named.values()))
     return extracted
 
 
@@ -316,9 +320,10 @@ def extract_trial(task: TrialTask, agent_names: list[str] | None = None) -> Extr
         trace=trace,
     )
     # Every trajectory file (trajectory.json as already read) -> trajectories / steps / tool_calls.
-    trajectory_tables = trajectories.read_trajectories(
+    found_trajectories = trajectories.read_trajectories(
         trial_dir / "agent", trajectory_status, trajectory, problems, trajectory_bytes, agent_names
-    ).tables(identity)
+    )
+    trajectory_tables = found_trajectories.tables(identity)
     del trajectory
     tables = {
         "trials": PendingRows.from_rows([row], TABLES["trials"].schema.names),
@@ -334,6 +339,7 @@ def extract_trial(task: TrialTask, agent_names: list[str] | None = None) -> Extr
         trial_name,
         {k: v for k, v in tables.items() if v.num_rows},
         read_sink=_unwatched_sink(task, collection) if pi_bridge else None,
+        named=found_trajectories.named,
     )
 
 

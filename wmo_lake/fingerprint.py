@@ -64,13 +64,15 @@ def trial_fingerprint(
     candidate: Candidate | TrialTask,
     agent_names: list[str] | None = None,
     read_sink: str | None = None,
+    named: Iterable[str] = (),
 ) -> str:
     """What decides whether a trial dir must be re-read: its files' sizes and mtimes, the
     trajectories beside them, its sink file, its collection path (its agent's, else its job's),
     and the labels it would be stored under. A reader process takes it (of a TrialTask) just
     before it reads the dir, with the `agent_listing` the read then uses (one listing, not two:
     ~15 us of a small trial's ~400). `read_sink`: the sink dir its last read found it in, when
-    the walk could not know it (`with_read_sink`)."""
+    the walk could not know it (`with_read_sink`). `named`: the agent/ files its last read's
+    continuation chain named that no rule here watches (`with_named`)."""
     job = candidate.job
     collection = candidate.collection
     directory = str(candidate.path)  # plain strings: pathlib's joins cost more than the stats
@@ -92,7 +94,7 @@ def trial_fingerprint(
         parts.append(f"agent=unlisted:{time.time_ns()}")
     agent = f"{directory}/agent"
     # the trajectory files, and any JSON file a trajectory's continued_trajectory_ref may name
-    agent_files = sorted(n for n in agent_names if _maybe_a_trajectory(n))
+    agent_files = sorted(n for n in agent_names if watched_by_name(n))
     parts += [f"agent/{name}={_stat_token(f'{agent}/{name}')}" for name in agent_files]
     name = os.path.basename(directory)
     if collection.sink is not None:
@@ -102,7 +104,9 @@ def trial_fingerprint(
     for sink in job.agent_sinks:
         parts.append(f"sink={_stat_token(os.path.join(sink.path, f'{name}.jsonl'))}")
     fingerprint = _digest(parts)
-    return fingerprint if read_sink is None else with_read_sink(fingerprint, candidate, read_sink)
+    if read_sink is not None:
+        fingerprint = with_read_sink(fingerprint, candidate, read_sink)
+    return with_named(fingerprint, [named_token(directory, name) for name in named])
 
 
 RETRY = "retry:"  # a catalog fingerprint that names files its read could not read
@@ -139,10 +143,27 @@ def _reads(path: str) -> bool:
     return True
 
 
-def _maybe_a_trajectory(name: str) -> bool:
+def watched_by_name(name: str) -> bool:
+    """An agent/ file every trial fingerprint watches: a trajectory, or a JSON file a
+    trajectory's continued_trajectory_ref may name (a reference to any other name is watched
+    once a read has met it: `with_named`)."""
     return name.startswith("trajectory") or (
         name.lower().endswith(".json") and name != "wmo-run.json"
     )
+
+
+def named_token(directory: str, name: str) -> str:
+    """The size and mtime of agent/NAME of the trial dir `directory` ('-' while it is not
+    there), as `with_named` takes them."""
+    return f"agent/{name}={_stat_token(f'{directory}/agent/{name}')}"
+
+
+def with_named(fingerprint: str, tokens: list[str]) -> str:
+    """A trial's fingerprint that also watches the agent/ files its continuation chain named
+    under a name no rule watches (`watched_by_name`; a reference may name any file), each as
+    `named_token` took it just before the read (or found it missing): an edit to one, or one
+    that appears, reads the trial again. The catalog keeps the names (CatalogEntry.named)."""
+    return _digest([fingerprint, *tokens]) if tokens else fingerprint
 
 
 def with_read_sink(fingerprint: str, candidate: Candidate | TrialTask, read_sink: str) -> str:

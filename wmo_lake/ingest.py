@@ -190,8 +190,9 @@ def ingest(
         update.load(walked)
         for real, (candidate, _) in candidates.items():
             if real in update.catalog:
-                read_sink = update.catalog[real].read_sink
-                candidates[real] = (candidate, trial_fingerprint(candidate, read_sink=read_sink))
+                entry = update.catalog[real]
+                now = trial_fingerprint(candidate, read_sink=entry.read_sink, named=entry.named)
+                candidates[real] = (candidate, now)
         tasks = [
             TrialTask.of(candidate)
             for candidate, fingerprint in candidates.values()
@@ -260,7 +261,7 @@ def ingest(
                 if head_start is None and readers.write_rows:  # (the readers are forked now)
                     head_start = _prepare_duckdb_file_meanwhile(store)
                 fingerprint = extracted.fingerprint or trial_fingerprint(
-                    task, read_sink=extracted.read_sink
+                    task, read_sink=extracted.read_sink, named=extracted.named
                 )
                 waiting[walk_order[task.real]] = (task, extracted, fingerprint)
                 while applied in waiting:
@@ -556,6 +557,7 @@ class LakeUpdate:
             trial_key,
             EXTRACT_VERSION,
             extracted.read_sink,
+            tuple(extracted.named),
         )
         self.touched.add(partition)
 
@@ -605,7 +607,7 @@ class LakeUpdate:
                 task = TrialTask.of(candidate)
                 extracted = read_task(task)
                 fingerprint = extracted.fingerprint or trial_fingerprint(
-                    task, read_sink=extracted.read_sink
+                    task, read_sink=extracted.read_sink, named=extracted.named
                 )
                 self.add_trial(task, extracted, fingerprint)
         lost = self.lost - self.added

@@ -28,6 +28,7 @@ import pyarrow as pa
 from msgspec import UNSET
 
 from wmo_lake.columns import SPECS, arrow_schema
+from wmo_lake.fingerprint import named_token, watched_by_name
 from wmo_lake.jsonfile import ReadFailure
 from wmo_lake.pending import PendingRows
 from wmo_lake.tables import atif, steps, tool_calls
@@ -61,6 +62,9 @@ class Found:
     and tool calls as one list per column (a long trajectory has thousands)."""
 
     files: list[dict[str, Any]] = field(default_factory=list)
+    # continuations named under a name no fingerprint rule watches: name -> its size and mtime
+    # just before the read (fingerprint.named_token; '-' when it was not there)
+    named: dict[str, str] = field(default_factory=dict)
     steps: dict[str, list[Any]] = field(default_factory=lambda: _columns(STEP_COLUMNS))
     calls: dict[str, list[Any]] = field(default_factory=lambda: _columns(CALL_COLUMNS))
 
@@ -245,6 +249,8 @@ def read_trajectories(
     seen = {MAIN_FILE}
     continuations: list[str] = []
     while ref is not None:
+        if ref not in seen and "/" not in ref and "\\" not in ref and not watched_by_name(ref):
+            found.named[ref] = named_token(str(agent_dir.parent), ref)
         if ref not in names and unlisted and os.path.isfile(agent_dir / ref):
             names.add(ref)  # (found by name in an unlistable dir)
         if ref in seen or "/" in ref or "\\" in ref or ref not in names:
