@@ -987,3 +987,33 @@ def test_an_interrupted_ingest_leaves_no_segment_of_its_own_in_the_table_dirs(
     on_disk = {str(p.relative_to(lake)) for p in (lake / "tables").rglob("*.parquet")}
     assert on_disk == named | set(manifest.previous) & on_disk
     assert _counts(lake)["trials"] == 2
+
+
+@pytest.mark.parametrize("config", ["gone", "back"])
+def test_a_missing_sink_dir_is_the_problem_of_whoever_records_it_now(
+    tmp_path: Path, config: str
+) -> None:
+    """A pi-bridge job's missing sink dir is the job's problem when its config.json names the
+    agent, else the trial's own. The job's config.json going (or coming back) changes whose it
+    is with no file of the trial's changing: the trial kept its old reading, so the lake lost
+    the problem (or held it twice) where a fresh ingest has it once."""
+    runs = tmp_path / "runs"
+    job = write_job(
+        runs / "exp" / "harbor" / "step-0000" / "job",
+        token_sink_dir=str(runs / "exp" / "tokens" / "step-0000"),  # (never written)
+    )
+    write_trial(job, "pi__0", reward=1.0)
+    job_config, away = job / "config.json", tmp_path / "config.json"
+    if config == "back":
+        job_config.rename(away)
+    ingest([runs], tmp_path / "lake", workers=1)
+    if config == "back":
+        away.rename(job_config)
+    else:
+        job_config.rename(away)
+    ingest([runs], tmp_path / "lake", workers=1)
+    ingest([runs], tmp_path / "fresh", workers=1)
+    query = "SELECT unit_key LIKE 'job:%' AS the_jobs, kind FROM problems ORDER BY ALL"
+    (fresh,) = connect(tmp_path / "fresh").execute(query).fetchall()
+    assert fresh == (config == "back", "sink_dir_missing")
+    assert connect(tmp_path / "lake").execute(query).fetchall() == [fresh]

@@ -77,6 +77,9 @@ def trial_fingerprint(
     collection = candidate.collection
     directory = str(candidate.path)  # plain strings: pathlib's joins cost more than the stats
     parts = [EXTRACT_VERSION, job.batch, str(job.run), str(job.step), *_collection(collection)]
+    # whether a sink dir problem is the trial's or its job's follows the job's record of its
+    # agents (`extract._collection`), which can change with no file of the trial's changing
+    parts.append(f"job_sink={job.token_sink_dir}:{job.n_agents}")
     # how discovery took it decides how a broken result.json counts, and can change with no file
     # of its own changing (a sibling trial dir proves its parent a job dir)
     parts.append(f"shape={candidate.trial_shaped_config:d}{candidate.in_job_dir:d}")
