@@ -14,7 +14,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from harbor_shapes import write_job, write_trial
@@ -1017,3 +1019,58 @@ def test_a_missing_sink_dir_is_the_problem_of_whoever_records_it_now(
     (fresh,) = connect(tmp_path / "fresh").execute(query).fetchall()
     assert fresh == (config == "back", "sink_dir_missing")
     assert connect(tmp_path / "lake").execute(query).fetchall() == [fresh]
+
+
+def _counting_reads(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Counts of the trial dirs and job dirs an in-process ingest reads."""
+    reads = {"trial": 0, "job": 0}
+
+    def counted(kind: str, read: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            reads[kind] += 1
+            return read(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(extract, "read_task", counted("trial", extract.read_task))
+    monkeypatch.setattr(extract, "extract_job", counted("job", extract.extract_job))
+    return reads
+
+
+def test_a_dry_run_of_a_trial_dir_counts_its_changed_job_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PATH that is a trial dir reaches its job dir too, which the ingest reads when it
+    changed: the dry run said "would read 1" of an ingest that read 2."""
+    runs = _tree(tmp_path, n_trials=2)
+    job_dir = runs / "exp" / "harbor" / "step-0001" / "job"
+    ingest([runs], tmp_path / "lake", workers=1)
+    for changed in (job_dir / "config.json", job_dir / "t__0" / "result.json"):
+        changed.write_text(changed.read_text() + "\n")
+    dry = ingest([job_dir / "t__0"], tmp_path / "lake", workers=1, dry_run=True)
+    reads = _counting_reads(monkeypatch)
+    ingest([job_dir / "t__0"], tmp_path / "lake", workers=1)
+    assert reads == {"trial": 1, "job": 1}
+    assert dry.would_read == 2, dry.line()
+
+
+def test_a_dry_run_says_the_copies_a_changed_dir_may_hand_its_trial_back_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy's dir that took a trial over, changed to hold another trial, gives it back to the
+    dir it took it from, read again in the same ingest: only its read can tell, so the dry run
+    says how many such dirs it may read besides the changed ones."""
+    runs = _tree(tmp_path, n_trials=1)
+    ingest([runs], tmp_path / "lake", workers=1)
+    shutil.copytree(runs / "exp", runs / "exp-fork")
+    ingest([runs / "exp-fork"], tmp_path / "lake", workers=1)
+    result = runs / "exp-fork" / "harbor" / "step-0001" / "job" / "t__0" / "result.json"
+    result.write_text(result.read_text().replace('"job-t-0"', '"another-id"'))
+    dry = ingest([runs], tmp_path / "lake", workers=1, dry_run=True)
+    assert (dry.would_read, dry.may_also_read) == (1, 1), dry.line()
+    assert "and up to 1 dirs holding copies of trials that changed dirs hold" in dry.line()
+    reads = _counting_reads(monkeypatch)
+    done = ingest([runs], tmp_path / "lake", workers=1)
+    assert reads["trial"] == 2 and done.trials_replaced == 2, done.line()
+    untouched = ingest([runs], tmp_path / "lake", workers=1, dry_run=True)
+    assert (untouched.would_read, untouched.may_also_read) == (0, 0), untouched.line()

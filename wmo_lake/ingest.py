@@ -89,13 +89,22 @@ class IngestSummary:
     pruned: list[str] = field(default_factory=list)  # their dirs (trials' and jobs')
     dry_run: bool = False
     would_read: int = 0  # --dry-run: the dirs an ingest would read
+    # --dry-run: dirs that hold a copy of a trial a changed dir holds now, read too should that
+    # dir no longer hold it once read (which only its read can tell)
+    may_also_read: int = 0
     paths_without_trials: list[str] = field(default_factory=list)  # PATHs that held no trial dir
 
     def line(self) -> str:
         trials = self.trials_new + self.trials_replaced + self.trials_unchanged
         if self.dry_run:
+            also = (
+                f" (and up to {self.may_also_read} dirs holding copies of trials that changed "
+                "dirs hold, should a changed dir no longer hold its trial)"
+                if self.may_also_read
+                else ""
+            )
             return (
-                f"dry run: would read {self.would_read} changed or new dirs and prune "
+                f"dry run: would read {self.would_read} changed or new dirs{also} and prune "
                 f"{self.pruned_trials} trials{self._and_jobs()} whose dirs are gone from "
                 f"{self.lake} "
                 f"(generation {self.generation}); nothing changed"
@@ -220,11 +229,14 @@ def ingest(
         update.prune(gone, dry_run=dry_run)
         if dry_run:
             update.summary.dry_run = True
+            # (the job dirs of the trials walked, also those a PATH below a job dir reaches)
+            jobs = update.jobs | {c.job.real: c.job for c, _ in candidates.values()}
             update.summary.would_read = (
                 len(tasks)
                 + len(update.shadows_to_read(candidates))
-                + sum(update.job_would_change(job) for job in update.jobs.values())
+                + sum(update.job_would_change(job) for job in jobs.values())
             )
+            update.summary.may_also_read = update.shadows_of_changed(tasks, candidates)
             update.summary.seconds = time.perf_counter() - started
             return update.summary
         try:
@@ -587,6 +599,27 @@ class LakeUpdate:
             for entry in shadows_of(self.catalog.values(), lost)
             if entry.source in candidates and entry.source not in self.tasks
         ]
+
+    def shadows_of_changed(
+        self, tasks: list[TrialTask], candidates: dict[str, tuple[Candidate, str | None]]
+    ) -> int:
+        """For a dry run: the dirs found (and not read) whose trial a changed dir holds now.
+        Read, that dir may hold another trial, or none: then `restore_lost_trials` reads them."""
+        held = {
+            entry.unit_key
+            for task in tasks
+            if (entry := self.catalog.get(task.real)) is not None
+            and entry.kind == TRIAL
+            and entry.unit_key
+        }
+        if not held:
+            return 0
+        self.load()  # (the shadows may be in any partition)
+        reading = {task.real for task in tasks}
+        return sum(
+            entry.source in candidates and entry.source not in reading
+            for entry in shadows_of(self.catalog.values(), held)
+        )
 
     def restore_lost_trials(self, candidates: dict[str, tuple[Candidate, str | None]]) -> None:
         """The trials whose rows this ingest removed (their dir is pruned, or holds another
