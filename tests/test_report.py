@@ -705,3 +705,26 @@ def test_batches_of_no_run_from_two_trees_are_never_pooled(tmp_path: Path) -> No
     assert report(tmp_path / "lake", alone, "--batch", "expA/*").exit_code == 0
     [trace] = figures_of(alone.read_text())["metric-solve_rate"]["data"]
     assert (trace["x"], trace["y"]) == ([1, 2], [1.0, 1.0])
+
+
+def test_a_chart_with_nothing_to_draw_says_why(page: str, tmp_path: Path) -> None:
+    """A run whose batches hold no readable trial drew empty axes (a stop-reason chart of no
+    trace, token charts of no point) and no heatmap, with no word; now each such chart has a
+    line under it, and the run without a heatmap is named. A page of measured charts has none."""
+    from edge_case_trees import write_unreadable_trial
+
+    from wmo_lake.report.page import EMPTY_CHART_NOTES
+
+    job = write_job(tmp_path / "runs" / "dead" / "harbor" / "step-0000" / "job")
+    write_unreadable_trial(job, "gone__1", "missing")
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    assert report(tmp_path / "lake", tmp_path / "r.html", "--run", "dead").exit_code == 0
+    dead = (tmp_path / "r.html").read_text(encoding="utf-8")
+    for section, prefix in (("metrics", "metric-"), ("stop", "stop-"), ("tokens", "tokens-")):
+        note = html.escape(EMPTY_CHART_NOTES[section])
+        charts = [chart for chart in figures_of(dead) if chart.startswith(prefix)]
+        assert dead.count(f"<p class='empty'>{note}</p>") == len(charts) > 0, section
+    assert "<p class='empty'>dead: no heatmap: no trial of its batches was executed" in dead
+    for note in EMPTY_CHART_NOTES.values():
+        assert html.escape(note) not in page
+    assert ": no heatmap:" not in page

@@ -571,11 +571,51 @@ def _flip_rows(flips: list[Flip], regression: bool) -> list[list[Any]]:
     return rows
 
 
+# Why a chart of a section has nothing to draw: said under it, so an empty plot never stands
+# alone (its axes would read as a measurement of nothing).
+EMPTY_CHART_NOTES = {
+    "metrics": "no measurement: every point is a null measurement (no executed, graded or "
+    "stop-reasoned trial in its batches)",
+    "stop": "no stop reason to count: its batches hold no readable trial",
+    "tokens": "no tokens measured: no trial of the selected batches recorded token spans (a gap, "
+    "not 0)",
+    "datums": "no datum figure measured in the selected batches",
+    "problems": "no problem to count",
+    "tasks": "no pass rate: no trial of its tasks was executed (every trial an infra failure)",
+}
+
+
+def _measured(figure: dict[str, Any]) -> bool:
+    """Whether a figure has a value to draw (a line's or bar's y, a heatmap's z)."""
+    for trace in figure["figure"]["data"]:
+        values = trace.get("z", trace.get("y")) or []
+        rows = values if trace.get("type") == "heatmap" else [values]
+        if any(value is not None for row in rows for value in row):
+            return True
+    return False
+
+
 def _charts(figures: list[dict[str, Any]], section: str) -> str:
+    """The section's chart divs; one with nothing to draw has a line under it saying why."""
+    parts = []
+    for figure in figures:
+        if figure["section"] != section:
+            continue
+        chart = f"<div class='chart' id='{html.escape(figure['id'])}'></div>"
+        if not _measured(figure):
+            note = html.escape(EMPTY_CHART_NOTES[section])
+            chart = f"<div>{chart}<p class='empty'>{note}</p></div>"
+        parts.append(chart)
+    return "".join(parts)
+
+
+def _runs_without_tasks(data: ReportData) -> str:
+    """A line for each run with no task executed in its batches: it has no heatmap at all."""
     return "".join(
-        f"<div class='chart' id='{html.escape(f['id'])}'></div>"
-        for f in figures
-        if f["section"] == section
+        f"<p class='empty'>{html.escape(label)}: no heatmap: no trial of its batches was "
+        "executed (every trial an infra failure, or none readable)</p>"
+        for label in data.points
+        if not data.trends.get(label)
     )
 
 
@@ -698,7 +738,7 @@ stop-reasoned trial), never a 0.</p>
 <h2>Tasks</h2>
 <p class="sub">Pass rate = passed / executed trials of the task at that step; blank = not executed.
 Tasks ordered by trend (least-squares slope over steps), most improved at the top.</p>
-{_charts(figures, "tasks")}
+{_charts(figures, "tasks")}{_runs_without_tasks(data)}
 <h3>Regressions: solved at a step, failed at every later one</h3>
 {
         _table(
