@@ -877,9 +877,9 @@ def test_a_first_ingest_leaves_fingerprints_to_the_readers(tmp_path: Path, monke
     calls: list[str] = []
     real = ingest_module.trial_fingerprint
 
-    def counted(candidate, read_sink=None):
+    def counted(candidate, **kwargs):
         calls.append(str(candidate.path))
-        return real(candidate, read_sink=read_sink)
+        return real(candidate, **kwargs)
 
     monkeypatch.setattr(ingest_module, "trial_fingerprint", counted)
     assert ingest([runs], tmp_path / "lake", workers=1).trials_new == 4
@@ -1074,3 +1074,40 @@ def test_a_dry_run_says_the_copies_a_changed_dir_may_hand_its_trial_back_to(
     assert reads["trial"] == 2 and done.trials_replaced == 2, done.line()
     untouched = ingest([runs], tmp_path / "lake", workers=1, dry_run=True)
     assert (untouched.would_read, untouched.may_also_read) == (0, 0), untouched.line()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_copy_of_a_trial_with_a_named_continuation_stays_unchanged(
+    tmp_path: Path, workers: int
+) -> None:
+    """The second dir of a trial is kept as a duplicate: its catalog entry lost the names its
+    continuation chain met while keeping the fingerprint that watched them, so every ingest
+    read it again, and the copy took the trial over from the dir a fresh ingest keeps."""
+    runs = _tree(tmp_path, n_trials=2)
+    agent = runs / "exp" / "harbor" / "step-0001" / "job" / "t__0" / "agent"
+    _with_continuation(agent, "cont-1")
+    shutil.copytree(runs / "exp", runs / "exp-copy")
+    ingest([runs], tmp_path / "lake", workers=workers)
+    again = ingest([runs], tmp_path / "lake", workers=workers)
+    assert not again.committed, again.line()
+    ingest([runs], tmp_path / "fresh", workers=workers)
+    query = "SELECT batch, trial_name FROM trials ORDER BY ALL"
+    lake, fresh = (connect(tmp_path / name).execute(query).fetchall() for name in ("lake", "fresh"))
+    assert lake == fresh and {batch for batch, _ in lake} == {"exp/harbor/step-0001/job"}
+
+
+def test_a_dry_run_counts_no_job_dir_of_a_copy_it_would_not_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PATH that is the dir of a copy (its trial held from the original) reads nothing when
+    only the copy's job config.json changed: the dry run said it would read 1."""
+    runs = _tree(tmp_path, n_trials=1)
+    shutil.copytree(runs / "exp", runs / "exp-copy")
+    ingest([runs], tmp_path / "lake", workers=1)
+    copy_job = runs / "exp-copy" / "harbor" / "step-0001" / "job"
+    (copy_job / "config.json").write_text((copy_job / "config.json").read_text() + "\n")
+    dry = ingest([copy_job / "t__0"], tmp_path / "lake", workers=1, dry_run=True)
+    reads = _counting_reads(monkeypatch)
+    done = ingest([copy_job / "t__0"], tmp_path / "lake", workers=1)
+    assert reads == {"trial": 0, "job": 0} and not done.committed
+    assert dry.would_read == 0, dry.line()

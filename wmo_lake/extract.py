@@ -190,7 +190,17 @@ def duplicate(task: TrialTask, extracted: Extracted, first_source: str) -> Extra
         f"{task.path} holds trial {extracted.unit_key}, which {first_source} also holds; the "
         "trial is stored once, from the first dir read",
     )
-    return Extracted(DUPLICATE, problems.unit_key, extracted.trial_name, _problem_table(problems))
+    # (what its fingerprint watches stays: the catalog keeps it under the same fingerprint)
+    return Extracted(
+        DUPLICATE,
+        problems.unit_key,
+        extracted.trial_name,
+        _problem_table(problems),
+        fingerprint=extracted.fingerprint,
+        read_sink=extracted.read_sink,
+        failed_reads=extracted.failed_reads,
+        named=extracted.named,
+    )
 
 
 def begin_reading() -> None:

@@ -229,8 +229,9 @@ def ingest(
         update.prune(gone, dry_run=dry_run)
         if dry_run:
             update.summary.dry_run = True
-            # (the job dirs of the trials walked, also those a PATH below a job dir reaches)
-            jobs = update.jobs | {c.job.real: c.job for c, _ in candidates.values()}
+            # (the jobs of the dirs it would read too, also those a PATH below a job dir
+            # reaches; an unchanged trial's job is among update.jobs already)
+            jobs = update.jobs | {task.job.real: task.job for task in tasks}
             update.summary.would_read = (
                 len(tasks)
                 + len(update.shadows_to_read(candidates))

@@ -667,8 +667,8 @@ def scope_condition(batch: str = "batch", run: str = "run") -> str:
 
 def nothing_in_scope(request: Request, con: duckdb.DuckDBPyConnection) -> str:
     """Why an export found no trial to read: the lake is empty, the --batch / --run given match
-    no batch, or the batches they match hold no readable trial (empty job dirs, trial dirs that
-    could not be read)."""
+    no batch, or the batches they match hold no trial of their own (empty job dirs, trial dirs
+    that could not be read, copies of trials the lake holds from other dirs)."""
     from wmo_lake.checks import matches_a_batch
 
     selection = [
@@ -683,8 +683,9 @@ def nothing_in_scope(request: Request, con: duckdb.DuckDBPyConnection) -> str:
             "stats", " ".join(f"{flag} {shlex.quote(value)}" for flag, value in selection)
         )
         return (
-            f"{which} hold no readable trial (empty job dirs, or trial dirs whose result.json "
-            f"could not be read): {stats} lists them with their unreadable trials"
+            f"{which} hold no trial of their own: empty job dirs, trial dirs whose result.json "
+            "could not be read, or copies of trials the lake holds from another dir (problems "
+            f"kind 'duplicate_trial'); {stats} lists them, with their unreadable trials"
         )
     if not given:
         return f"the lake has no batches yet: {request.command('ingest', 'RUNS')} reads some"
