@@ -52,13 +52,15 @@ class Tree:
 
 
 def scorer_task_id(result: dict[str, Any]) -> str | None:
-    """The task id WMO's scorer groups trials by: harbor's own `trial.task_id.get_name()`."""
+    """The task id WMO's scorer groups trials by: harbor's own `trial.task_id.get_name()`, of the
+    TrialResult it reads from result.json (JSON mode, where a union's tie goes to its first
+    member)."""
     from harbor.models.trial.result import TrialResult
 
     if result.get("task_id") is None:
         return result.get("task_name")
     task_id_type = TrialResult.model_fields["task_id"].annotation
-    return TypeAdapter(task_id_type).validate_python(result["task_id"]).get_name()
+    return TypeAdapter(task_id_type).validate_json(json.dumps(result["task_id"])).get_name()
 
 
 def load(path: Path) -> Any:

@@ -493,6 +493,8 @@ TASK_ID_SHAPES: list[dict[str, Any]] = [
     {"git_url": "https://example.com/repo.git", "path": "tasks/a/../b"},
     {"git_url": "https://example.com/repo.git", "path": "x", "git_commit_id": "abc"},
     {"org": "acme", "name": "pkg", "ref": "latest"},
+    # not harbor's own writing, but what it reads: a git id and a package tie, the git id wins
+    {"git_url": "https://example.com/repo.git", "path": "tasks/tied", "org": "acme", "name": "p"},
 ]
 
 
@@ -520,7 +522,7 @@ def test_task_id_is_harbors_get_name_for_every_kind_of_task_id(tmp_path: Path) -
     expected = [
         {
             "trial_name": f"t{index}__{attempt}",
-            "task_id": adapter.validate_python(task_id).get_name(),
+            "task_id": adapter.validate_json(json.dumps(task_id)).get_name(),
             "attempt": attempt + 1,
         }
         for index, task_id in enumerate(TASK_ID_SHAPES)
