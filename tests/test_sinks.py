@@ -15,7 +15,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 from harbor_shapes import add_agent, write_job, write_sink, write_trial
 from pydantic import TypeAdapter
 
@@ -442,6 +442,55 @@ def test_editing_the_sink_only_a_trials_result_names_reingests_it(
     assert connect(lake).execute("SELECT collection_path, n_spans FROM trials").fetchall() == [
         ("pi-bridge", 2)
     ]
+
+
+@pytest.mark.parametrize("where", ["sink-root added", "sink-root dropped", "nearer dir"])
+def test_where_the_sink_only_a_trials_result_names_is_found_again_by_each_ingest(
+    tmp_path: Path, where: str
+) -> None:
+    """The sinks of an agent only a trial's result.json names are resolved again by each ingest:
+    the catalog kept the dir the first read found, so `--sink-root OLD=NEW` given later (as the
+    sink_dir_missing problem advises), dropped later, or a nearer ancestor gaining a relative
+    sink dir left the lake as it was ("nothing changed"), unlike a fresh ingest."""
+    job = write_job(tmp_path / "runs" / "exp" / "harbor" / "step-0001" / "job")
+    add_agent(job, "pi", token_sink_dir=str(tmp_path / "other-sinks"))
+    relative = where == "nearer dir"
+    recorded = "sinks/C" if relative else "/nonexistent/old/C"
+    trial_agent = json.loads(json.dumps(add_agent(job, "pi2", token_sink_dir=recorded)))
+    config = json.loads((job / "config.json").read_text())
+    config["agents"] = config["agents"][:-1]  # (the job names another agent only)
+    (job / "config.json").write_text(json.dumps(config))
+    write_trial(job, "pi__1", agent=trial_agent)
+    (job / "pi__1" / "config.json").unlink()
+    if relative:  # found under the far ancestor first; then the nearer one holds the dir too
+        write_sink(tmp_path / "sinks" / "C", "pi__1", RECORDED[:1])
+    else:
+        write_sink(tmp_path / "new" / "C", "pi__1", RECORDED)
+    remap = ("--sink-root", f"/nonexistent/old={tmp_path / 'new'}")
+    first, second = {
+        "sink-root added": ((), remap),
+        "sink-root dropped": (remap, ()),
+        "nearer dir": ((), ()),
+    }[where]
+
+    def run(lake: Path, options: tuple[str, ...]) -> Result:
+        args = ["ingest", str(tmp_path / "runs"), "--lake", str(lake), *options]
+        return CliRunner().invoke(cli, args)
+
+    assert run(tmp_path / "lake", first).exit_code == 0
+    if relative:
+        write_sink(tmp_path / "runs" / "sinks" / "C", "pi__1", RECORDED)
+    assert "nothing changed" not in run(tmp_path / "lake", second).output
+    assert run(tmp_path / "fresh", second).exit_code == 0
+    assert "nothing changed" in run(tmp_path / "lake", second).output
+    query = "SELECT spans_status, n_spans FROM trials"
+    fresh = connect(tmp_path / "fresh").execute(query).fetchall()
+    assert connect(tmp_path / "lake").execute(query).fetchall() == fresh
+    problems = "SELECT kind FROM problems ORDER BY ALL"
+    assert (
+        connect(tmp_path / "lake").execute(problems).fetchall()
+        == connect(tmp_path / "fresh").execute(problems).fetchall()
+    )
 
 
 def test_editing_the_sink_of_a_trial_in_a_job_dir_that_lost_its_config_reingests_it(

@@ -32,8 +32,9 @@ class CatalogEntry(msgspec.Struct, array_like=True, gc=False):
     # The extract version the dir was read under (Manifest.extractions sums a partition's up).
     # None in catalogs written before it was recorded (extract logic 12).
     extraction: str | None = None
-    # The sink dir a pi-bridge trial was read from when the walk could not know it (only its
-    # result.json names its agent): its fingerprint watches it too (fingerprint.with_read_sink).
+    # The token_sink_dir (as its agent records it) a pi-bridge trial was read from when the walk
+    # could not know it (only its result.json names its agent): its fingerprint resolves it
+    # again and watches the sink there too (fingerprint.with_read_sink).
     read_sink: str | None = None
     # The agent/ files its continuation chain named that no rule watches by name: its
     # fingerprint watches them too (fingerprint.with_named).

@@ -45,7 +45,8 @@ class Extracted:
     tables: dict[str, pa.Table | PendingRows] = field(default_factory=dict)
     n_problems: int = -1  # counted from `tables` unless given
     fingerprint: str | None = None  # of the dir, taken just before it was read (read_task)
-    read_sink: str | None = None  # the sink dir it was read from, when the walk did not know it
+    # the token_sink_dir (as recorded) it was read from, when the walk did not know it
+    read_sink: str | None = None
     # files of it that could not be read for a reason a later read may not meet (jsonfile's
     # `watching_reads`): the next ingest tries them again (fingerprint.with_failed_reads)
     failed_reads: tuple[str, ...] = ()
@@ -377,13 +378,14 @@ def _collection(task: TrialTask, agent: dict[str, Any] | None, problems: Problem
 
 
 def _unwatched_sink(task: TrialTask, collection: Collection) -> str | None:
-    """The sink dir a pi-bridge trial is read from when its fingerprint does not watch it (its
-    job's config.json names no agent of that sink dir: only its result.json did)."""
+    """The token_sink_dir (as its agent records it) of a pi-bridge trial's sinks when its
+    fingerprint does not watch them (its job's config.json names no agent of that sink dir:
+    only its result.json did); the next fingerprint resolves it again (`with_read_sink`)."""
     sink = collection.sink
     watched = [task.collection.sink, *task.job.agent_sinks]
     if sink is None or any(w is not None and w.path == sink.path for w in watched):
         return None
-    return sink.path
+    return collection.token_sink_dir
 
 
 def _sink_file(collection: Collection, trial_dir: Path) -> Path | None:

@@ -170,11 +170,19 @@ def with_named(fingerprint: str, tokens: list[str]) -> str:
 
 
 def with_read_sink(fingerprint: str, candidate: Candidate | TrialTask, read_sink: str) -> str:
-    """A trial's fingerprint that also watches its sink in `read_sink`: the dir of the agent its
-    result.json names, which its job's config.json did not (it names no agents, or not this
-    one), so the walk could not watch it (the catalog keeps it: CatalogEntry.read_sink)."""
+    """A trial's fingerprint that also watches its sink as `read_sink` finds it: the
+    token_sink_dir, as recorded, of the agent its result.json names, which its job's config.json
+    did not (it names no agents, or not this one), so the walk could not watch it (the catalog
+    keeps it: CatalogEntry.read_sink). Resolved again each time, as the read resolves it (the
+    `--sink-root` remaps, the nearest ancestor where a relative dir exists): where the sinks
+    are is watched, not only the file the last read found."""
+    from wmo_lake.collection import resolve_sink_dir
+
+    job = candidate.job
+    sink = resolve_sink_dir(read_sink, job.path, job.sink_roots)
     name = os.path.basename(str(candidate.path))
-    return _digest([fingerprint, f"sink={_stat_token(os.path.join(read_sink, f'{name}.jsonl'))}"])
+    file = _stat_token(os.path.join(sink.path, f"{name}.jsonl"))
+    return _digest([fingerprint, f"read_sink={sink.path}:{sink.exists:d}", f"sink={file}"])
 
 
 def job_fingerprint(job: Job) -> str:
