@@ -1111,3 +1111,43 @@ def test_a_dry_run_counts_no_job_dir_of_a_copy_it_would_not_read(
     done = ingest([copy_job / "t__0"], tmp_path / "lake", workers=1)
     assert reads == {"trial": 0, "job": 0} and not done.committed
     assert dry.would_read == 0, dry.line()
+
+
+def test_a_dry_run_with_prune_counts_the_job_dir_of_a_copy_it_reads_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Trial dirs as PATHs, the second a copy (a duplicate) in a job dir of its own: once the
+    first is gone, `--prune` reads the copy back and, its trial now, the copy's job dir, which
+    no other count holds: the dry run said it would read 1 of the 2."""
+    step = tmp_path / "runs" / "exp" / "harbor" / "step-0001"
+    original = write_job(step / "job")
+    write_trial(original, "t__0", trial_id="trial-0")
+    copy = write_job(step / "job-copy")
+    shutil.copytree(original / "t__0", copy / "t__0")
+    paths = [original / "t__0", copy / "t__0"]
+    ingest(paths, tmp_path / "lake", workers=1)
+    shutil.rmtree(original / "t__0")
+    dry = ingest(paths, tmp_path / "lake", workers=1, dry_run=True, prune=True)
+    reads = _counting_reads(monkeypatch)
+    ingest(paths, tmp_path / "lake", workers=1, prune=True)
+    assert reads == {"trial": 1, "job": 1}
+    assert dry.would_read == 2, dry.line()
+
+
+@pytest.mark.parametrize(
+    ("cwd", "path"), [("t__0", "."), ("t__0/agent", ".."), ("t__0", "../t__0/.")]
+)
+def test_a_trial_dir_given_as_dot_or_dot_dot_is_read_in_its_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cwd: str, path: str
+) -> None:
+    """`wmo-lake ingest .` inside a trial dir took the trial dir for its own job (pathlib's
+    parent of '.' is '.'): another batch, and its result.json read as a job's."""
+    runs = _tree(tmp_path, n_trials=1)
+    job_dir = runs / "exp" / "harbor" / "step-0001" / "job"
+    monkeypatch.chdir(job_dir / cwd)
+    ingest([Path(path)], tmp_path / "lake", workers=1)
+    query = "SELECT batch, job_key FROM trials"
+    expected = [("exp/harbor/step-0001/job", f"job:{os.path.realpath(job_dir)}")]
+    assert connect(tmp_path / "lake").execute(query).fetchall() == expected
+    again = ingest([job_dir / "t__0"], tmp_path / "lake", workers=1)
+    assert not again.committed, again.line()

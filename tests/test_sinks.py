@@ -493,6 +493,34 @@ def test_where_the_sink_only_a_trials_result_names_is_found_again_by_each_ingest
     )
 
 
+def test_a_sink_recorded_otherwise_than_the_watched_one_is_watched_as_recorded(
+    tmp_path: Path,
+) -> None:
+    """The trial's agent records another token_sink_dir than the job's pi bridge, which
+    `--sink-root` maps to the same dir today: watched through the job's record only, dropping
+    the remap moved the trial's sinks and the lake said "nothing changed"."""
+    new = tmp_path / "new" / "step-0001"
+    job = write_job(tmp_path / "runs" / "exp" / "harbor" / "step-0001" / "job")
+    trial_agent = json.loads(json.dumps(add_agent(job, "pi", token_sink_dir=str(new))))
+    trial_agent["kwargs"]["token_sink_dir"] = "/nonexistent/old/step-0001"
+    write_trial(job, "pi__1", agent=trial_agent)
+    (job / "pi__1" / "config.json").unlink()
+    write_sink(new, "pi__1", RECORDED)
+    remap = ["--sink-root", f"/nonexistent/old={tmp_path / 'new'}"]
+
+    def run(lake: Path, *options: str) -> Result:
+        args = ["ingest", str(tmp_path / "runs"), "--lake", str(lake), *options]
+        return CliRunner().invoke(cli, args)
+
+    run(tmp_path / "lake", *remap)
+    assert "nothing changed" in run(tmp_path / "lake", *remap).output
+    assert "nothing changed" not in run(tmp_path / "lake").output
+    run(tmp_path / "fresh")
+    query = "SELECT spans_status, n_spans FROM trials"
+    assert connect(tmp_path / "lake").execute(query).fetchall() == [("sink_dir_missing", 0)]
+    assert connect(tmp_path / "fresh").execute(query).fetchall() == [("sink_dir_missing", 0)]
+
+
 def test_editing_the_sink_of_a_trial_in_a_job_dir_that_lost_its_config_reingests_it(
     tmp_path: Path,
 ) -> None:

@@ -327,6 +327,8 @@ def _not_utf8_name(path: str) -> WalkProblem:
 def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
     """Every trial candidate and job dir under `root` (root itself included), depth-first, in
     name order."""
+    if root.name in ("", ".."):  # '.', '..', 'a/..': pathlib's parent of these is not theirs
+        root = Path(os.path.abspath(root))
     found = Discovery()
     # Keyed by a dir's path as a string (scandir's, or the root's normalized one): the walk meets
     # every trial dir, and pathlib's parsing and hashing cost more than reading its config.json.

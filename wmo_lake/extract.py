@@ -381,9 +381,8 @@ def _unwatched_sink(task: TrialTask, collection: Collection) -> str | None:
     """The token_sink_dir (as its agent records it) of a pi-bridge trial's sinks when its
     fingerprint does not watch them (its job's config.json names no agent of that sink dir:
     only its result.json did); the next fingerprint resolves it again (`with_read_sink`)."""
-    sink = collection.sink
-    watched = [task.collection.sink, *task.job.agent_sinks]
-    if sink is None or any(w is not None and w.path == sink.path for w in watched):
+    # (by the dir as recorded: two records that resolve to one dir today may not tomorrow)
+    if collection.sink is None or collection.token_sink_dir == task.collection.token_sink_dir:
         return None
     return collection.token_sink_dir
 

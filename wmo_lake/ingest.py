@@ -231,10 +231,12 @@ def ingest(
             update.summary.dry_run = True
             # (the jobs of the dirs it would read too, also those a PATH below a job dir
             # reaches; an unchanged trial's job is among update.jobs already)
+            shadows = update.shadows_to_read(candidates)
             jobs = update.jobs | {task.job.real: task.job for task in tasks}
+            jobs |= {(job := candidates[entry.source][0].job).real: job for entry in shadows}
             update.summary.would_read = (
                 len(tasks)
-                + len(update.shadows_to_read(candidates))
+                + len(shadows)
                 + sum(update.job_would_change(job) for job in jobs.values())
             )
             update.summary.may_also_read = update.shadows_of_changed(tasks, candidates)

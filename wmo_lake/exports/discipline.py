@@ -684,8 +684,8 @@ def nothing_in_scope(request: Request, con: duckdb.DuckDBPyConnection) -> str:
         )
         return (
             f"{which} hold no trial of their own: empty job dirs, trial dirs whose result.json "
-            "could not be read, or copies of trials the lake holds from another dir (problems "
-            f"kind 'duplicate_trial'); {stats} lists them, with their unreadable trials"
+            "could not be read, or copies of trials the lake holds from another dir; "
+            f"{stats} lists them, with their unreadable trials"
         )
     if not given:
         return f"the lake has no batches yet: {request.command('ingest', 'RUNS')} reads some"
