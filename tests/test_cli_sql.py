@@ -1223,3 +1223,37 @@ def test_ctrl_c_while_the_no_fifo_fallback_passes_its_file_on_stops_it(
     written = len(stream.getvalue())
     assert not any(t.name == "wmo-lake-stdout-relay" for t in threading.enumerate())
     assert len(stream.getvalue()) == written
+
+
+def test_columns_whose_names_differ_only_in_case_keep_their_own_values(
+    lake: Path, tmp_path: Path
+) -> None:
+    """DuckDB's names are case-insensitive: a projection of `N` and `n` by name read the first
+    column twice, so table, json and jsonl printed N's value under n's name. Every format now
+    has DuckDB's own distinct names (N, n_1), each with its own values, as two columns of one
+    name have."""
+    query = "SELECT 13 AS N, 6 AS n, 7::DOUBLE AS x, 8::DOUBLE AS X"
+    expected = {"N": 13, "n_1": 6, "x": 7.0, "X_1": 8.0}
+    for fmt in ("json", "jsonl"):
+        text = _sql(lake, query, "--format", fmt).stdout
+        (row,) = json.loads(text) if fmt == "json" else [json.loads(text)]
+        assert row == expected, fmt
+    (header, values) = list(csv.reader(io.StringIO(_sql(lake, query, "--format", "csv").stdout)))
+    assert dict(zip(header, map(float, values), strict=True)) == expected
+    table = _sql(lake, query, "--format", "table").stdout.splitlines()
+    assert table[0].split() == list(expected) and table[2].split() == [
+        "13",
+        "6",
+        "7.0",
+        "8.0",
+    ]
+    out = tmp_path / "case.parquet"
+    assert _sql(lake, query, "--output", str(out)).exit_code == 0
+    assert pq.read_table(out).to_pylist() == [expected]
+
+
+def test_the_api_keeps_columns_whose_names_differ_only_in_case(lake: Path) -> None:
+    import wmo_lake as wl
+
+    frame = wl.query(lake, "SELECT 5::UHUGEINT AS U, 7::UHUGEINT AS u, 9 AS v, 3 AS V")
+    assert [int(value) for value in frame.row(0)] == [5, 7, 9, 3]

@@ -274,7 +274,7 @@ def _polars(result: duckdb.DuckDBPyRelation) -> pl.DataFrame:
     to Arrow as a signed 128-bit value: 2^128 - 1 came out -1) as Decimal(38, 0), exact or an
     error past 10^38. (Times keep the connection's zone name, 'Etc/UTC' or 'UTC': the frame's
     dtype is the one `wl.connect(...).sql(...).pl()` gives on the same machine.)"""
-    from wmo_lake.output import _quote
+    from wmo_lake.output import _quote, distinct_names
 
     kinds = [str(kind).upper() for kind in result.types]
     intervals = [
@@ -287,6 +287,7 @@ def _polars(result: duckdb.DuckDBPyRelation) -> pl.DataFrame:
             "both times and subtract them in polars"
         )
     if "UHUGEINT" in kinds:
+        result = distinct_names(result)  # (a projection by name reads N and n as one)
         result = result.project(
             ", ".join(
                 f"{_quote(name)}::DECIMAL(38, 0) AS {_quote(name)}"

@@ -88,6 +88,16 @@ def rows_as_dicts(relation: duckdb.DuckDBPyRelation) -> list[dict[str, Any]]:
     return [dict(zip(names, (_plain(v) for v in row), strict=True)) for row in relation.fetchall()]
 
 
+def distinct_names(relation: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
+    """The relation with no two columns whose names DuckDB reads as one. Two columns of one
+    name (`a.trials, b.trials`), or of names that differ only in case (`N`, `n`: DuckDB's names
+    are case-insensitive): a projection that names its columns reads the first one twice. `*`
+    gives them DuckDB's own distinct names (trials, trials_1), the ones its COPY writes."""
+    if len({name.lower() for name in relation.columns}) < len(relation.columns):
+        return relation.project("*")
+    return relation
+
+
 def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -319,11 +329,7 @@ def write_result(
         raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if fmt == "parquet" and output is None:
         raise ValueError("--format parquet needs --output FILE.parquet")
-    if len(set(relation.columns)) < len(relation.columns):
-        # Two columns of one name (`a.trials, b.trials`): every projection below names its
-        # columns, and a name read twice is the first column twice. `*` gives them DuckDB's
-        # own distinct names (trials, trials_1), the ones its COPY writes.
-        relation = relation.project("*")
+    relation = distinct_names(relation)
     if limit is not None:
         relation = relation.limit(limit)
     if fmt == "table":
