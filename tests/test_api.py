@@ -183,10 +183,33 @@ def test_a_query_that_would_write_a_file_is_refused(lake: Path) -> None:
 
 def test_an_interval_is_a_clear_error_that_says_what_to_query(lake: Path) -> None:
     """`finished_at - started_at` raised polars' ComputeError about Arrow's interval type."""
-    with pytest.raises(ValueError, match=r"column 'took' is an INTERVAL.*epoch\(finished_at"):
+    with pytest.raises(
+        ValueError, match=r"column 'took' is or holds an INTERVAL.*epoch\(finished_at"
+    ):
         wl.query(lake, "SELECT finished_at - started_at AS took FROM trials")
     seconds = wl.query(lake, "SELECT epoch(finished_at - started_at) AS took FROM trials")
     assert seconds["took"].dtype == pl.Float64 and seconds.height > 0
+
+
+@pytest.mark.parametrize(
+    ("select", "kind"),
+    [
+        ("SELECT list(finished_at - started_at) AS v FROM trials", "INTERVAL"),
+        ("SELECT {'took': finished_at - started_at} AS v FROM trials", "INTERVAL"),
+        ("SELECT '0101'::BIT AS v", "BIT"),
+        ("SELECT '12:00:00+05:30'::TIMETZ AS v", "TIME WITH TIME ZONE"),
+        ("SELECT [123456789012345678901234567890123::BIGNUM] AS v", "BIGNUM"),
+        ("SELECT union_value(k := 2) AS v", "UNION"),
+    ],
+)
+def test_a_value_polars_would_get_changed_is_a_clear_error(
+    lake: Path, select: str, kind: str
+) -> None:
+    """An INTERVAL in a list or struct ended in a Rust panic (not an Exception), and a BIT, a
+    TIMETZ or a BIGNUM reached polars changed (bytes; the offset dropped) without a word."""
+    with pytest.raises(ValueError, match=rf"column 'v' is or holds an? {kind}"):
+        wl.query(lake, select)
+    assert wl.query(lake, "SELECT {'interval': 1} AS v")["v"].to_list() == [{"interval": 1}]
 
 
 def test_values_reach_polars_unchanged(lake: Path) -> None:

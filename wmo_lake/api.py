@@ -269,23 +269,38 @@ def _query(
         con.close()
 
 
+# DuckDB types whose values polars would get changed, or not at all, and how.
+CHANGED_ON_THE_WAY = {
+    "bit": "as DuckDB's internal bytes",
+    "bignum": "as DuckDB's internal bytes",
+    "time with time zone": "without its UTC offset",
+    "union": "polars reads no union",
+}
+
+
 def _polars(result: duckdb.DuckDBPyRelation) -> pl.DataFrame:
     """The result as polars, with no value changed on the way: a UHUGEINT (which DuckDB hands
     to Arrow as a signed 128-bit value: 2^128 - 1 came out -1) as Decimal(38, 0), exact or an
     error past 10^38. (Times keep the connection's zone name, 'Etc/UTC' or 'UTC': the frame's
     dtype is the one `wl.connect(...).sql(...).pl()` gives on the same machine.)"""
-    from wmo_lake.output import _quote, distinct_names
+    from wmo_lake.output import _quote, distinct_names, type_ids
 
     kinds = [str(kind).upper() for kind in result.types]
-    intervals = [
-        name for name, kind in zip(result.columns, kinds, strict=True) if kind == "INTERVAL"
-    ]
-    if intervals:  # (polars cannot read Arrow's month-day-nano interval; a month has no length)
-        raise ValueError(
-            f"query(): column {intervals[0]!r} is an INTERVAL, which polars cannot hold; give it "
-            "as a number in the SQL: epoch(finished_at - started_at) is its seconds, or keep "
-            "both times and subtract them in polars"
-        )
+    for name, kind in zip(result.columns, result.types, strict=True):
+        held = type_ids(kind)
+        if "interval" in held:  # (polars cannot read Arrow's month-day-nano interval)
+            raise ValueError(
+                f"query(): column {name!r} is or holds an INTERVAL, which polars cannot hold; "
+                "give it as a number in the SQL: epoch(finished_at - started_at) is its "
+                "seconds, or keep both times and subtract them in polars"
+            )
+        changed = sorted(held & CHANGED_ON_THE_WAY.keys())
+        if changed:
+            raise ValueError(
+                f"query(): column {name!r} is or holds a {changed[0].upper()}, which would reach "
+                f"polars changed ({CHANGED_ON_THE_WAY[changed[0]]}); cast it to VARCHAR in the "
+                "SQL"
+            )
     if "UHUGEINT" in kinds:
         result = distinct_names(result)  # (a projection by name reads N and n as one)
         result = result.project(

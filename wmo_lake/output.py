@@ -51,6 +51,7 @@ NUMERIC_TYPES = {
     "float",
     "double",
     "decimal",
+    "bignum",
 }
 
 
@@ -141,6 +142,18 @@ def _as_finite(relation: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
     return relation.project(", ".join(columns))
 
 
+def type_ids(kind: Any) -> set[str]:
+    """The type ids of a DuckDB type and of every type nested in it (lists, structs, maps,
+    unions), by the types themselves (a struct field named `interval` is no INTERVAL)."""
+    own = _type_id(kind)
+    children = getattr(kind, "children", None) if own in NESTED_TYPES else None
+    found = {own}
+    for _, child in children or ():
+        if not isinstance(child, int):
+            found |= type_ids(child)
+    return found
+
+
 def _holds_float(kind: Any) -> bool:
     if _type_id(kind) in ("float", "double"):
         return True
@@ -167,9 +180,9 @@ def _finite(value: str, kind: Any, depth: int = 0) -> str:
             fields.append(f"{_quote(name)} := {_finite(field, sub, depth)}")
         return f"CASE WHEN {value} IS NOT NULL THEN struct_pack({', '.join(fields)}) END"
     if t == "map":
-        key = _finite(f"{item}.key", children["key"], inner)
+        # (a key stays: JSON writes it as text, "-inf" too, and a map refuses a NULL key)
         mapped = _finite(f"{item}.value", children["value"], inner)
-        entry = f"struct_pack(key := {key}, value := {mapped})"
+        entry = f"struct_pack(key := {item}.key, value := {mapped})"
         return f"map_from_entries(list_transform(map_entries({value}), lambda {item}: {entry}))"
     return value  # (a union: left as DuckDB writes it)
 
