@@ -200,6 +200,7 @@ def test_an_interval_is_a_clear_error_that_says_what_to_query(lake: Path) -> Non
         ("SELECT '12:00:00+05:30'::TIMETZ AS v", "TIME WITH TIME ZONE"),
         ("SELECT [123456789012345678901234567890123::BIGNUM] AS v", "BIGNUM"),
         ("SELECT union_value(k := 2) AS v", "UNION"),
+        ("SELECT [42::VARIANT] AS v", "VARIANT"),
     ],
 )
 def test_a_value_polars_would_get_changed_is_a_clear_error(

@@ -1135,19 +1135,45 @@ def test_a_dry_run_with_prune_counts_the_job_dir_of_a_copy_it_reads_back(
 
 
 @pytest.mark.parametrize(
-    ("cwd", "path"), [("t__0", "."), ("t__0/agent", ".."), ("t__0", "../t__0/.")]
+    ("cwd", "path"),
+    [("t__0", "."), ("t__0/agent", ".."), ("elsewhere", "alink/.."), ("elsewhere", "tlink")],
 )
 def test_a_trial_dir_given_as_dot_or_dot_dot_is_read_in_its_job(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cwd: str, path: str
 ) -> None:
     """`wmo-lake ingest .` inside a trial dir took the trial dir for its own job (pathlib's
-    parent of '.' is '.'): another batch, and its result.json read as a job's."""
+    parent of '.' is '.'): another batch, and its result.json read as a job's. A link to the
+    trial's agent/ then '..' is the trial dir (as the OS reads it, not the link's dir), and a
+    link to the trial dir is in the trial's job, not in the link's dir."""
     runs = _tree(tmp_path, n_trials=1)
     job_dir = runs / "exp" / "harbor" / "step-0001" / "job"
-    monkeypatch.chdir(job_dir / cwd)
+    elsewhere = tmp_path / "elsewhere"
+    write_trial(write_job(elsewhere / "other-job"), "x__9")  # (what a text '..' would reach)
+    (elsewhere / "alink").symlink_to(job_dir / "t__0" / "agent")
+    (elsewhere / "tlink").symlink_to(job_dir / "t__0")
+    monkeypatch.chdir(elsewhere if cwd == "elsewhere" else job_dir / cwd)
     ingest([Path(path)], tmp_path / "lake", workers=1)
     query = "SELECT batch, job_key FROM trials"
     expected = [("exp/harbor/step-0001/job", f"job:{os.path.realpath(job_dir)}")]
     assert connect(tmp_path / "lake").execute(query).fetchall() == expected
     again = ingest([job_dir / "t__0"], tmp_path / "lake", workers=1)
     assert not again.committed, again.line()
+
+
+def test_a_plain_ingest_says_the_trial_dirs_gone_that_it_keeps(tmp_path: Path) -> None:
+    """harbor's job resume deletes a trial dir it runs again: a plain ingest keeps the lake's
+    rows of the gone dir (--prune is opt-in), so the batch counted one trial more than is on
+    disk without a word; the line now says how many such dirs it kept."""
+    runs = _tree(tmp_path, n_trials=3)
+    job_dir = runs / "exp" / "harbor" / "step-0001" / "job"
+    shutil.copytree(job_dir / "t__2", job_dir / "t__3")  # (a dir whose result.json is unreadable)
+    (job_dir / "t__3" / "result.json").unlink()
+    ingest([runs], tmp_path / "lake", workers=1)
+    shutil.rmtree(job_dir / "t__1")
+    shutil.rmtree(job_dir / "t__3")
+    kept = ingest([runs], tmp_path / "lake", workers=1)
+    assert kept.gone_kept == 2, kept.line()
+    assert "2 gone from disk but kept: --prune drops them" in kept.line()
+    pruned = ingest([runs], tmp_path / "lake", workers=1, prune=True)
+    assert pruned.pruned_trials == 2 and pruned.gone_kept == 0, pruned.line()
+    assert "gone from disk" not in ingest([runs], tmp_path / "lake", workers=1).line()

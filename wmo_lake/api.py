@@ -275,6 +275,7 @@ CHANGED_ON_THE_WAY = {
     "bignum": "as DuckDB's internal bytes",
     "time with time zone": "without its UTC offset",
     "union": "polars reads no union",
+    "variant": "as Parquet Variant bytes, which polars does not decode",
 }
 
 

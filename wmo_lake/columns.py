@@ -43,7 +43,7 @@ MAP_STRING_STRING = "map<string, string>"
 
 # Bump for a change of extraction the specs do not show (a fixed bug, a new reading of a field):
 # the extract version is this and the specs' digest.
-EXTRACT_LOGIC_VERSION = "18"  # 2: trajectories / steps / tool_calls; 3: collection paths;
+EXTRACT_LOGIC_VERSION = "19"  # 2: trajectories / steps / tool_calls; 3: collection paths;
 # 4: rewards as harbor's TrialResult reads them; a byte-order mark is not JSON; sink lines lax;
 # a CTRF summary count past 64 bits leaves the summary out; n_episodes past 64 bits clamped;
 # 5: a broken trial config.json, a trace that is no object and a time that is none are problems;
@@ -69,6 +69,8 @@ EXTRACT_LOGIC_VERSION = "18"  # 2: trajectories / steps / tool_calls; 3: collect
 # 18: a task_id object's member as harbor reads result.json (JSON mode): a git id and a package
 # with as many fields given is the git id; a continuation of a name no rule watches is watched
 # (the catalog keeps the names a read's chain met)
+# 19: a trial's sinks that only its result.json names are watched as its agent records them
+# (CatalogEntry.read_sink: the recorded token_sink_dir, resolved again by each fingerprint)
 
 
 @dataclass(frozen=True)

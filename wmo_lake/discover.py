@@ -327,8 +327,10 @@ def _not_utf8_name(path: str) -> WalkProblem:
 def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
     """Every trial candidate and job dir under `root` (root itself included), depth-first, in
     name order."""
-    if root.name in ("", ".."):  # '.', '..', 'a/..': pathlib's parent of these is not theirs
-        root = Path(os.path.abspath(root))
+    # '.', '..', 'a/..': pathlib's parent of these is not theirs (and 'link/..' is the parent
+    # of the link's target, as the OS reads it: resolved, not collapsed as text)
+    if root.name in ("", ".."):
+        root = Path(os.path.realpath(root))
     found = Discovery()
     # Keyed by a dir's path as a string (scandir's, or the root's normalized one): the walk meets
     # every trial dir, and pathlib's parsing and hashing cost more than reading its config.json.
@@ -472,8 +474,14 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
                 reason = _ALSO_JOB if also_job else _CONFIG if has_config else _RESULT_ONLY
                 reason = _CONFIG_ONLY if reason == _CONFIG and not has_result else reason
                 unsettled[len(found.candidates)] = reason
-            # (the root's job dir was not walked: it is the root's parent)
-            job = job_at(parent) if parent is not None else job_at(str(path.parent), path.parent)
+            # (the root's job dir was not walked: it is the root's parent; a root that is a
+            # link to a trial dir is in the job dir its target is in, not beside the link)
+            if parent is not None:
+                job = job_at(parent)
+            elif path.is_symlink():
+                job = job_at(os.path.dirname(real), Path(os.path.dirname(real)))
+            else:
+                job = job_at(str(path.parent), path.parent)
             config_path = f"{directory}/config.json"
             problem = config_problem(config, config_path) if has_config else None
             agent = config.get("agent") if trial_config and isinstance(config, dict) else None

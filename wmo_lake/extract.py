@@ -99,7 +99,9 @@ def _not_a_trial(
             else:  # (in a job dir, where harbor puts only trial dirs)
                 why = "no readable result.json and no config.json"
             advice = (
-                "If the trial is still running, re-ingest after it finishes; otherwise re-run it"
+                "If the trial is still running, re-ingest after it finishes; otherwise re-run it "
+                "(a dir removed since, as harbor's job resume removes one, is dropped by "
+                "`wmo-lake ingest --prune`)"
             )
         # (rows the reading logged before it gave up, a lone surrogate, are causes too: one row)
         causes = [f"{row['kind']}: {row['message']}" for row in problems.rows]

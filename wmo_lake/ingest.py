@@ -93,6 +93,9 @@ class IngestSummary:
     # dir no longer hold it once read (which only its read can tell)
     may_also_read: int = 0
     paths_without_trials: list[str] = field(default_factory=list)  # PATHs that held no trial dir
+    # without --prune: trial dirs (and unreadable ones) of the steps walked that the lake holds
+    # under these PATHs and the walk no longer finds (harbor's resume deletes some): kept
+    gone_kept: int = 0
 
     def line(self) -> str:
         trials = self.trials_new + self.trials_replaced + self.trials_unchanged
@@ -114,6 +117,8 @@ class IngestSummary:
             if self.pruned_trials or self.pruned_jobs
             else ""
         )
+        if self.gone_kept:
+            pruned += f", {self.gone_kept} gone from disk but kept: --prune drops them"
         return (
             f"{trials} trials ({self.trials_new} new, {self.trials_replaced} replaced, "
             f"{self.trials_unchanged} unchanged{pruned}) in {self.jobs} jobs, "
@@ -226,6 +231,14 @@ def ingest(
             # lake would keep it while the summary counted none.
             walks = {source: e for source, e in update.catalog.items() if e.kind == WALK}
             gone = gone_entries(walks, paths, set(), set(), found_walks)
+            # The trials it holds from these PATHs' steps whose dirs are gone (harbor's resume
+            # deletes a trial it runs again): kept, as --prune is opt-in, and said.
+            held = {
+                source: entry
+                for source, entry in update.catalog.items()
+                if (entry.kind == TRIAL and entry.unit_key) or entry.kind == UNREADABLE
+            }
+            update.summary.gone_kept = len(gone_entries(held, paths, set(candidates), set(), set()))
         update.prune(gone, dry_run=dry_run)
         if dry_run:
             update.summary.dry_run = True
