@@ -1174,6 +1174,60 @@ def test_a_plain_ingest_says_the_trial_dirs_gone_that_it_keeps(tmp_path: Path) -
     kept = ingest([runs], tmp_path / "lake", workers=1)
     assert kept.gone_kept == 2, kept.line()
     assert "2 gone from disk but kept: --prune drops them" in kept.line()
+    dry = ingest([runs], tmp_path / "lake", workers=1, dry_run=True)
+    assert "2 trial dirs are gone from disk but kept without --prune" in dry.line()
     pruned = ingest([runs], tmp_path / "lake", workers=1, prune=True)
     assert pruned.pruned_trials == 2 and pruned.gone_kept == 0, pruned.line()
     assert "gone from disk" not in ingest([runs], tmp_path / "lake", workers=1).line()
+    # a dir moved under the PATHs is read where it is now and its old entry dropped: none kept
+    (job_dir / "t__0").rename(job_dir / "t__0-moved")
+    moved = ingest([runs], tmp_path / "lake", workers=1)
+    assert moved.trials_replaced == 1 and moved.gone_kept == 0, moved.line()
+
+
+@pytest.mark.parametrize("path", ["runs/exp/harbor/step-0001/job/..", "tlink"])
+def test_a_path_through_a_linked_step_dir_keeps_the_step_s_labels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """A step dir that is a link (the growth bench makes one): `job/..` resolved as a whole
+    path lost the `<run>/harbor/step-N` its labels are read from, and a link to a trial dir in
+    it too, so the step's trials moved to batch `job` (run and step NULL)."""
+    job = write_job(tmp_path / "scratch" / "s1" / "job")
+    write_trial(job, "t__0", trial_id="id-0")
+    (tmp_path / "runs" / "exp" / "harbor").mkdir(parents=True)
+    (tmp_path / "runs" / "exp" / "harbor" / "step-0001").symlink_to(tmp_path / "scratch" / "s1")
+    (tmp_path / "tlink").symlink_to(
+        tmp_path / "runs" / "exp" / "harbor" / "step-0001" / "job" / "t__0"
+    )
+    monkeypatch.chdir(tmp_path)
+    ingest([Path("runs")], tmp_path / "lake", workers=1)
+    again = ingest([Path(path)], tmp_path / "lake", workers=1)
+    assert not again.committed, again.line()
+    query = "SELECT batch, run, step FROM trials"
+    assert connect(tmp_path / "lake").execute(query).fetchall() == [
+        ("exp/harbor/step-0001/job", "exp", 1)
+    ]
+
+
+def test_trials_under_a_job_dir_that_cannot_be_searched_are_not_said_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job dir that cannot be listed or searched (chmod 000) hides its trials from the walk,
+    which says so; they are on disk, so the line must not call them gone (nor point at
+    --prune for them)."""
+    runs = _tree(tmp_path, n_trials=2)
+    other = write_job(runs / "exp" / "harbor" / "step-0001" / "job2")
+    write_trial(other, "u__0", trial_id="u-0")
+    ingest([runs], tmp_path / "lake", workers=1)
+    job_dir = runs / "exp" / "harbor" / "step-0001" / "job"
+    monkeypatch.setattr(os, "scandir", _refused(os.scandir, job_dir))
+    real_lstat = os.lstat
+
+    def lstat(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if os.fspath(path).startswith(f"{job_dir}/"):  # (no search permission on job/)
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        return real_lstat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "lstat", lstat)
+    hidden = ingest([runs], tmp_path / "lake", workers=1)
+    assert hidden.gone_kept == 0 and "gone from disk" not in hidden.line(), hidden.line()

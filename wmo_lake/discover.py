@@ -324,13 +324,45 @@ def _not_utf8_name(path: str) -> WalkProblem:
     )
 
 
+_MAX_LINKS = 40  # (the kernel's own limit on links followed in one lookup)
+
+
+def as_the_os_reads(path: str, links: int = 0) -> str:
+    """`path` absolute, its '..' as the OS reads it ('link/..' is the parent of the link's
+    target, not the dir the link is in), every other link kept as spelled: a job's labels are
+    read from the path (`<run>/harbor/step-N/`), which a link to a step dir elsewhere keeps."""
+    current = os.sep if os.path.isabs(path) else os.getcwd()
+    for part in path.split(os.sep):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if os.path.islink(current):
+                current = _link_target(current, links)
+            current = os.path.dirname(current)
+        else:
+            current = os.path.join(current, part)
+    return current
+
+
+def _link_target(link: str, links: int = 0) -> str:
+    """The path a link names, read as the OS reads it (`as_the_os_reads`); the resolved path
+    past too many links, or when one cannot be read."""
+    try:
+        if links >= _MAX_LINKS:
+            raise OSError("too many links")
+        target = os.readlink(link)
+    except OSError:
+        return os.path.realpath(link)
+    resolved = as_the_os_reads(os.path.join(os.path.dirname(link), target), links + 1)
+    return _link_target(resolved, links + 1) if os.path.islink(resolved) else resolved
+
+
 def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
     """Every trial candidate and job dir under `root` (root itself included), depth-first, in
     name order."""
-    # '.', '..', 'a/..': pathlib's parent of these is not theirs (and 'link/..' is the parent
-    # of the link's target, as the OS reads it: resolved, not collapsed as text)
+    # '.', '..', 'a/..': pathlib's parent of these is not theirs
     if root.name in ("", ".."):
-        root = Path(os.path.realpath(root))
+        root = Path(as_the_os_reads(str(root)))
     found = Discovery()
     # Keyed by a dir's path as a string (scandir's, or the root's normalized one): the walk meets
     # every trial dir, and pathlib's parsing and hashing cost more than reading its config.json.
@@ -479,7 +511,8 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
             if parent is not None:
                 job = job_at(parent)
             elif path.is_symlink():
-                job = job_at(os.path.dirname(real), Path(os.path.dirname(real)))
+                target = os.path.dirname(_link_target(str(path)))
+                job = job_at(target, Path(target))
             else:
                 job = job_at(str(path.parent), path.parent)
             config_path = f"{directory}/config.json"

@@ -106,11 +106,16 @@ class IngestSummary:
                 if self.may_also_read
                 else ""
             )
+            kept = (
+                f"; {self.gone_kept} trial dirs are gone from disk but kept without --prune"
+                if self.gone_kept
+                else ""
+            )
             return (
                 f"dry run: would read {self.would_read} changed or new dirs{also} and prune "
                 f"{self.pruned_trials} trials{self._and_jobs()} whose dirs are gone from "
                 f"{self.lake} "
-                f"(generation {self.generation}); nothing changed"
+                f"(generation {self.generation}){kept}; nothing changed"
             )
         pruned = (
             f", {self.pruned_trials} pruned{self._and_jobs()}"
@@ -231,17 +236,11 @@ def ingest(
             # lake would keep it while the summary counted none.
             walks = {source: e for source, e in update.catalog.items() if e.kind == WALK}
             gone = gone_entries(walks, paths, set(), set(), found_walks)
-            # The trials it holds from these PATHs' steps whose dirs are gone (harbor's resume
-            # deletes a trial it runs again): kept, as --prune is opt-in, and said.
-            held = {
-                source: entry
-                for source, entry in update.catalog.items()
-                if (entry.kind == TRIAL and entry.unit_key) or entry.kind == UNREADABLE
-            }
-            update.summary.gone_kept = len(gone_entries(held, paths, set(candidates), set(), set()))
         update.prune(gone, dry_run=dry_run)
         if dry_run:
             update.summary.dry_run = True
+            if not prune:  # (a moved dir counts here: only its read would drop its old entry)
+                update.summary.gone_kept = update.gone_kept(paths)
             # (the jobs of the dirs it would read too, also those a PATH below a job dir
             # reaches; an unchanged trial's job is among update.jobs already)
             shadows = update.shadows_to_read(candidates)
@@ -307,6 +306,8 @@ def ingest(
             for job, fingerprint in changed.values():
                 update.read_job(job, fingerprint)
             update.restore_lost_trials(candidates)
+            if not prune:
+                update.summary.gone_kept = update.gone_kept(paths)
             for job in update.jobs.values():  # (jobs of trials the walk found no job dir for)
                 if job.real not in checked:
                     update.add_job(job)
@@ -365,6 +366,17 @@ def ingest(
         store.clear_staging()
     update.summary.seconds = time.perf_counter() - started
     return update.summary
+
+
+def _gone(path: str) -> bool:
+    """Whether nothing is at `path` (not: whether it cannot be looked up)."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def _problems_held(entry: CatalogEntry) -> int:
@@ -636,6 +648,21 @@ class LakeUpdate:
             entry.source in candidates and entry.source not in reading
             for entry in shadows_of(self.catalog.values(), held)
         )
+
+    def gone_kept(self, paths: list[Path]) -> int:
+        """The trial dirs (and unreadable ones) under `paths` of the partitions loaded whose
+        trials the lake keeps though the dirs are gone (harbor's job resume deletes a trial dir
+        it runs again): --prune drops them. A dir that cannot be looked up (a parent that cannot
+        be searched) is not known to be gone."""
+        from wmo_lake.tidy import gone_entries
+
+        held = {
+            source: entry
+            for source, entry in self.catalog.items()
+            if ((entry.kind == TRIAL and entry.unit_key) or entry.kind == UNREADABLE)
+            and _gone(source)
+        }
+        return len(gone_entries(held, paths, set(), set(), set()))
 
     def restore_lost_trials(self, candidates: dict[str, tuple[Candidate, str | None]]) -> None:
         """The trials whose rows this ingest removed (their dir is pruned, or holds another
