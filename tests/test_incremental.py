@@ -1175,7 +1175,7 @@ def test_a_plain_ingest_says_the_trial_dirs_gone_that_it_keeps(tmp_path: Path) -
     assert kept.gone_kept == 2, kept.line()
     assert "2 gone from disk but kept: --prune drops them" in kept.line()
     dry = ingest([runs], tmp_path / "lake", workers=1, dry_run=True)
-    assert "2 trial dirs are gone from disk but kept without --prune" in dry.line()
+    assert "2 trial dirs the lake holds are gone (kept without --prune" in dry.line()
     pruned = ingest([runs], tmp_path / "lake", workers=1, prune=True)
     assert pruned.pruned_trials == 2 and pruned.gone_kept == 0, pruned.line()
     assert "gone from disk" not in ingest([runs], tmp_path / "lake", workers=1).line()
@@ -1231,3 +1231,38 @@ def test_trials_under_a_job_dir_that_cannot_be_searched_are_not_said_gone(
     monkeypatch.setattr(os, "lstat", lstat)
     hidden = ingest([runs], tmp_path / "lake", workers=1)
     assert hidden.gone_kept == 0 and "gone from disk" not in hidden.line(), hidden.line()
+
+
+def test_the_gone_count_takes_an_emptied_dir_and_only_the_steps_walked(tmp_path: Path) -> None:
+    """A trial dir left empty holds no trial the walk finds, yet the lake keeps it: counted
+    (an lstat of the dir alone called it on disk). A step deleted whole is no step walked: not
+    counted, also when another change makes the ingest load that step's catalog."""
+    runs = _tree(tmp_path, n_trials=2)
+    step2 = write_job(runs / "exp" / "harbor" / "step-0002" / "job")
+    write_trial(step2, "u__0", trial_id="u-0")
+    ingest([runs], tmp_path / "lake", workers=1)
+    job_dir = runs / "exp" / "harbor" / "step-0001" / "job"
+    for child in (job_dir / "t__0").iterdir():
+        shutil.rmtree(child) if child.is_dir() else child.unlink()
+    shutil.rmtree(runs / "exp" / "harbor" / "step-0002")
+    (job_dir / "t__1" / "result.json").write_text("{")  # (an unrelated change, read again)
+    dry = ingest([runs], tmp_path / "lake", workers=1, dry_run=True)
+    done = ingest([runs], tmp_path / "lake", workers=1)
+    assert (dry.gone_kept, done.gone_kept) == (1, 1), (dry.line(), done.line())
+
+
+def test_a_link_cycle_in_a_path_ends_at_once(tmp_path: Path) -> None:
+    """Each '..' had a budget of its own for the links it follows: a link whose target goes
+    back through itself took ~2^40 steps (the kernel counts the links of one lookup)."""
+    import threading
+
+    from wmo_lake.discover import as_the_os_reads
+
+    (tmp_path / "fan").symlink_to("../" + tmp_path.name + "/fan/../fan")
+    done: list[str] = []
+    worker = threading.Thread(
+        target=lambda: done.append(as_the_os_reads(str(tmp_path / "fan" / ".."))), daemon=True
+    )
+    worker.start()
+    worker.join(timeout=10)
+    assert done, "as_the_os_reads did not return"

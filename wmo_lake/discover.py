@@ -327,10 +327,12 @@ def _not_utf8_name(path: str) -> WalkProblem:
 _MAX_LINKS = 40  # (the kernel's own limit on links followed in one lookup)
 
 
-def as_the_os_reads(path: str, links: int = 0) -> str:
+def as_the_os_reads(path: str, links: list[int] | None = None) -> str:
     """`path` absolute, its '..' as the OS reads it ('link/..' is the parent of the link's
     target, not the dir the link is in), every other link kept as spelled: a job's labels are
-    read from the path (`<run>/harbor/step-N/`), which a link to a step dir elsewhere keeps."""
+    read from the path (`<run>/harbor/step-N/`), which a link to a step dir elsewhere keeps.
+    `links`: the links followed so far in this lookup (the kernel's budget is per lookup)."""
+    links = [0] if links is None else links
     current = os.sep if os.path.isabs(path) else os.getcwd()
     for part in path.split(os.sep):
         if part in ("", "."):
@@ -344,17 +346,19 @@ def as_the_os_reads(path: str, links: int = 0) -> str:
     return current
 
 
-def _link_target(link: str, links: int = 0) -> str:
+def _link_target(link: str, links: list[int] | None = None) -> str:
     """The path a link names, read as the OS reads it (`as_the_os_reads`); the resolved path
-    past too many links, or when one cannot be read."""
+    past too many links in one lookup, or when one cannot be read."""
+    links = [0] if links is None else links
     try:
-        if links >= _MAX_LINKS:
+        links[0] += 1
+        if links[0] > _MAX_LINKS:
             raise OSError("too many links")
         target = os.readlink(link)
     except OSError:
         return os.path.realpath(link)
-    resolved = as_the_os_reads(os.path.join(os.path.dirname(link), target), links + 1)
-    return _link_target(resolved, links + 1) if os.path.islink(resolved) else resolved
+    resolved = as_the_os_reads(os.path.join(os.path.dirname(link), target), links)
+    return _link_target(resolved, links) if os.path.islink(resolved) else resolved
 
 
 def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:

@@ -16,7 +16,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -107,7 +107,8 @@ class IngestSummary:
                 else ""
             )
             kept = (
-                f"; {self.gone_kept} trial dirs are gone from disk but kept without --prune"
+                f"; {self.gone_kept} trial dirs the lake holds are gone (kept without --prune, "
+                "unless the ingest finds them moved under the PATHs)"
                 if self.gone_kept
                 else ""
             )
@@ -240,7 +241,7 @@ def ingest(
         if dry_run:
             update.summary.dry_run = True
             if not prune:  # (a moved dir counts here: only its read would drop its old entry)
-                update.summary.gone_kept = update.gone_kept(paths)
+                update.summary.gone_kept = update.gone_kept(paths, walked, candidates)
             # (the jobs of the dirs it would read too, also those a PATH below a job dir
             # reaches; an unchanged trial's job is among update.jobs already)
             shadows = update.shadows_to_read(candidates)
@@ -307,7 +308,7 @@ def ingest(
                 update.read_job(job, fingerprint)
             update.restore_lost_trials(candidates)
             if not prune:
-                update.summary.gone_kept = update.gone_kept(paths)
+                update.summary.gone_kept = update.gone_kept(paths, walked, candidates)
             for job in update.jobs.values():  # (jobs of trials the walk found no job dir for)
                 if job.real not in checked:
                     update.add_job(job)
@@ -368,15 +369,16 @@ def ingest(
     return update.summary
 
 
-def _gone(path: str) -> bool:
-    """Whether nothing is at `path` (not: whether it cannot be looked up)."""
+def _looked_up(path: str) -> bool:
+    """Whether the OS can say what is at `path`, nothing included (not: a parent dir that
+    cannot be searched)."""
     try:
         os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):
         return True
     except OSError:
         return False
-    return False
+    return True
 
 
 def _problems_held(entry: CatalogEntry) -> int:
@@ -649,20 +651,21 @@ class LakeUpdate:
             for entry in shadows_of(self.catalog.values(), held)
         )
 
-    def gone_kept(self, paths: list[Path]) -> int:
-        """The trial dirs (and unreadable ones) under `paths` of the partitions loaded whose
-        trials the lake keeps though the dirs are gone (harbor's job resume deletes a trial dir
-        it runs again): --prune drops them. A dir that cannot be looked up (a parent that cannot
-        be searched) is not known to be gone."""
+    def gone_kept(self, paths: list[Path], walked: set[str], found: Mapping[str, object]) -> int:
+        """The trial dirs (and unreadable ones) under `paths`, of the partitions `walked`, whose
+        trials the lake keeps though the walk no longer finds them (harbor's job resume deletes
+        a trial dir it runs again; an emptied dir): --prune drops them. A dir that cannot be
+        looked up (under a job dir that cannot be searched) is not known to be gone."""
         from wmo_lake.tidy import gone_entries
 
         held = {
             source: entry
             for source, entry in self.catalog.items()
             if ((entry.kind == TRIAL and entry.unit_key) or entry.kind == UNREADABLE)
-            and _gone(source)
+            and entry.partition in walked
+            and _looked_up(source)
         }
-        return len(gone_entries(held, paths, set(), set(), set()))
+        return len(gone_entries(held, paths, set(found), set(), set()))
 
     def restore_lost_trials(self, candidates: dict[str, tuple[Candidate, str | None]]) -> None:
         """The trials whose rows this ingest removed (their dir is pruned, or holds another
