@@ -245,8 +245,9 @@ def ingest(
             # (the jobs of the dirs it would read too, also those a PATH below a job dir
             # reaches; an unchanged trial's job is among update.jobs already)
             shadows = update.shadows_to_read(candidates)
-            jobs = update.jobs | {task.job.real: task.job for task in tasks}
-            jobs |= {(job := candidates[entry.source][0].job).real: job for entry in shadows}
+            reading = [task.job for task in tasks]
+            reading += [candidates[entry.source][0].job for entry in shadows]
+            jobs = update.jobs | {job.real: job for job in reading}
             update.summary.would_read = (
                 len(tasks)
                 + len(shadows)

@@ -154,19 +154,12 @@ def type_ids(kind: Any) -> set[str]:
     return found
 
 
-def _holds_float(kind: Any) -> bool:
-    if _type_id(kind) in ("float", "double"):
-        return True
-    children = getattr(kind, "children", None) if _type_id(kind) in NESTED_TYPES else None
-    return any(_holds_float(child) for _, child in children or () if not isinstance(child, int))
-
-
 def _finite(value: str, kind: Any, depth: int = 0) -> str:
     """The SQL of `value` (of DuckDB type `kind`) with every non-finite float in it as NULL."""
     t = _type_id(kind)
     if t in ("float", "double"):
         return f"CASE WHEN isfinite({value}) THEN {value} END"
-    if not _holds_float(kind):
+    if not type_ids(kind) & {"float", "double"}:
         return value
     children = dict(kind.children)
     item = f"_v{depth}"  # (a lambda variable per depth: nested lambdas must not shadow)

@@ -216,8 +216,9 @@ def notes_for(
                 for reason, count in row["stop_reason_counts"].items()
                 if reason not in ("submitted", "unknown")
             }
-            if (named_unknown or {}).get(batch):
-                counts["unknown"] = (named_unknown or {})[batch]
+            named = (named_unknown or {}).get(batch)
+            if named:
+                counts["unknown"] = named
             losses = ", ".join(f"{reason} {count}" for reason, count in sorted(counts.items()))
             verifier_part = row.get("verifier_scaffold_loss_rate") or 0.0
             of_which = (

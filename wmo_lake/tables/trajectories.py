@@ -249,11 +249,12 @@ def read_trajectories(
     seen = {MAIN_FILE}
     continuations: list[str] = []
     while ref is not None:
-        if ref not in seen and "/" not in ref and "\\" not in ref and not watched_by_name(ref):
+        elsewhere = "/" in ref or "\\" in ref  # (a name outside agent/ is never followed)
+        if ref not in seen and not elsewhere and not watched_by_name(ref):
             found.named[ref] = named_token(str(agent_dir.parent), ref)
         if ref not in names and unlisted and os.path.isfile(agent_dir / ref):
             names.add(ref)  # (found by name in an unlistable dir)
-        if ref in seen or "/" in ref or "\\" in ref or ref not in names:
+        if ref in seen or elsewhere or ref not in names:
             if ref not in seen:
                 problems.add(
                     "missing_continuation",
