@@ -271,6 +271,35 @@ def test_without_prune_gone_dirs_stay(lake: Path, tmp_path: Path) -> None:
     assert len(_rows(lake, "SELECT * FROM trials")) == 4
 
 
+@pytest.mark.parametrize("hidden", ["runs", "exp/harbor/step-0001", STEP1])
+@pytest.mark.parametrize("dry_run", [False, True], ids=["prune", "dry-run"])
+def test_prune_keeps_what_is_under_a_dir_the_walk_cannot_list(
+    lake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hidden: str, dry_run: bool
+) -> None:
+    """A dir that cannot be listed for a moment (scandir refuses it, as it does a chmod 000 dir
+    for anyone but root) hides its trials; they are not gone: --prune dropped them all (the
+    whole lake, for a PATH that cannot be listed), and without --prune they counted as gone."""
+    runs = tmp_path / "runs"
+    refused = str(runs / hidden) if hidden != "runs" else str(runs)
+    real_scandir = os.scandir
+
+    def scandir(path):  # type: ignore[no-untyped-def]
+        if path == refused:
+            raise PermissionError(13, "Permission denied", refused)
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    kept = ingest([runs], lake, workers=1, dry_run=dry_run)
+    assert kept.gone_kept == 0, kept.line()
+    summary = ingest([runs], lake, workers=1, prune=True, dry_run=dry_run)
+    assert (summary.pruned_trials, summary.pruned_jobs) == (0, 0), summary.pruned
+    assert len(_rows(lake, "SELECT * FROM trials")) == 4
+    if not dry_run:
+        problems = _rows(lake, "SELECT path, message FROM problems WHERE kind = 'unreadable_dir'")
+        assert [path for path, _ in problems] == [refused]
+        assert "the lake keeps those it holds, even with --prune" in problems[0][1]
+
+
 def _catalog_sources(lake: Path) -> set[str]:
     store = Store(lake)
     return set(store.read_catalog(store.read_manifest()))

@@ -476,7 +476,7 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
             why = f"cannot list {directory}: {error.strerror or error}"
             if parent is None:
                 found.problems.append(
-                    WalkProblem(directory, "unreadable_dir", f"{why}; its trials were skipped")
+                    WalkProblem(directory, "unreadable_dir", f"{why}; {_NOT_READ}")
                 )
                 continue
             # in a job dir, a trial of its batch, counted as unreadable (settled after the walk
@@ -585,6 +585,7 @@ _RESULT_ONLY = "result_only"  # a result.json and no config.json
 _CONFIG = "config"  # a config.json that is neither a TrialConfig nor a JobConfig, a result.json
 _CONFIG_ONLY = "config_only"  # such a config.json and no result.json
 _UNLISTED = "unlisted"  # a dir that cannot be listed
+_NOT_READ = "its trials were not read (the lake keeps those it holds, even with --prune)"
 _ALSO_JOB = "also_job"  # a config.json with trial_name that also has a JobConfig's fields
 _DROPPED = "dropped"  # no trial: a job dir after all, or a dir inside a trial dir
 
@@ -656,7 +657,7 @@ def _settle(found: Discovery, unsettled: dict[int, str], proven_by_results: set[
         elif reason == _UNLISTED:
             why = candidate.dir_problem.message if candidate.dir_problem else ""
             found.problems.append(
-                WalkProblem(candidate.text, "unreadable_dir", f"{why}; its trials were skipped")
+                WalkProblem(candidate.text, "unreadable_dir", f"{why}; {_NOT_READ}")
             )
         elif reason != _CONFIG_ONLY:
             kept.append(candidate)  # a trial if its result.json says so, read to see

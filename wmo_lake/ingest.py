@@ -221,6 +221,7 @@ def ingest(
         from wmo_lake.tidy import gone_entries
 
         found_walks = {problem.key for problem in walk_problems}
+        unlisted = [p.path for p in walk_problems if p.kind == "unreadable_dir"]
         if prune:
             update.load()  # what is gone may be in any partition
             gone = gone_entries(
@@ -230,6 +231,7 @@ def ingest(
                 {job.key for job in update.jobs.values()}  # empty job dirs are found too
                 | {candidate.job.key for candidate, _ in candidates.values()},
                 found_walks,
+                unlisted,
             )
         else:
             # A walk problem is what this walk says, not a dir's rows: one under these PATHs
@@ -241,7 +243,7 @@ def ingest(
         if dry_run:
             update.summary.dry_run = True
             if not prune:  # (a moved dir counts here: only its read would drop its old entry)
-                update.summary.gone_kept = update.gone_kept(paths, walked, candidates)
+                update.summary.gone_kept = update.gone_kept(paths, walked, candidates, unlisted)
             # (the jobs of the dirs it would read too, also those a PATH below a job dir
             # reaches; an unchanged trial's job is among update.jobs already)
             shadows = update.shadows_to_read(candidates)
@@ -309,7 +311,7 @@ def ingest(
                 update.read_job(job, fingerprint)
             update.restore_lost_trials(candidates)
             if not prune:
-                update.summary.gone_kept = update.gone_kept(paths, walked, candidates)
+                update.summary.gone_kept = update.gone_kept(paths, walked, candidates, unlisted)
             for job in update.jobs.values():  # (jobs of trials the walk found no job dir for)
                 if job.real not in checked:
                     update.add_job(job)
@@ -652,11 +654,18 @@ class LakeUpdate:
             for entry in shadows_of(self.catalog.values(), held)
         )
 
-    def gone_kept(self, paths: list[Path], walked: set[str], found: Mapping[str, object]) -> int:
+    def gone_kept(
+        self,
+        paths: list[Path],
+        walked: set[str],
+        found: Mapping[str, object],
+        unlisted: list[str],
+    ) -> int:
         """The trial dirs (and unreadable ones) under `paths`, of the partitions `walked`, whose
         trials the lake keeps though the walk no longer finds them (harbor's job resume deletes
         a trial dir it runs again; an emptied dir): --prune drops them. A dir that cannot be
-        looked up (under a job dir that cannot be searched) is not known to be gone."""
+        looked up (under a job dir that cannot be searched), or is under one the walk could not
+        list (`unlisted`), is not known to be gone."""
         from wmo_lake.tidy import gone_entries
 
         held = {
@@ -666,7 +675,7 @@ class LakeUpdate:
             and entry.partition in walked
             and _looked_up(source)
         }
-        return len(gone_entries(held, paths, set(found), set(), set()))
+        return len(gone_entries(held, paths, set(found), set(), set(), unlisted))
 
     def restore_lost_trials(self, candidates: dict[str, tuple[Candidate, str | None]]) -> None:
         """The trials whose rows this ingest removed (their dir is pruned, or holds another

@@ -181,13 +181,17 @@ def gone_entries(
     found_dirs: set[str],
     found_jobs: set[str],
     found_walks: set[str],
+    unlisted: Iterable[str] = (),
 ) -> list[CatalogEntry]:
     """The catalog entries under `roots` (real paths) whose dir was not found again: trial dirs
-    (and other dirs an ingest read), job dirs and walk problems that are gone."""
+    (and other dirs an ingest read), job dirs and walk problems that are gone. What is under a
+    dir the walk could not list (`unlisted`, real paths) is not known to be gone: a run dir
+    that cannot be read for a moment must not empty the lake of its trials."""
     prefixes = [os.path.realpath(root) for root in roots]
+    hidden = [os.path.realpath(directory) for directory in unlisted]
 
-    def under(path: str) -> bool:
-        return any(path == p or path.startswith(p.rstrip(os.sep) + os.sep) for p in prefixes)
+    def under(path: str, dirs: list[str]) -> bool:
+        return any(path == p or path.startswith(p.rstrip(os.sep) + os.sep) for p in dirs)
 
     gone = []
     for source, entry in catalog.items():
@@ -198,6 +202,6 @@ def gone_entries(
             path, found = os.path.realpath(source.removeprefix("walk:")), found_walks
         else:
             path, found = source, found_dirs
-        if under(path) and source not in found:
+        if under(path, prefixes) and source not in found and not under(path, hidden):
             gone.append(entry)
     return gone
