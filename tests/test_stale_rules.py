@@ -5,6 +5,7 @@ holds rows of older rules, naming them, until an ingest reads them again."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import warnings
 from pathlib import Path
@@ -66,6 +67,23 @@ def test_a_fresh_ingest_records_this_versions_rules_and_does_not_warn(tmp_path: 
         f"run={run}/step={step}": extract_version() for run in "ab" for step in (1, 2)
     }
     assert _stale_warnings(tmp_path / "lake") == []
+
+
+def test_rows_of_older_rules_from_a_dir_gone_from_disk_are_dropped_by_prune_as_the_warning_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trial dir deleted since an older wmo-lake read it (harbor's job resume deletes one it
+    runs again) cannot be read again: the warning named only a re-ingest, which never cleared
+    it. It names --prune, which does."""
+    runs, lake = _tree(tmp_path), tmp_path / "lake"
+    _ingest_under_older_rules([runs], lake, monkeypatch)
+    shutil.rmtree(runs / "b" / "harbor" / "step-0002" / "job1" / "t__1")
+    ingest([runs], lake)
+    (message,) = _stale_warnings(lake)
+    assert message.startswith("1 of the 4 (run, step) partitions") and "run b, step 2" in message
+    assert "with `--prune` when trial dirs of theirs are gone from disk" in message
+    ingest([runs], lake, prune=True)
+    assert _stale_warnings(lake) == []
 
 
 def test_rows_of_older_rules_warn_until_their_runs_are_read_again(
