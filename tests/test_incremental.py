@@ -1054,6 +1054,25 @@ def test_a_dry_run_of_a_trial_dir_counts_its_changed_job_dir(
     assert dry.would_read == 2, dry.line()
 
 
+@pytest.mark.parametrize("trial_result", [False, True], ids=["another-tools", "trial-result"])
+def test_a_dry_run_counts_the_parent_of_a_lone_result_json_only_when_it_is_a_trial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trial_result: bool
+) -> None:
+    """A dir with a result.json and no config.json outside any job dir is read to see whether
+    it is a trial; only a TrialResult makes its parent a job dir, read too. The dry run counted
+    that parent for another tool's result.json as well: "would read 3" of an ingest that read 2."""
+    runs = _tree(tmp_path, n_trials=1)
+    lone = runs / "tools" / "mlflow" / "run1"
+    lone.mkdir(parents=True)
+    result = {"trial_name": "run1", "task_name": "t"} if trial_result else {"accuracy": 0.5}
+    (lone / "result.json").write_text(json.dumps(result))
+    dry = ingest([runs / "tools"], tmp_path / "lake", workers=1, dry_run=True)
+    reads = _counting_reads(monkeypatch)
+    ingest([runs / "tools"], tmp_path / "lake", workers=1)
+    assert reads == {"trial": 1, "job": 1 if trial_result else 0}
+    assert dry.would_read == sum(reads.values()), dry.line()
+
+
 def test_a_dry_run_says_the_copies_a_changed_dir_may_hand_its_trial_back_to(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

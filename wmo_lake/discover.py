@@ -276,6 +276,13 @@ def _has_job_fields(doc: dict[str, Any]) -> bool:
     return any(key in doc for key in ("job_name", "jobs_dir", "agents"))
 
 
+def proves_a_trial(candidate: Candidate) -> bool:
+    """Whether reading `candidate` finds a trial (so its job dir is read too): a dir without a
+    TrialConfig outside a job dir is one only when its result.json is a TrialResult (peeked:
+    for `--dry-run`, which reads nothing else). Another tool's result.json is no trial."""
+    return candidate.trial_shaped_config or candidate.in_job_dir or _is_trial_result(candidate.text)
+
+
 def _is_trial_result(directory: str) -> bool:
     """Whether `directory`'s result.json is a TrialResult (a non-empty string `trial_name`)."""
     data = read_bytes(f"{directory}/result.json")

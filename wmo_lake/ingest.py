@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from wmo_lake.catalog import CatalogEntry, is_shadow, shadows_of
 from wmo_lake.collection import SinkRoots
-from wmo_lake.discover import Candidate, Job, TrialTask, WalkProblem, discover
+from wmo_lake.discover import Candidate, Job, TrialTask, WalkProblem, discover, proves_a_trial
 from wmo_lake.fingerprint import (
     EXTRACT_VERSION,
     job_fingerprint,
@@ -247,7 +247,7 @@ def ingest(
             # (the jobs of the dirs it would read too, also those a PATH below a job dir
             # reaches; an unchanged trial's job is among update.jobs already)
             shadows = update.shadows_to_read(candidates)
-            reading = [task.job for task in tasks]
+            reading = [c.job for task in tasks if proves_a_trial(c := candidates[task.real][0])]
             reading += [candidates[entry.source][0].job for entry in shadows]
             jobs = update.jobs | {job.real: job for job in reading}
             update.summary.would_read = (
