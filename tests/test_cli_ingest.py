@@ -172,6 +172,22 @@ def test_a_lake_whose_segments_were_deleted_by_hand_is_an_error_naming_them(
         assert f"is missing 1 of its Parquet files ({rel})" in result.output, args
 
 
+def test_a_segment_cut_short_by_hand_is_an_error_naming_it(tmp_path: Path) -> None:
+    """A heavy table's segment cut short outside wmo-lake (an interrupted copy of the lake): the
+    ingest of the same runs said "nothing changed" over rows no query could read, and `sql`
+    gave DuckDB's bare "No magic bytes found". Both name the file and what to do."""
+    runs, lake = _runs(tmp_path), tmp_path / "lake"
+    assert CliRunner().invoke(cli, ["ingest", str(runs), "--lake", str(lake)]).exit_code == 0
+    (segment,) = (lake / "tables" / "spans").rglob("*.parquet")
+    segment.write_bytes(segment.read_bytes()[:100])
+    rel = segment.relative_to(lake).as_posix()
+    for args in (["ingest", str(runs)], ["sql", "SELECT count(*) FROM spans"]):
+        result = CliRunner().invoke(cli, [*args, "--lake", str(lake)])
+        assert result.exit_code == 1 and "Traceback" not in result.output, args
+        assert f"holds 1 of its Parquet files cut short or unreadable ({rel})" in result.output
+        assert "put them back whole, or ingest the runs again" in result.output, args
+
+
 def test_a_lake_duckdb_that_cannot_be_written_is_an_error_saying_the_commit_stands(
     tmp_path: Path, monkeypatch
 ) -> None:

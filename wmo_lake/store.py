@@ -224,6 +224,18 @@ def fsync_path(path: Path | str) -> None:
         os.close(fd)
 
 
+def _ends_as_parquet(path: str) -> bool:
+    """Whether `path` is a file ending in Parquet's magic bytes, as every segment written whole
+    does (one cut short by an interrupted copy does not; DuckDB would only say "No magic bytes
+    found" at the first query that reads it)."""
+    try:
+        with open(path, "rb") as file:
+            file.seek(-4, os.SEEK_END)
+            return file.read(4) == b"PAR1"
+    except OSError:  # gone, a dir, or shorter than the magic bytes
+        return False
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write `path` so that it holds the old or the new content, never a torn one."""
     tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")
@@ -374,8 +386,9 @@ class Store:
         self, manifest: Manifest, partitions: Collection[str] | None = None
     ) -> list[str]:
         """The live segments the manifest names (of `partitions`, else all) that are not on
-        disk (deleted or moved by hand): asked once a read has failed, and by an ingest for the
-        partitions it walks, so a query over a working lake pays no stat per file."""
+        disk whole (deleted or moved by hand, or cut short by an interrupted copy): asked once a
+        read has failed, and by an ingest for the partitions it walks, so a query over a
+        working lake pays no open per file."""
         root = str(self.root)
         return [
             rel
@@ -383,7 +396,7 @@ class Store:
             for partition, rels in files.items()
             if partitions is None or partition in partitions
             for rel in rels
-            if not os.path.isfile(f"{root}/{rel}")
+            if not _ends_as_parquet(f"{root}/{rel}")
         ]
 
     def damaged_error(
@@ -395,11 +408,21 @@ class Store:
         missing = self.missing_segments(manifest, partitions)
         if not missing:
             return None
+        gone = [rel for rel in missing if not os.path.lexists(self.root / rel)]
+        cut = [rel for rel in missing if rel not in gone]
+        said = [
+            f"is missing {len(gone)} of its Parquet files ({gone[0]}{', ...' * (len(gone) > 1)})"
+            if gone
+            else "",
+            f"holds {len(cut)} of its Parquet files cut short or unreadable "
+            f"({cut[0]}{', ...' * (len(cut) > 1)})"
+            if cut
+            else "",
+        ]
         return LakeError(
-            f"the lake at {self.root} is missing {len(missing)} of its Parquet files "
-            f"({missing[0]}{', ...' if len(missing) > 1 else ''}): "
-            "they were deleted or moved outside wmo-lake, and their rows with them; put them "
-            "back, or ingest the runs again into a new lake directory"
+            f"the lake at {self.root} {' and '.join(filter(None, said))}: they were deleted, "
+            "moved or cut short outside wmo-lake (an interrupted copy, say), and their rows with "
+            "them; put them back whole, or ingest the runs again into a new lake directory"
         )
 
     def duckdb_stamp(self, manifest: Manifest, views: str) -> str:

@@ -277,6 +277,8 @@ def sql(
             # `FROM '/etc/passwd'`: a confined connection cannot look for the file, and DuckDB
             # says there is no such table
             fail(_confined_message(_numbered_as_given(str(error), query), lake), 2)
+        if ".parquet" in str(error):  # ("No magic bytes found": a segment cut short by hand)
+            fail_if_damaged(lake)
         fail(f"query failed: {_numbered_as_given(str(error), query)}")
     except BrokenPipeError:
         raise  # (`| head`, through the relay: click ends the command, exit 1, no message)
