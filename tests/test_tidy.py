@@ -281,14 +281,7 @@ def test_prune_keeps_what_is_under_a_dir_the_walk_cannot_list(
     whole lake, for a PATH that cannot be listed), and without --prune they counted as gone."""
     runs = tmp_path / "runs"
     refused = str(runs / hidden) if hidden != "runs" else str(runs)
-    real_scandir = os.scandir
-
-    def scandir(path):  # type: ignore[no-untyped-def]
-        if path == refused:
-            raise PermissionError(13, "Permission denied", refused)
-        return real_scandir(path)
-
-    monkeypatch.setattr(os, "scandir", scandir)
+    _refusing_to_list(monkeypatch, refused)
     kept = ingest([runs], lake, workers=1, dry_run=dry_run)
     assert kept.gone_kept == 0, kept.line()
     summary = ingest([runs], lake, workers=1, prune=True, dry_run=dry_run)
@@ -298,6 +291,94 @@ def test_prune_keeps_what_is_under_a_dir_the_walk_cannot_list(
         problems = _rows(lake, "SELECT path, message FROM problems WHERE kind = 'unreadable_dir'")
         assert [path for path, _ in problems] == [refused]
         assert "the lake keeps those it holds, even with --prune" in problems[0][1]
+
+
+def _refusing_to_list(monkeypatch: pytest.MonkeyPatch, refused: str) -> None:
+    """scandir refuses `refused`, as it does a chmod 000 dir for anyone but root."""
+    real_scandir = os.scandir
+
+    def scandir(path):  # type: ignore[no-untyped-def]
+        if path == refused:
+            raise PermissionError(13, "Permission denied", refused)
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+
+
+def test_an_unlistable_dir_above_the_path_hides_nothing_the_walk_listed(
+    lake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A link in the tree back up to a dir that cannot be listed (runs/up -> .., a home dir
+    others may enter but not list): that dir holds the PATH, whose every dir the walk listed,
+    so a trial deleted there is still gone (--prune kept it, and every one after it)."""
+    runs = tmp_path / "runs"
+    (runs / "up").symlink_to("..")
+    shutil.rmtree(runs / STEP1 / "a__1")
+    _refusing_to_list(monkeypatch, str(runs / "up"))
+    summary = ingest([runs], lake, workers=1, prune=True)
+    assert summary.pruned == [os.path.realpath(runs / STEP1 / "a__1")]
+    assert _rows(lake, "SELECT kind FROM problems WHERE kind = 'unreadable_dir'") == [
+        ("unreadable_dir",)
+    ]
+
+
+@pytest.mark.parametrize("prune", [False, True], ids=["no-prune", "prune"])
+def test_a_walk_problem_under_a_dir_that_cannot_be_listed_goes_prune_or_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prune: bool
+) -> None:
+    """A walk problem is what the last walk found: one under a dir that cannot be listed now
+    goes, as the summary counts it (--prune kept its row, uncounted)."""
+    runs = _tree(tmp_path)
+    step = runs / "exp" / "harbor" / "step-0001"
+    (step / "junk").mkdir()
+    (step / "junk" / "config.json").write_text('{"half')
+    lake = tmp_path / "lake"
+    ingest([runs], lake, workers=1)
+    _refusing_to_list(monkeypatch, str(step))
+    summary = ingest([runs], lake, workers=1, prune=prune)
+    kinds = _rows(lake, "SELECT kind FROM problems")
+    assert ("invalid_json",) not in kinds and ("unreadable_dir",) in kinds
+    assert summary.problems == len(kinds)
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None,
+    reason="drops root's capabilities that bypass file permissions with setpriv",
+)
+@pytest.mark.parametrize("mode", [0o600, 0o644], ids=["0600", "0644"])
+def test_prune_keeps_a_job_dir_that_can_be_listed_but_not_searched(
+    lake: Path, tmp_path: Path, mode: int
+) -> None:
+    """A job dir whose trial dirs' names can be read but nothing in it (no search permission):
+    its config.json cannot be read, so the walk finds no job there, yet it is on disk. --prune
+    dropped its jobs row (its trials stayed, read with no job: their stop reasons changed)."""
+    job = tmp_path / "runs" / STEP1
+    job.chmod(mode)
+    try:
+        done = subprocess.run(
+            [
+                "setpriv",
+                "--bounding-set=-dac_override,-dac_read_search,-fowner",
+                sys.executable,
+                "-m",
+                "wmo_lake.cli",
+                "ingest",
+                str(tmp_path / "runs"),
+                "--lake",
+                str(lake),
+                "--prune",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+        )
+    finally:
+        job.chmod(0o755)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert (summary["pruned_trials"], summary["pruned_jobs"]) == (0, 0), summary["pruned"]
+    assert _rows(lake, "SELECT batch FROM jobs") == sorted([(STEP1,), (STEP2,), (OTHER,)])
+    assert len(_rows(lake, "SELECT * FROM trials")) == 4
 
 
 def _catalog_sources(lake: Path) -> set[str]:

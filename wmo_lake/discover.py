@@ -277,9 +277,10 @@ def _has_job_fields(doc: dict[str, Any]) -> bool:
 
 
 def proves_a_trial(candidate: Candidate) -> bool:
-    """Whether reading `candidate` finds a trial (so its job dir is read too): a dir without a
-    TrialConfig outside a job dir is one only when its result.json is a TrialResult (peeked:
-    for `--dry-run`, which reads nothing else). Another tool's result.json is no trial."""
+    """Whether reading `candidate` may find a trial (so its job dir is read too): a dir without
+    a TrialConfig outside a job dir is one only when its result.json is a TrialResult (peeked:
+    for `--dry-run`, which reads nothing else). Another tool's result.json is no trial; a copy
+    of a trial the lake holds from another dir is one only the read can tell."""
     return candidate.trial_shaped_config or candidate.in_job_dir or _is_trial_result(candidate.text)
 
 

@@ -372,18 +372,6 @@ def ingest(
     return update.summary
 
 
-def _looked_up(path: str) -> bool:
-    """Whether the OS can say what is at `path`, nothing included (not: a parent dir that
-    cannot be searched)."""
-    try:
-        os.lstat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return True
-    except OSError:
-        return False
-    return True
-
-
 def _problems_held(entry: CatalogEntry) -> int:
     """The problems rows the lake holds for a dir's entry: none for a dir whose trial another
     dir took over (its rows, problems too, went with the trial; the entry keeps the count)."""
@@ -665,7 +653,7 @@ class LakeUpdate:
         trials the lake keeps though the walk no longer finds them (harbor's job resume deletes
         a trial dir it runs again; an emptied dir): --prune drops them. A dir that cannot be
         looked up (under a job dir that cannot be searched), or is under one the walk could not
-        list (`unlisted`), is not known to be gone."""
+        list (`unlisted`), is not known to be gone (`tidy.gone_entries`)."""
         from wmo_lake.tidy import gone_entries
 
         held = {
@@ -673,7 +661,6 @@ class LakeUpdate:
             for source, entry in self.catalog.items()
             if ((entry.kind == TRIAL and entry.unit_key) or entry.kind == UNREADABLE)
             and entry.partition in walked
-            and _looked_up(source)
         }
         return len(gone_entries(held, paths, set(found), set(), set(), unlisted))
 

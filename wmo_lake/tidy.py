@@ -184,14 +184,25 @@ def gone_entries(
     unlisted: Iterable[str] = (),
 ) -> list[CatalogEntry]:
     """The catalog entries under `roots` (real paths) whose dir was not found again: trial dirs
-    (and other dirs an ingest read), job dirs and walk problems that are gone. What is under a
-    dir the walk could not list (`unlisted`, real paths) is not known to be gone: a run dir
-    that cannot be read for a moment must not empty the lake of its trials."""
+    (and other dirs an ingest read), job dirs and walk problems that are gone. A dir behind one
+    the walk could not list (`unlisted`, real paths), or in or under one the OS cannot search,
+    is not known to be gone: a run dir that cannot be read for a moment must not empty the lake
+    of its trials, nor its job dir of its row. A walk problem is what the last walk found, so
+    one it did not find again goes all the same."""
     prefixes = [os.path.realpath(root) for root in roots]
     hidden = [os.path.realpath(directory) for directory in unlisted]
 
-    def under(path: str, dirs: list[str]) -> bool:
-        return any(path == p or path.startswith(p.rstrip(os.sep) + os.sep) for p in dirs)
+    def under(path: str, directory: str) -> bool:
+        return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
+
+    def behind_unlisted(path: str) -> bool:
+        # (an unlisted dir above a PATH, reached by a link back up, hides nothing the walk
+        # reached from that PATH below it)
+        return any(
+            under(path, dark)
+            and not any(under(path, p) and p != dark and under(p, dark) for p in prefixes)
+            for dark in hidden
+        )
 
     gone = []
     for source, entry in catalog.items():
@@ -202,6 +213,21 @@ def gone_entries(
             path, found = os.path.realpath(source.removeprefix("walk:")), found_walks
         else:
             path, found = source, found_dirs
-        if under(path, prefixes) and source not in found and not under(path, hidden):
+        if not any(under(path, p) for p in prefixes) or source in found:
+            continue
+        if entry.kind == WALK or not (behind_unlisted(path) or not _searchable(path)):
             gone.append(entry)
     return gone
+
+
+def _searchable(path: str) -> bool:
+    """Whether the OS can say what is in `path` (a dir, or nothing there): not when `path` or a
+    dir above it cannot be searched (a job dir chmod 600 lists its trial dirs' names, yet its
+    config.json cannot be read, so the walk finds no job there)."""
+    try:
+        os.lstat(os.path.join(path, "config.json"))
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except OSError:
+        return False
+    return True
