@@ -305,6 +305,30 @@ def test_sql_command_on_spark(spark: Any, lakes: dict[str, Path], on_spark: OnSp
     assert len(json.loads(limited.stdout)) == 2
 
 
+def test_spark_draws_the_table_as_duckdb_does_past_1000_rows_and_in_a_narrow_terminal(
+    lakes: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The table format's --limit above 1,000 rows and $COLUMNS: Spark's drawing took neither
+    (1,000 rows and a footer asking for the --limit given; 85-character lines in 40 columns)."""
+    monkeypatch.setenv("COLUMNS", "40")
+    tens = ", ".join(f"({n})" for n in range(150))
+    units = ", ".join(f"({n})" for n in range(10))
+    query = (  # (1,500 rows as both engines spell them: VALUES with column aliases)
+        "SELECT t.x * 10 + u.y AS id, 'a rather long text that cannot fit forty columns' AS "
+        f"words FROM (VALUES {tens}) AS t(x) CROSS JOIN (VALUES {units}) AS u(y) ORDER BY id"
+    )
+    args = ["sql", "--lake", str(lakes["generated"]), "--limit", "1500", query]
+    drawn = {}
+    for engine in ("duckdb", "spark"):
+        result = CliRunner().invoke(cli, [*args, "--engine", engine])
+        assert result.exit_code == 0, result.output
+        drawn[engine] = result.stdout
+    assert drawn["spark"] == drawn["duckdb"]
+    lines = drawn["spark"].splitlines()
+    assert max(len(line) for line in lines) <= 40
+    assert "1499" in drawn["spark"] and "first 1000 rows" not in drawn["spark"]
+
+
 def test_spark_and_duckdb_draw_times_alike_in_any_zone(lakes: dict[str, Path]) -> None:
     """Spark's session reads times in UTC; its result was drawn by a DuckDB in the machine's
     zone, so under TZ=Asia/Tokyo a row said 04:19+09 beside a date and hour Spark took in UTC

@@ -490,7 +490,16 @@ def run_on_spark(
         drawer = duckdb.connect()
         times_in_utc(drawer)
         drawer.register("spark_result", table)
-        write_result(drawer.table("spark_result"), fmt, output, stream or sys.stdout, con=drawer)
+        out = stream or sys.stdout
+        write_result(
+            drawer.table("spark_result"),
+            fmt,
+            output,
+            out,
+            limit=limit,
+            width=terminal_width(out),
+            con=drawer,
+        )
     except LakeError as error:
         fail(str(error))
     except ValueError as error:
