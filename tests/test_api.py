@@ -108,6 +108,22 @@ def test_submodules_stay_reachable() -> None:
     assert wmo_lake.ingest.IngestSummary is not None
 
 
+def test_help_of_the_api_functions_named_like_modules_is_theirs() -> None:
+    """help(wl.ingest) showed the proxy class (its own docstring was found before the API
+    function's) and inspect.signature gave (*args, **kwargs)."""
+    import inspect
+    import pydoc
+
+    from wmo_lake import api
+
+    for name in ("ingest", "stats"):
+        proxy, function = getattr(wl, name), getattr(api, name)
+        assert proxy.__doc__ == function.__doc__
+        assert inspect.signature(proxy) == inspect.signature(function)
+        first_line = function.__doc__.strip().splitlines()[0]
+        assert first_line in pydoc.render_doc(proxy, renderer=pydoc.plaintext)
+
+
 @pytest.fixture(scope="module")
 def two_keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Run a's trials record the reward key 'reward', run b's only 'score'."""

@@ -35,8 +35,9 @@ _SUBMODULE_API = ("ingest", "stats")
 
 
 class _ApiAndModule:
-    """`wl.ingest(...)` calls the API function; `wmo_lake.ingest.X` is still the submodule's X
-    (imports, attribute access and monkeypatching reach the module)."""
+    # `wl.ingest(...)` calls the API function, whose help and signature it shows;
+    # `wmo_lake.ingest.X` is still the submodule's X (imports, attribute access and
+    # monkeypatching reach the module).
 
     def __init__(self, name: str) -> None:
         object.__setattr__(self, "_name", name)
@@ -45,15 +46,24 @@ class _ApiAndModule:
         return importlib.import_module(f"{__name__}.{object.__getattribute__(self, '_name')}")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._function()(*args, **kwargs)
+
+    def _function(self) -> Any:
         from wmo_lake import api
 
-        return getattr(api, object.__getattribute__(self, "_name"))(*args, **kwargs)
+        return getattr(api, object.__getattribute__(self, "_name"))
+
+    # (properties: an instance's __doc__ is found on its class before any __getattr__, so
+    # help(wl.ingest) showed this class and inspect.signature gave (*args, **kwargs))
+    @property
+    def __doc__(self) -> str | None:  # type: ignore[override]
+        return object.__getattribute__(self, "_function")().__doc__
+
+    @property
+    def __wrapped__(self) -> Any:
+        return object.__getattribute__(self, "_function")()
 
     def __getattr__(self, attribute: str) -> Any:
-        if attribute == "__doc__":
-            from wmo_lake import api
-
-            return getattr(api, object.__getattribute__(self, "_name")).__doc__
         return getattr(self._module(), attribute)
 
     def __setattr__(self, attribute: str, value: Any) -> None:
