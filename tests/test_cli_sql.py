@@ -279,6 +279,21 @@ def test_any_read_only_statement_runs(lake: Path, statement: str, expected_colum
     assert rows and expected_column in rows[0]
 
 
+def test_explain_is_drawn_as_duckdb_draws_it_and_a_select_of_its_column_names_as_a_table(
+    lake: Path,
+) -> None:
+    """EXPLAIN's table is DuckDB's own drawing of the plan; a SELECT whose columns are named
+    explain_key and explain_value was taken for one, its header and key column dropped."""
+    plan = _sql(lake, "EXPLAIN SELECT count(*) FROM cells")
+    assert plan.exit_code == 0, plan.output
+    assert "explain_key" not in plan.stdout and "physical_plan" not in plan.stdout
+    assert "Aggregate" in plan.stdout and "count_star()" in plan.stdout
+    named = _sql(lake, "SELECT 'k' AS explain_key, 'v' AS explain_value")
+    assert named.exit_code == 0, named.output
+    header, _, row = named.stdout.splitlines()
+    assert header.split() == ["explain_key", "explain_value"] and row.split() == ["k", "v"]
+
+
 def test_a_write_names_the_command_that_does_it(lake: Path, tmp_path: Path) -> None:
     for statement in (
         "UPDATE trials SET n_spans = 0",

@@ -327,10 +327,12 @@ def write_result(
     con: duckdb.DuckDBPyConnection,
     limit: int | None = None,
     width: int | None = None,
+    explain: bool = False,
 ) -> None:
     """Write `relation` (a query of `con`) in `fmt` to `output` (a file) or `stdout`, streamed
     by DuckDB's own COPY on `con`, which must be allowed to write to `copy_target`: the same
-    bytes wherever they go."""
+    bytes wherever they go. `explain`: the result of an EXPLAIN, whose table is DuckDB's own
+    drawing of the plan."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if fmt == "parquet" and output is None:
@@ -339,7 +341,7 @@ def write_result(
     if limit is not None:
         relation = relation.limit(limit)
     if fmt == "table":
-        _write_table(relation, output, stdout, limit=limit, width=width)
+        _write_table(relation, output, stdout, limit=limit, width=width, explain=explain)
         return
     if fmt == "csv":
         query = f"SELECT {CSV_CELLS} FROM (\n{relation.sql_query()}\n)"
@@ -594,9 +596,11 @@ def _write_table(
     *,
     limit: int | None,
     width: int | None,
+    explain: bool,
 ) -> None:
     columns = relation.columns
-    if columns == ["explain_key", "explain_value"]:  # EXPLAIN [ANALYZE]: DuckDB's own drawing
+    # (EXPLAIN [ANALYZE] by its statement: a SELECT may name its columns as EXPLAIN's are)
+    if explain and columns == ["explain_key", "explain_value"]:
         text = "\n".join(value for _, value in relation.fetchall())
         _write_text(text + "\n", output, stdout)
         return

@@ -249,6 +249,7 @@ def sql(
                 limit=limit,
                 width=terminal_width(stream),
                 con=con,
+                explain=statement.type == duckdb.StatementType.EXPLAIN,
             )
             finished(_WRITTEN)
     except duckdb.InterruptException:
