@@ -124,6 +124,27 @@ def test_help_of_the_api_functions_named_like_modules_is_theirs() -> None:
         assert first_line in pydoc.render_doc(proxy, renderer=pydoc.plaintext)
 
 
+def test_an_error_from_python_names_a_command_the_api_lacks_as_the_command_line() -> None:
+    """`wmo-lake forget --batch B --lake L` (no wl.forget) was rewritten to "wmo_lake.forget()",
+    its batch dropped; `wmo-lake export datums` to "wmo_lake.export()". A command the API has,
+    with options it takes, is the function; one with an option it lacks stays a command line."""
+    from wmo_lake.api import _pythonic
+    from wmo_lake.store import LakeError
+
+    said = str(
+        _pythonic(
+            LakeError(
+                "`wmo-lake forget --batch exp1/harbor/step-0000/rollouts --lake lake` drops it; "
+                "`wmo-lake export datums --lake L --out F` writes them; `wmo-lake ingest RUNS "
+                "--lake L` reads them, `wmo-lake ingest --prune` drops the gone; --batch X"
+            )
+        )
+    )
+    assert "`wmo-lake forget --batch exp1/harbor/step-0000/rollouts --lake lake` drops it" in said
+    assert "wmo_lake.export_datums() writes them; wmo_lake.ingest() reads them" in said
+    assert "`wmo-lake ingest --prune` drops the gone; batch=X" in said
+
+
 @pytest.fixture(scope="module")
 def two_keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Run a's trials record the reward key 'reward', run b's only 'score'."""

@@ -181,6 +181,13 @@ def test_one_registry_of_task_ids_guards_both_exports(
     by_name.write_text(json.dumps([{"id": "demo/a", "split": "train"}]))
     refused = run(lake, tmp_path / "n.jsonl", "--tasks", str(by_name))
     assert refused.exit_code == 1 and "'a'" in refused.output
+    # (its advice names this export's options: it has no --where, which datums has)
+    assert "narrow the export with --batch / --run) so no" in refused.output
+    import wmo_lake as wl
+    from wmo_lake.exports.discipline import ExportError
+
+    with pytest.raises(ExportError, match=r"narrow the export with batch= / run=\) so no"):
+        wl.export_conversations(lake, tmp_path / "p.jsonl", tasks=by_name)
 
 
 def test_filters_success_and_failure(lake: Path, tmp_path: Path) -> None:

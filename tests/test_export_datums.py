@@ -211,6 +211,7 @@ def test_an_unregistered_task_stops_the_export(lake: Path, tmp_path: Path) -> No
     result = run("--lake", lake, "--out", out, "--tasks", tasks)
     assert result.exit_code == 1
     assert "task(s) 'holdout' are not in the task registry" in result.output
+    assert "narrow the export with --batch / --run / --where) so no" in result.output
     assert not out.exists() and not companion(out).exists()
 
 
@@ -219,8 +220,12 @@ def test_a_malformed_registry_names_the_entry(lake: Path, tmp_path: Path) -> Non
     tasks.write_text(json.dumps([*REGISTRY, {"id": "x", "split": "eval"}]), encoding="utf-8")
     result = run("--lake", lake, "--out", tmp_path / "d.parquet", "--tasks", tasks)
     assert result.exit_code == 1
-    assert "entry 3" in result.output and "`split` is 'eval'" in result.output
+    assert "entry 3" in result.output and '`split` is "eval"' in result.output
     assert "Traceback" not in result.output
+    tasks.write_text(json.dumps([*REGISTRY, {"id": "x"}]), encoding="utf-8")  # (was: is None)
+    result = run("--lake", lake, "--out", tmp_path / "d.parquet", "--tasks", tasks)
+    assert result.exit_code == 1 and "entry 3" in result.output
+    assert "`split` is missing, expected one of train" in result.output
 
 
 @pytest.mark.parametrize(
@@ -486,7 +491,7 @@ def test_an_unguarded_export_does_not_load_as_train(
 ) -> None:
     out = tmp_path / "all.parquet"
     assert run("--lake", lake, "--out", out, "--no-split-guard").exit_code == 0
-    with pytest.raises(ExportError, match="exported against a task registry with sha256 None"):
+    with pytest.raises(ExportError, match=r"without a split guard .* load it with no registry"):
         load_verified(out, tasks=registry)
 
 

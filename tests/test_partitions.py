@@ -12,10 +12,12 @@ from pathlib import Path
 import duckdb
 import pyarrow.parquet as pq
 import pytest
+from click.testing import CliRunner
 from harbor_shapes import write_job, write_trial
 from partition_trees import NASTY_RUNS, STEPS, step_job, write_partition_tree
 
 from wmo_lake import commit as commit_module
+from wmo_lake.cli import cli
 from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect
 from wmo_lake.store import (
@@ -209,6 +211,19 @@ def test_a_lake_of_an_older_format_says_what_to_do(tmp_path: Path) -> None:
     )
     with pytest.raises(LakeError, match=r"format version 3.*ingest into a new lake directory"):
         ingest([tmp_path], lake, workers=1)
+
+
+def test_a_lake_of_a_newer_format_asks_for_an_upgrade_not_a_deletion(tmp_path: Path) -> None:
+    """A teammate's lake written by a newer wmo-lake was told to be deleted and ingested again."""
+    lake = tmp_path / "lake"
+    lake.mkdir()
+    manifest = {"format": "wmo-lake", "format_version": 4, "wmo_lake_version": "9.1.0"}
+    (lake / "manifest.json").write_text(json.dumps({**manifest, "generation": 1, "tables": {}}))
+    result = CliRunner().invoke(cli, ["stats", "--lake", str(lake)])
+    assert result.exit_code == 1, result.output
+    assert "format version 4, newer than this wmo-lake reads (3)" in result.output
+    assert "written by wmo-lake 9.1.0" in result.output and "Upgrade wmo-lake" in result.output
+    assert "delete" not in result.output
 
 
 def test_a_dir_of_another_tool_is_not_advised_deleted(tmp_path: Path) -> None:

@@ -58,24 +58,51 @@ _COLLECT_OPTION_AS_ARGUMENT = [
 ]
 
 
+# The commands the API has a function for (`wmo-lake forget`, `tables`, ... have none: named in an
+# error from Python, they stay command lines, which work from any shell)
+_FUNCTION_OF_COMMAND = {
+    "ingest": "ingest",
+    "sql": "query",
+    "stats": "stats",
+    "collect": "collect",
+    "export datums": "export_datums",
+    "export conversations": "export_conversations",
+}
+
+
 def _pythonic(error: Exception, own: list[tuple[str, str]] | None = None) -> Exception:
     """The same error, its message naming Python arguments instead of command-line options
-    (`own`: the calling function's options, which take precedence)."""
+    (`own`: the calling function's options, which take precedence). A command line in backticks
+    becomes the API function's call when there is one that takes its options; else (`wmo-lake
+    forget ...`, `wmo-lake ingest --prune`) it stays as written, options and all."""
     import re
 
     from wmo_lake.settings import SETTINGS
 
     message = str(error)
     settings = [(s.flag, f"{s.name}=") for s in SETTINGS.values()]
-    for option, argument in [*(own or []), *_OPTION_AS_ARGUMENT, *settings]:
-        space = "\\s?" if argument.endswith("=") else ""
+    options = [*(own or []), *_OPTION_AS_ARGUMENT, *settings]
+    known = {option for option, _ in options}
+    kept: list[str] = []
+
+    def as_call(command: re.Match[str]) -> str:
+        words = command.group(1).split()
+        function = _FUNCTION_OF_COMMAND.get(" ".join(words[:2])) or _FUNCTION_OF_COMMAND.get(
+            words[0] if words else ""
+        )
+        flags = [word.split("=")[0] for word in words if word.startswith("--")]
+        if function is not None and all(flag in known for flag in flags):
+            return f"wmo_lake.{function}()"
+        kept.append(command.group(0))
+        return f"\0{len(kept) - 1}\0"
+
+    message = re.sub(r"`wmo-lake ([^`]*)`", as_call, message)
+    for option, argument in options:
+        # (`--batch X` is `batch=X`; `--batch / --run` is `batch= / run=`)
+        space = "(?:\\s(?=(?!/\\s)[^\\s,;)]))?" if argument.endswith("=") else ""
         message = re.sub(rf"(?<![\w-]){re.escape(option)}(?![\w-]){space}", argument, message)
     message = re.sub(r"\((\w+)=\)", r"(\1)", message)  # '(--max-tokens)': '(max_tokens)'
-    message = re.sub(
-        r"`wmo-lake (\w+)[^`]*`",
-        lambda m: f"wmo_lake.{ {'sql': 'query'}.get(m.group(1), m.group(1)) }()",
-        message,
-    )
+    message = re.sub("\0(\\d+)\0", lambda m: kept[int(m.group(1))], message)
     clone = type(error)(message)
     return clone
 

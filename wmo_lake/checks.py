@@ -246,8 +246,9 @@ def stale_rules_warning(manifest: Manifest, lake: str) -> str | None:
         f"{len(stale)} of the {len(manifest.catalog)} (run, step) partitions of the lake {lake} "
         f"hold rows an older wmo-lake read ({named}), so their numbers may differ from what this "
         "version reads from the same files (a bug fixed since, a field read anew); run `wmo-lake "
-        "ingest` on their run trees again to read them by this version's rules, with `--prune` "
-        "when trial dirs of theirs are gone from disk (a gone dir's rows cannot be read again)"
+        "ingest` on their run trees again to read them by this version's rules (`wmo-lake ingest "
+        "--prune` when trial dirs of theirs are gone from disk: a gone dir's rows cannot be read "
+        "again)"
     )
 
 

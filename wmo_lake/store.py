@@ -359,7 +359,16 @@ class Store:
                 f"{raw.get('format')!r}, not {FORMAT!r}; give --lake a directory of its own "
                 "(a new one is made by `wmo-lake ingest`)"
             )
-        if raw.get("format_version") != FORMAT_VERSION:
+        version = raw.get("format_version")
+        if isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION:
+            written_by = raw.get("wmo_lake_version")
+            raise LakeError(
+                f"{self.root} is a wmo-lake lake of format version {version}, newer than this "
+                f"wmo-lake reads ({FORMAT_VERSION}): it was written by wmo-lake "
+                f"{written_by if isinstance(written_by, str) else 'of a later release'}. "
+                "Upgrade wmo-lake to read it (pip install -U wmo-lake); keep the lake as it is"
+            )
+        if version != FORMAT_VERSION:
             raise LakeError(
                 f"{self.root} is not a wmo-lake lake of format version {FORMAT_VERSION} "
                 f"(manifest says {raw.get('format')!r} {raw.get('format_version')!r}); "

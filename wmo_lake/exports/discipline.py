@@ -145,7 +145,8 @@ def load_registry(path: Path | str) -> TaskRegistry:
             raise ExportError(f"{where}: duplicate id {task_id!r}; each task must appear once")
         split = entry.get("split")
         if split not in SPLITS:
-            raise ExportError(f"{where}: `split` is {split!r}, expected one of {', '.join(SPLITS)}")
+            said = "missing" if "split" not in entry else f"{json.dumps(split)}"
+            raise ExportError(f"{where}: `split` is {said}, expected one of {', '.join(SPLITS)}")
         splits[task_id] = split
     return TaskRegistry(path=path, sha256=hashlib.sha256(data).hexdigest(), splits=splits)
 
@@ -172,6 +173,7 @@ class SplitGuard:
 
     registry: TaskRegistry | None
     excluded: Counter[str] = field(default_factory=Counter)
+    narrowing: str = "--batch / --run"  # the export's options that narrow it, named in advice
 
     def keep(self, rows_by_task: Mapping[str | None, int]) -> list[str | None]:
         if self.registry is None:
@@ -181,7 +183,7 @@ class SplitGuard:
             shown = ", ".join(repr(t) for t in unknown[:5]) + (" ..." if len(unknown) > 5 else "")
             raise ExportError(
                 f"task(s) {shown} are not in the task registry {self.registry.path}; add them "
-                "with their split (or narrow the export with --batch / --run / --where) so no "
+                f"with their split (or narrow the export with {self.narrowing}) so no "
                 "unregistered task reaches a trainer"
             )
         kept: list[str | None] = []
@@ -530,6 +532,12 @@ def verify_manifest(
     registry = None
     if tasks is not None:
         registry = load_registry(tasks)
+        if manifest.get("tasks_sha256") is None:
+            raise ExportError(
+                f"dataset {dataset} was exported without a split guard (--no-split-guard): no "
+                f"task registry vouches for its splits, so {tasks} cannot; load it with no "
+                f"registry, or export it again with --tasks {tasks}"
+            )
         if manifest.get("tasks_sha256") != registry.sha256:
             raise ExportError(
                 f"dataset {dataset} was exported against a task registry with sha256 "
@@ -712,7 +720,9 @@ class Export:
         self.kind = kind
         self.registry = load_registry(request.tasks) if request.tasks is not None else None
         refuse_existing(Path(request.out))  # before the (possibly long) query
-        self.guard = SplitGuard(self.registry)
+        # (only `export datums` has --where)
+        narrowing = "--batch / --run / --where" if kind == "datums" else "--batch / --run"
+        self.guard = SplitGuard(self.registry, narrowing=narrowing)
         self.con = connect(request.lake, dict(request.settings), check=request.check is None)
         try:
             if request.check is not None:
