@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from harbor_shapes import write_job, write_trial
 
@@ -172,20 +173,45 @@ def test_a_lake_whose_segments_were_deleted_by_hand_is_an_error_naming_them(
         assert f"is missing 1 of its Parquet files ({rel})" in result.output, args
 
 
-def test_a_segment_cut_short_by_hand_is_an_error_naming_it(tmp_path: Path) -> None:
-    """A heavy table's segment cut short outside wmo-lake (an interrupted copy of the lake): the
-    ingest of the same runs said "nothing changed" over rows no query could read, and `sql`
-    gave DuckDB's bare "No magic bytes found". Both name the file and what to do."""
+@pytest.mark.parametrize("table", ["spans", "trials"])
+@pytest.mark.parametrize("duckdb_file", [True, False], ids=["lake.duckdb", "no-lake.duckdb"])
+def test_a_segment_cut_short_by_hand_is_an_error_naming_it(
+    tmp_path: Path, table: str, duckdb_file: bool
+) -> None:
+    """A segment cut short outside wmo-lake (an interrupted copy of the lake, which may also
+    have stopped before lake.duckdb): the ingest of the same runs said "nothing changed" over
+    rows no query could read, `sql` gave DuckDB's bare "No magic bytes found", `tables` its
+    "counting rows failed", and without lake.duckdb `sql` and `ingest` a traceback. Each names
+    the file and what to do; so does `forget`, which rewrites the segment."""
     runs, lake = _runs(tmp_path), tmp_path / "lake"
     assert CliRunner().invoke(cli, ["ingest", str(runs), "--lake", str(lake)]).exit_code == 0
-    (segment,) = (lake / "tables" / "spans").rglob("*.parquet")
+    (segment,) = (lake / "tables" / table).rglob("*.parquet")
     segment.write_bytes(segment.read_bytes()[:100])
+    if not duckdb_file:
+        (lake / "lake.duckdb").unlink()
     rel = segment.relative_to(lake).as_posix()
-    for args in (["ingest", str(runs)], ["sql", "SELECT count(*) FROM spans"]):
+    commands = [["ingest", str(runs)], ["forget", "--batch", "*"]]
+    if table == "spans" or not duckdb_file:  # (lake.duckdb holds a copy of trials' rows)
+        commands += [["sql", f"SELECT count(*) FROM {table}"], ["tables"]]
+    for args in commands:
         result = CliRunner().invoke(cli, [*args, "--lake", str(lake)])
-        assert result.exit_code == 1 and "Traceback" not in result.output, args
+        assert result.exit_code == 1, (args, result.output)
+        assert isinstance(result.exception, SystemExit), (args, result.exception)
         assert f"holds 1 of its Parquet files cut short or unreadable ({rel})" in result.output
         assert "put them back whole, or ingest the runs again" in result.output, args
+
+
+def test_a_catalog_file_cut_short_by_hand_is_an_error_naming_it(tmp_path: Path) -> None:
+    """A catalog file cut by an interrupted copy of the lake: msgspec's traceback before."""
+    runs, lake = _runs(tmp_path), tmp_path / "lake"
+    assert CliRunner().invoke(cli, ["ingest", str(runs), "--lake", str(lake)]).exit_code == 0
+    (catalog,) = (lake / "catalog").rglob("*.msgpack")
+    catalog.write_bytes(catalog.read_bytes()[: catalog.stat().st_size // 2])
+    rel = catalog.relative_to(lake).as_posix()
+    for args in (["ingest", str(runs)], ["forget", "--batch", "*"]):
+        result = CliRunner().invoke(cli, [*args, "--lake", str(lake)])
+        assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+        assert f"holds its catalog file {rel} cut short or unreadable" in result.output
 
 
 def test_a_lake_duckdb_that_cannot_be_written_is_an_error_saying_the_commit_stands(

@@ -322,6 +322,21 @@ def test_an_unlistable_dir_above_the_path_hides_nothing_the_walk_listed(
     ]
 
 
+def test_a_trial_gone_from_a_job_dir_listed_through_a_link_is_gone_though_above_it_is_dark(
+    lake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """runs/exp cannot be listed (a 711 dir, to others), yet its step-0002 is listed through the
+    link runs/latest: a trial deleted there is gone (it was kept as hidden, and not counted)."""
+    runs = tmp_path / "runs"
+    (runs / "latest").symlink_to("exp/harbor/step-0002")
+    shutil.rmtree(runs / STEP2 / "c__1")
+    _refusing_to_list(monkeypatch, str(runs / "exp"))
+    kept = ingest([runs], lake, workers=1)
+    assert kept.gone_kept == 1, kept.line()
+    summary = ingest([runs], lake, workers=1, prune=True)
+    assert summary.pruned == [os.path.realpath(runs / STEP2 / "c__1")]
+
+
 @pytest.mark.parametrize("prune", [False, True], ids=["no-prune", "prune"])
 def test_a_walk_problem_under_a_dir_that_cannot_be_listed_goes_prune_or_not(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prune: bool

@@ -54,10 +54,15 @@ class _ApiAndModule:
         return getattr(api, object.__getattribute__(self, "_name"))
 
     # (properties: an instance's __doc__ is found on its class before any __getattr__, so
-    # help(wl.ingest) showed this class and inspect.signature gave (*args, **kwargs))
+    # help(wl.ingest) showed this class and inspect.signature gave (*args, **kwargs); help()
+    # draws no signature for an object that is not a function, so the doc opens with it)
     @property
     def __doc__(self) -> str | None:  # type: ignore[override]
-        return object.__getattribute__(self, "_function")().__doc__
+        import inspect
+
+        function = object.__getattribute__(self, "_function")()
+        name = object.__getattribute__(self, "_name")
+        return f"{name}{inspect.signature(function)}\n\n{inspect.getdoc(function)}"
 
     @property
     def __wrapped__(self) -> Any:

@@ -416,16 +416,24 @@ class Commit:
                 partitions[partition] = files
                 continue
             self.touched.add(partition)
-            files = self._rewrite_without(name, partition, files, removed)
-            files += self._rewrite_without(
-                name, partition, added.get(partition, []), self.excluded_from_added
-            )
-            files += written.get(partition, [])
-            if len(files) > 1:  # an empty table's schema file, once rows have come
-                files = [
-                    rel for rel in files if not rel.endswith(f"{EMPTY_LABEL}.parquet")
-                ] or files[:1]
-            partitions[partition] = self._compact(name, partition, files)
+            try:
+                files = self._rewrite_without(name, partition, files, removed)
+                files += self._rewrite_without(
+                    name, partition, added.get(partition, []), self.excluded_from_added
+                )
+                files += written.get(partition, [])
+                if len(files) > 1:  # an empty table's schema file, once rows have come
+                    files = [
+                        rel for rel in files if not rel.endswith(f"{EMPTY_LABEL}.parquet")
+                    ] or files[:1]
+                partitions[partition] = self._compact(name, partition, files)
+            except pa.ArrowInvalid as error:
+                # a segment cut short by hand (an interrupted copy of the lake): named, as a
+                # deleted one is (its FileNotFoundError reaches the command's own check)
+                damaged = self.store.damaged_error(self.base, [partition])
+                if damaged is not None:
+                    raise damaged from error
+                raise
         return partitions
 
     def finish(

@@ -646,7 +646,7 @@ class LakeUpdate:
         self,
         paths: list[Path],
         walked: set[str],
-        found: Mapping[str, object],
+        found: Mapping[str, tuple[Candidate, str | None]],
         unlisted: list[str],
     ) -> int:
         """The trial dirs (and unreadable ones) under `paths`, of the partitions `walked`, whose
@@ -662,7 +662,8 @@ class LakeUpdate:
             if ((entry.kind == TRIAL and entry.unit_key) or entry.kind == UNREADABLE)
             and entry.partition in walked
         }
-        return len(gone_entries(held, paths, set(found), set(), set(), unlisted))
+        jobs = {job.key for job in self.jobs.values()} | {c.job.key for c, _ in found.values()}
+        return len(gone_entries(held, paths, set(found), jobs, set(), unlisted))
 
     def restore_lost_trials(self, candidates: dict[str, tuple[Candidate, str | None]]) -> None:
         """The trials whose rows this ingest removed (their dir is pruned, or holds another

@@ -138,8 +138,10 @@ def build(
     con = duckdb.connect(str(path))
     try:
         return _fresh(con, store, manifest, stamp, stored, copies)
-    except duckdb.IOException as error:
-        damaged = store.damaged_error(manifest)  # a segment gone: say so, not DuckDB's glob
+    except (duckdb.IOException, duckdb.InvalidInputException) as error:
+        # a segment gone (DuckDB's glob matched nothing) or cut short ("No magic bytes found"):
+        # say so, not DuckDB's words
+        damaged = store.damaged_error(manifest)
         if damaged is not None:
             raise damaged from error
         raise

@@ -32,10 +32,12 @@ import os
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from wmo_lake.catalog import CatalogEntry, CatalogKeys
+
+T = TypeVar("T")
 
 MANIFEST = "manifest.json"
 STAGING = ".staging"  # an ingest's copies of the stored tables' rows (wmo_lake/stored_copies.py)
@@ -461,8 +463,9 @@ class Store:
 
         catalog: dict[str, CatalogEntry] = {}
         wanted = manifest.catalog if partitions is None else set(partitions)
-        for _, data in self._catalog_files(manifest, wanted):
-            catalog.update((entry.source, entry) for entry in decode_catalog(data))
+        for partition, data in self._catalog_files(manifest, wanted):
+            entries = self._decoded(decode_catalog, data, manifest.catalog[partition])
+            catalog.update((entry.source, entry) for entry in entries)
         return catalog
 
     def read_catalog_keys(
@@ -472,7 +475,21 @@ class Store:
         from wmo_lake.catalog import decode_catalog_keys
 
         for partition, data in self._catalog_files(manifest, partitions):
-            yield partition, decode_catalog_keys(data)
+            yield partition, self._decoded(decode_catalog_keys, data, manifest.catalog[partition])
+
+    def _decoded(self, decode: Callable[[bytes], list[T]], data: bytes, rel: str) -> list[T]:
+        """A catalog file's entries; one cut short or edited outside wmo-lake (an interrupted
+        copy of the lake) is a LakeError naming it, as a segment cut short is."""
+        import msgspec
+
+        try:
+            return decode(data)
+        except msgspec.DecodeError as error:  # (a ValidationError too)
+            raise LakeError(
+                f"the lake at {self.root} holds its catalog file {rel} cut short or unreadable "
+                f"({error}): it was cut or edited outside wmo-lake (an interrupted copy, say); "
+                "put it back whole, or ingest the runs again into a new lake directory"
+            ) from error
 
     def _catalog_files(
         self, manifest: Manifest, partitions: Iterable[str]

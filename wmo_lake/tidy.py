@@ -196,6 +196,8 @@ def gone_entries(
         return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
 
     def behind_unlisted(path: str) -> bool:
+        if f"job:{os.path.dirname(path)}" in found_jobs:
+            return False  # its job dir was listed (reached by a link, say): a trial gone is gone
         # (an unlisted dir above a PATH, reached by a link back up, hides nothing the walk
         # reached from that PATH below it)
         return any(

@@ -11,7 +11,7 @@ from typing import Any
 import click
 import duckdb
 
-from wmo_lake.commands.options import fail, lake_failure, lake_hint, lake_option
+from wmo_lake.commands.options import fail, fail_if_damaged, lake_failure, lake_hint, lake_option
 from wmo_lake.store import LakeError
 from wmo_lake.terminal import render_table, terminal_width
 
@@ -71,6 +71,7 @@ def tables(ctx: click.Context, lake: Path, counts: bool, as_json: bool) -> None:
                 }
             )
     except duckdb.Error as error:
+        fail_if_damaged(lake)  # (a segment deleted or cut short by hand: named, with what to do)
         fail(f"counting rows failed: {error}")
     finally:
         con.close()
