@@ -143,6 +143,11 @@ def test_an_error_from_python_names_a_command_the_api_lacks_as_the_command_line(
     assert "`wmo-lake forget --batch exp1/harbor/step-0000/rollouts --lake lake` drops it" in said
     assert "wmo_lake.export_datums() writes them; wmo_lake.ingest() reads them" in said
     assert "`wmo-lake ingest --prune` drops the gone; batch=X" in said
+    # an option before prose or punctuation is the argument's name, not glued to the next word
+    prose = "give --lake a directory of its own; pass --tasks a file (--batch, --run) --lake, or"
+    assert str(_pythonic(LakeError(prose))) == (
+        "give lake a directory of its own; pass tasks a file (batch, run) lake, or"
+    )
 
 
 @pytest.fixture(scope="module")

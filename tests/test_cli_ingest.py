@@ -201,17 +201,31 @@ def test_a_segment_cut_short_by_hand_is_an_error_naming_it(
         assert "put them back whole, or ingest the runs again" in result.output, args
 
 
-def test_a_catalog_file_cut_short_by_hand_is_an_error_naming_it(tmp_path: Path) -> None:
-    """A catalog file cut by an interrupted copy of the lake: msgspec's traceback before."""
+@pytest.mark.parametrize("damage", ["cut", "deleted"])
+def test_a_catalog_file_cut_short_or_deleted_by_hand_is_an_error_naming_it(
+    tmp_path: Path, damage: str
+) -> None:
+    """A catalog file cut or left out by an interrupted copy of the lake: msgspec's traceback,
+    or "cannot write the lake" (a dry run writes nothing) with nothing to do, before."""
     runs, lake = _runs(tmp_path), tmp_path / "lake"
     assert CliRunner().invoke(cli, ["ingest", str(runs), "--lake", str(lake)]).exit_code == 0
     (catalog,) = (lake / "catalog").rglob("*.msgpack")
-    catalog.write_bytes(catalog.read_bytes()[: catalog.stat().st_size // 2])
+    if damage == "cut":
+        catalog.write_bytes(catalog.read_bytes()[: catalog.stat().st_size // 2])
+    else:
+        catalog.unlink()
     rel = catalog.relative_to(lake).as_posix()
-    for args in (["ingest", str(runs)], ["forget", "--batch", "*"]):
+    said = f"holds its catalog file {rel} cut short" if damage == "cut" else f"missing its {rel}"
+    said = said.replace("missing its", "missing its catalog file")
+    for args in (
+        ["ingest", str(runs)],
+        ["ingest", str(runs), "--dry-run"],
+        ["forget", "--batch", "*"],
+        ["forget", "--batch", "*", "--dry-run"],
+    ):
         result = CliRunner().invoke(cli, [*args, "--lake", str(lake)])
         assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
-        assert f"holds its catalog file {rel} cut short or unreadable" in result.output
+        assert said in result.output and "ingest the runs again" in result.output, args
 
 
 def test_a_lake_duckdb_that_cannot_be_written_is_an_error_saying_the_commit_stands(

@@ -757,6 +757,15 @@ def test_a_shared_batch_refusal_gives_the_forget_that_drops_that_batch_from_that
     result = CliRunner().invoke(cli, [*args, *run])
     assert result.exit_code == 2, result.output
     (command,) = re.findall(r"`(wmo-lake forget --batch [^`]*)` drops it", result.output)
+    # From Python too (the API has no forget: the command line stays, naming the lake given;
+    # it had no --lake, and run where ./lake held the same batch it forgot it there)
+    import wmo_lake as wl
+
+    with pytest.raises(collector.CollectError) as raised:
+        wl.collect(
+            TEMPLATE, tmp_path / "runs" / name, 0, tasks=["hello-file"], sets=[KIT_TASKS], lake=lake
+        )
+    assert re.findall(r"`(wmo-lake forget --batch [^`]*)` drops it", str(raised.value)) == [command]
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)  # (no ./lake here: the command must name the lake)

@@ -186,7 +186,7 @@ def test_one_registry_of_task_ids_guards_both_exports(
     import wmo_lake as wl
     from wmo_lake.exports.discipline import ExportError
 
-    with pytest.raises(ExportError, match=r"narrow the export with batch= / run=\) so no"):
+    with pytest.raises(ExportError, match=r"narrow the export with batch / run\) so no"):
         wl.export_conversations(lake, tmp_path / "p.jsonl", tasks=by_name)
 
 

@@ -79,8 +79,8 @@ def test_registry_reads_a_list_or_a_tasks_object(tmp_path: Path, shape: str) -> 
             '[{"id": "a", "split": "train"}, {"id": "a", "split": "dev"}]',
             'entry 1 ({"id": "a", "split": "dev"}): duplicate id \'a\'',
         ),
-        ('[{"id": "a", "split": "test"}]', "`split` is 'test', expected one of train, dev"),
-        ('[{"id": "a"}]', 'entry 0 ({"id": "a"}): `split` is None'),
+        ('[{"id": "a", "split": "test"}]', '`split` is "test", expected one of train, dev'),
+        ('[{"id": "a"}]', 'entry 0 ({"id": "a"}): `split` is missing'),
     ],
 )
 def test_malformed_registry_errors_name_the_entry(

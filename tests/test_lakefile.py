@@ -24,7 +24,7 @@ from wmo_lake.lake import (
     view_sources,
     views_digest,
 )
-from wmo_lake.store import DUCKDB_FILE, Store, partition_of
+from wmo_lake.store import DUCKDB_FILE, LakeError, Store, partition_of
 from wmo_lake.stored_copies import CopyWriter
 from wmo_lake.tables import TABLES
 from wmo_lake.tidy import forget
@@ -148,17 +148,21 @@ def test_an_update_reads_only_the_partitions_that_changed(tmp_path: Path) -> Non
     for table in lakefile.STORED_TABLES:
         for rel in manifest.tables.get(table, {}).get(partition_of("exp", 1), []):
             (lake / rel).write_bytes(b"not parquet: reading this fails")
-    write_trial(_job(runs, 2), "b__1", trial_id="b2", reward=0.0, turns=TURNS)
-    ingest([runs], lake, workers=1)
+    step2 = _job(runs, 2)
+    write_trial(step2, "b__1", trial_id="b2", reward=0.0, turns=TURNS)
+    # (step 2's dir alone: an ingest that walks step 1 refuses it, its files being broken)
+    ingest([step2.parent], lake, workers=1)
     con = connect(lake, check=False)
     assert con.execute("SELECT * FROM trials WHERE step = 1").fetchall() == before
     assert con.execute("SELECT batch, trials FROM rollout_stats").fetchall() == [
         ("exp/harbor/step-0001/job", 1),
         ("exp/harbor/step-0002/job", 1),
     ]
-    # the scratch build does read them (the check above is not vacuous)
-    with pytest.raises(duckdb.Error):
+    # the scratch build does read them (the check above is not vacuous), and names them
+    with pytest.raises(LakeError, match="cut short or unreadable"):
         _built(lake, tmp_path, stored=True)
+    with pytest.raises(LakeError, match="holds 4 of its Parquet files cut short or unreadable"):
+        ingest([runs], lake, workers=1)
 
 
 def test_a_file_of_another_layout_is_built_anew(tmp_path: Path) -> None:
@@ -636,7 +640,6 @@ def test_a_full_disk_while_copying_lake_duckdb_says_the_generation_is_committed(
     import errno
 
     from wmo_lake.lake import ensure_duckdb_file
-    from wmo_lake.store import LakeError
 
     runs = tmp_path / "runs"
     write_trial(_job(runs, 1), "a__1", turns=TURNS)

@@ -70,6 +70,10 @@ _FUNCTION_OF_COMMAND = {
 }
 
 
+# words of a message's prose after an option, never its value (`give --lake a directory`)
+_PROSE = "(?:a|an|the|to|and|or|with|for|of|in|on|that|which|is|as|when|if|so|its|too|only)"
+
+
 def _pythonic(error: Exception, own: list[tuple[str, str]] | None = None) -> Exception:
     """The same error, its message naming Python arguments instead of command-line options
     (`own`: the calling function's options, which take precedence). A command line in backticks
@@ -86,7 +90,7 @@ def _pythonic(error: Exception, own: list[tuple[str, str]] | None = None) -> Exc
     kept: list[str] = []
 
     def as_call(command: re.Match[str]) -> str:
-        words = command.group(1).split()
+        words = command.group(1).split()  # (a quoted word's spaces split it: only flags count)
         function = _FUNCTION_OF_COMMAND.get(" ".join(words[:2])) or _FUNCTION_OF_COMMAND.get(
             words[0] if words else ""
         )
@@ -96,12 +100,17 @@ def _pythonic(error: Exception, own: list[tuple[str, str]] | None = None) -> Exc
         kept.append(command.group(0))
         return f"\0{len(kept) - 1}\0"
 
-    message = re.sub(r"`wmo-lake ([^`]*)`", as_call, message)
+    # (its words may be shell-quoted, a backtick in a quoted lake path among them)
+    message = re.sub(r"""`wmo-lake ((?:'[^']*'|"[^"]*"|[^`'"])*)`""", as_call, message)
     for option, argument in options:
-        # (`--batch X` is `batch=X`; `--batch / --run` is `batch= / run=`)
-        space = "(?:\\s(?=(?!/\\s)[^\\s,;)]))?" if argument.endswith("=") else ""
-        message = re.sub(rf"(?<![\w-]){re.escape(option)}(?![\w-]){space}", argument, message)
-    message = re.sub(r"\((\w+)=\)", r"(\1)", message)  # '(--max-tokens)': '(max_tokens)'
+        if argument.endswith("="):
+            # `--batch X` is `batch=X`; an option before prose or punctuation (`give --lake a
+            # directory`, `--batch / --run`, `(--max-tokens)`) is the argument's bare name
+            valued = rf"(?<![\w-]){re.escape(option)}(?![\w-])\s(?!{_PROSE}\b|/\s)(?=[^\s,;)])"
+            message = re.sub(valued, argument, message)
+            message = re.sub(rf"(?<![\w-]){re.escape(option)}(?![\w-])", argument[:-1], message)
+        else:
+            message = re.sub(rf"(?<![\w-]){re.escape(option)}(?![\w-])", argument, message)
     message = re.sub("\0(\\d+)\0", lambda m: kept[int(m.group(1))], message)
     clone = type(error)(message)
     return clone
@@ -129,8 +138,8 @@ def collect(*args: Any, **kwargs: Any) -> Any:
     from wmo_lake.collector import CollectError
     from wmo_lake.collector import collect as collect_step
 
-    try:  # (a message's commands become this module's functions: no --lake to name)
-        return collect_step(*args, **{"lake_args": "", **kwargs})
+    try:  # (a command line kept in a message, `wmo-lake forget`, names the lake given)
+        return collect_step(*args, **kwargs)
     except (CollectError, LakeError) as error:
         raise _pythonic(error, _COLLECT_OPTION_AS_ARGUMENT) from None
 
@@ -446,7 +455,6 @@ def export_datums(
         where=where,
         settings=_settings(settings),
         check=functools.partial(_warn_on_unused_reward_key, batch=batch, run=run, exporting=True),
-        lake_args="",  # (a message's commands become this module's functions: see _pythonic)
     )
 
 
@@ -485,7 +493,6 @@ def export_conversations(
         subagents=subagents,
         settings=_settings(settings),
         check=lambda con: _warn_on_unused_reward_key(con, batch, run, exporting=True),
-        lake_args="",
     )
 
 

@@ -501,8 +501,17 @@ class Store:
         root = str(self.root)
         for partition in partitions:
             rel = manifest.catalog.get(partition)
-            if rel is not None:
-                yield partition, read_file(f"{root}/{rel}")
+            if rel is None:
+                continue
+            try:
+                data = read_file(f"{root}/{rel}")
+            except FileNotFoundError as error:
+                raise LakeError(
+                    f"the lake at {self.root} is missing its catalog file {rel}: it was deleted "
+                    "or moved outside wmo-lake (an interrupted copy, say); put it back, or ingest "
+                    "the runs again into a new lake directory"
+                ) from error
+            yield partition, data
 
     def write_catalog(self, rel: str, catalog: Iterable[CatalogEntry], sync: bool = True) -> None:
         """One partition's catalog file, under a fresh name (so no rename), synced unless
