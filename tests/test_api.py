@@ -148,6 +148,11 @@ def test_an_error_from_python_names_a_command_the_api_lacks_as_the_command_line(
     assert str(_pythonic(LakeError(prose))) == (
         "give lake a directory of its own; pass tasks a file (batch, run) lake, or"
     )
+    # (a value that starts with such a word is a value: `--out a.csv` lost its `=`)
+    valued = "--out a.csv names a .csv file; --tasks the-tasks.json; --lake in/lake"
+    assert str(_pythonic(LakeError(valued))) == (
+        "out=a.csv names a .csv file; tasks=the-tasks.json; lake=in/lake"
+    )
 
 
 @pytest.fixture(scope="module")

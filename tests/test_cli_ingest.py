@@ -201,7 +201,7 @@ def test_a_segment_cut_short_by_hand_is_an_error_naming_it(
         assert "put them back whole, or ingest the runs again" in result.output, args
 
 
-@pytest.mark.parametrize("damage", ["cut", "deleted"])
+@pytest.mark.parametrize("damage", ["cut", "deleted", "a dir"])
 def test_a_catalog_file_cut_short_or_deleted_by_hand_is_an_error_naming_it(
     tmp_path: Path, damage: str
 ) -> None:
@@ -210,13 +210,17 @@ def test_a_catalog_file_cut_short_or_deleted_by_hand_is_an_error_naming_it(
     runs, lake = _runs(tmp_path), tmp_path / "lake"
     assert CliRunner().invoke(cli, ["ingest", str(runs), "--lake", str(lake)]).exit_code == 0
     (catalog,) = (lake / "catalog").rglob("*.msgpack")
+    rel = catalog.relative_to(lake).as_posix()
     if damage == "cut":
         catalog.write_bytes(catalog.read_bytes()[: catalog.stat().st_size // 2])
-    else:
+        said = f"holds its catalog file {rel} cut short"
+    elif damage == "deleted":
         catalog.unlink()
-    rel = catalog.relative_to(lake).as_posix()
-    said = f"holds its catalog file {rel} cut short" if damage == "cut" else f"missing its {rel}"
-    said = said.replace("missing its", "missing its catalog file")
+        said = f"is missing its catalog file {rel}"
+    else:  # (a read that fails: it was "cannot write the lake", also from a dry run)
+        catalog.unlink()
+        catalog.mkdir()
+        said = f"cannot read the lake's catalog file {lake / rel}: Is a directory"
     for args in (
         ["ingest", str(runs)],
         ["ingest", str(runs), "--dry-run"],

@@ -243,6 +243,6 @@ def test_the_python_export_warns_of_rewards_that_are_no_measurement(
         wl.export_datums(lake, tmp_path / "d.parquet", no_split_guard=True)
     assert str(caught[0].message).startswith("1 batch(es) in scope hold 6 trial(s) whose reward")
     # in Python's terms, whole: `--batch, --run` read `batch=, run=`
-    assert str(caught[0].message).endswith("leave those batches out (batch=, run=)")
+    assert str(caught[0].message).endswith("leave those batches out (batch, run)")
     with pytest.warns(InvalidRewardWarning, match="WMO's scorer refuses such a batch whole"):
         wl.export_conversations(lake, tmp_path / "c.jsonl", no_split_guard=True)

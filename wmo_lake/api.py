@@ -106,7 +106,7 @@ def _pythonic(error: Exception, own: list[tuple[str, str]] | None = None) -> Exc
         if argument.endswith("="):
             # `--batch X` is `batch=X`; an option before prose or punctuation (`give --lake a
             # directory`, `--batch / --run`, `(--max-tokens)`) is the argument's bare name
-            valued = rf"(?<![\w-]){re.escape(option)}(?![\w-])\s(?!{_PROSE}\b|/\s)(?=[^\s,;)])"
+            valued = rf"(?<![\w-]){re.escape(option)}(?![\w-])\s(?!{_PROSE}\s|/\s)(?=[^\s,;)])"
             message = re.sub(valued, argument, message)
             message = re.sub(rf"(?<![\w-]){re.escape(option)}(?![\w-])", argument[:-1], message)
         else:

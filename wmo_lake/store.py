@@ -511,6 +511,12 @@ class Store:
                     "or moved outside wmo-lake (an interrupted copy, say); put it back, or ingest "
                     "the runs again into a new lake directory"
                 ) from error
+            except OSError as error:  # (not "cannot write the lake": this is a read)
+                raise LakeError(
+                    f"cannot read the lake's catalog file {self.root / rel}: "
+                    f"{error.strerror or error}; make it a readable file again (as wmo-lake "
+                    "wrote it), or ingest the runs again into a new lake directory"
+                ) from error
             yield partition, data
 
     def write_catalog(self, rel: str, catalog: Iterable[CatalogEntry], sync: bool = True) -> None:
