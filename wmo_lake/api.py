@@ -103,14 +103,13 @@ def _pythonic(error: Exception, own: list[tuple[str, str]] | None = None) -> Exc
     # (its words may be shell-quoted, a backtick in a quoted lake path among them)
     message = re.sub(r"""`wmo-lake ((?:'[^']*'|"[^"]*"|[^`'"])*)`""", as_call, message)
     for option, argument in options:
+        word = rf"(?<![\w-]){re.escape(option)}(?![\w-])"
         if argument.endswith("="):
             # `--batch X` is `batch=X`; an option before prose or punctuation (`give --lake a
             # directory`, `--batch / --run`, `(--max-tokens)`) is the argument's bare name
-            valued = rf"(?<![\w-]){re.escape(option)}(?![\w-])\s(?!{_PROSE}\s|/\s)(?=[^\s,;)])"
-            message = re.sub(valued, argument, message)
-            message = re.sub(rf"(?<![\w-]){re.escape(option)}(?![\w-])", argument[:-1], message)
-        else:
-            message = re.sub(rf"(?<![\w-]){re.escape(option)}(?![\w-])", argument, message)
+            message = re.sub(rf"{word}\s(?!{_PROSE}\s|/\s)(?=[^\s,;)])", argument, message)
+            argument = argument[:-1]
+        message = re.sub(word, argument, message)
     message = re.sub("\0(\\d+)\0", lambda m: kept[int(m.group(1))], message)
     clone = type(error)(message)
     return clone

@@ -416,24 +416,20 @@ class Commit:
                 partitions[partition] = files
                 continue
             self.touched.add(partition)
-            try:
+            # (a segment cut short by hand, an interrupted copy of the lake, is named as a
+            # deleted one is: its FileNotFoundError reaches the command's own check)
+            with self.store.naming_damage(self.base, pa.ArrowInvalid, [partition]):
                 files = self._rewrite_without(name, partition, files, removed)
                 files += self._rewrite_without(
                     name, partition, added.get(partition, []), self.excluded_from_added
                 )
-                files += written.get(partition, [])
-                if len(files) > 1:  # an empty table's schema file, once rows have come
-                    files = [
-                        rel for rel in files if not rel.endswith(f"{EMPTY_LABEL}.parquet")
-                    ] or files[:1]
+            files += written.get(partition, [])
+            if len(files) > 1:  # an empty table's schema file, once rows have come
+                files = [
+                    rel for rel in files if not rel.endswith(f"{EMPTY_LABEL}.parquet")
+                ] or files[:1]
+            with self.store.naming_damage(self.base, pa.ArrowInvalid, [partition]):
                 partitions[partition] = self._compact(name, partition, files)
-            except pa.ArrowInvalid as error:
-                # a segment cut short by hand (an interrupted copy of the lake): named, as a
-                # deleted one is (its FileNotFoundError reaches the command's own check)
-                damaged = self.store.damaged_error(self.base, [partition])
-                if damaged is not None:
-                    raise damaged from error
-                raise
         return partitions
 
     def finish(

@@ -228,8 +228,7 @@ def ingest(
                 update.catalog,
                 paths,
                 set(candidates),
-                {job.key for job in update.jobs.values()}  # empty job dirs are found too
-                | {candidate.job.key for candidate, _ in candidates.values()},
+                update.found_job_keys(candidates),  # (empty job dirs are found too)
                 found_walks,
                 unlisted,
             )
@@ -662,8 +661,12 @@ class LakeUpdate:
             if ((entry.kind == TRIAL and entry.unit_key) or entry.kind == UNREADABLE)
             and entry.partition in walked
         }
-        jobs = {job.key for job in self.jobs.values()} | {c.job.key for c, _ in found.values()}
+        jobs = self.found_job_keys(found)
         return len(gone_entries(held, paths, set(found), jobs, set(), unlisted))
+
+    def found_job_keys(self, found: Mapping[str, tuple[Candidate, str | None]]) -> set[str]:
+        """The catalog keys of the job dirs the walk found: its own, and those of its trials."""
+        return {job.key for job in self.jobs.values()} | {c.job.key for c, _ in found.values()}
 
     def restore_lost_trials(self, candidates: dict[str, tuple[Candidate, str | None]]) -> None:
         """The trials whose rows this ingest removed (their dir is pruned, or holds another

@@ -303,13 +303,8 @@ def connect(
 
         warn_on_stale_rules(manifest, str(lake), rewrite)
         if check:
-            try:
+            with store.naming_damage(manifest, duckdb.Error):  # (its query reads `trials`)
                 warn_on_unused_reward_key(con, rewrite=rewrite)
-            except duckdb.Error as error:  # (its query reads `trials`: a segment cut short)
-                damaged = store.damaged_error(manifest)
-                if damaged is not None:
-                    raise damaged from error
-                raise
     except BaseException:
         # A connection not given out is closed now: DuckDB shares one database per file in a
         # process, and a confined one left to the garbage collector (a bad setting raised) kept

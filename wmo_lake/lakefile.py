@@ -137,14 +137,9 @@ def build(
         path.unlink(missing_ok=True)
     con = duckdb.connect(str(path))
     try:
-        return _fresh(con, store, manifest, stamp, stored, copies)
-    except (duckdb.IOException, duckdb.InvalidInputException) as error:
-        # a segment gone (DuckDB's glob matched nothing) or cut short ("No magic bytes found"):
-        # say so, not DuckDB's words
-        damaged = store.damaged_error(manifest)
-        if damaged is not None:
-            raise damaged from error
-        raise
+        # (a segment gone: DuckDB's glob matched nothing; cut short: "No magic bytes found")
+        with store.naming_damage(manifest, (duckdb.IOException, duckdb.InvalidInputException)):
+            return _fresh(con, store, manifest, stamp, stored, copies)
     finally:
         con.close()
 

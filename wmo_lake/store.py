@@ -436,6 +436,24 @@ class Store:
             "them; put them back whole, or ingest the runs again into a new lake directory"
         )
 
+    @contextlib.contextmanager
+    def naming_damage(
+        self,
+        manifest: Manifest,
+        errors: type[BaseException] | tuple[type[BaseException], ...],
+        partitions: Collection[str] | None = None,
+    ) -> Iterator[None]:
+        """Around a read of the lake's segments: one of `errors` is `damaged_error`'s LakeError
+        when segments are gone or cut short (DuckDB's or pyarrow's own words name no remedy),
+        else raised as it is."""
+        try:
+            yield
+        except errors as error:
+            damaged = self.damaged_error(manifest, partitions)
+            if damaged is not None:
+                raise damaged from error
+            raise
+
     def duckdb_stamp(self, manifest: Manifest, views: str) -> str:
         """What lake.duckdb was built for: the generation, and `views` (a digest of its views)."""
         return f"{manifest.generation}:{manifest.updated_at}:{views}"

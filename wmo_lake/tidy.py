@@ -217,7 +217,7 @@ def gone_entries(
             path, found = source, found_dirs
         if not any(under(path, p) for p in prefixes) or source in found:
             continue
-        if entry.kind == WALK or not (behind_unlisted(path) or not _searchable(path)):
+        if entry.kind == WALK or (_searchable(path) and not behind_unlisted(path)):
             gone.append(entry)
     return gone
 

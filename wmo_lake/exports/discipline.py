@@ -145,7 +145,7 @@ def load_registry(path: Path | str) -> TaskRegistry:
             raise ExportError(f"{where}: duplicate id {task_id!r}; each task must appear once")
         split = entry.get("split")
         if split not in SPLITS:
-            said = "missing" if "split" not in entry else f"{json.dumps(split)}"
+            said = json.dumps(split) if "split" in entry else "missing"
             raise ExportError(f"{where}: `split` is {said}, expected one of {', '.join(SPLITS)}")
         splits[task_id] = split
     return TaskRegistry(path=path, sha256=hashlib.sha256(data).hexdigest(), splits=splits)
