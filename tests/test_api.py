@@ -433,3 +433,29 @@ def test_arguments_of_the_wrong_kind_are_named(lake: Path, tmp_path: Path) -> No
         wl.stats(lake, max_tokens=2**70)  # (a setting's error, as for max_turns=0)
     assert not (tmp_path / "lake").exists()
     assert wl.ingest(runs, tmp_path / "lake", sink_roots=[("/old", tmp_path)]).trials_new == 1
+
+
+@pytest.mark.parametrize("damage", ["cut", "deleted"])
+def test_a_query_over_a_damaged_segment_raises_a_lake_error_naming_it(
+    tmp_path: Path, lake: Path, damage: str
+) -> None:
+    """A spans segment cut short (or deleted) by hand, lake.duckdb whole: query() raised DuckDB's
+    "No magic bytes found" where `wmo-lake sql` names the file and what to do."""
+    copy = tmp_path / "lake"
+    shutil.copytree(lake, copy)
+    (segment,) = (copy / "tables" / "spans").rglob("*.parquet")
+    if damage == "cut":
+        segment.write_bytes(segment.read_bytes()[:100])
+    else:
+        segment.unlink()
+    rel = segment.relative_to(copy).as_posix()
+    with pytest.raises(LakeError, match="put them back whole, or ingest the runs again") as error:
+        wl.query(copy, "SELECT count(*) FROM spans")
+    assert rel in str(error.value)
+    with pytest.raises(LakeError, match=re.escape(rel)):
+        wl.records(copy, with_spans=True)
+    # a query's own mistake over the same lake is still its own error
+    with pytest.raises(Exception, match="nosuch") as own:
+        wl.query(copy, "SELECT * FROM nosuch")
+    assert not isinstance(own.value, LakeError)
+    assert wl.query(copy, "SELECT count(*) AS n FROM trials")["n"].to_list() == [2]

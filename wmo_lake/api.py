@@ -17,8 +17,9 @@ reward_mode, max_turns, max_tokens, context_budget, max_datum_tokens); see the R
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -276,32 +277,66 @@ def _query(
         raise ValueError("query(): the query is empty; give one SQL statement")
     con = _open(lake, settings, batch, run)
     try:
-        statements = con.extract_statements(sql)
-        for statement in statements:
-            # the database is read-only, but a COPY TO writes any file (the lake's own
-            # manifest too), an ATTACH another database, and a PREPARE may hold either
-            # (EXECUTE runs it): refused, as `wmo-lake sql` refuses them
-            if statement.type.name in _FILE_WRITERS:
-                raise ValueError(
-                    f"query(): {statement.type.name} may write a file, and the lake is "
-                    "read-only to query() (its parameters are `params=`); write the DataFrame "
-                    "it returns instead (df.write_parquet(...)), or use `wmo-lake sql QUERY "
-                    "--output FILE`"
-                )
-        result = con.sql(sql, params=params)
-        if result is None or statements[-1].type.name in _NO_ROWS:  # only comments; a SET
-            raise ValueError(
-                f"query(): {sql.strip()[:60]!r} returns no rows: give a SELECT (a query that "
-                "is only comments is empty)"
-            )
-        frame = _polars(result)
-        if frame.is_empty() and (batch is not None or run is not None):
-            from wmo_lake.checks import warn_on_no_match
-
-            warn_on_no_match(con, batch, run)
-        return frame
+        with _naming_damage(lake):
+            return _query_on(con, sql, params, batch, run)
     finally:
         con.close()
+
+
+@contextlib.contextmanager
+def _naming_damage(lake: str | Path) -> Iterator[None]:
+    """A query's DuckDB error, as the lake's damage when it has any (a segment deleted or cut
+    short by hand: DuckDB's own words are a glob that matched nothing, or "No magic bytes"),
+    as the commands say it."""
+    import duckdb
+
+    from wmo_lake.store import Store
+
+    try:
+        yield
+    except duckdb.Error as error:
+        # (as `wmo-lake sql` asks: a glob that matched nothing is an IO error, a confined one a
+        # permission error, and a cut file's error names it)
+        kinds = (duckdb.IOException, duckdb.PermissionException)
+        damaged = None
+        if isinstance(error, kinds) or ".parquet" in str(error):
+            damaged = Store(Path(lake)).damage()
+        if damaged is None:
+            raise
+        raise damaged from error
+
+
+def _query_on(
+    con: duckdb.DuckDBPyConnection,
+    sql: str,
+    params: dict[str, Any] | None,
+    batch: str | None,
+    run: str | None,
+) -> pl.DataFrame:
+    statements = con.extract_statements(sql)
+    for statement in statements:
+        # the database is read-only, but a COPY TO writes any file (the lake's own
+        # manifest too), an ATTACH another database, and a PREPARE may hold either
+        # (EXECUTE runs it): refused, as `wmo-lake sql` refuses them
+        if statement.type.name in _FILE_WRITERS:
+            raise ValueError(
+                f"query(): {statement.type.name} may write a file, and the lake is "
+                "read-only to query() (its parameters are `params=`); write the DataFrame "
+                "it returns instead (df.write_parquet(...)), or use `wmo-lake sql QUERY "
+                "--output FILE`"
+            )
+    result = con.sql(sql, params=params)
+    if result is None or statements[-1].type.name in _NO_ROWS:  # only comments; a SET
+        raise ValueError(
+            f"query(): {sql.strip()[:60]!r} returns no rows: give a SELECT (a query that "
+            "is only comments is empty)"
+        )
+    frame = _polars(result)
+    if frame.is_empty() and (batch is not None or run is not None):
+        from wmo_lake.checks import warn_on_no_match
+
+        warn_on_no_match(con, batch, run)
+    return frame
 
 
 # DuckDB types whose values polars would get changed, or not at all, and how.

@@ -436,6 +436,14 @@ class Store:
             "them; put them back whole, or ingest the runs again into a new lake directory"
         )
 
+    def damage(self) -> LakeError | None:
+        """`damaged_error` of the whole lake, asked once a read of it has failed (None also when
+        the manifest cannot be read: the read's own error says that)."""
+        try:
+            return self.damaged_error(self.read_manifest())
+        except LakeError:
+            return None
+
     @contextlib.contextmanager
     def naming_damage(
         self,

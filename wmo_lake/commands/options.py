@@ -46,13 +46,9 @@ def fail_if_damaged(lake: Path) -> None:
     """Exit 1 naming the lake's missing segments, if any. Asked after a read or write of the
     lake failed: DuckDB's own error for a missing segment is a glob that matched nothing (or,
     with file access confined, a refused read), a commit's a bare FileNotFoundError."""
-    from wmo_lake.store import LakeError, Store
+    from wmo_lake.store import Store
 
-    store = Store(lake)
-    try:
-        damaged = store.damaged_error(store.read_manifest())
-    except LakeError:
-        return  # (said by the command's own error)
+    damaged = Store(lake).damage()
     if damaged is not None:
         fail(str(damaged))
 
