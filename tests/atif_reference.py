@@ -11,7 +11,13 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from wmo_lake.tables.fields import ProblemLog, is_real_number, json_type_name, parse_time
+from wmo_lake.tables.fields import (
+    OUT_OF_RANGE_TIME,
+    ProblemLog,
+    is_real_number,
+    json_type_name,
+    parse_time,
+)
 from wmo_lake.tables.steps import SOURCES, FileLabel, WrongTypes
 
 _ARGUMENTS = json.JSONEncoder(ensure_ascii=False)
@@ -104,9 +110,13 @@ def step_row(
             "kept as recorded; the conversation export leaves those steps out",
         )
     timestamp = _str(step, "timestamp", index, wrong)
-    parsed_time = parse_time(timestamp)
-    if timestamp and parsed_time is None:
-        wrong.add(index, "timestamp", timestamp, "an ISO-8601 time")
+    try:
+        parsed_time = parse_time(timestamp)
+    except OverflowError:
+        wrong.add(index, "timestamp", timestamp, OUT_OF_RANGE_TIME)
+    else:
+        if timestamp and parsed_time is None:
+            wrong.add(index, "timestamp", timestamp, "an ISO-8601 time")
     message, media = content_text(step.get("message"))
     if step.get("message") is not None and not isinstance(step.get("message"), str | list):
         wrong.add(index, "message", step.get("message"), "a string or a list of content parts")

@@ -490,8 +490,52 @@ def test_a_dir_whose_reading_raises_is_an_unreadable_trial(tmp_path: Path, monke
     summary, problems = _ingest_beside_a_good_trial(tmp_path, lambda d: None)
     assert (summary.trials_new, summary.unreadable_trials) == (1, 1)
     [(kind, path, message)] = problems
-    assert (kind, path) == ("extract_failed", str(tmp_path / "runs" / "job" / "bad__1"))
-    assert "could not be read: KeyError: 'a surprise'" in message
+    assert (kind, path) == ("unreadable_trial", str(tmp_path / "runs" / "job" / "bad__1"))
+    assert "could not be read (extract_failed: KeyError: 'a surprise')" in message
+    # counted where the message says it is (its kind was extract_failed, which stats missed)
+    con = connect(tmp_path / "lake")
+    stats = con.execute("SELECT trials, unreadable_trials FROM rollout_stats").fetchall()
+    assert stats == [(1, 1)]
+
+
+@pytest.mark.parametrize(
+    ("where", "written"),
+    [
+        ("started_at", "0001-01-01T00:00:00+01:00"),
+        ("verifier.finished_at", "9999-12-31T23:59:59-01:00"),
+        ("step", "9999-12-31T23:59:59-01:00"),
+        ("step", "0001-01-01T00:00:00+01:00"),
+    ],
+)
+def test_a_time_harbor_reads_past_the_years_a_datetime_holds_keeps_its_trial(
+    tmp_path: Path, where: str, written: str
+) -> None:
+    """A time harbor's models accept whose UTC falls in year 0 or 10000: Python's OverflowError
+    lost the trial (extract_failed, and not even counted as unreadable). The trial stays, the
+    time is null, and a problem names the value."""
+
+    def far_time(trial_dir: Path) -> None:
+        if where == "step":
+            path = trial_dir / "agent" / "trajectory.json"
+            doc = json.loads(path.read_text())
+            doc["steps"][0]["timestamp"] = written
+            path.write_text(json.dumps(doc))
+        else:
+            _rewrite(trial_dir, lambda d: _set(d, where.split("."), written))
+
+    summary, problems = _ingest_beside_a_good_trial(tmp_path, far_time)
+    assert (summary.trials_new, summary.unreadable_trials) == (2, 0)
+    [(kind, _, message)] = problems
+    assert kind == "wrong_type" and "years 1 to 9999" in message
+    assert written in message if where != "step" else "steps[0].timestamp" in message
+
+
+def _set(doc: dict, keys: list[str], value: object) -> None:
+    for key in keys[:-1]:
+        if not isinstance(doc.get(key), dict):
+            doc[key] = {}
+        doc = doc[key]
+    doc[keys[-1]] = value
 
 
 def test_a_file_holding_json_null_is_a_problem_not_a_missing_file(tmp_path: Path) -> None:

@@ -661,3 +661,34 @@ def test_a_trajectory_without_schema_version_is_harbors_default_and_no_problem(
     assert con.execute("SELECT kind, message FROM problems").fetchall() == []
     assert con.execute("SELECT schema_version FROM trajectories").fetchall() == [(None,)]
     assert con.execute("SELECT count(*) FROM steps").fetchall() == [(2,)]
+
+
+def test_step_times_are_read_as_harbors_step_validates_them() -> None:
+    """A step's timestamp is a time exactly when harbor's ATIF `Step` accepts it (its validator
+    reads `Z` as `+00:00` anywhere: `2026-12-01Z` is a time, which a plain fromisoformat refused),
+    and is the instant that validator reads, in UTC (naive taken as UTC)."""
+    import itertools
+    from datetime import UTC, datetime
+
+    from harbor.models.trajectories.step import Step
+    from pydantic import ValidationError
+
+    from wmo_lake.tables.fields import parse_time
+
+    dates = ["2026-12-01", "20261201", "2026-W48-2", "2026-335"]
+    times = ["", "T01", " 01:25", "t0125", "T01:25:50", "T012550", "T01:25:50.5", "T24:00"]
+    times += ["T01:25:50,123456789"]
+    zones = ["", "Z", "z", "+00:00", "+0530", "+05", "-08:00:00", "+05:30:15.5", " Z", "Z+00:00"]
+    differing = []
+    for date, time, zone in itertools.product(dates, times, zones):
+        written = date + time + zone
+        try:
+            Step(step_id=1, source="user", message="", timestamp=written)
+        except ValidationError:
+            theirs = None
+        else:
+            theirs = datetime.fromisoformat(written.replace("Z", "+00:00"))
+            theirs = theirs.replace(tzinfo=UTC) if theirs.tzinfo is None else theirs.astimezone(UTC)
+        if parse_time(written) != theirs:
+            differing.append((written, parse_time(written), theirs))
+    assert not differing, differing[:5]

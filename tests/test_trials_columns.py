@@ -384,6 +384,12 @@ def test_task_id_name_is_harbors_for_every_mix_of_fields(tmp_path: Path) -> None
         "20261129T192034Z",
         "yesterday",
         True,
+        # fromisoformat takes these and pydantic refuses them: the fast path stored them
+        "2026-12-01T01",
+        "2026-12-01T01:25:50+05",
+        "2026-12-01T012550Z",
+        "2026-12-01T01:25:50+05:30:15",
+        "2026-12-01+0530",
     ],
 )
 def test_trial_times_read_as_harbors_model_reads_them(written: Any, tmp_path: Path) -> None:
@@ -404,3 +410,53 @@ def test_trial_times_read_as_harbors_model_reads_them(written: Any, tmp_path: Pa
     ours = Fields({"started_at": written}, tmp_path / "result.json", problems).time("started_at")
     assert ours == parsed
     assert [row["kind"] for row in problems.rows] == ([] if parsed else ["wrong_type"])
+
+
+def _harbor_time(written: Any) -> datetime | None:
+    from harbor.models.trial.result import TimingInfo
+    from pydantic import ValidationError
+
+    try:
+        parsed = TimingInfo.model_validate_json(json.dumps({"started_at": written})).started_at
+    except ValidationError:
+        return None
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
+def test_every_time_spelling_reads_as_harbors_model_reads_it(tmp_path: Path) -> None:
+    """Dates, separators, times and zones in every combination (1,760 strings): a time is read
+    exactly when harbor's TrialResult reads it, as the same instant."""
+    from wmo_lake.tables.fields import Fields, ProblemLog
+
+    dates = ["2026-12-01", "20261201", "2026-W48-2", "2026-335"]
+    separators = ["T", " ", "t", ""]
+    times = ["", "01", "01:25", "0125", "01:25:50", "012550", "01:25:50.5"]
+    times += ["01:25:50,123456789", "24:00", "24:00:00"]
+    zones = ["", "Z", "z", "+00:00", "+0530", "+05", "-08:00:00", "+05:30:15.5", " Z", "UTC"]
+    zones += ["Z+00:00"]
+    differing = []
+    for date, separator, time, zone in itertools.product(dates, separators, times, zones):
+        written = date + (separator + time if time else "") + zone
+        ours = Fields({"t": written}, tmp_path / "result.json", ProblemLog("k", "b")).time("t")
+        if ours != _harbor_time(written):
+            differing.append((written, ours, _harbor_time(written)))
+    assert not differing, differing[:5]
+
+
+@pytest.mark.parametrize("written", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"])
+def test_a_time_harbor_reads_past_the_years_a_datetime_holds_is_null_and_said(
+    written: str, tmp_path: Path
+) -> None:
+    """harbor reads it, and its UTC falls in year 0 or 10000: the OverflowError lost the whole
+    trial (extract_failed). Now the one column is null, with a problem naming the value."""
+    from harbor.models.trial.result import TimingInfo
+
+    from wmo_lake.tables.fields import Fields, ProblemLog
+
+    assert TimingInfo.model_validate_json(json.dumps({"started_at": written})).started_at
+    problems = ProblemLog("k", "b")
+    fields = Fields({"started_at": written}, tmp_path / "result.json", problems)
+    assert fields.time("started_at") is None
+    [row] = problems.rows
+    assert row["kind"] == "wrong_type" and repr(written) in row["message"]
+    assert "years 1 to 9999" in row["message"]

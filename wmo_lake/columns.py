@@ -43,7 +43,7 @@ MAP_STRING_STRING = "map<string, string>"
 
 # Bump for a change of extraction the specs do not show (a fixed bug, a new reading of a field):
 # the extract version is this and the specs' digest.
-EXTRACT_LOGIC_VERSION = "19"  # 2: trajectories / steps / tool_calls; 3: collection paths;
+EXTRACT_LOGIC_VERSION = "20"  # 2: trajectories / steps / tool_calls; 3: collection paths;
 # 4: rewards as harbor's TrialResult reads them; a byte-order mark is not JSON; sink lines lax;
 # a CTRF summary count past 64 bits leaves the summary out; n_episodes past 64 bits clamped;
 # 5: a broken trial config.json, a trace that is no object and a time that is none are problems;
@@ -71,6 +71,10 @@ EXTRACT_LOGIC_VERSION = "19"  # 2: trajectories / steps / tool_calls; 3: collect
 # (the catalog keeps the names a read's chain met)
 # 19: a trial's sinks that only its result.json names are watched as its agent records them
 # (CatalogEntry.read_sink: the recorded token_sink_dir, resolved again by each fingerprint)
+# 20: a time harbor reads whose UTC falls outside years 1-9999 is a null with a problem (its trial
+# was lost as extract_failed); trial times pydantic refuses are refused (a fast path took
+# `...T01`, `+05`, `T012550Z`); an ATIF step time as harbor's Step validates it (`2026-12-01Z`);
+# a dir whose reading raised is an unreadable_trial row (it was not counted in unreadable_trials)
 
 
 @dataclass(frozen=True)
@@ -742,14 +746,14 @@ PROBLEMS = TableSpec(
             STRING,
             None,
             "`unreadable_trial` (one row per unreadable trial, naming its causes by kind: "
-            "`missing_result`, ...), `invalid_json`, `empty_file`, `not_utf8`, "
+            "`missing_result`, ..., `extract_failed`: a dir whose reading raised what no rule "
+            "expects, a wmo-lake bug), `invalid_json`, `empty_file`, `not_utf8`, "
             "`lone_surrogate`, `not_an_object`, `not_a_trial_result`, `unreadable_file`, "
             "`wrong_type`, `malformed_spans`, `unaligned_turns`, `logprob_mismatch`, "
             "`out_of_range`, `sink_corrupt`, `sink_dir_missing`, `not_ctrf`, `invalid_reward`, "
             "`coerced_reward`, `malformed_trajectory`, `missing_continuation`, `missing_task`, "
             "`duplicate_trial`, `symlink_loop`, `unreadable_dir`, `not_a_directory`, "
-            "`not_utf8_name`, `name_too_long`, `extract_failed` (a dir whose reading raised what "
-            "no rule expects: a wmo-lake bug)",
+            "`not_utf8_name`, `name_too_long`",
         ),
         Column(
             "message",

@@ -148,12 +148,13 @@ def _extract_failed(task: TrialTask, error: Exception) -> Extracted:
     problems = ProblemLog(
         unit_key=f"dir:{task.real}", batch=task.batch, trial_name=Path(task.path).name
     )
+    # (an unreadable trial like any other, so rollout_stats counts it; its cause by kind)
     problems.add(
-        "extract_failed",
+        "unreadable_trial",
         Path(task.path),
-        f"trial dir {task.path} could not be read: {type(error).__name__}: {error}. No rule "
-        "here expected this (please report it to wmo-lake with the dir's files); the dir has "
-        "no trials row and is counted in unreadable_trials",
+        f"trial dir {task.path} could not be read (extract_failed: {type(error).__name__}: "
+        f"{error}); it has no trials row and is counted in unreadable_trials. No rule here "
+        "expected this: please report it to wmo-lake with the dir's files",
     )
     return Extracted(UNREADABLE, problems.unit_key, tables=_problem_table(problems))
 

@@ -8,6 +8,7 @@ is recorded once, with the file, the field and what was expected.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -56,9 +57,15 @@ class ProblemLog:
 
 
 def parse_time(value: str | None) -> datetime | None:
-    """An ISO-8601 timestamp (as fromisoformat reads it, which is how harbor's ATIF Step validates
-    one) as UTC; a naive one is taken as UTC."""
-    return None if value is None else _utc(_iso_time(value))
+    """An ATIF step's ISO-8601 timestamp as harbor's `Step` validates it (fromisoformat of the
+    text with each `Z` read as `+00:00`: `2026-12-01Z` is a time), as UTC; a naive one is taken as
+    UTC. Raises OverflowError for one whose UTC falls outside years 1-9999."""
+    return None if value is None else _utc(_iso_time(value.replace("Z", "+00:00")))
+
+
+# harbor's own spelling of a time, which pydantic and fromisoformat read alike (the fast path):
+# fromisoformat alone also takes `...T01`, `+05`, `T012550Z` and `+05:30:15`, which pydantic refuses
+_HARBOR_TIME = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d)?")
 
 
 def parse_model_time(value: Any) -> datetime | None:
@@ -66,9 +73,10 @@ def parse_model_time(value: Any) -> datetime | None:
     naive one taken as UTC); None when the model refuses it. harbor's own spelling
     (`2026-11-29T19:20:34.716395Z`, an offset, a space) is read by fromisoformat, fast; any other
     goes through pydantic: a lowercase t or z, a unix time (a number or a numeric string), and
-    the ISO basic form `20261129T192034Z`, which fromisoformat would take and pydantic refuses."""
+    the ISO basic form `20261129T192034Z`, which fromisoformat would take and pydantic refuses.
+    Raises OverflowError for a time the model reads whose UTC falls outside years 1-9999."""
     parsed = None
-    if isinstance(value, str) and value[4:5] == "-" and value[7:8] == "-":
+    if isinstance(value, str) and _HARBOR_TIME.fullmatch(value):
         parsed = _iso_time(value)
     if parsed is None and not isinstance(value, bool) and isinstance(value, str | int | float):
         read = harbor_lax(value, datetime)
@@ -88,6 +96,10 @@ def _utc(parsed: datetime | None) -> datetime | None:
     if parsed is None:
         return None
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
+# What a time is said to be when its UTC falls outside what a datetime (and so the column) holds.
+OUT_OF_RANGE_TIME = "a time whose UTC falls within years 1 to 9999"
 
 
 def json_type_name(value: Any) -> str:
@@ -217,7 +229,11 @@ class Fields:
         value = self.get(*keys)
         if value is None:
             return None
-        parsed = parse_model_time(value)
+        try:
+            parsed = parse_model_time(value)
+        except OverflowError:  # (harbor reads it; `0001-01-01T00:00:00+01:00` is year 0 in UTC)
+            self._wrong(keys, value, OUT_OF_RANGE_TIME, shown=repr(value))
+            return None
         if parsed is None:
             shown = repr(value) if isinstance(value, str) else None
             self._wrong(keys, value, "an ISO-8601 time", shown=shown)

@@ -26,6 +26,7 @@ from wmo_lake.columns import SPECS, arrow_schema
 from wmo_lake.jsonfile import to_json_text
 from wmo_lake.tables.atif import Call, Metrics, Observation, Result, Step
 from wmo_lake.tables.fields import (
+    OUT_OF_RANGE_TIME,
     ProblemLog,
     fits_int64,
     harbor_lax,
@@ -197,9 +198,14 @@ def add_steps(
                 "kept as recorded; the conversation export leaves those steps out",
             )
         timestamp = _str(step.timestamp, "timestamp", index, wrong)
-        parsed_time = parse_time(timestamp)
-        if timestamp and parsed_time is None:
-            wrong.add(index, "timestamp", timestamp, "an ISO-8601 time")
+        try:
+            parsed_time = parse_time(timestamp)
+        except OverflowError:
+            parsed_time = None
+            wrong.add(index, "timestamp", timestamp, OUT_OF_RANGE_TIME)
+        else:
+            if timestamp and parsed_time is None:
+                wrong.add(index, "timestamp", timestamp, "an ISO-8601 time")
         message, media = content_text(step.message)
         if step.message is not None and not isinstance(step.message, str | list):
             wrong.add(index, "message", step.message, "a string or a list of content parts")
