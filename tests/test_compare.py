@@ -13,6 +13,7 @@ from click.testing import CliRunner, Result
 from edge_case_trees import write_unreadable_trial
 from harbor_shapes import write_job, write_trial
 
+from reference import oracle
 from wmo_lake.cli import cli
 from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect
@@ -439,3 +440,37 @@ def test_batches_outside_any_run_from_two_trees_have_no_step_rows(tmp_path: Path
     one_tree = as_json(tmp_path / "lake", "(no run)", "base")
     assert one_tree["a"]["trees"] == []
     assert [(s["step"], s["solve_rate_a"]) for s in one_tree["steps"]] == [(1, 1.0), (2, 1.0)]
+
+
+def _ctrf(statuses: list[str]) -> dict[str, Any]:
+    counts = {s: statuses.count(s) for s in ("passed", "failed", "skipped", "pending", "other")}
+    tests = [{"name": f"t{i}", "status": s} for i, s in enumerate(statuses)]
+    return {
+        "results": {
+            "tool": {"name": "pytest"},
+            "summary": counts | {"tests": len(tests)},
+            "tests": tests,
+        }
+    }
+
+
+def test_a_side_pools_by_seed_003s_rules(tmp_path: Path) -> None:
+    """A side's metrics against the oracle's seed 003 `rollout_stats` on the same trials: an
+    infra-failed trial's graded score stays out of graded_solve_rate (`graded` is taken over
+    executed records), an empty-string stop reason is no reason (`if r.stop_reason`), and a
+    trial with no spans counts in empty_span_share. No earlier compare test held these."""
+    root, sinks = tmp_path / "runs", tmp_path / "sinks"
+    sinks.mkdir()
+    job = write_job(root / "exp/harbor/step-0001/job", max_turns=5, token_sink_dir=str(sinks))
+    half, whole = _ctrf(["passed", "failed"]), _ctrf(["passed", "passed"])
+    write_trial(job, "p__1", reward=1.0, trace={"stop_reason": "submitted"}, ctrf=whole)
+    write_trial(job, "p__2", verifier_result=None, trace={"stop_reason": ""}, ctrf=half)
+    write_trial(job, "p__3", reward=0.0, trace={"stop_reason": "max_turns"}, ctrf=half)
+    write_trial(write_job(root / "base/harbor/step-0001/job"), "q__1", reward=1.0)
+    ingest([root], tmp_path / "lake", workers=1)
+    expected = oracle.batch_stats(oracle.read_tree(root))["exp/harbor/step-0001/job"]
+    assert (expected["graded_solve_rate"], expected["scaffold_loss_rate"]) == (0.75, 0.5)
+    metrics = {m["metric"]: m["a"] for m in as_json(tmp_path / "lake", "exp", "base")["metrics"]}
+    for key in ("solve_rate", "graded_solve_rate", "raw_solve_rate", "scaffold_loss_rate"):
+        assert metrics[key] == expected[key], key
+    assert metrics["empty_span_share"] == expected["empty_span_trials"] / expected["trials"] == 1

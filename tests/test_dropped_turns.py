@@ -96,6 +96,24 @@ def test_stats_warns_about_dropped_turns(lake: Path) -> None:
     assert result.exit_code == 0 and "Output length exceeded" in result.output
 
 
+def test_a_mark_after_a_log_formats_prefix_still_counts(tmp_path: Path) -> None:
+    """The mark is matched anywhere in a line (tables/trial_log.py): a logging format that puts
+    a time and a level first (`%(asctime)s - %(levelname)s - %(message)s`) still counts."""
+    job = write_job(tmp_path / "runs" / "r" / "harbor" / "step-0000" / "job")
+    trial = write_trial(job, "t__1")
+    (trial / "trial.log").write_text(
+        "2026-12-06 14:00:00,001 - DEBUG - Output length exceeded: Model x hit max_tokens.\n"
+        "Output length exceeded: Model x hit max_tokens limit.\n"
+        "Trajectory dumped to /tmp/x/agent/trajectory.json\n"
+    )
+    ingest([tmp_path / "runs"], tmp_path / "lake")
+    con = connect(tmp_path / "lake")
+    assert con.execute("SELECT dropped_turns FROM trials").fetchall() == [(2,)]
+    stats = con.execute("SELECT dropped_turns, dropped_turn_trials FROM rollout_stats")
+    assert stats.fetchall() == [(2, 1)]
+    con.close()
+
+
 def test_without_trial_log_the_count_is_unknown_and_a_new_log_is_read(tmp_path: Path) -> None:
     job = write_job(tmp_path / "runs" / "r" / "harbor" / "step-0000" / "job")
     trial = write_trial(job, "t__1")

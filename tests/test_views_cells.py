@@ -37,6 +37,9 @@ REWARD_CASES: list[tuple[str, Any, float, bool, bool, bool]] = [
     ("bool-false", {"rewards": {"reward": False}}, 0.0, False, False, False),
     ("above-1", {"rewards": {"reward": 1.5}}, 0.0, True, False, False),
     ("negative", {"rewards": {"reward": -0.25}}, 0.0, True, False, False),
+    # `0.0 <= -0.0` in upstream's scorer: a measured 0.0, not a reward below the range
+    ("negative-zero", {"rewards": {"reward": -0.0}}, 0.0, False, False, False),
+    ("negative-zero-string", {"rewards": {"reward": "-0"}}, 0.0, False, False, False),
     ("string", {"rewards": {"reward": "1"}}, 1.0, False, True, True),
     ("padded-string", {"rewards": {"reward": " 0.5 "}}, 0.5, False, False, True),
     ("word", {"rewards": {"reward": "abc"}}, 0.0, True, False, False),
@@ -289,6 +292,27 @@ def test_a_summary_past_64_bits_is_said_and_left_out(
         f"WHERE trial_name = 'ctrf-{variant}'",
     )
     assert trial == [{"ctrf_status": "ok", "ctrf_summary_present": False, "ctrf_passed": None}]
+
+
+@pytest.mark.parametrize(
+    ("summary", "present"),
+    [
+        ({"passed": 2, "failed": 1}, True),
+        ({"passed": 2}, False),
+        ({"failed": 1}, False),
+        ({"passed": 2, "failed": None}, False),
+    ],
+)
+def test_a_summary_is_present_with_both_passed_and_failed(
+    tmp_path: Path, summary: dict[str, Any], present: bool
+) -> None:
+    """Upstream ctrf.py's `_from_summary` reads no summary unless both `passed` and `failed`
+    are there (`summary.passed is None or summary.failed is None: return None`)."""
+    job = write_job(tmp_path / "runs/exp/harbor/step-0000/job")
+    write_trial(job, "t__1", ctrf={"results": {"summary": summary, "tests": []}})
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    rows = query(tmp_path / "lake", "SELECT ctrf_summary_present FROM trials")
+    assert rows == [{"ctrf_summary_present": present}]
 
 
 def test_an_unresolved_count_past_64_bits_is_left_out_alone(cases_lake: Path) -> None:

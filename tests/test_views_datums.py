@@ -220,6 +220,9 @@ def test_advantage_of_tiny_rewards_is_pythons_to_the_last_bit(tmp_path: Path) ->
         {
             "tiny": [9.420703536939998e-12, 2.3683039577615215e-15],
             "mixed": [9.311661184581528e-19, 3.0748508264780264e-12, 5e-324],
+            # a group whose largest reward is subnormal: its scale, 2^1030, is past a double's
+            # range (capped at 2^1000)
+            "subnormal": [1e-310, 0.0, 5e-324],
         },
     )
     assert got == expected

@@ -431,14 +431,22 @@ def test_terminus_2_older_turn_cap_names_are_the_cap(tmp_path: Path, case: str) 
 def test_each_agent_of_a_job_is_judged_by_its_own_caps(tmp_path: Path) -> None:
     """harbor runs every task x attempt under each of a job's agents, and each trial records its
     own agent: a trial of agents[1] (cap 3) that ran 3 episodes hit its cap although agents[0]'s
-    is 5; one of agents[0] that ran 3 and declared completion is `submitted`."""
-    job = write_job(tmp_path / "runs/exp/harbor/step-0000/job", max_turns=5, max_tokens=64)
-    second = add_agent(job, "openai/gpt-4o-mini", max_turns=3, llm_kwargs={"max_tokens": 2})
-    sampled = [([1, 2], [3, 4], [-0.1, -0.2])]  # one turn of 2 sampled tokens
+    is 5; one of agents[0] that ran 3 and declared completion is `submitted`. A trial that
+    records no agent is held to agents[0]'s caps (5 episodes: its cap). Each trial's datums are
+    held to its own agent's context budget (data.py drops an episode whose largest call is over
+    the budget of the run that sampled it: 5 tokens over agents[1]'s 4, within agents[0]'s 64)."""
+    job = write_job(
+        tmp_path / "runs/exp/harbor/step-0000/job", max_turns=5, max_tokens=64, context_limit=64
+    )
+    second = add_agent(
+        job, "openai/gpt-4o-mini", max_turns=3, llm_kwargs={"max_tokens": 2, "context_limit": 4}
+    )
+    sampled = [([1, 2, 3], [4, 5], [-0.1, -0.2])]  # one turn of 2 sampled tokens, 5 in all
     write_trial(job, "hello__first", n_episodes=3, declared_complete=True, turns=sampled)
     write_trial(
         job, "hello__second", n_episodes=3, declared_complete=True, turns=sampled, agent=second
     )
+    write_trial(job, "hello__none", n_episodes=5, declared_complete=True, agent=None)
     ingest([tmp_path / "runs"], tmp_path / "lake")
     rows = query(
         tmp_path / "lake",
@@ -447,11 +455,55 @@ def test_each_agent_of_a_job_is_judged_by_its_own_caps(tmp_path: Path) -> None:
     )
     assert [(r["trial_name"], r["stop_reason"], r["max_turns"]) for r in rows] == [
         ("hello__first", "submitted", 5),
+        ("hello__none", "max_turns", 5),
         ("hello__second", "max_turns", 3),
     ]
     # a span that sampled >= its agent's max_tokens (2) is truncated; under agents[0]'s 64 not
     (stats,) = query(tmp_path / "lake", "SELECT truncated_spans FROM rollout_stats")
     assert stats["truncated_spans"] == 1
+    episodes = query(
+        tmp_path / "lake",
+        "SELECT trial_name, context_budget, drop_reason FROM datum_episodes"
+        " WHERE trial_name <> 'hello__none' ORDER BY 1",
+    )
+    assert [tuple(row.values()) for row in episodes] == [
+        ("hello__first", 64, None),
+        ("hello__second", 4, "overflow"),
+    ]
+
+
+# Where completion is declared (seed 000 `_terminus_declared_complete`): the last step whose
+# source is `agent` (a later user or system step is skipped), and a call whose function_name is
+# exactly `mark_task_complete`. name -> (the last agent step's call names, a trailing step's
+# source or None, the stop reason seed 000 gives under max_turns 5 with 3 episodes)
+COMPLETION_CASES: dict[str, tuple[str, str | None, str]] = {
+    "exact": ("mark_task_complete", None, "submitted"),
+    "then-a-user-step": ("mark_task_complete", "user", "submitted"),
+    "then-a-system-step": ("mark_task_complete", "system", "submitted"),
+    "longer-name": ("mark_task_complete_draft", None, "error"),
+    "other-case": ("Mark_Task_Complete", None, "error"),
+    "other-tool": ("done", None, "error"),
+}
+
+
+@pytest.mark.parametrize("case", list(COMPLETION_CASES))
+def test_completion_is_the_last_agent_steps_exact_call(tmp_path: Path, case: str) -> None:
+    name, trailing, expected = COMPLETION_CASES[case]
+    job = write_job(tmp_path / "runs/exp/harbor/step-0000/job", max_turns=MAX_TURNS)
+    trial = write_trial(job, "hello__1", n_episodes=3, declared_complete=True)
+    path = trial / "agent" / "trajectory.json"
+    trajectory = json.loads(path.read_text())
+    steps = trajectory["steps"]
+    for call in [step for step in steps if step.get("source") == "agent"][-1]["tool_calls"]:
+        call["function_name"] = name
+    if trailing is not None:
+        steps.append({"step_id": steps[-1]["step_id"] + 1, "source": trailing, "message": "ok?"})
+    path.write_text(json.dumps(trajectory))
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    (row,) = query(tmp_path / "lake", "SELECT stop_reason FROM trial_stop_reasons")
+    assert row["stop_reason"] == expected
+    (record,) = oracle.read_tree(tmp_path / "runs").records
+    assert record["stop_reason"] == expected
 
 
 # llm_kwargs caps -> (the context budget TinkerLLM ran under, the overflow drops and datums of
