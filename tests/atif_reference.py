@@ -14,7 +14,6 @@ from pydantic import TypeAdapter, ValidationError
 from wmo_lake.tables.fields import (
     OUT_OF_RANGE_TIME,
     ProblemLog,
-    is_real_number,
     json_type_name,
     parse_time,
 )
@@ -137,9 +136,19 @@ def step_row(
         metrics = None
     metrics = metrics or {}
     cost = metrics.get("cost_usd")
-    if cost is not None and not is_real_number(cost):
-        wrong.add(index, "metrics.cost_usd", cost, "a finite number")
-        cost = None
+    if cost is not None:
+        # harbor's ATIF Metrics.cost_usd is a float: pydantic (lax) keeps NaN and infinities,
+        # makes "0.5" and true numbers (reported), refuses the rest
+        read = _pydantic(float, cost)
+        if read is None:
+            wrong.add(index, "metrics.cost_usd", cost, "a number")
+        elif isinstance(cost, str | bool):
+            shown = json.dumps(cost, ensure_ascii=False)
+            expected = (
+                f"a number ({shown} read as {read!r}, as harbor's model (pydantic, lax mode) "
+            )
+            wrong.add(index, "metrics.cost_usd", cost, expected + "reads it)", "stored as read")
+        cost = read
     copied = step.get("is_copied_context")
     if copied is not None and not isinstance(copied, bool):
         wrong.add(index, "is_copied_context", copied, "a boolean")
@@ -162,7 +171,7 @@ def step_row(
         "prompt_tokens": _int(metrics, "prompt_tokens", index, wrong, "metrics."),
         "completion_tokens": _int(metrics, "completion_tokens", index, wrong, "metrics."),
         "cached_tokens": _int(metrics, "cached_tokens", index, wrong, "metrics."),
-        "cost_usd": None if cost is None else float(cost),
+        "cost_usd": cost,
         "llm_call_count": _int(step, "llm_call_count", index, wrong),
         "is_copied_context": copied,
     }
@@ -208,8 +217,62 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _count(value: Any) -> int | None:
-    return value if type(value) is int and -(2**63) <= value < 2**63 else None
+def _pydantic(kind: type, value: Any) -> Any:
+    """`value` (JSON) as a pydantic field of type `kind` reads it in lax mode; None if refused."""
+    try:
+        return TypeAdapter(kind).validate_json(json.dumps(value, ensure_ascii=False))
+    except ValidationError:
+        return None
+
+
+FINAL_METRICS = {
+    "total_prompt_tokens": int,
+    "total_completion_tokens": int,
+    "total_cached_tokens": int,
+    "total_cost_usd": float,
+}
+
+
+def final_metrics(final: Any, path: Path, problems: ProblemLog) -> dict[str, Any]:
+    """harbor's FinalMetrics as its pydantic model reads it (lax: "2250" and 300.0 are 2250 and
+    300, reported); what it refuses, or an integer no 64-bit column holds, is null and said."""
+    columns = dict.fromkeys(FINAL_METRICS)
+    if final is None:
+        return columns
+    if not isinstance(final, dict):
+        problems.add(
+            "wrong_type",
+            path,
+            f"{path.name}: final_metrics is {json_type_name(final)}, expected an object; "
+            "the column is left null",
+        )
+        return columns
+    for key, kind in FINAL_METRICS.items():
+        value = final.get(key)
+        if value is None:
+            continue
+        read = _pydantic(kind, value)
+        if kind is int and read is not None and not -(2**63) <= read < 2**63:
+            read = None
+        exact = type(value) is int if kind is int else type(value) in (int, float)
+        if read is None:
+            expected = "an integer" if kind is int else "a number"
+            problems.add(
+                "wrong_type",
+                path,
+                f"{path.name}: final_metrics.{key} is {json_type_name(value)}, expected "
+                f"{expected}; the column is left null",
+            )
+        elif not exact:
+            problems.add(
+                "wrong_type",
+                path,
+                f"{path.name}: final_metrics.{key} is {json_type_name(value)}, "
+                f"{json.dumps(value, ensure_ascii=False)}, expected a number; read as {read!r}, "
+                "as harbor's model (pydantic, lax mode) reads it",
+            )
+        columns[key] = read
+    return columns
 
 
 def read_document(
@@ -247,10 +310,7 @@ def read_document(
             "name, version); the agent columns are left null",
         )
     agent = agent if isinstance(agent, dict) else {}
-    final = doc.get("final_metrics")
-    final = final if isinstance(final, dict) else {}
     tools = agent.get("tool_definitions")
-    cost = final.get("total_cost_usd")
     row.update(
         status="ok",
         schema_version=_text(doc.get("schema_version")),
@@ -261,10 +321,7 @@ def read_document(
         tool_definitions=json.dumps(tools, ensure_ascii=False, indent=2) if tools else None,
         continued_trajectory_ref=_text(doc.get("continued_trajectory_ref")),
         n_steps=len(doc["steps"]),
-        total_prompt_tokens=_count(final.get("total_prompt_tokens")),
-        total_completion_tokens=_count(final.get("total_completion_tokens")),
-        total_cached_tokens=_count(final.get("total_cached_tokens")),
-        total_cost_usd=float(cost) if is_real_number(cost) else None,
+        **final_metrics(doc.get("final_metrics"), path, problems),
     )
     wrong = WrongTypes(path)
     for index, step in enumerate(doc["steps"]):

@@ -5,6 +5,7 @@ values are written out by hand from the trajectories the tests write."""
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -692,3 +693,68 @@ def test_step_times_are_read_as_harbors_step_validates_them() -> None:
         if parse_time(written) != theirs:
             differing.append((written, parse_time(written), theirs))
     assert not differing, differing[:5]
+
+
+# JSON text of a number field's value -> read by harbor's FinalMetrics / Metrics (pydantic, lax)
+NUMBER_TEXTS = ['"2250"', "300.0", "2250", "9223372036854775808", "true", "5.5", '"x"', "[1]"]
+NUMBER_TEXTS += ["NaN", "Infinity", "1.8e308", "-0.0", '"0.5"', "1" + "0" * 400]
+
+
+def _harbors(model: Any, field: str, text: str) -> tuple[Any, bool]:
+    """(what `model` reads `field` as, or None; whether it reads it at all)."""
+    from pydantic import ValidationError
+
+    try:
+        return getattr(model.model_validate_json(f'{{"{field}": {text}}}'), field), True
+    except ValidationError:
+        return None, False
+
+
+def _same_number(ours: Any, theirs: Any) -> bool:
+    if isinstance(theirs, float) and math.isnan(theirs):
+        return isinstance(ours, float) and math.isnan(ours)
+    return ours == theirs and str(ours) == str(theirs)  # (-0.0 keeps its sign)
+
+
+@pytest.mark.parametrize("text", NUMBER_TEXTS)
+def test_final_metrics_and_step_costs_read_as_harbors_models_read_them(
+    tmp_path: Path, text: str
+) -> None:
+    """final_metrics' totals and a step's metrics.cost_usd as harbor's FinalMetrics and Metrics
+    read them ("2250" is 2250, NaN a NaN, a 401-digit integer inf); what the model refuses, or a
+    count past 64 bits, is null and a problem. The totals were null for all of these, without a
+    word, and a step's NaN / inf / "0.5" cost was null ("expected a finite number")."""
+    from harbor.models.trajectories.final_metrics import FinalMetrics
+    from harbor.models.trajectories.metrics import Metrics
+
+    fields = ("total_prompt_tokens", "total_cost_usd")
+    doc = trajectory(step(1, "user", "hi"), step(2, "agent", "yo", metrics={"cost_usd": 0}))
+    doc["final_metrics"] = {field: 0 for field in fields}
+    raw = json.dumps(doc).replace('"cost_usd": 0', f'"cost_usd": {text}')
+    for field in fields:
+        raw = raw.replace(f'"{field}": 0', f'"{field}": {text}')
+    job = write_job(tmp_path / "runs" / "job")
+    (write_trial(job, "t__1") / "agent" / "trajectory.json").write_text(raw)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    con = connect(tmp_path / "lake")
+    [totals] = con.execute(f"SELECT {', '.join(fields)} FROM trajectories").fetchall()
+    [(cost,)] = con.execute("SELECT cost_usd FROM steps WHERE step_index = 1").fetchall()
+    said = {m for (m,) in con.execute("SELECT message FROM problems").fetchall()}
+    for field, ours in zip(fields, totals, strict=True):
+        theirs, read = _harbors(FinalMetrics, field, text)
+        if isinstance(theirs, int) and not -(2**63) <= theirs < 2**63:
+            theirs, read = None, False  # (no 64-bit column holds it: null, and said)
+        assert _same_number(ours, theirs), (field, ours, theirs)
+        exact = _exact(text, int_only=field != "total_cost_usd")
+        assert any(f"final_metrics.{field} is" in m for m in said) != (read and exact), field
+    theirs, read = _harbors(Metrics, "cost_usd", text)
+    assert _same_number(cost, theirs), (cost, theirs)
+    assert any("metrics.cost_usd" in m for m in said) != (read and _exact(text, int_only=False))
+
+
+def _exact(text: str, int_only: bool = True) -> bool:
+    """Whether the JSON value is already of the field's type (no coercion said)."""
+    value = json.loads(text)
+    if int_only:
+        return type(value) is int
+    return type(value) in (int, float)

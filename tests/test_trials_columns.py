@@ -460,3 +460,24 @@ def test_a_time_harbor_reads_past_the_years_a_datetime_holds_is_null_and_said(
     [row] = problems.rows
     assert row["kind"] == "wrong_type" and repr(written) in row["message"]
     assert "years 1 to 9999" in row["message"]
+
+
+def test_a_phase_duration_is_harbors_even_where_a_time_has_no_utc_datetime(
+    tmp_path: Path,
+) -> None:
+    """A phase that started at `0001-01-01T00:00:00+01:00` (year 0 in UTC): harbor's model
+    reads both times, and its duration (finished_at - started_at) is a finite number of seconds;
+    the duration column was null."""
+    from harbor.models.trial.result import TimingInfo
+
+    from wmo_lake.tables.fields import Fields, ProblemLog
+    from wmo_lake.tables.trials import row
+
+    phase = {"started_at": "0001-01-01T00:00:00+01:00", "finished_at": "2026-12-06T10:00:00Z"}
+    timing = TimingInfo.model_validate_json(json.dumps(phase))
+    assert timing.started_at is not None and timing.finished_at is not None
+    expected = (timing.finished_at - timing.started_at).total_seconds()
+    problems = ProblemLog("k", "b")
+    doc = Fields({"agent_execution": phase}, tmp_path / "result.json", problems)
+    assert row(doc)["agent_execution_sec"] == expected
+    assert not [p for p in problems.rows if "agent_execution" in p["message"]]

@@ -43,7 +43,7 @@ MAP_STRING_STRING = "map<string, string>"
 
 # Bump for a change of extraction the specs do not show (a fixed bug, a new reading of a field):
 # the extract version is this and the specs' digest.
-EXTRACT_LOGIC_VERSION = "20"  # 2: trajectories / steps / tool_calls; 3: collection paths;
+EXTRACT_LOGIC_VERSION = "21"  # 2: trajectories / steps / tool_calls; 3: collection paths;
 # 4: rewards as harbor's TrialResult reads them; a byte-order mark is not JSON; sink lines lax;
 # a CTRF summary count past 64 bits leaves the summary out; n_episodes past 64 bits clamped;
 # 5: a broken trial config.json, a trace that is no object and a time that is none are problems;
@@ -75,6 +75,10 @@ EXTRACT_LOGIC_VERSION = "20"  # 2: trajectories / steps / tool_calls; 3: collect
 # was lost as extract_failed); trial times pydantic refuses are refused (a fast path took
 # `...T01`, `+05`, `T012550Z`); an ATIF step time as harbor's Step validates it (`2026-12-01Z`);
 # a dir whose reading raised is an unreadable_trial row (it was not counted in unreadable_trials)
+# 21: a trajectory's final_metrics and a step's cost_usd read as harbor's models read them ("2250",
+# NaN, inf; they were null, the totals without a word); a float field's integer past a double's
+# range is inf, as harbor reads it; a phase's duration from its times in their own offsets (one
+# whose UTC no datetime holds); `trial_name: ""` is a trial (harbor's model takes it)
 
 
 @dataclass(frozen=True)

@@ -285,11 +285,12 @@ def proves_a_trial(candidate: Candidate) -> bool:
 
 
 def _is_trial_result(directory: str) -> bool:
-    """Whether `directory`'s result.json is a TrialResult (a non-empty string `trial_name`)."""
+    """Whether `directory`'s result.json is a TrialResult (a string `trial_name`: harbor's model
+    takes an empty one too)."""
     data = read_bytes(f"{directory}/result.json")
     doc = decode(data, Path(directory, "result.json")) if isinstance(data, bytes) else None
     name = doc.get("trial_name") if isinstance(doc, dict) else None
-    return isinstance(name, str) and bool(name)
+    return isinstance(name, str)
 
 
 def _is_job_result(path: Path) -> bool:

@@ -265,7 +265,7 @@ def extract_trial(task: TrialTask, agent_names: list[str] | None = None) -> Extr
             "expected harbor's TrialResult object",
         )
     trial_name = doc.get("trial_name")
-    if not isinstance(trial_name, str) or not trial_name:
+    if not isinstance(trial_name, str):  # ("" is a TrialResult's, as harbor's model reads it)
         message = (
             f"{result_path} has no string trial_name, so it is not a TrialResult"
             if task.trial_shaped_config

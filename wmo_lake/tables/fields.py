@@ -70,18 +70,28 @@ _HARBOR_TIME = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|
 
 def parse_model_time(value: Any) -> datetime | None:
     """A datetime field of harbor's `TrialResult` as its model (pydantic) reads it, as UTC (a
-    naive one taken as UTC); None when the model refuses it. harbor's own spelling
-    (`2026-11-29T19:20:34.716395Z`, an offset, a space) is read by fromisoformat, fast; any other
-    goes through pydantic: a lowercase t or z, a unix time (a number or a numeric string), and
-    the ISO basic form `20261129T192034Z`, which fromisoformat would take and pydantic refuses.
-    Raises OverflowError for a time the model reads whose UTC falls outside years 1-9999."""
+    naive one taken as UTC); None when the model refuses it. Raises OverflowError for a time the
+    model reads whose UTC falls outside years 1-9999."""
+    return _utc(parse_model_instant(value))
+
+
+def parse_model_instant(value: Any) -> datetime | None:
+    """A datetime field of harbor's `TrialResult` as its model (pydantic) reads it, aware (a
+    naive one taken as UTC) but in its own offset: a duration between two of them is harbor's
+    even where one's UTC falls outside years 1-9999. None when the model refuses it. harbor's
+    own spelling (`2026-11-29T19:20:34.716395Z`, an offset, a space) is read by fromisoformat,
+    fast; any other goes through pydantic: a lowercase t or z, a unix time (a number or a numeric
+    string), and the ISO basic form `20261129T192034Z`, which fromisoformat would take and
+    pydantic refuses."""
     parsed = None
     if isinstance(value, str) and _HARBOR_TIME.fullmatch(value):
         parsed = _iso_time(value)
     if parsed is None and not isinstance(value, bool) and isinstance(value, str | int | float):
         read = harbor_lax(value, datetime)
         parsed = read if isinstance(read, datetime) else None
-    return _utc(parsed)
+    if parsed is not None and parsed.tzinfo is None:
+        return parsed.replace(tzinfo=UTC)
+    return parsed
 
 
 def _iso_time(text: str) -> datetime | None:
@@ -190,16 +200,11 @@ class Fields:
     def model_number(self, *keys: str) -> float | None:
         """A `float` field of a harbor pydantic model, read as that model reads it ("0.01")."""
         value = self.get(*keys)
-        if value is None or (not isinstance(value, bool) and isinstance(value, int | float)):
-            if value is not None and not fits_double(value):
-                self._wrong(keys, value, "a number a double can hold")
-                return None
-            return None if value is None else float(value)
-        read = harbor_lax(value, float)
-        if not isinstance(read, float):
+        read = model_float(value)
+        if read is None and value is not None:
             self._wrong(keys, value, "a number")
-            return None
-        self._coerced(keys, value, read)
+        elif is_coerced(value):
+            self._coerced(keys, value, read)
         return read
 
     def _coerced(self, keys: Sequence[str], value: Any, read: Any) -> None:
@@ -225,15 +230,21 @@ class Fields:
 
     def time(self, *keys: Text) -> datetime | None:
         """A `TrialResult` time as UTC, read as harbor's model reads it (`parse_model_time`);
-        one it refuses is reported like a wrong type."""
+        one it refuses is reported like a wrong type, and so is one whose UTC no column holds."""
+        instant = self.instant(*keys)
+        try:
+            return _utc(instant)
+        except OverflowError:  # (harbor reads it; `0001-01-01T00:00:00+01:00` is year 0 in UTC)
+            self._wrong(keys, self.get(*keys), OUT_OF_RANGE_TIME, shown=repr(self.get(*keys)))
+            return None
+
+    def instant(self, *keys: Text) -> datetime | None:
+        """A `TrialResult` time as harbor's model reads it (`parse_model_instant`), in its own
+        offset: for a duration. One the model refuses is reported like a wrong type."""
         value = self.get(*keys)
         if value is None:
             return None
-        try:
-            parsed = parse_model_time(value)
-        except OverflowError:  # (harbor reads it; `0001-01-01T00:00:00+01:00` is year 0 in UTC)
-            self._wrong(keys, value, OUT_OF_RANGE_TIME, shown=repr(value))
-            return None
+        parsed = parse_model_instant(value)
         if parsed is None:
             shown = repr(value) if isinstance(value, str) else None
             self._wrong(keys, value, "an ISO-8601 time", shown=shown)
@@ -286,6 +297,26 @@ def _adapter(kind: Any) -> TypeAdapter[Any]:
     from pydantic import TypeAdapter
 
     return TypeAdapter(kind)
+
+
+def model_float(value: Any) -> float | None:
+    """`value` as a `float` field of a harbor model reads it (pydantic, lax): a JSON number as
+    it is (NaN and infinities too; an integer past a double's range is infinite), a numeric
+    string or a bool as pydantic makes it; None when pydantic refuses it."""
+    if value is None:
+        return None
+    if type(value) is float:
+        return value
+    if type(value) is int and fits_double(value):
+        return float(value)
+    read = harbor_lax(value, float)
+    return read if isinstance(read, float) else None
+
+
+def is_coerced(value: Any) -> bool:
+    """Whether a harbor model's number field holding `value` made it a number (a string, a
+    bool): reported, as read."""
+    return isinstance(value, str | bool)
 
 
 def fits_int64(value: int) -> bool:

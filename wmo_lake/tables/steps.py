@@ -30,8 +30,9 @@ from wmo_lake.tables.fields import (
     ProblemLog,
     fits_int64,
     harbor_lax,
-    is_real_number,
+    is_coerced,
     json_type_name,
+    model_float,
     parse_time,
 )
 from wmo_lake.tables.tool_calls import SCHEMA as CALL_SCHEMA
@@ -150,6 +151,19 @@ def _int(value: Any, key: str, index: int, wrong: WrongTypes) -> Any:
     return None
 
 
+def _float(value: Any, key: str, index: int, wrong: WrongTypes) -> float | None:
+    """A `float` field of harbor's ATIF Step, read as that pydantic model reads it (lax: NaN and
+    infinities kept, "0.5" is 0.5, reported)."""
+    read = model_float(value)
+    if read is None and value is not None:
+        wrong.add(index, key, value, "a number")
+    elif is_coerced(value):
+        read_as = f"{to_json_text(value)} read as {read!r}"
+        expected = f"a number ({read_as}, as harbor's model (pydantic, lax mode) reads it)"
+        wrong.add(index, key, value, expected, "stored as read")
+    return read
+
+
 def _str(value: Any, key: str, index: int, wrong: WrongTypes) -> str | None:
     if value is None or isinstance(value, str):
         return value
@@ -226,10 +240,7 @@ def add_steps(
             wrong.add(index, "metrics", metrics, "an object")
             metrics = None
         metrics = metrics or _NO_METRICS
-        cost = metrics.cost_usd
-        if cost is not None and not is_real_number(cost):
-            wrong.add(index, "metrics.cost_usd", cost, "a finite number")
-            cost = None
+        cost = _float(metrics.cost_usd, "metrics.cost_usd", index, wrong)
         copied = step.is_copied_context
         if copied is not None and not isinstance(copied, bool):
             wrong.add(index, "is_copied_context", copied, "a boolean")
@@ -261,7 +272,7 @@ def add_steps(
         s["cached_tokens"].append(
             _int(metrics.cached_tokens, "metrics.cached_tokens", index, wrong)
         )
-        s["cost_usd"].append(None if cost is None else float(cost))
+        s["cost_usd"].append(cost)
         s["llm_call_count"].append(_int(step.llm_call_count, "llm_call_count", index, wrong))
         s["is_copied_context"].append(copied)
         if calls:

@@ -34,9 +34,8 @@ from wmo_lake.pending import PendingRows
 from wmo_lake.tables import atif, steps, tool_calls
 from wmo_lake.tables.fields import (
     PROBLEMS_SCHEMA,
+    Fields,
     ProblemLog,
-    fits_int64,
-    is_real_number,
     json_type_name,
 )
 from wmo_lake.tables.steps import CALL_COLUMNS, MAIN, STEP_COLUMNS, FileLabel, WrongTypes
@@ -92,14 +91,6 @@ def _table(columns: dict[str, list[Any]], identity: dict[str, str]) -> PendingRo
         name: [identity[name]] * rows for name in ("trial_key", "batch", "trial_name")
     }
     return PendingRows(identity_columns | columns, rows)
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if is_real_number(value) else None
-
-
-def _count(value: Any) -> int | None:
-    return value if type(value) is int and fits_int64(value) else None
 
 
 # The schema versions harbor's Trajectory knows (its `schema_version` Literal), as read here.
@@ -164,7 +155,9 @@ def add_file(
         return None
     _check_header(path, doc, problems)
     agent = doc.agent if isinstance(doc.agent, dict) else {}
-    final = doc.final_metrics if isinstance(doc.final_metrics, dict) else {}
+    # (harbor's FinalMetrics: read as its pydantic model reads it, "2250" and 300.0 are 2250 and
+    # 300; what it refuses or no column holds is a problem)
+    final = Fields({"final_metrics": doc.final_metrics}, path, problems)
     tools = agent.get("tool_definitions")
     ref = _text(doc.continued_trajectory_ref)
     row.update(
@@ -177,10 +170,10 @@ def add_file(
         tool_definitions=json.dumps(tools, ensure_ascii=False, indent=2) if tools else None,
         continued_trajectory_ref=ref,
         n_steps=len(doc.steps),
-        total_prompt_tokens=_count(final.get("total_prompt_tokens")),
-        total_completion_tokens=_count(final.get("total_completion_tokens")),
-        total_cached_tokens=_count(final.get("total_cached_tokens")),
-        total_cost_usd=_number(final.get("total_cost_usd")),
+        total_prompt_tokens=final.model_int("final_metrics", "total_prompt_tokens"),
+        total_completion_tokens=final.model_int("final_metrics", "total_completion_tokens"),
+        total_cached_tokens=final.model_int("final_metrics", "total_cached_tokens"),
+        total_cost_usd=final.model_number("final_metrics", "total_cost_usd"),
     )
     wrong = WrongTypes(path)
     steps.add_steps(doc.steps, label, wrong, found.steps, found.calls)

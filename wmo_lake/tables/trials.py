@@ -216,7 +216,9 @@ def row(doc: Fields) -> dict[str, Any]:
     started = doc.time("started_at")
     finished = doc.time("finished_at")
     phase_seconds = {
-        f"{phase}_sec": _seconds(doc.time(phase, "started_at"), doc.time(phase, "finished_at"))
+        f"{phase}_sec": _seconds(
+            doc.instant(phase, "started_at"), doc.instant(phase, "finished_at")
+        )
         for phase in PHASES
     }
     details = doc.get("agent_result", "rollout_details")
