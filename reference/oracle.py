@@ -400,11 +400,9 @@ def read_tree(root: Path, settings: Settings = Settings()) -> Tree:
     for dirpath, _, filenames in sorted(os.walk(root)):
         trial_dir = Path(dirpath)
         result = load(trial_dir / "result.json") if "result.json" in filenames else None
-        is_trial = (
-            isinstance(result, dict)
-            and isinstance(result.get("trial_name"), str)
-            and bool(result["trial_name"])
-        )
+        # (harbor's TrialResult takes trial_name "": its record is named by its dir, as seed
+        # 000's TrialRecord names one, artifact_dir.name)
+        is_trial = isinstance(result, dict) and isinstance(result.get("trial_name"), str)
         config = load(trial_dir / "config.json") if "config.json" in filenames else None
         if isinstance(config, dict) and "job_name" in config and "trial_name" not in config:
             batch, run, step = labels(trial_dir, root)  # a job dir: a batch, trials or not
@@ -436,7 +434,7 @@ def read_tree(root: Path, settings: Settings = Settings()) -> Tree:
             "run": run,
             "step": step,
             "task_id": scorer_task_id(result),
-            "trial_name": result["trial_name"],
+            "trial_name": result["trial_name"] or trial_dir.name,
             "reward": stand_in,
             "passed": passed,
             "infra_failed": reward is None,

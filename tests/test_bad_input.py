@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from harbor_shapes import real_result, write_job, write_trial
 
+from reference import oracle
 from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect
 
@@ -637,11 +638,14 @@ def test_an_empty_trial_name_is_still_a_trial(tmp_path: Path) -> None:
         doc = json.loads((trial_dir / "result.json").read_text())  # (its id is a UUID in harbor)
         TrialResult.model_validate({**doc, "id": "00000000-0000-0000-0000-000000000001"})
 
-    summary, _ = _ingest_beside_a_good_trial(tmp_path, unnamed)
+    summary, problems = _ingest_beside_a_good_trial(tmp_path, unnamed)
     assert (summary.trials_new, summary.unreadable_trials) == (2, 0)
+    # named by its dir, as seed 000's TrialRecord names a trial (its name must not be empty)
+    [(kind, _, message)] = problems
+    assert kind == "wrong_type" and 'trial_name is ""' in message and "'bad__1'" in message
     con = connect(tmp_path / "lake")
-    names = con.execute("SELECT trial_name FROM trials ORDER BY 1").fetchall()
-    assert names == [("",), ("good__1",)]
-    assert con.execute("SELECT trials, unreadable_trials FROM rollout_stats").fetchall() == [
-        (2, 0)
-    ]
+    names = con.execute("SELECT trial_name FROM trial_records ORDER BY 1").fetchall()
+    assert names == [("bad__1",), ("good__1",)]
+    assert con.execute("SELECT trials, unreadable_trials FROM rollout_stats").fetchall() == [(2, 0)]
+    expected = oracle.batch_stats(oracle.read_tree(tmp_path / "runs"))
+    assert [(row["trials"], row["unreadable_trials"]) for row in expected.values()] == [(2, 0)]

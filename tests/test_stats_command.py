@@ -80,7 +80,7 @@ def test_notes_are_the_seed_warnings(tree: tuple[Path, Path]) -> None:
         ("1/3 trial(s) never produced verifier evidence", "2 executed"),
         ("1/2 executed trial(s) have no readable CTRF test report",),
         ("scaffold loss 66.7%", "error 1, max_turns 1"),
-        ("1 trial dir(s) have no readable result.json",),
+        ("1 trial dir(s) could not be read and are not counted above",),
     ]
     assert len(notes) == len(expected)
     for note, phrases in zip(notes, expected, strict=True):

@@ -102,7 +102,7 @@ def test_collapse_keeps_a_single_note_and_ranges_numbers() -> None:
     notes = [
         "a/1: 1/18 trial(s) never produced verifier evidence; excluded (17 executed)",
         "a/2: 3/20 trial(s) never produced verifier evidence; excluded (17 executed)",
-        "b: 2 trial dir(s) have no readable result.json",
+        "b: 2 trial dir(s) could not be read and are not counted above",
     ]
     assert collapse_notes(notes, batches) == [
         "2 batches (a/1 .. a/2): 1..3/18..20 trial(s) never produced verifier evidence; "

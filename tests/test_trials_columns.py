@@ -433,7 +433,7 @@ def test_every_time_spelling_reads_as_harbors_model_reads_it(tmp_path: Path) -> 
     times = ["", "01", "01:25", "0125", "01:25:50", "012550", "01:25:50.5"]
     times += ["01:25:50,123456789", "24:00", "24:00:00"]
     zones = ["", "Z", "z", "+00:00", "+0530", "+05", "-08:00:00", "+05:30:15.5", " Z", "UTC"]
-    zones += ["Z+00:00"]
+    zones += ["Z+00:00", "+05:60", "-05:99", "+23:59", "+24:00"]
     differing = []
     for date, separator, time, zone in itertools.product(dates, separators, times, zones):
         written = date + (separator + time if time else "") + zone

@@ -43,7 +43,7 @@ MAP_STRING_STRING = "map<string, string>"
 
 # Bump for a change of extraction the specs do not show (a fixed bug, a new reading of a field):
 # the extract version is this and the specs' digest.
-EXTRACT_LOGIC_VERSION = "21"  # 2: trajectories / steps / tool_calls; 3: collection paths;
+EXTRACT_LOGIC_VERSION = "22"  # 2: trajectories / steps / tool_calls; 3: collection paths;
 # 4: rewards as harbor's TrialResult reads them; a byte-order mark is not JSON; sink lines lax;
 # a CTRF summary count past 64 bits leaves the summary out; n_episodes past 64 bits clamped;
 # 5: a broken trial config.json, a trace that is no object and a time that is none are problems;
@@ -79,6 +79,8 @@ EXTRACT_LOGIC_VERSION = "21"  # 2: trajectories / steps / tool_calls; 3: collect
 # NaN, inf; they were null, the totals without a word); a float field's integer past a double's
 # range is inf, as harbor reads it; a phase's duration from its times in their own offsets (one
 # whose UTC no datetime holds); `trial_name: ""` is a trial (harbor's model takes it)
+# 22: that trial is named by its dir (WMO's TrialRecord needs a name); a trial time's offset past
+# 23:59 (+05:60) is refused, as pydantic refuses it (the fast path read it)
 
 
 @dataclass(frozen=True)
@@ -146,7 +148,13 @@ STEP = Column(
 # The lake's Hive partition columns: every table has them, and the segment writer sets them from
 # the partition of the unit's rows (wmo_lake/store.py), so a table's extraction may leave them out.
 PARTITION_COLUMNS = frozenset({RUN.name, STEP.name})
-TRIAL_NAME = Column("trial_name", STRING, (RESULT, "trial_name"), "as recorded")
+TRIAL_NAME = Column(
+    "trial_name",
+    STRING,
+    (RESULT, "trial_name"),
+    "as recorded (an empty one: the trial dir's name, as WMO's TrialRecord names it; said in "
+    "problems)",
+)
 # Which ATIF file a trajectory row comes from.
 FILE = Column(
     "file",

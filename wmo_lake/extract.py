@@ -273,12 +273,22 @@ def extract_trial(task: TrialTask, agent_names: list[str] | None = None) -> Extr
         )
         return _not_a_trial(task, problems, "not_a_trial_result", result_path, message)
 
+    unnamed = not trial_name
+    if unnamed:  # (WMO's TrialRecord and TrainDatum need a name: theirs is the dir's)
+        trial_name = trial_dir.name
     trial_id = doc.get("id")
     key = trial_id if isinstance(trial_id, str) and trial_id else f"dir:{task.real}"
     early = problems.rows  # (what the decode reported, now under the trial's key)
     problems = ProblemLog(unit_key=key, batch=task.batch, trial_name=trial_name)
     for early_row in early:
         problems.add(early_row["kind"], early_row["path"], early_row["message"])
+    if unnamed:
+        problems.add(
+            "wrong_type",
+            result_path,
+            f'{result_path.name}: trial_name is "", expected a name; the trial is named by its '
+            f"dir, {trial_name!r}, as WMO's TrialRecord names a trial (its artifact dir's name)",
+        )
     _add_dir_problem(task, problems)  # (when broken; nothing is read from it otherwise)
     fields = Fields(doc, result_path, problems)
     row = trials.row(fields)

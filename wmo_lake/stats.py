@@ -236,8 +236,9 @@ def notes_for(
             )
         if row["unreadable_trials"]:
             notes.append(
-                f"{batch}: {row['unreadable_trials']} trial dir(s) have no readable result.json "
-                "and are not counted above (see the problems table, kind 'unreadable_trial')"
+                f"{batch}: {row['unreadable_trials']} trial dir(s) could not be read and are not "
+                "counted above (the problems table says why, kind 'unreadable_trial': most often "
+                "no readable result.json)"
             )
     return notes
 

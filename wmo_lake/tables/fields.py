@@ -64,8 +64,12 @@ def parse_time(value: str | None) -> datetime | None:
 
 
 # harbor's own spelling of a time, which pydantic and fromisoformat read alike (the fast path):
-# fromisoformat alone also takes `...T01`, `+05`, `T012550Z` and `+05:30:15`, which pydantic refuses
-_HARBOR_TIME = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d)?")
+# fromisoformat alone also takes `...T01`, `+05`, `T012550Z`, `+05:30:15` and `+05:60`, which
+# pydantic refuses
+_HARBOR_TIME = re.compile(
+    r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:\.\d{1,9})?"  # date, time, fraction
+    r"(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d)?"  # the zone: an offset of at most 23:59
+)
 
 
 def parse_model_time(value: Any) -> datetime | None:
