@@ -15,6 +15,7 @@ from harbor_shapes import write_job, write_trial
 
 from reference import oracle
 from wmo_lake.cli import cli
+from wmo_lake.compare import compare as compare_sides
 from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect
 
@@ -474,3 +475,21 @@ def test_a_side_pools_by_seed_003s_rules(tmp_path: Path) -> None:
     for key in ("solve_rate", "graded_solve_rate", "raw_solve_rate", "scaffold_loss_rate"):
         assert metrics[key] == expected[key], key
     assert metrics["empty_span_share"] == expected["empty_span_trials"] / expected["trials"] == 1
+
+
+# `compare`'s side of several batches applies seed 003's `rollout_stats` to the side's trials
+# POOLED: truncated_spans counts every span of them all with n_sampled >= max_tokens. Seed 003's
+# rollout_stats on three records (2, 2 and 1 sampled tokens, max_tokens 2) gave truncated_spans 2,
+# truncated_span_trials 2: here the same spans in two steps of one run (one truncated span each,
+# plus a short one). Kills report/data.py's pooled_counts taking the max of the batches'
+# truncated_spans instead of their sum.
+def test_pooled_truncated_spans_are_summed(tmp_path: Path) -> None:
+    for step, runs in ((0, "exp"), (1, "exp"), (0, "base")):
+        job = write_job(tmp_path / f"runs/{runs}/harbor/step-{step:04d}/job", max_tokens=2)
+        write_trial(job, "hello__1", reward=1.0, turns=[([1, 2], [3, 4], [-0.1, -0.2])])
+    job = tmp_path / "runs/exp/harbor/step-0001/job"
+    write_trial(job, "hello__2", reward=1.0, turns=[([1, 2], [3], [-0.1])])
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    result = compare_sides(tmp_path / "lake", "base", "exp", {})
+    metric = next(m for m in result["metrics"] if m["metric"] == "truncated_spans")
+    assert (metric["a"], metric["b"]) == (1, 2)  # seed 003 over each side's records

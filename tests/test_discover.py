@@ -665,3 +665,37 @@ def test_a_job_result_shows_a_job_whose_config_is_broken(tmp_path: Path) -> None
     assert ("unreadable_trial", "job", str(victim)) in problems
     jobs = connect(tmp_path / "lake").execute("SELECT batch FROM jobs ORDER BY 1").fetchall()
     assert jobs == [("empty",), ("job",)]
+
+
+# A job's step label read as the project's independent oracle reads it (reference/oracle.py
+# `labels`: the LAST `step-N` component of the job dir's path, N as an integer), here at two
+# edges: a path holding two step dirs outside any `<run>/harbor/` anchor, and the largest step a
+# 64-bit `step` column holds (2**63 - 1). Expected values are `reference.oracle.labels` on the same
+# paths: ('a/step-0001/b/step-0002/job', None, 2) and ('exp/harbor/step-9223372036854775807/job',
+# 'exp', 9223372036854775807); a path with two `harbor` dirs and no step dir takes its run from
+# the LAST: ('r1/harbor/r2/harbor/job', 'r2', None). Kills discover.py's job_labels reading the
+# FIRST step component, `_step_number` refusing exactly INT64_MAX (`<` for `<=`), and the run
+# read from the first `harbor` dir.
+@pytest.mark.parametrize(
+    ("job_path", "expected"),
+    [
+        ("a/step-0001/b/step-0002/job", ("a/step-0001/b/step-0002/job", None, 2)),
+        (
+            "exp/harbor/step-9223372036854775807/job",
+            ("exp/harbor/step-9223372036854775807/job", "exp", 2**63 - 1),
+        ),
+        ("r1/harbor/r2/harbor/job", ("r1/harbor/r2/harbor/job", "r2", None)),
+    ],
+    ids=["two-step-dirs", "int64-max", "two-harbor-dirs"],
+)
+def test_step_labels(tmp_path: Path, job_path: str, expected: tuple) -> None:
+    job = write_job(tmp_path / "runs" / job_path)
+    write_trial(job, "hello__1", reward=1.0)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    con = connect(tmp_path / "lake")
+    try:
+        jobs = con.sql("SELECT batch, run, step FROM jobs").fetchall()
+        trials = con.sql("SELECT batch, run, step FROM trials").fetchall()
+    finally:
+        con.close()
+    assert jobs == trials == [expected]

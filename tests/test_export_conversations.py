@@ -17,6 +17,7 @@ from wmo_lake.cli import cli
 from wmo_lake.exports.conversations import load_verified
 from wmo_lake.exports.discipline import ExportError, manifest_path
 from wmo_lake.ingest import ingest
+from wmo_lake.lake import connect
 
 EPISODES_PER_TRIAL = 3  # the real terminus-2 trajectory has three agent steps
 
@@ -591,3 +592,165 @@ def test_load_verified_refuses_a_row_that_is_no_prompt_and_response(
     _tamper(good_export, tampered)
     with pytest.raises(ExportError, match=rf"answering a user message \({reason}\)"):
         load_verified(good_export)
+
+
+# The `conversations` view against harbor 0.26's own trace export (utils/traces_utils.py), on a
+# hand-written trajectory: an agent message that already opens and closes <think> keeps it as it
+# is (harbor prepends "<think>" only when "</think>" is there and "<think>" is not), and a subagent
+# trajectory with no agent step gives no row (harbor's `_extract_complete_subagent_conversation`
+# returns None: "Only return if we have at least one assistant turn"). Expected messages are what
+# `traces_utils.extract_conversations_from_trajectory` returned on these exact files (copied
+# below). Kills conversations.sql's orphan-</think> test without `AND NOT contains(s.message,
+# '<think>')`, subagent_ends without `HAVING bool_or(source = 'agent')`, and the reasoning test
+# relaxed to `reasoning_content IS NOT NULL` (harbor: `if reasoning_content:`, so "" adds no
+# <think></think>), and first_system_steps without `AND trace_source = 'main'` (harbor embeds
+# <tools> only in a main trace's first system message; `_extract_complete_subagent_conversation`
+# never does).
+MAIN = {
+    "schema_version": "ATIF-v1.5",
+    "session_id": "s",
+    "agent": {"name": "terminus-2", "version": "1", "model_name": "m"},
+    "steps": [
+        {"step_id": 1, "source": "user", "timestamp": "2026-11-29T10:00:00Z", "message": "do it"},
+        {
+            "step_id": 2,
+            "source": "agent",
+            "timestamp": "2026-11-29T10:00:05Z",
+            "message": "<think>plan</think>running ls",
+            "tool_calls": [
+                {"tool_call_id": "c1", "function_name": "bash", "arguments": {"cmd": "ls"}}
+            ],
+            "observation": {"results": [{"content": "a.txt"}]},
+        },
+        {
+            "step_id": 3,
+            "source": "agent",
+            "timestamp": "2026-11-29T10:00:09Z",
+            "message": "thought</think>done",
+            "tool_calls": [
+                {"tool_call_id": "c2", "function_name": "mark_task_complete", "arguments": {}}
+            ],
+        },
+    ],
+}
+SUBAGENT = {
+    "schema_version": "ATIF-v1.5",
+    "session_id": "s2",
+    "agent": {"name": "terminus-2-summarization-summary", "version": "1", "model_name": "m"},
+    "steps": [
+        {"step_id": 1, "source": "user", "timestamp": "2026-11-29T10:00:06Z", "message": "sum up"}
+    ],
+}
+FIRST = {
+    "role": "assistant",
+    "content": '<think>plan</think>running ls\n<tool_call>\n{"name": "bash", "arguments": '
+    '{"cmd": "ls"}}\n</tool_call>',
+}
+# harbor's extract_conversations_from_trajectory on MAIN (episode-0, episode-1)
+HARBOR_EPISODES = [
+    [{"role": "user", "content": "do it"}, FIRST],
+    [
+        {"role": "user", "content": "do it"},
+        FIRST,
+        {"role": "user", "content": "a.txt"},
+        {
+            "role": "assistant",
+            "content": '<think>thought</think>done\n<tool_call>\n{"name": "mark_task_complete", '
+            '"arguments": {}}\n</tool_call>',
+        },
+    ],
+]
+
+
+def test_conversations_equal_harbors_export(tmp_path: Path) -> None:
+    job = write_job(tmp_path / "runs/exp/harbor/step-0000/job")
+    trial = write_trial(job, "hello__1", reward=1.0)
+    dump(trial / "agent" / "trajectory.json", MAIN)
+    dump(trial / "agent" / "trajectory.summarization-1-summary.json", SUBAGENT)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    con = connect(tmp_path / "lake")
+    try:
+        rows = con.sql(
+            "SELECT trace_source, episode, messages FROM conversations "
+            "ORDER BY trace_source, episode"
+        ).fetchall()
+    finally:
+        con.close()
+    # no row for the subagent trace: harbor exports none for a file without an agent step
+    assert [(source, episode) for source, episode, _ in rows] == [("main", 0), ("main", 1)]
+    assert [
+        [{"role": m["role"], "content": m["content"]} for m in messages] for *_, messages in rows
+    ] == HARBOR_EPISODES
+
+
+def test_empty_reasoning_adds_no_think_block(tmp_path: Path) -> None:
+    job = write_job(tmp_path / "runs/exp/harbor/step-0000/job")
+    trial = write_trial(job, "hello__1", reward=1.0)
+    steps = [
+        {"step_id": 1, "source": "user", "timestamp": "2026-11-29T10:00:00Z", "message": "task"},
+        {
+            "step_id": 2,
+            "source": "agent",
+            "timestamp": "2026-11-29T10:00:01Z",
+            "message": "m",
+            "reasoning_content": "",
+        },
+    ]
+    dump(trial / "agent" / "trajectory.json", MAIN | {"steps": steps})
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    con = connect(tmp_path / "lake")
+    try:
+        ((messages,),) = con.sql("SELECT messages FROM conversations").fetchall()
+    finally:
+        con.close()
+    # harbor's extract_conversations_from_trajectory on this file
+    assert [{"role": m["role"], "content": m["content"]} for m in messages] == [
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": "m"},
+    ]
+
+
+def test_a_subagents_system_message_gets_no_tools(tmp_path: Path) -> None:
+    job = write_job(tmp_path / "runs/exp/harbor/step-0000/job")
+    trial = write_trial(job, "hello__1", reward=1.0)
+    tools = [{"type": "function", "function": {"name": "bash"}}]
+    subagent = {
+        "schema_version": "ATIF-v1.5",
+        "session_id": "s2",
+        "agent": SUBAGENT["agent"] | {"tool_definitions": tools},
+        "steps": [
+            {
+                "step_id": 1,
+                "source": "system",
+                "timestamp": "2026-11-29T10:00:06Z",
+                "message": "you summarize",
+            },
+            {
+                "step_id": 2,
+                "source": "user",
+                "timestamp": "2026-11-29T10:00:06Z",
+                "message": "sum up",
+            },
+            {
+                "step_id": 3,
+                "source": "agent",
+                "timestamp": "2026-11-29T10:00:07Z",
+                "message": "summary",
+            },
+        ],
+    }
+    dump(trial / "agent" / "trajectory.summarization-1-summary.json", subagent)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    con = connect(tmp_path / "lake")
+    try:
+        ((messages,),) = con.sql(
+            "SELECT messages FROM conversations WHERE trace_source <> 'main'"
+        ).fetchall()
+    finally:
+        con.close()
+    # harbor's _extract_complete_subagent_conversation on this file
+    assert [{"role": m["role"], "content": m["content"]} for m in messages] == [
+        {"role": "user", "content": "you summarize"},
+        {"role": "user", "content": "sum up"},
+        {"role": "assistant", "content": "summary"},
+    ]

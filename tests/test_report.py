@@ -21,7 +21,7 @@ from run_shapes import ctrf_report, write_split_step_run
 from wmo_lake.cli import cli
 from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect
-from wmo_lake.report.data import collect_report
+from wmo_lake.report.data import collect_report, measured
 from wmo_lake.report.page import STOP_COLORS, _run_style, _step_ticks, heatmap_figures
 from wmo_lake.terminal import percent_text
 
@@ -728,3 +728,38 @@ def test_a_chart_with_nothing_to_draw_says_why(page: str, tmp_path: Path) -> Non
     for note in EMPTY_CHART_NOTES.values():
         assert html.escape(note) not in page
     assert ": no heatmap:" not in page
+
+
+# The report's (and `stats`') own per-batch and per-task denominators follow seed 003's
+# `rollout_stats`:
+# - scaffold loss's denominator is `[r for r in records if r.stop_reason]`: an EMPTY stop reason
+#   (a pi-bridge trace's `"stop_reason": ""`) is no stop reason. Seed 003 on two records with
+#   stop_reason "" gave scaffold_loss_rate 0.0 over an empty denominator, stop_reason_counts
+#   {"unknown": 2}; the report's with_stop_reason is 0 and its scaffold-loss point a gap (None).
+# - a task's pass rate per step is passed / EXECUTED trials, as solve_rate counts them: seed 003 on
+#   one passed trial and one infra-failed trial gave solve_rate 1.0 (executed_trials 1).
+# Kills report/data.py's STOP_REASON_DENOMINATOR counting `stop_reason IS NOT NULL`, and its
+# TASK_CELLS counting every trial as executed.
+def test_an_empty_stop_reason_is_no_stop_reason(tmp_path: Path) -> None:
+    job = write_job(
+        tmp_path / "runs/exp/harbor/step-0000/job", token_sink_dir=str(tmp_path / "sinks")
+    )
+    (tmp_path / "sinks").mkdir()
+    write_trial(job, "pi__1", reward=0.0, trace={"stop_reason": ""})
+    write_trial(job, "pi__2", reward=1.0, trace={"stop_reason": ""})
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    (row,) = collect_report(tmp_path / "lake").batches
+    assert row["trials"] == 2
+    assert row["with_stop_reason"] == 0  # seed 003: len([r for r in records if r.stop_reason])
+    assert row["scaffold_loss_rate"] == 0.0  # seed 003's value over an empty denominator
+    assert measured(row, "scaffold_loss_rate") is None  # a gap, not a measured 0
+
+
+def test_a_tasks_pass_rate_is_over_its_executed_trials(tmp_path: Path) -> None:
+    job = write_job(tmp_path / "runs/exp/harbor/step-0000/job")
+    write_trial(job, "hello__1", task_name="hello", reward=1.0)
+    write_trial(job, "hello__2", task_name="hello", never_ran=True)  # infra-failed
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    data = collect_report(tmp_path / "lake")
+    (trends,) = data.trends.values()
+    assert [(t.task_id, t.pass_rates) for t in trends] == [("hello", [1.0])]  # seed: 1/1

@@ -563,3 +563,47 @@ def test_a_pi_bridge_job_of_one_agent_reads_its_trials_sinks_whatever_they_recor
         "SELECT t.spans_status, t.n_spans, t.collection_path, r.stop_reason"
         " FROM trials AS t JOIN trial_stop_reasons AS r USING (trial_key)"
     ).fetchall() == [("sink", 2, "pi-bridge", "budget")]
+
+
+# A pi-bridge token sink read as seed 000's `load_trial_spans` reads it: blank (or whitespace)
+# lines are skipped, and the spans must come in call_index order 0..n-1 AS WRITTEN (a sink whose
+# lines are out of order was appended by more than one recorder: the seed raises, the lake keeps
+# no spans and reports `sink_corrupt`). Expected values are what seed 000's `load_trial_spans`
+# returned on these exact files: blank-lines -> [(0, [2]), (1, [4])]; out-of-order ->
+# ValueError "call_index sequence [1, 0]". Kills sink.py without the blank-line skip, and with
+# the order check relaxed to `sorted(observed)`.
+def _lake(tmp_path: Path, text: str) -> Path:
+    sinks = tmp_path / "sinks"
+    job = write_job(tmp_path / "runs/exp/harbor/step-0001/job", token_sink_dir=str(sinks))
+    write_trial(job, "pi__1")
+    sinks.mkdir()
+    (sinks / "pi__1.jsonl").write_text(text)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    return tmp_path / "lake"
+
+
+def test_blank_lines_in_a_sink_are_skipped(tmp_path: Path) -> None:
+    text = "\n".join([_span(0, [1], [2]), "", "   ", _span(1, [1, 2, 3], [4])]) + "\n\n"
+    con = connect(_lake(tmp_path, text))
+    try:
+        status = con.sql("SELECT spans_status, n_spans FROM trials").fetchall()
+        rows = con.sql(
+            "SELECT call_index, sampled_token_ids FROM spans ORDER BY call_index"
+        ).fetchall()
+    finally:
+        con.close()
+    assert status == [("sink", 2)]
+    assert [(i, list(s)) for i, s in rows] == [(0, [2]), (1, [4])]  # seed 000's spans
+
+
+def test_a_sink_written_out_of_order_is_corrupt(tmp_path: Path) -> None:
+    text = "\n".join([_span(1, [1, 2, 3], [4]), _span(0, [1], [2])]) + "\n"
+    con = connect(_lake(tmp_path, text))
+    try:
+        status = con.sql("SELECT spans_status, n_spans FROM trials").fetchall()
+        problems = con.sql("SELECT kind, message FROM problems").fetchall()
+    finally:
+        con.close()
+    assert status == [("sink_corrupt", 0)]  # seed 000 raises: call_index sequence [1, 0]
+    assert [kind for kind, _ in problems] == ["sink_corrupt"]
+    assert "call_index sequence [1, 0]" in problems[0][1]

@@ -9,10 +9,13 @@ import random
 from pathlib import Path
 
 import pytest
+from harbor_shapes import write_job, write_sink, write_trial
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from wmo_lake.ingest import ingest
 from wmo_lake.jsonfile import decode
+from wmo_lake.lake import connect
 from wmo_lake.pending import PendingRows
 from wmo_lake.tables import spans
 from wmo_lake.tables.fields import ProblemLog
@@ -216,3 +219,101 @@ def test_small_trials_rows_refuse_token_ids_past_int64_like_arrow(token: int) ->
         spans.table(found, "k", "b", "t")
     with pytest.raises(OverflowError):
         spans.rows(found, "k", "b", "t")
+
+
+# `spans.prompt_prefix_len` is "the length of the prefix the prompt shares with the previous
+# turn's prompt + sampled tokens" (README, spans columns), evaluated on the spans upstream reads
+# (seed 000 `load_trial_rollout_spans`: the recorded per-turn lists verbatim). A prompt SHORTER
+# than the previous prompt + sampled tokens and wholly a prefix of them (a context cut back to an
+# earlier point) shares all of itself: [1, 2] after [1, 2, 3] + [4] shares 2, not 1; [1, 2, 3, 4]
+# after [1, 2] + [9] shares 2 (a longer prompt that diverges). The full prompt given back
+# (`spans_full`) is the recorded one either way. Kills spans.py `_shared_prefix`'s binary search
+# with its upper bound one short (`high = limit - 1`), which only this column shows.
+TURNS = [
+    ([1, 2, 3], [4], [-0.1]),
+    ([1, 2], [9], [-0.2]),  # shorter, a prefix of [1, 2, 3, 4]: shares 2
+    ([1, 2, 3, 4], [5], [-0.3]),  # vs [1, 2, 9]: shares 2
+]
+# README's definition on upstream's spans: commonprefix(prompt, previous prompt + sampled)
+EXPECTED_PREFIX = [0, 2, 2]
+
+
+@pytest.mark.parametrize("source", ["rollout_details", "sink"])
+def test_prefix_len_of_a_prompt_that_is_a_prefix(tmp_path: Path, source: str) -> None:
+    if source == "sink":
+        sinks = tmp_path / "sinks"
+        job = write_job(tmp_path / "runs/exp/harbor/step-0000/job", token_sink_dir=str(sinks))
+        write_trial(job, "hello__1", reward=1.0)
+        write_sink(sinks, "hello__1", TURNS)
+    else:
+        job = write_job(tmp_path / "runs/exp/harbor/step-0000/job")
+        write_trial(job, "hello__1", reward=1.0, turns=TURNS)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    con = connect(tmp_path / "lake")
+    try:
+        stored = con.sql("SELECT prompt_prefix_len FROM spans ORDER BY call_index").fetchall()
+        full = con.sql("SELECT prompt_token_ids FROM spans_full ORDER BY call_index").fetchall()
+    finally:
+        con.close()
+    assert [p for (p,) in stored] == EXPECTED_PREFIX
+    assert [list(p) for (p,) in full] == [t[0] for t in TURNS]
+
+
+# Prompts read on the raw-text path of `tables/spans.py` (`_from_raw_detail`, taken when the
+# first "prompt_token_ids" in result.json is not the first segment's: here agent metadata that
+# holds one, written before the segment) come back exactly as recorded. Upstream (seed 000,
+# `load_trial_rollout_spans`) returns rollout_details[0]'s per-turn lists verbatim, so the
+# expected prompts are the lists written (checked by running the seed on these files:
+# [[5, 12], [5, 12, 71]] and [[5, 12], [5, 12, 345]]). A prompt whose text starts with the
+# previous prompt's and sampled tokens' text but whose next token only begins with the last
+# sampled id ("7" then "71") is no extension. Kills spans.py `_extend` without its token-boundary
+# check (`if at < end and text[at] != ord(",")`).
+CASES = {
+    "cut-inside-number": (
+        [([5, 12], [7], [-0.1]), ([5, 12, 71], [8], [-0.2])],
+        [[5, 12], [5, 12, 71]],
+    ),
+    "longer-number": (
+        [([5, 12], [34], [-0.1]), ([5, 12, 345], [8], [-0.2])],
+        [[5, 12], [5, 12, 345]],
+    ),
+}
+
+
+def _with_metadata_prompts_first(trial: Path, indent: int | None) -> None:
+    path = trial / "result.json"
+    result = json.loads(path.read_text())
+    nested = {"rollout_details": [{"prompt_token_ids": [[9, 9]]}], "n_episodes": 2}
+    result["agent_result"] = {"metadata": nested} | result["agent_result"]
+    result["agent_result"]["metadata"] = nested
+    path.write_text(json.dumps(result, indent=indent))
+    # the raw-text path is the one read
+    parsed = decode_trial_result(path.read_bytes(), path)
+    assert isinstance(parsed["agent_result"]["rollout_details"][0], RawDetail)
+
+
+@pytest.mark.parametrize("indent", [None, 4])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_raw_text_prompts_come_back_exactly(tmp_path: Path, case: str, indent: int | None) -> None:
+    turns, upstream_prompts = CASES[case]
+    job = write_job(tmp_path / "runs/exp/harbor/step-0000/job", max_turns=5)
+    trial = write_trial(job, "hello__1", reward=1.0, turns=turns)
+    _with_metadata_prompts_first(trial, indent)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    con = connect(tmp_path / "lake")
+    try:
+        prompts = [
+            list(p)
+            for (p,) in con.sql(
+                "SELECT prompt_token_ids FROM spans_full ORDER BY call_index"
+            ).fetchall()
+        ]
+        ((spans,),) = con.sql("SELECT spans FROM trial_records_with_spans").fetchall()
+        ((datums,),) = con.sql("SELECT count(*) FROM datums").fetchall()
+    finally:
+        con.close()
+    assert prompts == upstream_prompts
+    assert [list(s["prompt_token_ids"]) for s in spans] == upstream_prompts
+    # upstream's prefix merge (data.py _merge_trial_spans): [5, 12, 7] is no prefix of the second
+    # prompt, so two datums (a fragment)
+    assert datums == 2

@@ -16,7 +16,7 @@ import pytest
 from edge_case_trees import generate_tree
 from harbor.models.trial.config import AgentConfig
 from harbor.models.trial.result import TrialResult
-from harbor_shapes import write_job, write_trial
+from harbor_shapes import UNSET, write_job, write_trial
 from pydantic import TypeAdapter
 
 from wmo_lake.ingest import ingest
@@ -481,3 +481,80 @@ def test_a_phase_duration_is_harbors_even_where_a_time_has_no_utc_datetime(
     doc = Fields({"agent_execution": phase}, tmp_path / "result.json", problems)
     assert row(doc)["agent_execution_sec"] == expected
     assert not [p for p in problems.rows if "agent_execution" in p["message"]]
+
+
+# Seed 000's `load_trial_rollout_spans` calls a trial MULTI-STEP only when its result's
+# `agent_result` is not an object AND `payload.get("step_results")` is truthy (a non-empty list):
+# an agent_result of null with no (or an empty) step_results is a trial that recorded no rollout
+# details (the lake's `absent`), not a multi-step one. The `trials.multi_step` column is documented
+# as "whether [step_results] is non-empty", the same test. Expected values are that seed condition
+# evaluated on these results (no step_results / [] -> not multi-step; [{"step": 1}] -> multi-step).
+# Kills spans.py returning MULTI_STEP whenever agent_result is no object, and trials.py's
+# multi_step read as `step_results is not None`.
+@pytest.mark.parametrize(
+    ("step_results", "expected"),
+    [
+        (UNSET, ("absent", False, 0)),
+        ([], ("absent", False, 0)),
+        ([{"step": 1}], ("multi_step", True, 0)),
+    ],
+    ids=["none", "empty-list", "one-step"],
+)
+def test_multi_step_only_for_non_empty_step_results(
+    tmp_path: Path, step_results: Any, expected: tuple[str, bool, int]
+) -> None:
+    job = write_job(tmp_path / "runs/exp/harbor/step-0000/job")
+    write_trial(
+        job,
+        "hello__1",
+        reward=0.0,
+        step_results=step_results,
+        result_overrides={"agent_result": None},
+    )
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    con = connect(tmp_path / "lake")
+    try:
+        rows = con.sql("SELECT spans_status, multi_step, n_spans FROM trials").fetchall()
+    finally:
+        con.close()
+    assert rows == [expected]
+
+
+# A task_id that names a git repo but whose git_commit_id is no string is NOT a git task to
+# harbor: its TrialResult's `task_id` union (LocalTaskId | GitTaskId | PackageTaskId, JSON mode)
+# refuses GitTaskId there and takes LocalTaskId, whose get_name() is the resolved path's last part.
+# For path "." that is the working directory's name. Expected values: harbor's own
+# `TypeAdapter(TrialResult.model_fields["task_id"].annotation).validate_json(...).get_name()` run
+# from a dir named `wd` on these task ids gave "wd" (commit 5) and "wd" (commit true), and ""
+# with a string commit (a git task: the normalized path has no parts). Kills trials.py's
+# task_id_name without its `_optional_str(task_id, "git_commit_id")` check.
+GIT = "https://example.com/tasks.git"
+
+
+@pytest.mark.parametrize(
+    ("task_id", "expected"),
+    [
+        ({"git_url": GIT, "git_commit_id": 5, "path": "."}, "wd"),
+        ({"git_url": GIT, "git_commit_id": True, "path": "."}, "wd"),
+        ({"git_url": GIT, "git_commit_id": "abc", "path": "."}, ""),
+    ],
+    ids=["int-commit", "bool-commit", "string-commit"],
+)
+def test_a_non_string_commit_makes_a_local_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, task_id: dict[str, Any], expected: str
+) -> None:
+    job = write_job(tmp_path / "runs/exp/harbor/step-0000/job")
+    trial = write_trial(job, "hello__1", reward=1.0)
+    path = trial / "result.json"
+    result = json.loads(path.read_text())
+    result["task_id"] = task_id
+    path.write_text(json.dumps(result, indent=4))
+    (tmp_path / "wd").mkdir()
+    monkeypatch.chdir(tmp_path / "wd")  # harbor resolves a local task's path where it runs
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    con = connect(tmp_path / "lake")
+    try:
+        rows = con.sql("SELECT task_id_name FROM trials").fetchall()
+    finally:
+        con.close()
+    assert rows == [(expected,)]

@@ -227,3 +227,64 @@ def test_a_total_past_64_bits_is_null_and_the_type_is_bigint(tmp_path: Path) -> 
     )
     assert row == [(None, 135, row[0][2], "BIGINT", "BIGINT", "BIGINT", "BIGINT")]
     assert row[0][2] > 0
+
+
+# `episodes.declared_complete` reads WMO's test (seed 000 `_terminus_declared_complete`): the
+# LAST agent step of the trajectory, whatever it is; the seed walks `reversed(steps)` to the first
+# `source == "agent"` step and never looks at `is_copied_context`. Here that last agent step is
+# marked copied context and calls mark_task_complete: the seed returns True on this exact file
+# (run on it: True), and the stop reason the lake derives agrees. Kills episodes.sql's
+# last_agent_steps read from `original_steps` (copied steps left out).
+def _call(call_id: str, name: str) -> dict:
+    return {"tool_call_id": call_id, "function_name": name, "arguments": {}}
+
+
+STEPS = [
+    {
+        "step_id": 1,
+        "source": "user",
+        "timestamp": "2026-11-29T10:00:00Z",
+        "message": "task",
+        "is_copied_context": True,
+    },
+    {
+        "step_id": 2,
+        "source": "agent",
+        "timestamp": "2026-11-29T10:00:05Z",
+        "message": "bash",
+        "tool_calls": [_call("a", "bash")],
+    },
+    {
+        "step_id": 3,
+        "source": "agent",
+        "timestamp": "2026-11-29T10:00:09Z",
+        "message": "done",
+        "is_copied_context": True,
+        "tool_calls": [_call("b", "mark_task_complete")],
+    },
+]
+
+
+def test_the_last_agent_step_counts_even_when_copied(tmp_path: Path) -> None:
+    job = write_job(tmp_path / "runs/exp/harbor/step-0000/job", max_turns=10)
+    trial = write_trial(job, "hello__1", reward=1.0, n_episodes=2)
+    dump(
+        trial / "agent" / "trajectory.json",
+        {
+            "schema_version": "ATIF-v1.5",
+            "session_id": "s",
+            "agent": {"name": "terminus-2", "version": "1", "model_name": "m"},
+            "steps": STEPS,
+        },
+    )
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    con = connect(tmp_path / "lake")
+    try:
+        rows = con.sql(
+            "SELECT e.declared_complete, r.stop_reason FROM episodes AS e "
+            "JOIN trial_stop_reasons AS r USING (trial_key)"
+        ).fetchall()
+    finally:
+        con.close()
+    # seed 000: _terminus_declared_complete -> True; read_terminus_stop_reason (2 < 10) -> submitted
+    assert rows == [(True, "submitted")]

@@ -553,3 +553,29 @@ def test_task_id_is_harbors_get_name_for_every_kind_of_task_id(tmp_path: Path) -
         for attempt in range(2)
     ]
     assert got == expected
+
+
+# A reward outside [0, 1] is no measurement to upstream's scorer (scorer.py `_trial_reward`:
+# `if not math.isfinite(reward) or not 0.0 <= reward <= 1.0: return None`; `_measured_reward`
+# raises "must be finite and in [0, 1]"), so the lake must both count the trial as infra_failed
+# AND record the `invalid_reward` problem its stats note and export warning point to ("problems
+# kind 'invalid_reward'"). Expected validity per value is that scorer condition: -0.5 and 1.5
+# invalid, 0.0 and 1.0 valid. Kills trials.py's `rewards` check relaxed to `number > 1`
+# (a negative reward then leaves no problem row).
+UPSTREAM_INVALID = {-0.5: True, 1.5: True, 0.0: False, 1.0: False}
+
+
+@pytest.mark.parametrize("value", sorted(UPSTREAM_INVALID))
+def test_out_of_range_rewards_are_reported(tmp_path: Path, value: float) -> None:
+    job = write_job(tmp_path / "runs/exp/harbor/step-0000/job")
+    write_trial(job, "hello__1", reward=value)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    con = connect(tmp_path / "lake")
+    try:
+        ((infra_failed,),) = con.sql("SELECT infra_failed FROM cells").fetchall()
+        kinds = [k for (k,) in con.sql("SELECT kind FROM problems").fetchall()]
+    finally:
+        con.close()
+    invalid = UPSTREAM_INVALID[value]
+    assert infra_failed is invalid
+    assert ("invalid_reward" in kinds) is invalid
