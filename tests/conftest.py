@@ -23,6 +23,19 @@ if "WMO_LAKE_CACHE_DIR" not in os.environ:
     atexit.register(shutil.rmtree, os.environ["WMO_LAKE_CACHE_DIR"], ignore_errors=True)
 
 
+def ingested_rows(tmp_path: Path, *queries: str) -> list[list[tuple[Any, ...]]]:
+    """Ingest `tmp_path/runs` into `tmp_path/lake` (one reader) and give each query's rows."""
+    from wmo_lake.ingest import ingest
+    from wmo_lake.lake import connect
+
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    con = connect(tmp_path / "lake")
+    try:
+        return [con.sql(query).fetchall() for query in queries]
+    finally:
+        con.close()
+
+
 @pytest.fixture
 def fixtures_dir() -> Path:
     return FIXTURES

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import ingested_rows
 from harbor_shapes import dump, write_job, write_trial
 
 from wmo_lake.discover import discover, job_labels
@@ -691,11 +692,7 @@ def test_a_job_result_shows_a_job_whose_config_is_broken(tmp_path: Path) -> None
 def test_step_labels(tmp_path: Path, job_path: str, expected: tuple) -> None:
     job = write_job(tmp_path / "runs" / job_path)
     write_trial(job, "hello__1", reward=1.0)
-    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
-    con = connect(tmp_path / "lake")
-    try:
-        jobs = con.sql("SELECT batch, run, step FROM jobs").fetchall()
-        trials = con.sql("SELECT batch, run, step FROM trials").fetchall()
-    finally:
-        con.close()
+    jobs, trials = ingested_rows(
+        tmp_path, "SELECT batch, run, step FROM jobs", "SELECT batch, run, step FROM trials"
+    )
     assert jobs == trials == [expected]

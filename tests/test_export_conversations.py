@@ -11,6 +11,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner, Result
+from conftest import ingested_rows
 from harbor_shapes import dump, real_trajectory, write_job, write_trial
 
 from wmo_lake.cli import cli
@@ -438,7 +439,6 @@ def test_an_episode_is_multimodal_only_for_the_media_its_messages_hold(tmp_path:
         trajectory.pop("continued_trajectory_ref", None)
         dump(write_trial(job, f"{where}__1", reward=1.0) / "agent" / "trajectory.json", trajectory)
     ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
-    from wmo_lake.lake import connect
 
     media = connect(tmp_path / "lake").sql(
         "SELECT trial_name, list(has_media ORDER BY episode) FROM conversations GROUP BY ALL"
@@ -667,15 +667,10 @@ def test_conversations_equal_harbors_export(tmp_path: Path) -> None:
     trial = write_trial(job, "hello__1", reward=1.0)
     dump(trial / "agent" / "trajectory.json", MAIN)
     dump(trial / "agent" / "trajectory.summarization-1-summary.json", SUBAGENT)
-    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
-    con = connect(tmp_path / "lake")
-    try:
-        rows = con.sql(
-            "SELECT trace_source, episode, messages FROM conversations "
-            "ORDER BY trace_source, episode"
-        ).fetchall()
-    finally:
-        con.close()
+    [rows] = ingested_rows(
+        tmp_path,
+        "SELECT trace_source, episode, messages FROM conversations ORDER BY trace_source, episode",
+    )
     # no row for the subagent trace: harbor exports none for a file without an agent step
     assert [(source, episode) for source, episode, _ in rows] == [("main", 0), ("main", 1)]
     assert [
@@ -697,12 +692,7 @@ def test_empty_reasoning_adds_no_think_block(tmp_path: Path) -> None:
         },
     ]
     dump(trial / "agent" / "trajectory.json", MAIN | {"steps": steps})
-    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
-    con = connect(tmp_path / "lake")
-    try:
-        ((messages,),) = con.sql("SELECT messages FROM conversations").fetchall()
-    finally:
-        con.close()
+    [((messages,),)] = ingested_rows(tmp_path, "SELECT messages FROM conversations")
     # harbor's extract_conversations_from_trajectory on this file
     assert [{"role": m["role"], "content": m["content"]} for m in messages] == [
         {"role": "user", "content": "task"},
@@ -740,14 +730,9 @@ def test_a_subagents_system_message_gets_no_tools(tmp_path: Path) -> None:
         ],
     }
     dump(trial / "agent" / "trajectory.summarization-1-summary.json", subagent)
-    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
-    con = connect(tmp_path / "lake")
-    try:
-        ((messages,),) = con.sql(
-            "SELECT messages FROM conversations WHERE trace_source <> 'main'"
-        ).fetchall()
-    finally:
-        con.close()
+    [((messages,),)] = ingested_rows(
+        tmp_path, "SELECT messages FROM conversations WHERE trace_source <> 'main'"
+    )
     # harbor's _extract_complete_subagent_conversation on this file
     assert [{"role": m["role"], "content": m["content"]} for m in messages] == [
         {"role": "user", "content": "you summarize"},

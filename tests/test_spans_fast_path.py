@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 
 import pytest
+from conftest import ingested_rows
 from harbor_shapes import write_job, write_sink, write_trial
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -248,13 +249,11 @@ def test_prefix_len_of_a_prompt_that_is_a_prefix(tmp_path: Path, source: str) ->
     else:
         job = write_job(tmp_path / "runs/exp/harbor/step-0000/job")
         write_trial(job, "hello__1", reward=1.0, turns=TURNS)
-    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
-    con = connect(tmp_path / "lake")
-    try:
-        stored = con.sql("SELECT prompt_prefix_len FROM spans ORDER BY call_index").fetchall()
-        full = con.sql("SELECT prompt_token_ids FROM spans_full ORDER BY call_index").fetchall()
-    finally:
-        con.close()
+    stored, full = ingested_rows(
+        tmp_path,
+        "SELECT prompt_prefix_len FROM spans ORDER BY call_index",
+        "SELECT prompt_token_ids FROM spans_full ORDER BY call_index",
+    )
     assert [p for (p,) in stored] == EXPECTED_PREFIX
     assert [list(p) for (p,) in full] == [t[0] for t in TURNS]
 

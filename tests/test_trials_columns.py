@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import ingested_rows
 from edge_case_trees import generate_tree
 from harbor.models.trial.config import AgentConfig
 from harbor.models.trial.result import TrialResult
@@ -511,12 +512,7 @@ def test_multi_step_only_for_non_empty_step_results(
         step_results=step_results,
         result_overrides={"agent_result": None},
     )
-    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
-    con = connect(tmp_path / "lake")
-    try:
-        rows = con.sql("SELECT spans_status, multi_step, n_spans FROM trials").fetchall()
-    finally:
-        con.close()
+    [rows] = ingested_rows(tmp_path, "SELECT spans_status, multi_step, n_spans FROM trials")
     assert rows == [expected]
 
 
@@ -551,10 +547,5 @@ def test_a_non_string_commit_makes_a_local_task(
     path.write_text(json.dumps(result, indent=4))
     (tmp_path / "wd").mkdir()
     monkeypatch.chdir(tmp_path / "wd")  # harbor resolves a local task's path where it runs
-    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
-    con = connect(tmp_path / "lake")
-    try:
-        rows = con.sql("SELECT task_id_name FROM trials").fetchall()
-    finally:
-        con.close()
+    [rows] = ingested_rows(tmp_path, "SELECT task_id_name FROM trials")
     assert rows == [(expected,)]

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import ingested_rows
 from harbor_shapes import dump, write_job, write_token_overflow_trial, write_trial
 
 from wmo_lake.ingest import ingest
@@ -277,14 +278,10 @@ def test_the_last_agent_step_counts_even_when_copied(tmp_path: Path) -> None:
             "steps": STEPS,
         },
     )
-    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
-    con = connect(tmp_path / "lake")
-    try:
-        rows = con.sql(
-            "SELECT e.declared_complete, r.stop_reason FROM episodes AS e "
-            "JOIN trial_stop_reasons AS r USING (trial_key)"
-        ).fetchall()
-    finally:
-        con.close()
+    [rows] = ingested_rows(
+        tmp_path,
+        "SELECT e.declared_complete, r.stop_reason FROM episodes AS e "
+        "JOIN trial_stop_reasons AS r USING (trial_key)",
+    )
     # seed 000: _terminus_declared_complete -> True; read_terminus_stop_reason (2 < 10) -> submitted
     assert rows == [(True, "submitted")]
