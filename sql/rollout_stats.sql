@@ -1,6 +1,6 @@
 -- rollout_stats: one row per batch, WMO's `rollout_stats` over the batch's trial records,
--- plus batch, run, step and unreadable_trials (trial dirs with no readable result.json, from the
--- `problems` the ingest recorded; a batch of only those still gets a row). Every job dir is a
+-- plus batch, run, step and unreadable_trials (trial dirs that could not be read, mostly for no
+-- readable result.json: the `problems` the ingest recorded; a batch of only those still gets a row). Every job dir is a
 -- batch: one with no trial dirs gets trials = 0 and every rate 0.0 (WMO's `rollout_stats`: "An empty batch ...
 -- report[s] a 0.0 solve rate over zero executed trials").
 --   solve_rate = passed / executed (not infra_failed) trials; graded_solve_rate = mean

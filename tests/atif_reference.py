@@ -252,11 +252,11 @@ def final_metrics(final: Any, path: Path, problems: ProblemLog) -> dict[str, Any
         if value is None:
             continue
         read = _pydantic(kind, value)
+        expected = "an integer" if kind is int else "a number"
         if kind is int and read is not None and not -(2**63) <= read < 2**63:
-            read = None
+            read, expected = None, "an integer a 64-bit column holds"
         exact = type(value) is int if kind is int else type(value) in (int, float)
         if read is None:
-            expected = "an integer" if kind is int else "a number"
             problems.add(
                 "wrong_type",
                 path,
@@ -268,7 +268,7 @@ def final_metrics(final: Any, path: Path, problems: ProblemLog) -> dict[str, Any
                 "wrong_type",
                 path,
                 f"{path.name}: final_metrics.{key} is {json_type_name(value)}, "
-                f"{json.dumps(value, ensure_ascii=False)}, expected a number; read as {read!r}, "
+                f"{json.dumps(value, ensure_ascii=False)}, expected {expected}; read as {read!r}, "
                 "as harbor's model (pydantic, lax mode) reads it",
             )
         columns[key] = read

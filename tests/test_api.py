@@ -454,6 +454,14 @@ def test_a_query_over_a_damaged_segment_raises_a_lake_error_naming_it(
     assert rel in str(error.value)
     with pytest.raises(LakeError, match=re.escape(rel)):
         wl.records(copy, with_spans=True)
+    # so do the exports (they raised DuckDB's error, or an ExportError wrapping it): datums
+    # read spans, conversations steps
+    with pytest.raises(LakeError, match=re.escape(rel)):
+        wl.export_datums(copy, tmp_path / "d.parquet", no_split_guard=True)
+    (steps,) = (copy / "tables" / "steps").rglob("*.parquet")
+    steps.write_bytes(steps.read_bytes()[:100])
+    with pytest.raises(LakeError, match="put them back whole"):
+        wl.export_conversations(copy, tmp_path / "c.jsonl", no_split_guard=True)
     # a query's own mistake over the same lake is still its own error
     with pytest.raises(Exception, match="nosuch") as own:
         wl.query(copy, "SELECT * FROM nosuch")

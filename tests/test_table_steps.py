@@ -747,6 +747,10 @@ def test_final_metrics_and_step_costs_read_as_harbors_models_read_them(
         assert _same_number(ours, theirs), (field, ours, theirs)
         exact = _exact(text, int_only=field != "total_cost_usd")
         assert any(f"final_metrics.{field} is" in m for m in said) != (read and exact), field
+    if text == "300.0":  # an integer field given a float: said as one
+        assert any("total_prompt_tokens is a number, 300.0, expected an integer" in m for m in said)
+    if text == "9223372036854775808":  # an integer no 64-bit column holds: said as one
+        assert any("expected an integer a 64-bit column holds" in m for m in said), said
     theirs, read = _harbors(Metrics, "cost_usd", text)
     assert _same_number(cost, theirs), (cost, theirs)
     assert any("metrics.cost_usd" in m for m in said) != (read and _exact(text, int_only=False))

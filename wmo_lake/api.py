@@ -285,19 +285,20 @@ def _query(
 
 @contextlib.contextmanager
 def _naming_damage(lake: str | Path) -> Iterator[None]:
-    """A query's DuckDB error, as the lake's damage when it has any (a segment deleted or cut
-    short by hand: DuckDB's own words are a glob that matched nothing, or "No magic bytes"),
-    as the commands say it."""
+    """A query's DuckDB error (or an export's, which wraps it), as the lake's damage when it has
+    any (a segment deleted or cut short by hand: DuckDB's own words are a glob that matched
+    nothing, or "No magic bytes"), as the commands say it."""
     import duckdb
 
+    from wmo_lake.export import ExportError
     from wmo_lake.store import Store
 
     try:
         yield
-    except duckdb.Error as error:
+    except (duckdb.Error, ExportError) as error:
         # (as `wmo-lake sql` asks: a glob that matched nothing is an IO error, a confined one a
-        # permission error, and a cut file's error names it)
-        kinds = (duckdb.IOException, duckdb.PermissionException)
+        # permission error, and a cut file's error names it; `export` asks after any failure)
+        kinds = (duckdb.IOException, duckdb.PermissionException, ExportError)
         damaged = None
         if isinstance(error, kinds) or ".parquet" in str(error):
             damaged = Store(Path(lake)).damage()
@@ -476,20 +477,10 @@ def export_datums(
     manifest. Pass `tasks=REGISTRY` (only train tasks) or `no_split_guard=True`, not both."""
     from wmo_lake.datums import export_datums as run_export
 
-    _require_guard(tasks, no_split_guard)
-    _check_selection(batch, run)
+    options = _export_options(tasks, no_split_guard, batch, run, settings)
     _format_of(out, None, ("parquet",), lake)
-    return run_export(
-        Path(lake),
-        Path(out),
-        tasks=Path(tasks) if tasks is not None else None,
-        no_split_guard=no_split_guard,
-        batch_glob=batch,
-        run=run,
-        where=where,
-        settings=_settings(settings),
-        check=functools.partial(_warn_on_unused_reward_key, batch=batch, run=run, exporting=True),
-    )
+    with _naming_damage(lake):
+        return run_export(Path(lake), Path(out), where=where, **options)
 
 
 @_speaking_python
@@ -512,22 +503,41 @@ def export_conversations(
     or `no_split_guard=True`, not both."""
     from wmo_lake.conversations import export_conversations as run_export
 
+    options = _export_options(tasks, no_split_guard, batch, run, settings)
+    fmt = _format_of(out, fmt, ("jsonl", "parquet"), lake)
+    with _naming_damage(lake):
+        return run_export(
+            Path(lake),
+            Path(out),
+            fmt=fmt,
+            episodes=episodes,
+            outcome=outcome,
+            subagents=subagents,
+            **options,
+        )
+
+
+def _export_options(
+    tasks: str | Path | None,
+    no_split_guard: bool,
+    batch: str | None,
+    run: str | None,
+    settings: dict[str, Any],
+) -> dict[str, Any]:
+    """The arguments both exports take, checked: the split guard (one of `tasks` and
+    `no_split_guard`), the selection, the settings, and the reward-key check on the export."""
     _require_guard(tasks, no_split_guard)
     _check_selection(batch, run)
-    return run_export(
-        Path(lake),
-        Path(out),
-        fmt=_format_of(out, fmt, ("jsonl", "parquet"), lake),
-        episodes=episodes,
-        outcome=outcome,
-        tasks=Path(tasks) if tasks is not None else None,
-        no_split_guard=no_split_guard,
-        batch_glob=batch,
-        run=run,
-        subagents=subagents,
-        settings=_settings(settings),
-        check=lambda con: _warn_on_unused_reward_key(con, batch, run, exporting=True),
-    )
+    return {
+        "tasks": Path(tasks) if tasks is not None else None,
+        "no_split_guard": no_split_guard,
+        "batch_glob": batch,
+        "run": run,
+        "settings": _settings(settings),
+        "check": functools.partial(
+            _warn_on_unused_reward_key, batch=batch, run=run, exporting=True
+        ),
+    }
 
 
 def _format_of(out: str | Path, fmt: str | None, allowed: tuple[str, ...], lake: str | Path) -> str:

@@ -195,10 +195,13 @@ class Fields:
         if value is None or (type(value) is int and fits_int64(value)):
             return value
         read = harbor_lax(value, int)
-        if not isinstance(read, int) or not fits_int64(read):
+        if not isinstance(read, int):
             self._wrong(keys, value, "an integer")
             return None
-        self._coerced(keys, value, read)
+        if not fits_int64(read):
+            self._wrong(keys, value, "an integer a 64-bit column holds")
+            return None
+        self._coerced(keys, value, read, "an integer")
         return read
 
     def model_number(self, *keys: str) -> float | None:
@@ -211,12 +214,14 @@ class Fields:
             self._coerced(keys, value, read)
         return read
 
-    def _coerced(self, keys: Sequence[str], value: Any, read: Any) -> None:
+    def _coerced(
+        self, keys: Sequence[str], value: Any, read: Any, expected: str = "a number"
+    ) -> None:
         self.problems.add(
             "wrong_type",
             self.path,
             f"{self.path.name}: {'.'.join(keys)} is {json_type_name(value)}, "
-            f"{to_json_text(value)}, expected a number; read as {read!r}, as harbor's model "
+            f"{to_json_text(value)}, expected {expected}; read as {read!r}, as harbor's model "
             "(pydantic, lax mode) reads it",
         )
 
