@@ -151,8 +151,17 @@ def step_row(
         cost = read
     copied = step.get("is_copied_context")
     if copied is not None and not isinstance(copied, bool):
-        wrong.add(index, "is_copied_context", copied, "a boolean")
-        copied = None
+        # harbor's Step.is_copied_context is a bool: pydantic (lax) reads 1 and "true" as true
+        read = _pydantic(bool, copied)
+        if read is None:
+            wrong.add(index, "is_copied_context", copied, "a boolean")
+        else:
+            shown = json.dumps(copied, ensure_ascii=False)
+            expected = f"a boolean ({shown} read as {read}, as harbor's model (pydantic, lax "
+            wrong.add(
+                index, "is_copied_context", copied, expected + "mode) reads it)", "stored as read"
+            )
+        copied = read
     return {
         "file": label.name,
         "file_index": label.index,

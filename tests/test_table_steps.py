@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import ingested_rows
 from harbor_shapes import dump, real_trajectory, write_job, write_trial
 
 from wmo_lake import jsonfile
@@ -762,3 +763,77 @@ def _exact(text: str, int_only: bool = True) -> bool:
     if int_only:
         return type(value) is int
     return type(value) in (int, float)
+
+
+def _harbor_episodes(trial: Path) -> int:
+    """How many conversation rows harbor's own trace export makes of a trial's main trace."""
+    from harbor.utils.traces_utils import collect_conversations_from_trial
+
+    metadata = {"agent_name": "terminus-2", "model_name": "m", "model_provider": None}
+    metadata |= {"start_time": None, "run_id": "r", "task_name": "demo", "raw_metadata": {}}
+    return len(collect_conversations_from_trial(trial, metadata | {"trial_name": trial.name}))
+
+
+@pytest.mark.parametrize(
+    ("ref", "place", "followed"),
+    [
+        ("parts/more.json", "parts/more.json", True),
+        ("more\\part.json", "more\\part.json", True),  # (one file name, on Linux)
+        # harbor's `exists()` needs agent/parts for `parts/..`: there is none, so it stops
+        ("parts/../more.json", "more.json", None),
+        ("../outside.json", "../outside.json", False),
+    ],
+)
+def test_a_continuation_is_followed_wherever_in_agent_it_is(
+    tmp_path: Path, ref: str, place: str, followed: bool | None
+) -> None:
+    """harbor's export follows `agent_dir / continued_trajectory_ref` when that file exists: in
+    a dir under agent/ too (the lake refused any ref with a separator and said the file was not
+    there). A ref out of agent/ is not read here, and said as such."""
+    job = write_job(tmp_path / "runs" / "job")
+    trial = write_trial(job, "t__1", reward=1.0)
+    main = real_trajectory() | {"continued_trajectory_ref": ref}
+    dump(trial / "agent" / "trajectory.json", main)
+    dump(trial / "agent" / place, real_trajectory())
+    [files, [(conversations,)], problems] = ingested_rows(
+        tmp_path,
+        "SELECT file FROM trajectories ORDER BY file_index",
+        "SELECT count(*) FROM conversations WHERE trace_source = 'main'",
+        "SELECT message FROM problems",
+    )
+    if followed is not False:  # (out of agent/, harbor reads on: a deliberate difference)
+        assert conversations == _harbor_episodes(trial)
+    if followed:
+        assert files == [("trajectory.json",), (ref,)] and problems == []
+    else:
+        assert files == [("trajectory.json",)]
+        [(message,)] = problems
+        said = "which is not a file in that dir" if followed is None else "which is outside it"
+        assert said in message, message
+    if followed and "/" in ref:  # (watched by name: an edit reads it again)
+        dump(trial / "agent" / place, real_trajectory() | {"steps": real_trajectory()["steps"][:2]})
+        assert ingest([tmp_path / "runs"], tmp_path / "lake", workers=1).trials_replaced == 1
+
+
+def test_a_copied_context_flag_is_read_as_harbors_step_reads_it(tmp_path: Path) -> None:
+    """`is_copied_context: 1` is true to harbor's Step model (pydantic, lax), and its export
+    skips the step as an episode; the lake left it null and counted the step."""
+    from harbor.models.trajectories.step import Step
+
+    job = write_job(tmp_path / "runs" / "job")
+    trial = write_trial(job, "t__1", reward=1.0)
+    trajectory = real_trajectory()
+    first_agent = next(s for s in trajectory["steps"] if s.get("source") == "agent")
+    first_agent["is_copied_context"] = 1
+    assert Step.model_validate(first_agent).is_copied_context is True
+    dump(trial / "agent" / "trajectory.json", trajectory)
+    [copied, [(conversations,)], problems] = ingested_rows(
+        tmp_path,
+        "SELECT is_copied_context FROM steps WHERE source = 'agent' ORDER BY step_index LIMIT 1",
+        "SELECT count(*) FROM conversations WHERE trace_source = 'main'",
+        "SELECT message FROM problems",
+    )
+    assert copied == [(True,)]
+    assert conversations == _harbor_episodes(trial)
+    [(message,)] = problems
+    assert "is_copied_context is a number, expected a boolean (1 read as True" in message

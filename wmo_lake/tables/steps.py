@@ -164,6 +164,21 @@ def _float(value: Any, key: str, index: int, wrong: WrongTypes) -> float | None:
     return read
 
 
+def _bool(value: Any, key: str, index: int, wrong: WrongTypes) -> bool | None:
+    """A `bool` field of harbor's ATIF Step, read as that pydantic model reads it (lax: 1 and
+    "true" are true, reported; 2 is left null)."""
+    if value is None or type(value) is bool:
+        return value
+    read = harbor_lax(value, bool)
+    if isinstance(read, bool):
+        read_as = f"{to_json_text(value)} read as {read}"
+        expected = f"a boolean ({read_as}, as harbor's model (pydantic, lax mode) reads it)"
+        wrong.add(index, key, value, expected, "stored as read")
+        return read
+    wrong.add(index, key, value, "a boolean")
+    return None
+
+
 def _str(value: Any, key: str, index: int, wrong: WrongTypes) -> str | None:
     if value is None or isinstance(value, str):
         return value
@@ -241,10 +256,7 @@ def add_steps(
             metrics = None
         metrics = metrics or _NO_METRICS
         cost = _float(metrics.cost_usd, "metrics.cost_usd", index, wrong)
-        copied = step.is_copied_context
-        if copied is not None and not isinstance(copied, bool):
-            wrong.add(index, "is_copied_context", copied, "a boolean")
-            copied = None
+        copied = _bool(step.is_copied_context, "is_copied_context", index, wrong)
         # (the order of the checks above and below is the order problems are reported in)
         step_id = _int(step.step_id, "step_id", index, wrong)
         s["file"].append(label.name)

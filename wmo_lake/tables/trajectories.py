@@ -242,18 +242,22 @@ def read_trajectories(
     seen = {MAIN_FILE}
     continuations: list[str] = []
     while ref is not None:
-        elsewhere = "/" in ref or "\\" in ref  # (a name outside agent/ is never followed)
-        if ref not in seen and not elsewhere and not watched_by_name(ref):
+        # harbor follows `agent_dir / ref` wherever it leads; a ref out of agent/ (`../x.json`,
+        # an absolute path) is never followed here, one into a dir under it (`parts/x.json`) is
+        inside = _within(ref)
+        nested = inside and "/" in ref  # (not in the agent/ listing: watched by name)
+        if ref not in seen and inside and (nested or not watched_by_name(ref)):
             found.named[ref] = named_token(str(agent_dir.parent), ref)
-        if ref not in names and unlisted and os.path.isfile(agent_dir / ref):
-            names.add(ref)  # (found by name in an unlistable dir)
-        if ref in seen or elsewhere or ref not in names:
+        if ref not in names and inside and (unlisted or nested) and os.path.isfile(agent_dir / ref):
+            names.add(ref)  # (found by name: in an unlistable dir, or in a dir under agent/)
+        if ref in seen or not inside or ref not in names:
             if ref not in seen:
+                where = "which is not a file in that dir" if inside else "which is outside it"
                 problems.add(
                     "missing_continuation",
                     agent_dir / ref,
-                    f"{agent_dir} names continuation {ref!r}, which is not a file in that dir; "
-                    "the main trace ends before it",
+                    f"{agent_dir} names continuation {ref!r}, {where}; the main trace ends "
+                    "before it" + ("" if inside else " (a reference out of agent/ is not read)"),
                 )
             break
         seen.add(ref)
@@ -281,6 +285,14 @@ def read_trajectories(
         add_file(found, agent_dir / name, label, doc, size, problems)
         del doc
     return found
+
+
+def _within(ref: str) -> bool:
+    """Whether a continuation reference names a file in or under agent/ (not `..`, not `/x`)."""
+    if not ref or os.path.isabs(ref):
+        return False
+    normal = os.path.normpath(ref)
+    return normal not in (".", "..") and not normal.startswith("../")
 
 
 def read_trial_trajectories(trial_dir: Path | str) -> dict[str, pa.Table]:
