@@ -532,17 +532,20 @@ def test_the_real_process_ends_with_everything_written(
     assert "already exists" in again.stderr
 
 
-def test_a_batch_of_several_agents_lists_each_in_the_manifest(tmp_path: Path) -> None:
+@pytest.mark.parametrize("third", ["second", "none"])
+def test_a_batch_of_several_agents_lists_each_in_the_manifest(tmp_path: Path, third: str) -> None:
     """A job of two agents (caps 5 and 2, max_tokens 64 and 60): the manifest's source batch
     names no one model or cap for all its datums (null), and lists each agent with its recorded
-    caps and its number of trials."""
+    caps and its number of trials. A trial that records no agent is agents[0]'s (README, the
+    `trials` section: "... else the job's `agents[0]`"), not an agent of its own."""
     job = write_job(tmp_path / "runs/r/harbor/step-0001/job", max_turns=5, max_tokens=64)
     second = add_agent(job, "openai/gpt-4o-mini", max_turns=2, llm_kwargs={"max_tokens": 60})
     config = json.loads((job / "config.json").read_text())
     turns = [([1, 2], [3], [-0.5])]
     write_trial(job, "a__1", task_name="a", reward=1.0, turns=turns)
     write_trial(job, "a__2", task_name="a", reward=0.0, turns=turns, agent=second)
-    write_trial(job, "a__3", task_name="a", reward=1.0, turns=turns, agent=second)
+    third_agent = second if third == "second" else None
+    write_trial(job, "a__3", task_name="a", reward=1.0, turns=turns, agent=third_agent)
     ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
     out = tmp_path / "d.parquet"
     result = run("--lake", tmp_path / "lake", "--out", out, "--no-split-guard")
@@ -550,9 +553,14 @@ def test_a_batch_of_several_agents_lists_each_in_the_manifest(tmp_path: Path) ->
     (source,) = json.loads(companion(out).read_text(encoding="utf-8"))["sources"]
     assert (source["model_name"], source["max_turns"], source["max_tokens"]) == (None, None, None)
     first = config["agents"][0]["model_name"]
+    second_row, first_row = ("openai/gpt-4o-mini", 2, 60), (first, 5, 64)
+    expected = {  # (the agent of more trials first)
+        "second": [(*second_row, 2), (*first_row, 1)],
+        "none": [(*first_row, 2), (*second_row, 1)],
+    }[third]
     assert [
         (a["model_name"], a["max_turns"], a["max_tokens"], a["trials"]) for a in source["agents"]
-    ] == [("openai/gpt-4o-mini", 2, 60, 2), (first, 5, 64, 1)]
+    ] == expected
 
 
 def test_a_stop_once_the_export_is_whole_keeps_it_and_says_so(
@@ -575,3 +583,32 @@ def test_a_stop_once_the_export_is_whole_keeps_it_and_says_so(
     )
     assert out.is_file() and companion(out).is_file()
     assert json.loads(companion(out).read_text())["dataset_sha256"] == sha256(out)
+
+
+# `export datums` with both --where and the split guard: the manifest's `excluded` counts each
+# rule's datums apart (`where`: what --where left out of the scope; `split_<split>`: what the guard
+# left out of --where's rows). Pins `totals["datums"] - len(tasks_of_rows)` in exports/datums.py
+# (subtracting the rows left after the guard counted the guard's datums under `where` too).
+#
+# Each trial has one turn, one span: upstream's data.py builds one datum of it (a trial's spans
+# accumulate into one sequence; one span is one sequence, one datum). Three trials in scope: t1 and
+# t2 of the train task, d1 of the dev task; --where leaves out t2; the guard leaves out d1.
+
+
+def test_where_and_split_guard_are_counted_apart(tmp_path: Path) -> None:
+    job = write_job(tmp_path / "runs/r/harbor/step-0001/job")
+    for name, task in (("t1", "t/train"), ("t2", "t/train"), ("d1", "t/dev")):
+        write_trial(job, name, task_name=task, reward=1.0, turns=ONE_TURN)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    registry = tmp_path / "tasks.json"
+    registry.write_text(
+        json.dumps([{"id": "train", "split": "train"}, {"id": "dev", "split": "dev"}])
+    )
+    out = tmp_path / "d.parquet"
+    where = "trial_name <> 't2'"
+    result = run("--lake", tmp_path / "lake", "--out", out, "--tasks", registry, "--where", where)
+    assert result.exit_code == 0, result.output
+    assert [r["trial_name"] for r in pq.read_table(out).to_pylist()] == ["t1"]
+    manifest = json.loads(Path(f"{out}.manifest.json").read_text())
+    assert manifest["datum_stats"]["datums"] == 3
+    assert manifest["excluded"] == {"split_dev": 1, "where": 1}

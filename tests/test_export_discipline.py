@@ -16,9 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
+from harbor_shapes import dump, real_trajectory, write_job, write_trial
 
+from wmo_lake.cli import cli
 from wmo_lake.exports import discipline as export
+from wmo_lake.exports.conversations import load_verified
 from wmo_lake.exports.discipline import ExportError, SplitGuard
+from wmo_lake.ingest import ingest
 
 TASKS = [
     {"id": "t/train-1", "split": "train", "repository": "x"},
@@ -561,3 +566,40 @@ def test_errors_are_the_python_types_seed_001_raises(tmp_path: Path) -> None:
     out.write_text("changed\n", encoding="utf-8")
     with pytest.raises(ValueError, match="sha256"):
         export.load_verified(out, read_lines, task_of, kind="lines")
+
+
+# With `--no-split-guard` every task is exported, a trial whose result.json names no task (no
+# `task_id`, no `task_name`: `cells.task_id` null) too. Pins `Export.kept`'s
+# `IS NOT DISTINCT FROM` (a plain `=` drops the null task's rows from the conversations export).
+#
+# Expected values: harbor's `traces export` (harbor/utils/traces_utils.py) writes one row per agent
+# episode of every trial dir with a trajectory, whatever its task; the README: "`--no-split-guard`
+# if you really mean to export every task" (the refusal's own words, exports/discipline.py) and
+# "One row per agent episode ... as harbor's `traces export` defines it". The real terminus-2
+# trajectory has three agent steps (tests/test_export_conversations.py EPISODES_PER_TRIAL).
+EPISODES_PER_TRIAL = 3
+
+
+def test_a_trial_without_a_task_is_exported_when_the_guard_is_off(tmp_path: Path) -> None:
+    job = write_job(tmp_path / "runs" / "main")
+    write_trial(job, "named__1", task_name="demo/a", reward=1.0)
+    taskless = write_trial(
+        job, "taskless__1", reward=1.0, result_overrides={"task_id": None, "task_name": None}
+    )
+    trajectory = real_trajectory()  # (distinct text: not a duplicate of named__1's episodes)
+    trajectory["steps"][0]["message"] += "\n[taskless]"
+    dump(taskless / "agent" / "trajectory.json", trajectory)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    out = tmp_path / "all.jsonl"
+    lake = str(tmp_path / "lake")
+    args = ["export", "conversations", "--lake", lake, "--out", str(out), "--json"]
+    result = CliRunner().invoke(cli, [*args, "--no-split-guard"])
+    assert result.exit_code == 0, result.output
+    rows = load_verified(out).to_dicts()
+    by_trial = {
+        name: [r for r in rows if r["trial_name"] == name] for name in ("named__1", "taskless__1")
+    }
+    assert len(by_trial["named__1"]) == EPISODES_PER_TRIAL
+    assert len(by_trial["taskless__1"]) == EPISODES_PER_TRIAL
+    assert all(r["task_id"] is None for r in by_trial["taskless__1"])
+    assert json.loads(result.output)["rows"] == 2 * EPISODES_PER_TRIAL

@@ -9,13 +9,14 @@ import shutil
 import sys
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
 from harbor_shapes import write_job, write_trial
 
 from wmo_lake import fingerprint
-from wmo_lake.checks import StaleRulesWarning
+from wmo_lake.checks import StaleRulesWarning, stale_rules_warning
 from wmo_lake.cli import cli
 from wmo_lake.columns import extract_version
 from wmo_lake.ingest import ingest
@@ -185,3 +186,17 @@ def test_the_python_api_says_it_in_python_terms(half_stale: Path) -> None:
     # (the API's ingest has no prune: that advice stays the command line it is)
     assert message.count("wmo-lake ingest") == 1 and "(`wmo-lake ingest --prune` when" in message
     assert caught[0].filename == __file__
+
+
+# The stale-rules warning names up to NAMED_PARTITIONS (3) partitions, then "and N more" only
+# when there are more (checks.py: "partitions a StaleRulesWarning names before it says how many more
+# there are"; tests/test_stale_rules.py holds 4 stale -> "...; and 1 more"). Exactly three stale
+# partitions are all named, with no "and 0 more". Pins `if more > 0` in checks.stale_rules_warning.
+def test_three_stale_partitions_are_named_without_a_count_of_more() -> None:
+    partitions = ["run=a/step=1", "run=a/step=2", "run=b/step=1"]
+    manifest = SimpleNamespace(catalog=partitions, extractions={p: "older" for p in partitions})
+    message = stale_rules_warning(manifest, "LAKE")  # type: ignore[arg-type]
+    assert message is not None
+    assert message.startswith("3 of the 3 (run, step) partitions of the lake LAKE")
+    assert "(run a, step 1; run a, step 2; run b, step 1)" in message
+    assert "more" not in message

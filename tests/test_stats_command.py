@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 from edge_case_trees import write_unreadable_trial
-from harbor_shapes import write_job, write_trial
+from harbor_shapes import add_agent, write_job, write_trial
 from spec import ROLLOUT_STATS_COLUMNS, ROLLOUT_STATS_EXTRA_COLUMNS
 
 from reference import oracle
 from wmo_lake.cli import cli
 from wmo_lake.ingest import ingest
+from wmo_lake.stats import collect_stats, table_cells
 
 CLEAN = "exp/harbor/step-0001/job"
 WARNED = "exp/harbor/step-0002/job"
@@ -268,3 +269,104 @@ def test_run_no_run_selects_the_batches_outside_any_run(tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
     assert set(pq.read_table(tmp_path / "d.parquet").column("batch").to_pylist()) == {"loose-job"}
+
+
+# `stats --last N` keeps "the last N batches of each run" (README, Narrowing and summarizing), a
+# run's batches in step order: step 10 comes after step 9, though its dir name `step-10` sorts
+# before `step-9` as text. Pins the `step` key of stats.STATS_QUERY's ORDER BY (without it the
+# batches are in label order and --last 1 keeps step 9).
+def test_last_takes_the_latest_step_by_number(tmp_path: Path) -> None:
+    for step in (9, 10):
+        write_trial(write_job(tmp_path / f"runs/exp/harbor/step-{step}/job"), "t__1", reward=1.0)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    every = CliRunner().invoke(cli, ["stats", "--lake", str(tmp_path / "lake"), "--json"])
+    assert every.exit_code == 0, every.output
+    assert [r["step"] for r in json.loads(every.output)] == [9, 10]
+    last = CliRunner().invoke(
+        cli, ["stats", "--lake", str(tmp_path / "lake"), "--json", "--last", "1"]
+    )
+    assert last.exit_code == 0, last.output
+    assert [(r["batch"], r["step"]) for r in json.loads(last.output)] == [
+        ("exp/harbor/step-10/job", 10)
+    ]
+
+
+# The `stats` table's rate cells: a rate whose denominator is empty is '-' (a null measurement,
+# stats.percent), else a percentage. The denominators are upstream's (seed 003,
+# `rollout_stats`, copied here):
+#
+#     raw_solve_rate = passed records / len(records)              (every trial)
+#     with_stop_reason = [r for r in records if r.stop_reason]    (scaffold loss's denominator)
+#
+# - a batch whose one trial is an infra failure (no verifier result): raw 0/1 = 0.0 is a
+#   measurement ("0.0%"), the solve rate over 0 executed trials is not ("-"). Pins the `trials`
+#   denominator of the raw cell (the executed count would make it '-').
+# - a batch whose one trial executed but left no CTRF report: graded = [] so the graded solve rate
+#   is '-' ("- (0)"), while the solve rate over 1 executed trial is "100.0%". Pins the
+#   `graded_trials` denominator of the graded cell.
+# - a batch whose one trial has no stop reason (seed 000's read_terminus_stop_reason: None when
+#   `n_episodes` is not an int): no trial reported one, so the scaffold loss rate is '-', not
+#   "0.0%". Pins the `reason != "unknown"` in stats._with_stop_reason.
+def cells_by_batch(lake: Path) -> dict[str, dict[str, str]]:
+    headers, body = table_cells(collect_stats(lake).rows)
+    return {row[0]: dict(zip(headers, row, strict=True)) for row in body}
+
+
+def test_rate_cells_use_upstreams_denominators(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    write_trial(write_job(runs / "exp/harbor/step-0001/job"), "t__1", verifier_result=None)
+    write_trial(write_job(runs / "exp/harbor/step-0002/job"), "t__1", reward=1.0, n_episodes=None)
+    write_trial(write_job(runs / "exp/harbor/step-0003/job"), "t__1", reward=1.0, ctrf=None)
+    ingest([runs], tmp_path / "lake", workers=1)
+    cells = cells_by_batch(tmp_path / "lake")
+    infra = cells["exp/harbor/step-0001/job"]
+    assert (infra["trials"], infra["executed"], infra["infra failed"]) == ("1", "0", "1")
+    assert (infra["solve"], infra["raw"]) == ("-", "0.0%")
+    no_reason = cells["exp/harbor/step-0002/job"]
+    assert no_reason["stop reasons"] == "unknown 1"
+    assert no_reason["scaffold loss"] == "-"
+    ungraded = cells["exp/harbor/step-0003/job"]
+    assert (ungraded["executed"], ungraded["solve"], ungraded["graded"]) == ("1", "100.0%", "- (0)")
+
+
+# `stats` notes an *empty batch* for a job dir with no trial dirs (README: "Every job dir is a
+# batch: one with no trial dirs has `trials` = 0 and every rate 0.0 ... and `stats` notes it"). A
+# job dir whose only trial dir cannot be read has a trial dir: it is counted in
+# `unreadable_trials` and noted as such, never as empty ("the lake holds no trial of it ... its job
+# dir holds no trial dirs" would send a reader to the wrong cause). Pins
+# `not row["unreadable_trials"]` in stats.notes_for.
+def test_a_batch_of_unreadable_trials_is_not_noted_empty(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    write_unreadable_trial(write_job(runs / "dead/harbor/step-0000/job"), "x__1", "missing")
+    write_job(runs / "dead/harbor/step-0001/job")  # no trial dirs: empty
+    ingest([runs], tmp_path / "lake", workers=1)
+    report = collect_stats(tmp_path / "lake")
+    counts = {r["batch"]: (r["trials"], r["unreadable_trials"]) for r in report.rows}
+    assert counts == {"dead/harbor/step-0000/job": (0, 1), "dead/harbor/step-0001/job": (0, 0)}
+    empty = [n for n in report.notes if "empty batch" in n]
+    assert [n.split(":")[0] for n in empty] == ["dead/harbor/step-0001/job"]
+    assert any(
+        n.startswith("dead/harbor/step-0000/job: 1 trial dir(s) could not be read")
+        for n in report.notes
+    )
+
+
+# The truncation note names the output cap the batch's trials were judged against; a batch of
+# two agents with caps 2 and 4 (harbor runs every trial under its own agent, and the README's
+# `trials` section: "a job of several agents reads each trial as its own agent ran it ... The caps
+# (`trial_caps`) follow the same rule") was judged against both: the note says `max_tokens (2..4)`,
+# not one cap. Pins `min(max_tokens) AS low` in stats.CAPS_QUERY.
+#
+# Truncation by seed 003's rollout_stats (copied rule): a span is truncated when
+# `len(span.sampled_token_ids) >= max_tokens`: a__1 (cap 4) samples 4 tokens, 1 truncated span.
+def test_the_note_names_the_range_of_caps(tmp_path: Path) -> None:
+    job = write_job(tmp_path / "runs/r/harbor/step-0001/job", max_tokens=4)
+    second = add_agent(job, "openai/gpt-4o-mini", llm_kwargs={"max_tokens": 2})
+    write_trial(job, "a__1", reward=1.0, turns=[([1, 2], [3, 4, 5, 6], [-0.1] * 4)])
+    write_trial(job, "a__2", reward=1.0, turns=[([1, 2], [3], [-0.1])], agent=second)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    report = collect_stats(tmp_path / "lake")
+    (row,) = report.rows
+    assert (row["truncated_spans"], row["truncated_span_trials"]) == (1, 1)
+    (note,) = [n for n in report.notes if "cut off mid-answer" in n]
+    assert "sampled the full max_tokens (2..4) and were cut off" in note

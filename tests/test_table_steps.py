@@ -19,6 +19,7 @@ from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect
 from wmo_lake.tables import TABLES
 from wmo_lake.tables import trajectories as trajectories_module
+from wmo_lake.tables.trajectories import read_trial_trajectories
 
 
 def step(step_id: int, source: str, message: Any = "", **fields: Any) -> dict[str, Any]:
@@ -837,3 +838,51 @@ def test_a_copied_context_flag_is_read_as_harbors_step_reads_it(tmp_path: Path) 
     assert conversations == _harbor_episodes(trial)
     [(message,)] = problems
     assert "is_copied_context is a number, expected a boolean (1 read as True" in message
+
+
+# Continuations no `continued_trajectory_ref` reaches are read after the chain "by N", as the
+# README's `trajectories` section says in so many words: "`agent/trajectory.json` is read with its
+# continuations (`trajectory.cont-N.json`, followed through `continued_trajectory_ref` as harbor
+# does, then any left over by N)". By N is numeric: cont-2 before cont-10 (a sort by name puts
+# cont-10 first). Pins the `(int(m.group(1)), name)` sort key in tables/trajectories.py.
+def test_leftover_continuations_are_read_in_numeric_order(tmp_path: Path) -> None:
+    trial = write_trial(write_job(tmp_path / "runs" / "job"), "t__1", reward=1.0)
+    agent = trial / "agent"
+    for n in (10, 2, 1):  # written out of order; trajectory.json names none of them
+        dump(agent / f"trajectory.cont-{n}.json", real_trajectory())
+    tables = read_trial_trajectories(trial)
+    files = tables["trajectories"].select(["file", "file_index"]).to_pylist()
+    assert [(f["file"], f["file_index"]) for f in files] == [
+        ("trajectory.json", 0),
+        ("trajectory.cont-1.json", 1),
+        ("trajectory.cont-2.json", 2),
+        ("trajectory.cont-10.json", 3),
+    ]
+    steps = tables["steps"].to_pylist()
+    # the steps follow their files: the main trace reads trajectory.json, cont-1, cont-2, cont-10
+    order = [s["file"] for s in steps]
+    assert order == sorted(order, key=[f["file"] for f in files].index)
+
+
+# Subagent trajectory files are harbor's: every `trajectory.*.json` whose name does not contain
+# ".cont-" (harbor/utils/traces_utils.py, collect_subagent_traces:
+# `if ".cont-" in traj_file.name: continue`). A name such as
+# `trajectory.summarization-1-summary.cont-1.json` is no subagent trace for harbor (nor a
+# continuation: it is not `trajectory.cont-N.json`), so the lake holds no rows of it. Pins the
+# `".cont-" in name` test in tables/trajectories.py (a fullmatch of `trajectory.cont-N.json` there
+# would read such a file as a subagent trace).
+def test_a_file_with_cont_in_its_name_is_no_subagent_trace(tmp_path: Path) -> None:
+    trial = write_trial(write_job(tmp_path / "runs" / "job"), "t__1", reward=1.0)
+    agent = trial / "agent"
+    dump(agent / "trajectory.summarization-1-summary.json", real_trajectory())
+    dump(agent / "trajectory.summarization-1-summary.cont-1.json", real_trajectory())
+    tables = read_trial_trajectories(trial)
+    files = tables["trajectories"].select(["file", "trace_source"]).to_pylist()
+    assert [(f["file"], f["trace_source"]) for f in files] == [
+        ("trajectory.json", "main"),
+        ("trajectory.summarization-1-summary.json", "summarization-1-summary"),
+    ]
+    assert set(tables["steps"].column("file").to_pylist()) == {
+        "trajectory.json",
+        "trajectory.summarization-1-summary.json",
+    }

@@ -11,6 +11,7 @@ from typing import Any
 
 import duckdb
 import pytest
+from conftest import ingested_rows
 from edge_case_trees import generate_tree
 from harbor_shapes import add_agent, write_job, write_trial
 from spec import RECORD_COLUMNS
@@ -601,3 +602,95 @@ def test_a_job_of_one_agent_judges_its_trials_by_its_own_record(tmp_path: Path) 
     assert row == {"n_agents": 1, "trial_cap": None, "max_turns": 5, "stop_reason": "max_turns"}
     (stats,) = query(tmp_path / "lake", "SELECT truncated_spans FROM rollout_stats")
     assert stats["truncated_spans"] == 1
+
+
+# The turn cap terminus-2 runs under, at two edges its __init__ decides (harbor
+# agents/terminus_2/terminus_2.py, Terminus2.__init__):
+#
+#     if self.options.max_turns is not None: final = self.options.max_turns
+#     elif max_episodes_from_kwargs is not None: final = max_episodes_from_kwargs
+#     elif episodes_from_kwargs is not None: ...
+#     ...  for episode in range(self._max_episodes):
+#
+# - `max_turns: 0` is not None: the cap is 0 (not the next name's 5). Pins `is not None` in
+#   agent_caps.turn_cap (a truthiness test falls through to max_episodes).
+# - `max_episodes: "3"` reaches `range("3")` as it is (no pydantic model reads the older names):
+#   no run is held to a cap of 3, so the lake records none. Pins `agent.int` for the older names
+#   (`model_int` would read "3" as 3).
+#
+# Stop reasons by seed 000's read_terminus_stop_reason (copied rule: `n_episodes >= max_turns ->
+# "max_turns"`, else the final mark_task_complete -> "submitted"; the test is skipped when no cap
+# is known). The trial ran 3 episodes and declared completion.
+CASES: dict[str, tuple[dict[str, Any], int | None, str]] = {
+    # kwargs -> the cap harbor's __init__ runs under, seed 000's stop reason for 3 episodes
+    "zero-max_turns": ({"max_turns": 0, "max_episodes": 5}, 0, "max_turns"),
+    "string-max_episodes": ({"max_episodes": "3"}, None, "submitted"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_turn_cap_edges(tmp_path: Path, case: str) -> None:
+    kwargs, cap, reason = CASES[case]
+    job = write_job(tmp_path / "runs/exp/harbor/step-0000/job")
+    config = json.loads((job / "config.json").read_text())
+    config["agents"][0]["kwargs"] = kwargs
+    (job / "config.json").write_text(json.dumps(config, indent=4))
+    write_trial(job, "hello__1", n_episodes=3, declared_complete=True)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    con = connect(tmp_path / "lake")
+    try:
+        (row,) = rows_as_dicts(
+            con.sql(
+                "SELECT j.max_turns AS job_cap, t.max_turns AS trial_cap, r.stop_reason "
+                "FROM trial_stop_reasons AS r JOIN trials AS t USING (trial_key) "
+                "JOIN jobs AS j USING (job_key)"
+            )
+        )
+    finally:
+        con.close()
+    assert row == {"job_cap": cap, "trial_cap": cap, "stop_reason": reason}
+
+
+# The context budget a trial recorded: `llm_kwargs.context_limit`, and `context_window` only when
+# there is none. README, settings table, `wmo_context_budget`: "each trial's recorded
+# `llm_kwargs.context_limit (or context_window)`, else `65536`". Pins the order in
+# agent_caps.context_budget (the window first would make a budget of 4 out of a limit of 64).
+def test_context_limit_wins_over_context_window(tmp_path: Path) -> None:
+    both = write_job(
+        tmp_path / "runs/exp/harbor/step-0000/both", context_limit=64, context_window=4
+    )
+    write_trial(both, "a__1", reward=1.0)
+    window = write_job(tmp_path / "runs/exp/harbor/step-0000/window", context_window=4)
+    write_trial(window, "b__1", reward=1.0)
+    jobs, trials, caps = ingested_rows(
+        tmp_path,
+        "SELECT job_name, context_limit FROM jobs ORDER BY job_name",
+        "SELECT trial_name, context_limit FROM trials ORDER BY trial_name",
+        "SELECT t.trial_name, c.context_budget FROM trial_caps AS c JOIN trials AS t USING "
+        "(trial_key) ORDER BY t.trial_name",
+    )
+    assert jobs == [("both", 64), ("window", 4)]
+    assert trials == [("a__1", 64), ("b__1", 4)]
+    assert caps == [("a__1", 64), ("b__1", 4)]
+
+
+# terminus-2's `llm_kwargs.context_limit` as TinkerLLM runs under it: `context_limit or
+# DEFAULT_CONTEXT_LIMIT`, then `prompt_tokens > context_limit` (agent_caps._tinker_context_limit's
+# docstring). A limit of Infinity (JSON `Infinity`, which Python's json module, harbor's reader,
+# takes) is a limit no count of tokens passes: no budget of the run's, so the column is null and
+# the trial is read like any other (not a crash, not an unreadable job). Pins `math.isfinite(value)`
+# in agent_caps (without it math.floor(inf) raises OverflowError).
+def test_an_infinite_context_limit_is_no_budget(tmp_path: Path) -> None:
+    job = write_job(tmp_path / "runs/exp/harbor/step-0000/job", max_tokens=64)
+    config = json.loads((job / "config.json").read_text())
+    config["agents"][0]["kwargs"]["llm_kwargs"]["context_limit"] = float("inf")
+    (job / "config.json").write_text(json.dumps(config, indent=4))  # writes `Infinity`
+    assert "Infinity" in (job / "config.json").read_text()
+    write_trial(job, "t__1", reward=1.0, agent=None)
+    jobs, trials = ingested_rows(
+        tmp_path,
+        "SELECT max_tokens, context_limit FROM jobs",
+        "SELECT trial_name FROM trials",
+    )
+    assert jobs == [(64, None)]
+    assert trials == [("t__1",)]
