@@ -780,6 +780,10 @@ def _harbor_episodes(trial: Path) -> int:
     [
         ("parts/more.json", "parts/more.json", True),
         ("more\\part.json", "more\\part.json", True),  # (one file name, on Linux)
+        # one file, spelled otherwise: read once, not again as a continuation nothing reached
+        ("./trajectory.cont-1.json", "trajectory.cont-1.json", True),
+        # under a dir named like a subagent's file: a continuation only, as harbor's glob has it
+        ("trajectory.parts/more.json", "trajectory.parts/more.json", True),
         # harbor's `exists()` needs agent/parts for `parts/..`: there is none, so it stops
         ("parts/../more.json", "more.json", None),
         ("../outside.json", "../outside.json", False),
@@ -886,3 +890,33 @@ def test_a_file_with_cont_in_its_name_is_no_subagent_trace(tmp_path: Path) -> No
         "trajectory.json",
         "trajectory.summarization-1-summary.json",
     }
+
+
+@pytest.mark.parametrize(
+    ("ref", "said"),
+    [
+        ("./trajectory.json", "a file its chain already read (a loop)"),
+        ("parts/loop.json", "a file its chain already read (a loop)"),  # (a link to the main)
+        ("", None),  # (harbor reads an empty ref as no continuation)
+        (".", "which is not a file in that dir"),
+    ],
+)
+def test_a_continuation_back_to_a_file_read_ends_the_chain(
+    tmp_path: Path, ref: str, said: str | None
+) -> None:
+    """A ref that spells, or links to, a file the chain read (harbor's export loops on it for
+    ever) was read again, every step twice; it now ends the chain, said in problems."""
+    job = write_job(tmp_path / "runs" / "job")
+    trial = write_trial(job, "t__1", reward=1.0)
+    dump(trial / "agent" / "trajectory.json", real_trajectory() | {"continued_trajectory_ref": ref})
+    (trial / "agent" / "parts").mkdir()
+    (trial / "agent" / "parts" / "loop.json").symlink_to("../trajectory.json")
+    [files, [(steps,)], problems] = ingested_rows(
+        tmp_path,
+        "SELECT file FROM trajectories",
+        "SELECT count(*) FROM steps",
+        "SELECT message FROM problems",
+    )
+    assert files == [("trajectory.json",)]
+    assert steps == len(real_trajectory()["steps"])
+    assert [said in message for (message,) in problems] == ([True] if said else [])

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -239,36 +240,48 @@ def read_trajectories(
     del main_doc
 
     # The continuation chain, as harbor's export follows it, then continuations nothing reached.
-    seen = {MAIN_FILE}
-    continuations: list[str] = []
-    while ref is not None:
+    # A file is known by what it is (device, inode), not by how a ref spells it: `./x.json`,
+    # `parts/../x.json` or a link is read once, and a ref back to a file read ends the chain.
+    seen_refs = {MAIN_FILE}
+    read_files: set[tuple[int, int]] = set()
+    if ref:
+        read_files.add(_identity(main_path) or (-1, -1))
+    while ref:  # (an empty ref is no continuation, as harbor reads it)
         # harbor follows `agent_dir / ref` wherever it leads; a ref out of agent/ (`../x.json`,
         # an absolute path) is never followed here, one into a dir under it (`parts/x.json`) is
         inside = _within(ref)
         nested = inside and "/" in ref  # (not in the agent/ listing: watched by name)
-        if ref not in seen and inside and (nested or not watched_by_name(ref)):
+        if ref not in seen_refs and inside and (nested or not watched_by_name(ref)):
             found.named[ref] = named_token(str(agent_dir.parent), ref)
-        if ref not in names and inside and (unlisted or nested) and os.path.isfile(agent_dir / ref):
+        path = agent_dir / ref
+        if ref not in names and inside and (unlisted or nested) and os.path.isfile(path):
             names.add(ref)  # (found by name: in an unlistable dir, or in a dir under agent/)
-        if ref in seen or not inside or ref not in names:
-            if ref not in seen:
-                where = "which is not a file in that dir" if inside else "which is outside it"
-                problems.add(
-                    "missing_continuation",
-                    agent_dir / ref,
-                    f"{agent_dir} names continuation {ref!r}, {where}; the main trace ends "
-                    "before it" + ("" if inside else " (a reference out of agent/ is not read)"),
-                )
+        identity = _identity(path) if inside and ref in names else None
+        if identity is None or identity in read_files:
+            if identity is not None:
+                why = "a file its chain already read (a loop)"
+            elif inside:
+                why = "which is not a file in that dir"
+            else:
+                why = "which is outside it (a reference out of agent/ is not read)"
+            problems.add(
+                "missing_continuation",
+                path,
+                f"{agent_dir} names continuation {ref!r}, {why}; the main trace ends before it",
+            )
             break
-        seen.add(ref)
-        continuations.append(ref)
-        doc, size = atif.read(agent_dir / ref, problems)
-        ref = add_file(found, agent_dir / ref, found.label(ref, MAIN), doc, size, problems)
+        seen_refs.add(ref)
+        read_files.add(identity)
+        doc, size = atif.read(path, problems)
+        ref = add_file(found, path, found.label(ref, MAIN), doc, size, problems)
         del doc
+    listed = set(names_listed or ())  # (what a glob of agent/ finds, as harbor's scans do)
     unreached = sorted(
         (int(m.group(1)), name)
-        for name in names
-        if (m := _CONTINUATION.fullmatch(name)) and name not in seen
+        for name in listed
+        if (m := _CONTINUATION.fullmatch(name))
+        and name not in seen_refs
+        and _identity(agent_dir / name) not in read_files
     )
     for _, name in unreached:
         doc, size = atif.read(agent_dir / name, problems)
@@ -276,7 +289,7 @@ def read_trajectories(
         del doc
 
     # Subagent trajectories, by harbor's rule: every trajectory.*.json without ".cont-".
-    for name in sorted(names):
+    for name in sorted(listed):
         match = _SUBAGENT.fullmatch(name)
         if not match or ".cont-" in name or name == MAIN_FILE:
             continue
@@ -288,11 +301,20 @@ def read_trajectories(
 
 
 def _within(ref: str) -> bool:
-    """Whether a continuation reference names a file in or under agent/ (not `..`, not `/x`)."""
-    if not ref or os.path.isabs(ref):
+    """Whether a continuation reference names a path in or under agent/ (not `..`, not `/x`)."""
+    if os.path.isabs(ref):
         return False
     normal = os.path.normpath(ref)
-    return normal not in (".", "..") and not normal.startswith("../")
+    return normal != ".." and not normal.startswith("../")
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """What file `path` is (device, inode), None when it is no file there."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):  # (ValueError: a NUL in a ref)
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
 
 
 def read_trial_trajectories(trial_dir: Path | str) -> dict[str, pa.Table]:
