@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -920,3 +921,44 @@ def test_a_continuation_back_to_a_file_read_ends_the_chain(
     assert files == [("trajectory.json",)]
     assert steps == len(real_trajectory()["steps"])
     assert [said in message for (message,) in problems] == ([True] if said else [])
+
+
+@pytest.mark.parametrize("link", ["symlink", "hard link"])
+def test_a_leftover_continuation_that_is_the_main_file_is_read_once(
+    tmp_path: Path, link: str
+) -> None:
+    """No ref at all, and trajectory.cont-1.json a link to trajectory.json: the leftover scan read
+    the main trace again (every step twice; harbor's export reads the main trace once)."""
+    job = write_job(tmp_path / "runs" / "job")
+    trial = write_trial(job, "t__1", reward=1.0)
+    agent = trial / "agent"
+    if link == "symlink":
+        (agent / "trajectory.cont-1.json").symlink_to("trajectory.json")
+    else:
+        (agent / "trajectory.cont-1.json").hardlink_to(agent / "trajectory.json")
+    [files, [(conversations,)]] = ingested_rows(
+        tmp_path,
+        "SELECT file FROM trajectories",
+        "SELECT count(*) FROM conversations WHERE trace_source = 'main'",
+    )
+    assert files == [("trajectory.json",)]
+    assert conversations == _harbor_episodes(trial)
+
+
+def test_a_link_made_between_ingests_reads_the_trial_again(tmp_path: Path) -> None:
+    """A continuation replaced by a hard link to the main file (same size and mtime as the copy
+    it replaces) ends the chain in a fresh ingest; the incremental one saw nothing change."""
+    job = write_job(tmp_path / "runs" / "job")
+    trial = write_trial(job, "t__1", reward=1.0)
+    agent = trial / "agent"
+    dump(agent / "trajectory.json", real_trajectory() | {"continued_trajectory_ref": "c.json"})
+    shutil.copy2(agent / "trajectory.json", agent / "c.json")
+    [files] = ingested_rows(tmp_path, "SELECT file FROM trajectories")
+    assert files == [("trajectory.json",), ("c.json",)]
+    (agent / "c.json").unlink()
+    (agent / "c.json").hardlink_to(agent / "trajectory.json")
+    summary = ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    assert summary.trials_replaced == 1
+    con = connect(tmp_path / "lake")
+    assert con.execute("SELECT file FROM trajectories").fetchall() == [("trajectory.json",)]
+    con.close()

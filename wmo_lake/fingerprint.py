@@ -31,11 +31,16 @@ TRIAL_FILES = (
 )
 
 
-def _stat_token(path: Path | str) -> str:
+def _stat_token(path: Path | str, which_file: bool = False) -> str:
+    """A file's size and mtime ('-' while it is not there); `which_file` adds its device and
+    inode, for the agent/ trajectory files: a continuation chain is followed by which file a ref
+    names (a link to a file already read ends it), which a link made or broken changes alone."""
     try:
         st = os.stat(path)
     except (OSError, ValueError):  # (ValueError: a recorded path with a NUL in it)
         return "-"
+    if which_file:
+        return f"{st.st_size}:{st.st_mtime_ns}:{st.st_dev}:{st.st_ino}"
     return f"{st.st_size}:{st.st_mtime_ns}"
 
 
@@ -98,7 +103,7 @@ def trial_fingerprint(
     agent = f"{directory}/agent"
     # the trajectory files, and any JSON file a trajectory's continued_trajectory_ref may name
     agent_files = sorted(n for n in agent_names if watched_by_name(n))
-    parts += [f"agent/{name}={_stat_token(f'{agent}/{name}')}" for name in agent_files]
+    parts += [f"agent/{name}={_stat_token(f'{agent}/{name}', True)}" for name in agent_files]
     name = os.path.basename(directory)
     if collection.sink is not None:
         parts.append(f"sink={_stat_token(os.path.join(collection.sink.path, f'{name}.jsonl'))}")
@@ -158,7 +163,7 @@ def watched_by_name(name: str) -> bool:
 def named_token(directory: str, name: str) -> str:
     """The size and mtime of agent/NAME of the trial dir `directory` ('-' while it is not
     there), as `with_named` takes them."""
-    return f"agent/{name}={_stat_token(f'{directory}/agent/{name}')}"
+    return f"agent/{name}={_stat_token(f'{directory}/agent/{name}', True)}"
 
 
 def with_named(fingerprint: str, tokens: list[str]) -> str:

@@ -279,11 +279,16 @@ def read_trajectories(
     unreached = sorted(
         (int(m.group(1)), name)
         for name in listed
-        if (m := _CONTINUATION.fullmatch(name))
-        and name not in seen_refs
-        and _identity(agent_dir / name) not in read_files
+        if (m := _CONTINUATION.fullmatch(name)) and name not in seen_refs
     )
+    if unreached and not read_files:  # (the main file, known only once there is a chain)
+        read_files.add(_identity(main_path) or (-1, -1))
     for _, name in unreached:
+        identity = _identity(agent_dir / name)
+        if identity in read_files:  # (a link to a file read: once is enough)
+            continue
+        if identity is not None:
+            read_files.add(identity)
         doc, size = atif.read(agent_dir / name, problems)
         add_file(found, agent_dir / name, found.label(name, MAIN), doc, size, problems)
         del doc
