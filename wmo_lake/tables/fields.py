@@ -72,13 +72,6 @@ _HARBOR_TIME = re.compile(
 )
 
 
-def parse_model_time(value: Any) -> datetime | None:
-    """A datetime field of harbor's `TrialResult` as its model (pydantic) reads it, as UTC (a
-    naive one taken as UTC); None when the model refuses it. Raises OverflowError for a time the
-    model reads whose UTC falls outside years 1-9999."""
-    return _utc(parse_model_instant(value))
-
-
 def parse_model_instant(value: Any) -> datetime | None:
     """A datetime field of harbor's `TrialResult` as its model (pydantic) reads it, aware (a
     naive one taken as UTC) but in its own offset: a duration between two of them is harbor's
@@ -238,8 +231,8 @@ class Fields:
         return float(value)
 
     def time(self, *keys: Text) -> datetime | None:
-        """A `TrialResult` time as UTC, read as harbor's model reads it (`parse_model_time`);
-        one it refuses is reported like a wrong type, and so is one whose UTC no column holds."""
+        """A `TrialResult` time as UTC, read as harbor's model reads it (`instant`); one it
+        refuses is reported like a wrong type, and so is one whose UTC no column holds."""
         instant = self.instant(*keys)
         try:
             return _utc(instant)

@@ -131,6 +131,12 @@ def observation_text(observation: Any) -> tuple[str | None, list[str]]:
     return ("\n".join(texts) if texts else None), media
 
 
+def _read_as(expected: str, value: Any, read: Any) -> str:
+    """What a field of another type was expected to be, and what harbor's model made of it."""
+    read_as = f"{to_json_text(value)} read as {read!r}"
+    return f"{expected} ({read_as}, as harbor's model (pydantic, lax mode) reads it)"
+
+
 def _int(value: Any, key: str, index: int, wrong: WrongTypes) -> Any:
     """An `int` field of harbor's ATIF Step, read as that pydantic model reads it (lax: 5.0 and
     "5" are 5, reported; 5.5 is left null)."""
@@ -138,14 +144,7 @@ def _int(value: Any, key: str, index: int, wrong: WrongTypes) -> Any:
         return value
     read = harbor_lax(value, int)
     if isinstance(read, int) and fits_int64(read):
-        shown = to_json_text(value)
-        wrong.add(
-            index,
-            key,
-            value,
-            f"an integer ({shown} read as {read}, as harbor's model (pydantic, lax mode) reads it)",
-            "stored as read",
-        )
+        wrong.add(index, key, value, _read_as("an integer", value, read), "stored as read")
         return read
     wrong.add(index, key, value, "an integer")
     return None
@@ -158,9 +157,7 @@ def _float(value: Any, key: str, index: int, wrong: WrongTypes) -> float | None:
     if read is None and value is not None:
         wrong.add(index, key, value, "a number")
     elif is_coerced(value):
-        read_as = f"{to_json_text(value)} read as {read!r}"
-        expected = f"a number ({read_as}, as harbor's model (pydantic, lax mode) reads it)"
-        wrong.add(index, key, value, expected, "stored as read")
+        wrong.add(index, key, value, _read_as("a number", value, read), "stored as read")
     return read
 
 
@@ -171,9 +168,7 @@ def _bool(value: Any, key: str, index: int, wrong: WrongTypes) -> bool | None:
         return value
     read = harbor_lax(value, bool)
     if isinstance(read, bool):
-        read_as = f"{to_json_text(value)} read as {read}"
-        expected = f"a boolean ({read_as}, as harbor's model (pydantic, lax mode) reads it)"
-        wrong.add(index, key, value, expected, "stored as read")
+        wrong.add(index, key, value, _read_as("a boolean", value, read), "stored as read")
         return read
     wrong.add(index, key, value, "a boolean")
     return None

@@ -245,7 +245,7 @@ def read_trajectories(
     seen_refs = {MAIN_FILE}
     read_files: set[tuple[int, int]] = set()
     if ref:
-        read_files.add(_identity(main_path) or (-1, -1))
+        read_files.add(_identity(main_path) or _NO_FILE)
     while ref:  # (an empty ref is no continuation, as harbor reads it)
         # harbor follows `agent_dir / ref` wherever it leads; a ref out of agent/ (`../x.json`,
         # an absolute path) is never followed here, one into a dir under it (`parts/x.json`) is
@@ -282,7 +282,7 @@ def read_trajectories(
         if (m := _CONTINUATION.fullmatch(name)) and name not in seen_refs
     )
     if unreached and not read_files:  # (the main file, known only once there is a chain)
-        read_files.add(_identity(main_path) or (-1, -1))
+        read_files.add(_identity(main_path) or _NO_FILE)
     for _, name in unreached:
         identity = _identity(agent_dir / name)
         if identity in read_files:  # (a link to a file read: once is enough)
@@ -311,6 +311,9 @@ def _within(ref: str) -> bool:
         return False
     normal = os.path.normpath(ref)
     return normal != ".." and not normal.startswith("../")
+
+
+_NO_FILE = (-1, -1)  # (the identity of a main trace that is not there: no file has it)
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
