@@ -233,7 +233,7 @@ def test_the_verifiers_part_of_the_scaffold_loss_reads_as_its_cell(lost: int) ->
         "dropped_turn_trials": 0, "verifier_error_trials": lost,
         "verifier_scaffold_loss_rate": lost / trials,
     }  # fmt: skip
-    [note] = [n for n in notes_for([row], {}) if "scaffold loss" in n]
+    [note] = [n for n in notes_for([row]) if "scaffold loss" in n]
     shown = percent_text(lost / trials)
     assert shown in ("<0.1%", ">99.9%")
     assert f"; {shown[:-1]} points of it are verifier crashes ({lost} trial(s)" in note
@@ -370,3 +370,32 @@ def test_the_note_names_the_range_of_caps(tmp_path: Path) -> None:
     assert (row["truncated_spans"], row["truncated_span_trials"]) == (1, 1)
     (note,) = [n for n in report.notes if "cut off mid-answer" in n]
     assert "sampled the full max_tokens (2..4) and were cut off" in note
+
+
+def test_infra_failure_note_names_the_key_and_upstreams_causes(tmp_path: Path) -> None:
+    """Upstream's scorer notes each infra-failed cell's cause (`infra-failure: <exception type |
+    no exception info>`) and warns 'no evidence for reward key K'; a verifier that wrote only
+    other keys is not a verifier that wrote nothing, and the note says so."""
+    job = write_job(tmp_path / "runs" / CLEAN)
+    write_trial(job, "a__1", rewards={"reward": 1.0, "format": 0.5})  # no 'accuracy'
+    write_trial(job, "a__2", rewards={"reward": 0.0})
+    write_trial(job, "a__3", verifier_result=None, exception_type="CancelledError")
+    write_trial(job, "a__4", rewards={"accuracy": 1.0})
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    result = stats(tmp_path / "lake", "--reward-key", "accuracy")
+    assert result.exit_code == 0, result.output
+    [note] = [line for line in result.stdout.splitlines() if "verifier evidence" in line]
+    assert note == (
+        f"note: {CLEAN}: 3/4 trial(s) never produced verifier evidence for reward key "
+        "'accuracy'; excluded from the solve rate (1 executed; causes: CancelledError 1, "
+        "no exception info 2; 2 of them have rewards under other keys only ('format', "
+        "'reward'): is 'accuracy' the key you meant (--reward-key)?)"
+    )
+    plain = stats(tmp_path / "lake")  # key 'reward': a__3 and a__4 have none
+    [note] = [line for line in plain.stdout.splitlines() if "verifier evidence" in line]
+    assert note.endswith(
+        "2/4 trial(s) never produced verifier evidence for reward key 'reward'; excluded from "
+        "the solve rate (2 executed; causes: CancelledError 1, no exception info 1; 1 of them "
+        "have rewards under other keys only ('accuracy'): is 'reward' the key you meant "
+        "(--reward-key)?)"
+    )

@@ -49,6 +49,21 @@ class NoMatchWarning(LakeWarning):
     """A selection (`batch=`, `run=`) that matches no batch: its result is empty."""
 
 
+class UnfinishedJobWarning(LakeWarning):
+    """A batch in scope comes from a harbor job that has not finished: its figures are of the
+    trials written so far (upstream's scorer refuses such a job: 'harbor job did not finish')."""
+
+
+# The job dirs of the given batches that harbor has not finished: result.json written (harbor
+# writes it when the job starts), finished_at not yet.
+UNFINISHED_JOBS_QUERY = """
+SELECT batch, job_dir
+FROM jobs
+WHERE list_contains($batches, batch) AND result_status = 'ok' AND finished_at IS NULL
+ORDER BY batch, job_dir
+"""
+
+
 # partitions a StaleRulesWarning names before it says how many more there are
 NAMED_PARTITIONS = 3
 
@@ -158,6 +173,31 @@ def warn_on_unused_reward_key(
     )
     if found is not None:
         _warn(found[0], found[1], rewrite)
+
+
+def unfinished_jobs(
+    con: duckdb.DuckDBPyConnection, batches: Sequence[str]
+) -> list[tuple[str, str]]:
+    """(batch, job dir) of each job of `batches` whose result.json records no finished_at: a job
+    still running, or one stopped before its end."""
+    rows = con.execute(UNFINISHED_JOBS_QUERY, {"batches": list(batches)}).fetchall()
+    return [(batch, job_dir) for batch, job_dir in rows]
+
+
+def warn_on_unfinished_jobs(con: duckdb.DuckDBPyConnection, batches: Sequence[str]) -> None:
+    """An `UnfinishedJobWarning` naming the batches in scope whose harbor job has not finished."""
+    unfinished = sorted({batch for batch, _ in unfinished_jobs(con, batches)})
+    if unfinished:
+        named = ", ".join(unfinished[:3]) + (
+            f" and {len(unfinished) - 3} more" if len(unfinished) > 3 else ""
+        )
+        _warn(
+            f"{len(unfinished)} batch(es) in scope come from a harbor job that has not finished "
+            f"(its result.json records no finished_at): {named}; their figures are of the trials "
+            "written so far (upstream's scorer refuses such a job). Ingest again when the job "
+            "ends; `wmo-lake stats` says how many trials it plans",
+            UnfinishedJobWarning,
+        )
 
 
 def scope_warning(

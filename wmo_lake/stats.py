@@ -10,6 +10,7 @@ WMO's `collect_rollouts` log warnings into short notes a person reads under the 
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -20,6 +21,7 @@ from wmo_lake.background import Background
 from wmo_lake.lake import connect
 from wmo_lake.output import rows_as_dicts
 from wmo_lake.selection import scope_sql
+from wmo_lake.settings import SETTINGS
 from wmo_lake.terminal import percent_text, render_table
 
 # Batches in run/step order; a filter left as NULL matches everything. Bound, never pasted.
@@ -30,12 +32,45 @@ WHERE {scope_sql()}
 ORDER BY run NULLS LAST, step NULLS LAST, batch
 """
 
-# Trials whose reward under the key in force is there but no measurement (1.5, NaN, "abc", null;
-# a bool or numeric string is stored as the number harbor reads, so it is one when in [0, 1]).
-INVALID_REWARDS_QUERY = """
-SELECT batch, count(*) AS trials, arg_min(reward_json, trial_name) AS example
-FROM cells
-WHERE infra_failed AND reward_json IS NOT NULL
+# The trials of each batch that no reward measures (cells.infra_failed), with what upstream's
+# scorer notes as each one's cause (`infra-failure: <exception type | no exception info>`), those
+# whose reward under the key in force is there but no measurement (1.5, NaN, "abc", null; a bool
+# or numeric string is stored as the number harbor reads, so it is one when in [0, 1]), and those
+# whose verifier wrote rewards under other keys only (the key names them).
+INFRA_FAILED_QUERY = """
+WITH failed AS (
+    SELECT
+        c.batch,
+        c.trial_name,
+        c.reward_json,
+        coalesce(c.exception_type, 'no exception info') AS cause,
+        CASE WHEN c.reward_json IS NULL AND cardinality(t.rewards) > 0 THEN map_keys(t.rewards) END
+            AS other_keys
+    FROM cells AS c
+    JOIN trials AS t USING (trial_key)
+    WHERE c.infra_failed
+)
+SELECT
+    batch,
+    count(reward_json) AS invalid,
+    arg_min(reward_json, trial_name) FILTER (WHERE reward_json IS NOT NULL) AS example,
+    map_entries(histogram(cause)) AS causes,
+    count(other_keys) AS other_key_trials,
+    list_sort(list_distinct(flatten(list(other_keys)))) AS other_keys
+FROM failed
+GROUP BY batch
+"""
+
+# Each batch's harbor jobs not finished (result.json written, which harbor does when the job
+# starts; finished_at not yet), and the trials its jobs plan (n_total_trials; null unless every
+# job dir of the batch records it).
+JOBS_QUERY = """
+SELECT
+    batch,
+    list_sort(list(job_dir) FILTER (WHERE result_status = 'ok' AND finished_at IS NULL))
+        AS unfinished,
+    CASE WHEN count(n_total_trials) = count(*) THEN sum(n_total_trials) END AS planned
+FROM jobs
 GROUP BY batch
 """
 
@@ -106,7 +141,7 @@ def collect_stats(
     con = connect(lake, settings, check=False)
     try:
         beside = session_beside(con, settings)
-        queries = (INVALID_REWARDS_QUERY, CAPS_QUERY, SHARED_LABELS_QUERY)
+        queries = (INFRA_FAILED_QUERY, CAPS_QUERY, SHARED_LABELS_QUERY, JOBS_QUERY)
         notes = Background(
             lambda: [beside.sql(q).fetchall() for q in queries], "wmo-lake-stats-notes"
         )
@@ -115,24 +150,29 @@ def collect_stats(
             rows = limit_rows(selected, last=last)
         finally:
             try:
-                invalid_rows, caps_rows, shared_rows = notes.wait()
+                infra_rows, caps_rows, shared_rows, jobs_rows = notes.wait()
             finally:
                 beside.close()
         caps: dict[str, tuple[int, int]] = {}
         if any(row["truncated_spans"] for row in rows):
             caps = {batch: (low, high) for batch, low, high in caps_rows}
-        invalid: dict[str, tuple[int, str]] = {}
-        if any(row["infra_failed_trials"] for row in rows):
-            invalid = {b: (n, ex) for b, n, ex in invalid_rows}
         narrowed = [row["batch"] for row in rows] if steps or last else None
         warning = reward_key_warning(con, batch_glob=batch_glob, run=run, batches=narrowed)
-        shared = {batch: dirs for batch, dirs in shared_rows}
         named_unknown: dict[str, int] = {}
         if any(
             row["scaffold_loss_rate"] and "unknown" in row["stop_reason_counts"] for row in rows
         ):
             named_unknown = dict(con.execute(NAMED_UNKNOWN_QUERY).fetchall())
-        report = StatsReport(rows, notes_for(rows, caps, invalid, shared, named_unknown))
+        ((reward_key,),) = con.execute("SELECT reward_key FROM settings").fetchall()
+        facts = BatchFacts(
+            caps=caps,
+            infra_failed={row[0]: InfraFailed(*row[1:]) for row in infra_rows},
+            shared_labels=dict(shared_rows),
+            named_unknown=named_unknown,
+            unfinished_jobs={batch: (dirs, planned) for batch, dirs, planned in jobs_rows if dirs},
+            reward_key=reward_key,
+        )
+        report = StatsReport(rows, notes_for(rows, facts))
         report.warnings = [] if warning is None else [warning]
         report.cut = cut_steps(selected, rows)
         return report
@@ -147,17 +187,70 @@ def _cap_text(caps: tuple[int, int] | None) -> str:
     return f"max_tokens = {low}" if low == high else f"max_tokens ({low}..{high})"
 
 
-def notes_for(
-    rows: list[dict[str, Any]],
-    caps: dict[str, tuple[int, int]],
-    invalid_rewards: dict[str, tuple[int, str]] | None = None,
-    shared_labels: dict[str, list[str]] | None = None,
-    named_unknown: dict[str, int] | None = None,
-) -> list[str]:
+@dataclass(frozen=True)
+class InfraFailed:
+    """A batch's trials no reward measures (INFRA_FAILED_QUERY's row)."""
+
+    invalid: int  # the reward key is there, with no measurement
+    example: str | None  # one such value, as stored
+    causes: list[dict[str, Any]]  # [{key: cause, value: trials}], upstream's cell-note causes
+    other_key_trials: int  # the verifier wrote rewards under other keys only
+    other_keys: list[str]
+
+
+@dataclass
+class BatchFacts:
+    """What the notes know of each batch beside its rollout_stats row, by batch."""
+
+    caps: dict[str, tuple[int, int]] = field(default_factory=dict)
+    infra_failed: dict[str, InfraFailed] = field(default_factory=dict)
+    shared_labels: dict[str, list[str]] = field(default_factory=dict)  # its job dirs, when > 1
+    # trials whose stop reason is 'unknown' itself (a loss, where no reason at all is none)
+    named_unknown: dict[str, int] = field(default_factory=dict)
+    # (its job dirs harbor has not finished, the trials its jobs plan or None)
+    unfinished_jobs: dict[str, tuple[list[str], int | None]] = field(default_factory=dict)
+    reward_key: str = field(default_factory=lambda: str(SETTINGS["reward_key"].default))
+
+
+def _infra_detail(failed: InfraFailed | None, reward_key: str) -> str:
+    """`; causes ...` for the infra-failure note: upstream's cell notes name each trial's cause
+    (its exception type, or 'no exception info'); a verifier that wrote other keys is said."""
+    if failed is None:
+        return ""
+    causes = sorted((entry["key"], entry["value"]) for entry in failed.causes)
+    text = "; causes: " + ", ".join(f"{cause} {count}" for cause, count in causes)
+    if failed.other_key_trials:
+        keys = ", ".join(repr(key) for key in failed.other_keys[:5])
+        more = ", ..." if len(failed.other_keys) > 5 else ""
+        text += (
+            f"; {failed.other_key_trials} of them have rewards under other keys only "
+            f"({keys}{more}): is {reward_key!r} the key you meant (--reward-key)?"
+        )
+    return text
+
+
+def _unfinished_note(
+    batch: str, trials: int, unreadable: int, job: tuple[list[str], int | None]
+) -> str:
+    """Upstream's scorer refuses a job that did not finish ('harbor job did not finish'); the
+    lake reads what is there and says so. An unreadable trial dir is one of the job's trials."""
+    unfinished, planned = job
+    held = f"{trials:,} trial(s)" + (f" and {unreadable:,} unreadable dir(s)" if unreadable else "")
+    of_planned = f" of the {planned:,} it plans" if planned is not None else ""
+    return (
+        f"{batch}: harbor has not finished its job (its result.json records no finished_at): "
+        f"the lake holds {held}{of_planned}, and upstream's scorer refuses a job that did not "
+        "finish, so these figures are of the trials written so far; ingest again when the job "
+        f"ends (`harbor job resume -p {shlex.quote(unfinished[0])}`, or the same `wmo-lake "
+        "collect` command, finishes a stopped one)"
+    )
+
+
+def notes_for(rows: list[dict[str, Any]], facts: BatchFacts | None = None) -> list[str]:
     """WMO's `collect_rollouts` warnings, one short line per batch and condition, plus the
-    lake's own: empty batches, batches pooled from several job dirs, and rewards that are no
-    measurement. `named_unknown`: per batch, the trials whose stop reason is 'unknown' itself
-    (a loss, where no reason at all is none)."""
+    lake's own: empty batches, batches pooled from several job dirs, rewards that are no
+    measurement, and jobs harbor has not finished."""
+    facts = facts or BatchFacts()
     notes: list[str] = []
     for row in rows:
         batch, trials = row["batch"], row["trials"]
@@ -168,25 +261,28 @@ def notes_for(
                 "trial dirs, or dirs ingested later hold the same trials), so its 0.0 rates are "
                 "null measurements over zero executed trials"
             )
-        job_dirs = (shared_labels or {}).get(batch)
+        job_dirs = facts.shared_labels.get(batch)
         if job_dirs:
             notes.append(
                 f"{batch}: {len(job_dirs)} job dirs carry this batch label and their trials are "
                 f"pooled as one batch ({', '.join(job_dirs)}): two run trees with the same run "
                 "name, or a job dir that moved (`wmo-lake ingest --prune` drops one that is gone)"
             )
-        if batch in (invalid_rewards or {}):
-            count, example = (invalid_rewards or {})[batch]
+        if batch in facts.unfinished_jobs:
+            job = facts.unfinished_jobs[batch]
+            notes.append(_unfinished_note(batch, trials, row["unreadable_trials"], job))
+        failed = facts.infra_failed.get(batch) if row["infra_failed_trials"] else None
+        if failed is not None and failed.invalid:
             notes.append(
-                f"{batch}: {count}/{trials} trial(s) carry a reward that is no measurement (e.g. "
-                f"{example}; expected a number in [0, 1]): counted as infra failures with a 0.0 "
-                "stand-in (problems kind 'invalid_reward')"
+                f"{batch}: {failed.invalid}/{trials} trial(s) carry a reward that is no "
+                f"measurement (e.g. {failed.example}; expected a number in [0, 1]): counted as "
+                "infra failures with a 0.0 stand-in (problems kind 'invalid_reward')"
             )
         if row["truncated_spans"]:
             notes.append(
                 f"{batch}: {row['truncated_spans']} turn(s) across "
                 f"{row['truncated_span_trials']}/{trials} trial(s) sampled the full "
-                f"{_cap_text(caps.get(batch))} and were cut off mid-answer; raise max_tokens"
+                f"{_cap_text(facts.caps.get(batch))} and were cut off mid-answer; raise max_tokens"
             )
         if row.get("dropped_turns"):
             notes.append(
@@ -203,7 +299,8 @@ def notes_for(
         if row["infra_failed_trials"]:
             notes.append(
                 f"{batch}: {row['infra_failed_trials']}/{trials} trial(s) never produced verifier "
-                f"evidence; excluded from the solve rate ({executed} executed)"
+                f"evidence for reward key {facts.reward_key!r}; excluded from the solve rate "
+                f"({executed} executed{_infra_detail(failed, facts.reward_key)})"
             )
         if row["graded_trials"] < executed:
             notes.append(
@@ -216,7 +313,7 @@ def notes_for(
                 for reason, count in row["stop_reason_counts"].items()
                 if reason not in ("submitted", "unknown")
             }
-            named = (named_unknown or {}).get(batch)
+            named = facts.named_unknown.get(batch)
             if named:
                 counts["unknown"] = named
             losses = ", ".join(f"{reason} {count}" for reason, count in sorted(counts.items()))

@@ -430,6 +430,22 @@ def datum_figures(data: ReportData) -> list[dict[str, Any]]:
     return figures
 
 
+def _unfinished_warning(data: ReportData) -> str:
+    """A line over the charts when a selected batch's harbor job has not finished: its points
+    are of the trials written so far (upstream's scorer refuses such a job)."""
+    if not data.unfinished:
+        return ""
+    batches = sorted({batch for batch, _ in data.unfinished})
+    shown = ", ".join(batches[:10]) + (
+        f" and {len(batches) - 10} more" if len(batches) > 10 else ""
+    )
+    return (
+        f"<p class='warn'>{len(batches)} batch(es) come from a harbor job that has not finished "
+        "(its result.json records no finished_at), so their points are of the trials written so "
+        f"far: {html.escape(shown)}. Ingest again when the job ends.</p>"
+    )
+
+
 def problem_figures(data: ReportData) -> list[dict[str, Any]]:
     """Per run with problems: problems per step by kind (stacked)."""
     figures = []
@@ -630,6 +646,7 @@ h1 { font-size: 22px; margin-bottom: 4px; } h2 { font-size: 18px; margin-top: 32
 table { border-collapse: collapse; font-size: 13px; margin: 8px 0; }
 th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: left; }
 th { background: #f3f3f3; } .empty { color: #777; font-style: italic; }
+.warn { color: #8a4b00; background: #fff4e0; padding: 4px 8px; }
 """
 
 RENDER_SCRIPT = """
@@ -725,7 +742,7 @@ def render_html(data: ReportData, js: str | None = None) -> str:
 <div class="sub">lake {html.escape(data.lake)} · {len(data.batches)} batches · {n_trials} trials ·
 runs: {html.escape(runs)} · selection: {html.escape(selection)} · {html.escape(x_note)} ·
 generated {html.escape(data.generated_at)} by wmo-lake {html.escape(data.version)}</div>
-<h2>Per-step metrics (rollout_stats)</h2>
+{_unfinished_warning(data)}<h2>Per-step metrics (rollout_stats)</h2>
 <p class="sub">A gap is a null measurement (an empty denominator: no executed, graded or
 stop-reasoned trial), never a 0.</p>
 <div class="grid">{_charts(figures, "metrics")}</div>
