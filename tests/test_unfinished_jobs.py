@@ -15,6 +15,8 @@ from click.testing import CliRunner, Result
 from edge_case_trees import write_unreadable_trial
 from harbor_shapes import write_job, write_trial
 
+import wmo_lake as wl
+from wmo_lake.checks import UnfinishedJobWarning
 from wmo_lake.cli import cli
 from wmo_lake.ingest import ingest
 
@@ -77,8 +79,8 @@ def test_compare_warns_of_a_side_with_an_unfinished_step(lake: Path) -> None:
     assert result.exit_code == 0, result.output
     assert (
         f"warning: 1 batch(es) in scope come from a harbor job that has not finished (its "
-        f"result.json records no finished_at): {STOPPED}; their figures are of the trials "
-        "written so far"
+        f"result.json records no finished_at): {STOPPED}; their trials are those written so "
+        "far, so their figures, task groups and advantages are of a part of the step"
     ) in result.stderr
     finished = run("compare", "--lake", str(lake), "base", DONE)
     assert finished.exit_code == 0, finished.output
@@ -100,3 +102,29 @@ def test_report_marks_the_page_and_warns(lake: Path, tmp_path: Path) -> None:
     result = run("report", "--lake", str(lake), "--out", str(finished), "--run", "base")
     assert result.exit_code == 0, result.output
     assert "class='warn'" not in finished.read_text() and "has not finished" not in result.stderr
+
+
+def test_export_datums_warns_and_strict_writes_nothing(lake: Path, tmp_path: Path) -> None:
+    """A step cut short trains on partial task groups (advantages centred over the trials
+    written so far): the export says so, and --strict stops it before anything is written."""
+    out = tmp_path / "d.parquet"
+    args = ("export", "datums", "--lake", str(lake), "--out", str(out), "--no-split-guard")
+    result = run(*args)
+    assert result.exit_code == 0, result.output
+    assert (
+        f"come from a harbor job that has not finished (its result.json records no "
+        f"finished_at): {STOPPED};" in result.stderr
+    )
+    assert out.exists()
+    strict = tmp_path / "strict.parquet"
+    stopped = run(*args[:4], "--out", str(strict), "--no-split-guard", "--strict")
+    assert stopped.exit_code == 1 and "--strict: nothing was written" in stopped.stderr
+    assert not strict.exists()
+    base = tmp_path / "base.parquet"
+    finished = run(*args[:4], "--out", str(base), "--no-split-guard", "--run", "base")
+    assert finished.exit_code == 0 and "has not finished" not in finished.stderr
+
+
+def test_python_export_warns(lake: Path, tmp_path: Path) -> None:
+    with pytest.warns(UnfinishedJobWarning, match=f"finished_at\\): {STOPPED};"):
+        wl.export_datums(lake, tmp_path / "d.parquet", no_split_guard=True, batch="exp/*")

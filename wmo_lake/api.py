@@ -224,8 +224,8 @@ def _warn_on_unused_reward_key(
 ) -> None:
     """The shared reward-key check over the selection (`batch`, `run`, `batches`), told in
     Python; `exporting`: also the rewards that are no measurement (exported as 0.0 stand-ins,
-    where WMO's scorer refuses their batch)."""
-    from wmo_lake.checks import warn_on_unused_reward_key
+    where WMO's scorer refuses their batch), and batches of a harbor job not finished."""
+    from wmo_lake.checks import warn_on_unfinished_jobs, warn_on_unused_reward_key
 
     warn_on_unused_reward_key(
         con,
@@ -235,6 +235,10 @@ def _warn_on_unused_reward_key(
         rewrite=_in_python_terms,
         invalid_rewards=exporting,
     )
+    if exporting:
+        warn_on_unfinished_jobs(
+            con, batch_glob=batch, run=run, batches=batches, rewrite=_in_python_terms
+        )
 
 
 def _in_python_terms(text: str) -> str:

@@ -54,12 +54,14 @@ class UnfinishedJobWarning(LakeWarning):
     trials written so far (upstream's scorer refuses such a job: 'harbor job did not finish')."""
 
 
-# The job dirs of the given batches that harbor has not finished: result.json written (harbor
-# writes it when the job starts), finished_at not yet.
-UNFINISHED_JOBS_QUERY = """
+# The job dirs in scope that harbor has not finished: result.json written (harbor writes it
+# when the job starts), finished_at not yet.
+UNFINISHED_JOBS_QUERY = f"""
 SELECT batch, job_dir
 FROM jobs
-WHERE list_contains($batches, batch) AND result_status = 'ok' AND finished_at IS NULL
+WHERE {scope_sql()}
+  AND ($batches IS NULL OR list_contains(CAST($batches AS VARCHAR[]), batch))
+  AND result_status = 'ok' AND finished_at IS NULL
 ORDER BY batch, job_dir
 """
 
@@ -176,28 +178,58 @@ def warn_on_unused_reward_key(
 
 
 def unfinished_jobs(
-    con: duckdb.DuckDBPyConnection, batches: Sequence[str]
+    con: duckdb.DuckDBPyConnection,
+    *,
+    batch_glob: str | None = None,
+    run: str | None = None,
+    batches: Sequence[str] | None = None,
 ) -> list[tuple[str, str]]:
-    """(batch, job dir) of each job of `batches` whose result.json records no finished_at: a job
+    """(batch, job dir) of each job in scope whose result.json records no finished_at: a job
     still running, or one stopped before its end."""
-    rows = con.execute(UNFINISHED_JOBS_QUERY, {"batches": list(batches)}).fetchall()
-    return [(batch, job_dir) for batch, job_dir in rows]
+    params = {"batch_glob": batch_glob, "run": run, "batches": batches}
+    return [
+        (batch, job_dir) for batch, job_dir in con.execute(UNFINISHED_JOBS_QUERY, params).fetchall()
+    ]
 
 
-def warn_on_unfinished_jobs(con: duckdb.DuckDBPyConnection, batches: Sequence[str]) -> None:
-    """An `UnfinishedJobWarning` naming the batches in scope whose harbor job has not finished."""
-    unfinished = sorted({batch for batch, _ in unfinished_jobs(con, batches)})
-    if unfinished:
-        named = ", ".join(unfinished[:3]) + (
-            f" and {len(unfinished) - 3} more" if len(unfinished) > 3 else ""
-        )
-        _warn(
-            f"{len(unfinished)} batch(es) in scope come from a harbor job that has not finished "
-            f"(its result.json records no finished_at): {named}; their figures are of the trials "
-            "written so far (upstream's scorer refuses such a job). Ingest again when the job "
-            "ends; `wmo-lake stats` says how many trials it plans",
-            UnfinishedJobWarning,
-        )
+def unfinished_job_warning(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    batch_glob: str | None = None,
+    run: str | None = None,
+    batches: Sequence[str] | None = None,
+) -> str | None:
+    """What a command says when batches in scope come from a harbor job that has not finished,
+    or None when none does."""
+    found = unfinished_jobs(con, batch_glob=batch_glob, run=run, batches=batches)
+    unfinished = sorted({batch for batch, _ in found})
+    if not unfinished:
+        return None
+    named = ", ".join(unfinished[:3])
+    if len(unfinished) > 3:
+        named += f" and {len(unfinished) - 3} more"
+    return (
+        f"{len(unfinished)} batch(es) in scope come from a harbor job that has not finished "
+        f"(its result.json records no finished_at): {named}; their trials are those written so "
+        "far, so their figures, task groups and advantages are of a part of the step "
+        "(upstream's scorer refuses such a job). Ingest again when the job ends; `wmo-lake "
+        "stats` says how many trials it plans"
+    )
+
+
+def warn_on_unfinished_jobs(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    batch_glob: str | None = None,
+    run: str | None = None,
+    batches: Sequence[str] | None = None,
+    rewrite: Callable[[str], str] | None = None,
+) -> None:
+    """An `UnfinishedJobWarning` (`unfinished_job_warning`), pointing at the first caller outside
+    this package."""
+    message = unfinished_job_warning(con, batch_glob=batch_glob, run=run, batches=batches)
+    if message is not None:
+        _warn(message, UnfinishedJobWarning, rewrite)
 
 
 def scope_warning(

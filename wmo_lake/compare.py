@@ -191,7 +191,7 @@ def compare(
         a, b = resolve(con, a_text), resolve(con, b_text)
         compared = [batch["batch"] for side in (a, b) for batch in side.batches]
         warn_on_unused_reward_key(con, batches=compared)
-        warn_on_unfinished_jobs(con, compared)
+        warn_on_unfinished_jobs(con, batches=compared)
     finally:
         con.close()
     metrics = []

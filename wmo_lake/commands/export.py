@@ -47,19 +47,21 @@ def _reward_key_check(
     settings: dict[str, Any], batch_glob: str | None, run: str | None, strict: bool
 ) -> Callable[[duckdb.DuckDBPyConnection], None]:
     """What the export runs on its connection before reading: warn when no trial in scope has
-    the reward key, or some carry a reward that is no measurement; under --strict exit 1
-    before writing."""
+    the reward key, or some carry a reward that is no measurement, and when a batch in scope
+    comes from a harbor job that has not finished; under --strict exit 1 before writing."""
 
     def check(con: duckdb.DuckDBPyConnection, batches: list[str] | None = None) -> None:
-        from wmo_lake.checks import scope_warning
+        from wmo_lake.checks import scope_warning, unfinished_job_warning
 
         found = scope_warning(
             con, batch_glob=batch_glob, run=run, batches=batches, invalid_rewards=True
         )
-        if found is not None:
-            click.echo(f"warning: {found[0]}", err=True)
-            if strict:
-                fail("--strict: nothing was written", 1)
+        unfinished = unfinished_job_warning(con, batch_glob=batch_glob, run=run, batches=batches)
+        said = ([found[0]] if found else []) + ([unfinished] if unfinished else [])
+        for message in said:
+            click.echo(f"warning: {message}", err=True)
+        if said and strict:
+            fail("--strict: nothing was written", 1)
 
     return check
 

@@ -456,7 +456,7 @@ def collect_report(
         con.execute("SET enable_progress_bar = false")  # the command prints one summary line
         data = _collect(con, str(lake), settings, runs or None, batch_glob)
         warn_on_unused_reward_key(con, batches=[row["batch"] for row in data.batches])
-        warn_on_unfinished_jobs(con, [batch for batch, _ in data.unfinished])
+        warn_on_unfinished_jobs(con, batches=[batch for batch, _ in data.unfinished])
         return data
     finally:
         con.close()
@@ -531,7 +531,7 @@ def _collect(
         caps=rows_as_dicts(con.sql(CAPS, params=params)),
         datum_caps=datum_caps,
         selection={"runs": runs, "batch_glob": batch_glob},
-        unfinished=unfinished_jobs(con, batches),
+        unfinished=unfinished_jobs(con, batches=batches),
     )
 
 
