@@ -685,6 +685,50 @@ def test_a_task_named_twice_runs_once_and_a_note_says_so(tmp_path: Path) -> None
     assert report["trials_planned"] == 2 * 3
     (note,) = [note for note in report["notes"] if "named a task already given" in note]
     assert note.startswith("'e2e/hello-file': ") and "(--attempts, 3 here)" in note
+    # From Python the note names collect's argument, as its errors do
+    import wmo_lake as wl
+
+    result = wl.collect(
+        TEMPLATE,
+        tmp_path / "runs" / "exp1",
+        0,
+        tasks=["hello-file", "no-reward", "e2e/hello-file"],
+        attempts=3,
+        sets=[KIT_TASKS],
+        lake=tmp_path / "lake",
+    )
+    (note,) = [note for note in result.notes if "named a task already given" in note]
+    assert "(attempts, 3 here)" in note and "--" not in note, note
+
+
+def test_quiet_hides_harbors_display_from_python(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """harbor draws its progress on sys.stdout while the job runs; `quiet=True` sends it
+    nowhere (a training loop's own output stays readable), and only while harbor runs."""
+    import wmo_lake as wl
+    from wmo_lake import collector
+
+    def drawing_job(*args: object) -> None:
+        print("harbor's progress frame")
+        raise collector.HarborRunError("stop here: the display is what is tested")
+
+    monkeypatch.setattr(collector, "run_job", drawing_job)
+    for quiet in (False, True):
+        with pytest.raises(collector.HarborRunError):
+            wl.collect(
+                TEMPLATE,
+                tmp_path / "runs" / f"quiet-{quiet}",
+                0,
+                tasks=["hello-file"],
+                sets=[KIT_TASKS],
+                lake=tmp_path / "lake",
+                quiet=quiet,
+            )
+        shown = capsys.readouterr().out
+        assert ("harbor's progress frame" in shown) is not quiet, shown
+    print("after")
+    assert capsys.readouterr().out == "after\n"
 
 
 def test_a_step_collected_through_a_symlinked_run_dir_keeps_its_batch(tmp_path: Path) -> None:

@@ -139,9 +139,14 @@ def collect(*args: Any, **kwargs: Any) -> Any:
     from wmo_lake.collector import collect as collect_step
 
     try:  # (a command line kept in a message, `wmo-lake forget`, names the lake given)
-        return collect_step(*args, **kwargs)
+        result = collect_step(*args, **kwargs)
     except (CollectError, LakeError) as error:
         raise _pythonic(error, _COLLECT_OPTION_AS_ARGUMENT) from None
+    # the notes in this function's terms too ("a task's group is its attempts (attempts=, ...)")
+    result.notes = [
+        str(_pythonic(LakeError(note), _COLLECT_OPTION_AS_ARGUMENT)) for note in result.notes
+    ]
+    return result
 
 
 def _settings(settings: dict[str, Any]) -> dict[str, Any]:

@@ -784,6 +784,16 @@ def _tasks_changed(plan: StepPlan) -> str:
 # ----------------------------------------------------------------------------- the result
 
 
+@contextlib.contextmanager
+def _hidden_stdout(hide: bool) -> Iterator[None]:
+    """sys.stdout sent nowhere while `hide` (harbor's display draws there), else left as it is."""
+    if not hide:
+        yield
+        return
+    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
+        yield
+
+
 def _repeated_notes(plan: StepPlan) -> list[str]:
     """A note for the task ids given that named a task already selected."""
     if not plan.repeated_ids:
@@ -984,6 +994,7 @@ def collect(
     on_plan: Callable[[StepPlan, JobDirState], None] | None = None,
     on_trial_done: TrialDone | None = None,
     lake_args: str | None = None,
+    quiet: bool = False,
 ) -> StepResult:
     """Collect training step `step`: run its harbor job (or finish it), ingest it, report it.
 
@@ -1002,6 +1013,8 @@ def collect(
         on_plan, on_trial_done: progress callbacks (before running; as each trial ends).
         lake_args: The ` --lake DIR` the messages' commands carry (a CLI's own rule); by
             default they name `lake`.
+        quiet: Hide harbor's progress display (it draws on sys.stdout while the job runs; the
+            redirect is process-wide, so other threads' prints are hidden too meanwhile).
 
     Returns:
         A StepResult: `stats` (rollout_stats, one row), `records` (trial_records, one row per
@@ -1043,7 +1056,8 @@ def collect(
             on_plan(plan, state)
         complete = state.finished and state.done_trials >= plan.trials_planned
         if not complete:
-            run_job(plan, state.done_trials, on_trial_done)
+            with _hidden_stdout(quiet):
+                run_job(plan, state.done_trials, on_trial_done)
         try:
             # (pruned: a trial dir removed above, or by harbor, leaves the lake with it, so the
             # step's stats count the trials on disk, each once)
