@@ -705,12 +705,14 @@ def test_quiet_hides_harbors_display_from_python(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """harbor draws its progress on sys.stdout while the job runs; `quiet=True` sends it
-    nowhere (a training loop's own output stays readable), and only while harbor runs."""
+    nowhere (a training loop's own output, its on_trial_done included, stays), and only while
+    harbor runs."""
     import wmo_lake as wl
     from wmo_lake import collector
 
-    def drawing_job(*args: object) -> None:
+    def drawing_job(plan: object, done: int, on_trial_done: collector.TrialDone) -> None:
         print("harbor's progress frame")
+        on_trial_done("t__1", 1, 1)  # (harbor calls it inside the job)
         raise collector.HarborRunError("stop here: the display is what is tested")
 
     monkeypatch.setattr(collector, "run_job", drawing_job)
@@ -724,9 +726,11 @@ def test_quiet_hides_harbors_display_from_python(
                 sets=[KIT_TASKS],
                 lake=tmp_path / "lake",
                 quiet=quiet,
+                on_trial_done=lambda name, done, planned: print(f"mine: {name} {done}/{planned}"),
             )
         shown = capsys.readouterr().out
         assert ("harbor's progress frame" in shown) is not quiet, shown
+        assert "mine: t__1 1/1" in shown  # the caller's own lines are not harbor's
     print("after")
     assert capsys.readouterr().out == "after\n"
 

@@ -387,15 +387,40 @@ def test_infra_failure_note_names_the_key_and_upstreams_causes(tmp_path: Path) -
     [note] = [line for line in result.stdout.splitlines() if "verifier evidence" in line]
     assert note == (
         f"note: {CLEAN}: 3/4 trial(s) never produced verifier evidence for reward key "
-        "'accuracy'; excluded from the solve rate (1 executed; causes: CancelledError 1, "
-        "no exception info 2; 2 of them have rewards under other keys only ('format', "
-        "'reward'): is 'accuracy' the key you meant (--reward-key)?)"
+        "'accuracy'; excluded from the solve rate (1 executed); causes, as upstream's cells note "
+        "them: CancelledError 1, no exception info 2; 2 of them have rewards under other keys "
+        "only: `format, reward`; is 'accuracy' the key you meant? (--reward-key)"
     )
     plain = stats(tmp_path / "lake")  # key 'reward': a__3 and a__4 have none
     [note] = [line for line in plain.stdout.splitlines() if "verifier evidence" in line]
     assert note.endswith(
         "2/4 trial(s) never produced verifier evidence for reward key 'reward'; excluded from "
-        "the solve rate (2 executed; causes: CancelledError 1, no exception info 1; 1 of them "
-        "have rewards under other keys only ('accuracy'): is 'reward' the key you meant "
-        "(--reward-key)?)"
+        "the solve rate (2 executed); causes, as upstream's cells note them: CancelledError 1, "
+        "no exception info 1; 1 of them have rewards under other keys only: `accuracy`; is "
+        "'reward' the key you meant? (--reward-key)"
     )
+
+
+def test_a_reward_that_is_no_measurement_is_no_cause(tmp_path: Path) -> None:
+    """Upstream's scorer raises for a reward that is there but no measurement (its own note says
+    so); only a trial missing the key gets an `infra-failure: <cause>` cell note."""
+    job = write_job(tmp_path / "runs" / CLEAN)
+    write_trial(job, "a__1", reward=1.5)
+    write_trial(job, "a__2", reward=1.5, exception_type="VerifierTimeoutError")
+    write_trial(job, "a__3", verifier_result=None)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    result = stats(tmp_path / "lake")
+    [note] = [line for line in result.stdout.splitlines() if "verifier evidence" in line]
+    assert note.endswith("(0 executed); causes, as upstream's cells note them: no exception info 1")
+    assert "2/3 trial(s) carry a reward that is no measurement" in result.stdout
+
+
+def test_short_notes_keep_a_key_list_holding_a_digit(tmp_path: Path) -> None:
+    for step in (1, 2):
+        job = write_job(tmp_path / "runs" / f"exp/harbor/step-000{step}/job")
+        write_trial(job, "a__1", rewards={"pass@1": 1.0})
+        write_trial(job, "a__2", reward=1.0)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    result = stats(tmp_path / "lake")
+    keys = [line for line in result.stdout.splitlines() if "other keys only" in line]
+    assert len(keys) == 2 and all("other keys only: `pass@1`; is 'reward'" in k for k in keys)

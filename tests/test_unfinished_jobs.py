@@ -7,6 +7,7 @@ of a part of the job, never show them as a whole step."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -59,12 +60,11 @@ def test_stats_says_which_step_harbor_has_not_finished(lake: Path) -> None:
     notes = [line for line in result.stdout.splitlines() if "has not finished" in line]
     job_dir = lake.parent / "runs" / STOPPED
     assert notes == [
-        f"note: {STOPPED}: harbor has not finished its job (its result.json records no "
-        "finished_at): the lake holds 2 trial(s) and 1 unreadable dir(s) of the 8 it plans, and "
+        f"note: {STOPPED}: harbor has not finished its job: its result.json records no "
+        "finished_at. The lake holds 2 trial(s) and 1 unreadable dir(s) of the 8 it plans, and "
         "upstream's scorer refuses a job that did not finish, so these figures are of the "
-        "trials written so far; ingest again when the job ends (`harbor job resume -p "
-        f"{shlex.quote(str(job_dir))}`, or the same `wmo-lake collect` command, finishes a "
-        "stopped one)"
+        "trials written so far. Finish or resume it, then ingest it again: `harbor job resume "
+        f"-p {shlex.quote(str(job_dir.resolve()))}`, or the same `wmo-lake collect` command"
     ]
 
 
@@ -79,8 +79,8 @@ def test_compare_warns_of_a_side_with_an_unfinished_step(lake: Path) -> None:
     assert result.exit_code == 0, result.output
     assert (
         f"warning: 1 batch(es) in scope come from a harbor job that has not finished (its "
-        f"result.json records no finished_at): {STOPPED}; their trials are those written so "
-        "far, so their figures, task groups and advantages are of a part of the step"
+        f"result.json records no finished_at, or was cut off): {STOPPED}; what the lake holds "
+        "of them is the trials written so far, a part of the step"
     ) in result.stderr
     finished = run("compare", "--lake", str(lake), "base", DONE)
     assert finished.exit_code == 0, finished.output
@@ -95,8 +95,8 @@ def test_report_marks_the_page_and_warns(lake: Path, tmp_path: Path) -> None:
     html = page.read_text()
     assert (
         "<p class='warn'>1 batch(es) come from a harbor job that has not finished (its "
-        "result.json records no finished_at), so their points are of the trials written so far: "
-        f"{STOPPED}."
+        "result.json records no finished_at, or was cut off), so their points are of the trials "
+        f"written so far: {STOPPED}."
     ) in html
     finished = tmp_path / "base.html"
     result = run("report", "--lake", str(lake), "--out", str(finished), "--run", "base")
@@ -113,7 +113,7 @@ def test_export_datums_warns_and_strict_writes_nothing(lake: Path, tmp_path: Pat
     assert result.exit_code == 0, result.output
     assert (
         f"come from a harbor job that has not finished (its result.json records no "
-        f"finished_at): {STOPPED};" in result.stderr
+        f"finished_at, or was cut off): {STOPPED};" in result.stderr
     )
     assert out.exists()
     strict = tmp_path / "strict.parquet"
@@ -126,5 +126,56 @@ def test_export_datums_warns_and_strict_writes_nothing(lake: Path, tmp_path: Pat
 
 
 def test_python_export_warns(lake: Path, tmp_path: Path) -> None:
-    with pytest.warns(UnfinishedJobWarning, match=f"finished_at\\): {STOPPED};"):
+    with pytest.warns(UnfinishedJobWarning, match=f"or was cut off\\): {STOPPED};"):
         wl.export_datums(lake, tmp_path / "d.parquet", no_split_guard=True, batch="exp/*")
+
+
+def test_a_job_result_cut_off_mid_write_is_unfinished(tmp_path: Path) -> None:
+    """harbor rewrites the job's result.json in place as trials end: a kill can cut it off."""
+    job = write_job(tmp_path / "runs" / STOPPED)
+    write_trial(job, "t__1", reward=1.0)
+    (job / "result.json").write_text('{"id": "x", "started_at": "2026-')
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    result = run("stats", "--lake", str(tmp_path / "lake"))
+    assert (
+        f"note: {STOPPED}: harbor has not finished its job: its result.json was cut off "
+        "mid-write. The lake holds 1 trial(s), and upstream's" in result.stdout
+    )
+
+
+def test_the_row_of_a_job_dir_that_moved_is_not_an_unfinished_job(tmp_path: Path) -> None:
+    """Ingested while running, then finished and moved: the old dir's row (no finished_at, no
+    trial any more) is no unfinished job of the batch, and does not count its planned trials."""
+    job = write_job(tmp_path / "first" / STOPPED)
+    write_trial(job, "t__1", reward=1.0)
+    stop(job, planned=2)
+    ingest([tmp_path / "first"], tmp_path / "lake", workers=1)
+    running = run("stats", "--lake", str(tmp_path / "lake"))
+    assert "holds 1 trial(s) of the 2 it plans" in running.stdout
+    write_trial(job, "t__2", reward=0.0)
+    finished = json.loads((job / "result.json").read_text())
+    finished.update(finished_at="2026-12-01T00:10:00Z")
+    (job / "result.json").write_text(json.dumps(finished))
+    (tmp_path / "first").rename(tmp_path / "moved")
+    ingest([tmp_path / "moved"], tmp_path / "lake", workers=1)
+    result = run("stats", "--lake", str(tmp_path / "lake"))
+    assert "2 job dirs carry this batch label" in result.stdout  # (the moved dir, said)
+    assert "has not finished" not in result.output
+    args = ("export", "datums", "--lake", str(tmp_path / "lake"), "--no-split-guard", "--strict")
+    exported = run(*args, "--out", str(tmp_path / "d.parquet"))
+    assert exported.exit_code == 0 and "has not finished" not in exported.stderr
+
+
+def test_short_notes_keep_each_resume_command_whole(tmp_path: Path) -> None:
+    """The short notes range a number across batches and drop a parenthesis holding a digit:
+    done to a command's path, it names a dir that does not exist ('runs (2)/...step-0001..0002')."""
+    root = tmp_path / "runs (2)"
+    for step in (1, 2):
+        job = write_job(root / f"exp/harbor/step-000{step}/job")
+        write_trial(job, "t__1", reward=1.0)
+        stop(job, planned=4)
+    ingest([root], tmp_path / "lake", workers=1)
+    result = run("stats", "--lake", str(tmp_path / "lake"))
+    commands = re.findall(r"`harbor job resume -p ([^`]*)`", result.stdout)
+    expected = [root.resolve() / f"exp/harbor/step-000{step}/job" for step in (1, 2)]
+    assert [Path(shlex.split(command)[0]) for command in commands] == expected

@@ -54,14 +54,27 @@ class UnfinishedJobWarning(LakeWarning):
     trials written so far (upstream's scorer refuses such a job: 'harbor job did not finish')."""
 
 
-# The job dirs in scope that harbor has not finished: result.json written (harbor writes it
-# when the job starts), finished_at not yet.
+# The jobs in scope that harbor has not finished: result.json written (harbor writes it when the
+# job starts) with no finished_at yet, or cut off (harbor rewrites it in place as trials end, and
+# a kill can cut it off). A job dir holding no trial in the lake beside another dir of its batch
+# is left out: the row of a dir that moved, which `ingest --prune` drops (the pooled-batch note
+# says so). job_key holds the resolved path (`job:` + it), which a command can name from anywhere.
 UNFINISHED_JOBS_QUERY = f"""
-SELECT batch, job_dir
-FROM jobs
-WHERE {scope_sql()}
-  AND ($batches IS NULL OR list_contains(CAST($batches AS VARCHAR[]), batch))
-  AND result_status = 'ok' AND finished_at IS NULL
+WITH scoped AS (
+    SELECT
+        batch,
+        job_key,
+        result_status,
+        finished_at,
+        count(*) OVER (PARTITION BY batch) AS batch_jobs
+    FROM jobs
+    WHERE {scope_sql()}
+      AND ($batches IS NULL OR list_contains(CAST($batches AS VARCHAR[]), batch))
+)
+SELECT batch, substr(job_key, 5) AS job_dir, result_status = 'unreadable' AS cut_off
+FROM scoped
+WHERE (result_status = 'ok' AND finished_at IS NULL OR result_status = 'unreadable')
+  AND (batch_jobs = 1 OR job_key IN (SELECT job_key FROM trials))
 ORDER BY batch, job_dir
 """
 
@@ -183,13 +196,12 @@ def unfinished_jobs(
     batch_glob: str | None = None,
     run: str | None = None,
     batches: Sequence[str] | None = None,
-) -> list[tuple[str, str]]:
-    """(batch, job dir) of each job in scope whose result.json records no finished_at: a job
-    still running, or one stopped before its end."""
+) -> list[tuple[str, str, bool]]:
+    """(batch, resolved job dir, whether its result.json is cut off) of each job in scope that
+    harbor has not finished (UNFINISHED_JOBS_QUERY): a job still running, or stopped."""
     params = {"batch_glob": batch_glob, "run": run, "batches": batches}
-    return [
-        (batch, job_dir) for batch, job_dir in con.execute(UNFINISHED_JOBS_QUERY, params).fetchall()
-    ]
+    rows = con.execute(UNFINISHED_JOBS_QUERY, params).fetchall()
+    return [(batch, job_dir, cut_off) for batch, job_dir, cut_off in rows]
 
 
 def unfinished_job_warning(
@@ -202,7 +214,7 @@ def unfinished_job_warning(
     """What a command says when batches in scope come from a harbor job that has not finished,
     or None when none does."""
     found = unfinished_jobs(con, batch_glob=batch_glob, run=run, batches=batches)
-    unfinished = sorted({batch for batch, _ in found})
+    unfinished = sorted({batch for batch, _, _ in found})
     if not unfinished:
         return None
     named = ", ".join(unfinished[:3])
@@ -210,10 +222,10 @@ def unfinished_job_warning(
         named += f" and {len(unfinished) - 3} more"
     return (
         f"{len(unfinished)} batch(es) in scope come from a harbor job that has not finished "
-        f"(its result.json records no finished_at): {named}; their trials are those written so "
-        "far, so their figures, task groups and advantages are of a part of the step "
-        "(upstream's scorer refuses such a job). Ingest again when the job ends; `wmo-lake "
-        "stats` says how many trials it plans"
+        f"(its result.json records no finished_at, or was cut off): {named}; what the lake "
+        "holds of them is the trials written so far, a part of the step (upstream's scorer "
+        "refuses such a job). Finish or resume the job (`harbor job resume -p JOB_DIR`) and "
+        "ingest it again; the jobs table names each JOB_DIR and the trials it plans"
     )
 
 

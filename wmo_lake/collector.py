@@ -30,10 +30,11 @@ import json
 import os
 import shlex
 import shutil
+import sys
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     import polars as pl
@@ -785,13 +786,28 @@ def _tasks_changed(plan: StepPlan) -> str:
 
 
 @contextlib.contextmanager
-def _hidden_stdout(hide: bool) -> Iterator[None]:
-    """sys.stdout sent nowhere while `hide` (harbor's display draws there), else left as it is."""
+def _hidden_stdout(hide: bool) -> Iterator[TextIO]:
+    """sys.stdout sent nowhere while `hide` (harbor's display draws there), else left as it is;
+    yields the stdout the caller had."""
+    shown = sys.stdout
     if not hide:
-        yield
+        yield shown
         return
     with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
-        yield
+        yield shown
+
+
+def _printing_to(shown: TextIO, callback: TrialDone | None) -> TrialDone | None:
+    """`callback` printing to the caller's stdout though harbor's display is hidden: a training
+    loop's own progress lines are not harbor's."""
+    if callback is None:
+        return None
+
+    def with_stdout(name: str, done: int, planned: int) -> None:
+        with contextlib.redirect_stdout(shown):
+            callback(name, done, planned)
+
+    return with_stdout
 
 
 def _repeated_notes(plan: StepPlan) -> list[str]:
@@ -1014,7 +1030,8 @@ def collect(
         lake_args: The ` --lake DIR` the messages' commands carry (a CLI's own rule); by
             default they name `lake`.
         quiet: Hide harbor's progress display (it draws on sys.stdout while the job runs; the
-            redirect is process-wide, so other threads' prints are hidden too meanwhile).
+            redirect is process-wide, so other threads' prints are hidden too meanwhile, while
+            `on_trial_done` prints as usual).
 
     Returns:
         A StepResult: `stats` (rollout_stats, one row), `records` (trial_records, one row per
@@ -1056,8 +1073,8 @@ def collect(
             on_plan(plan, state)
         complete = state.finished and state.done_trials >= plan.trials_planned
         if not complete:
-            with _hidden_stdout(quiet):
-                run_job(plan, state.done_trials, on_trial_done)
+            with _hidden_stdout(quiet) as shown:
+                run_job(plan, state.done_trials, _printing_to(shown, on_trial_done))
         try:
             # (pruned: a trial dir removed above, or by harbor, leaves the lake with it, so the
             # step's stats count the trials on disk, each once)

@@ -33,7 +33,8 @@ ORDER BY run NULLS LAST, step NULLS LAST, batch
 """
 
 # The trials of each batch that no reward measures (cells.infra_failed), with what upstream's
-# scorer notes as each one's cause (`infra-failure: <exception type | no exception info>`), those
+# scorer notes as the cause of each one missing the key (`infra-failure: <exception type | no
+# exception info>`), those
 # whose reward under the key in force is there but no measurement (1.5, NaN, "abc", null; a bool
 # or numeric string is stored as the number harbor reads, so it is one when in [0, 1]), and those
 # whose verifier wrote rewards under other keys only (the key names them).
@@ -54,23 +55,25 @@ SELECT
     batch,
     count(reward_json) AS invalid,
     arg_min(reward_json, trial_name) FILTER (WHERE reward_json IS NOT NULL) AS example,
-    map_entries(histogram(cause)) AS causes,
+    -- (a reward that is no measurement has its own note: upstream's scorer raises for it)
+    map_entries(histogram(cause) FILTER (WHERE reward_json IS NULL)) AS causes,
     count(other_keys) AS other_key_trials,
     list_sort(list_distinct(flatten(list(other_keys)))) AS other_keys
 FROM failed
 GROUP BY batch
 """
 
-# Each batch's harbor jobs not finished (result.json written, which harbor does when the job
-# starts; finished_at not yet), and the trials its jobs plan (n_total_trials; null unless every
-# job dir of the batch records it).
-JOBS_QUERY = """
-SELECT
-    batch,
-    list_sort(list(job_dir) FILTER (WHERE result_status = 'ok' AND finished_at IS NULL))
-        AS unfinished,
-    CASE WHEN count(n_total_trials) = count(*) THEN sum(n_total_trials) END AS planned
-FROM jobs
+# The trials each batch's jobs plan (n_total_trials; null unless every job dir of the batch
+# records it), leaving out a dir holding no trial beside another dir of its batch, as
+# checks.UNFINISHED_JOBS_QUERY does (the row of a dir that moved).
+PLANNED_QUERY = """
+WITH counted AS (
+    SELECT batch, job_key, n_total_trials, count(*) OVER (PARTITION BY batch) AS batch_jobs
+    FROM jobs
+)
+SELECT batch, CASE WHEN count(n_total_trials) = count(*) THEN sum(n_total_trials) END AS planned
+FROM counted
+WHERE batch_jobs = 1 OR job_key IN (SELECT job_key FROM trials)
 GROUP BY batch
 """
 
@@ -134,23 +137,27 @@ def collect_stats(
     reward key's check, so both are about the batches shown. The notes' queries run on a second
     session, on a thread of their own, while `rollout_stats` runs: it keeps only one core busy
     most of the time."""
-    from wmo_lake.checks import reward_key_warning
+    from wmo_lake.checks import reward_key_warning, unfinished_jobs
     from wmo_lake.lake import session_beside
     from wmo_lake.stats_views import cut_steps, limit_rows
 
     con = connect(lake, settings, check=False)
     try:
         beside = session_beside(con, settings)
-        queries = (INFRA_FAILED_QUERY, CAPS_QUERY, SHARED_LABELS_QUERY, JOBS_QUERY)
+        queries = (INFRA_FAILED_QUERY, CAPS_QUERY, SHARED_LABELS_QUERY, PLANNED_QUERY)
         notes = Background(
-            lambda: [beside.sql(q).fetchall() for q in queries], "wmo-lake-stats-notes"
+            lambda: [
+                *(beside.sql(q).fetchall() for q in queries),
+                unfinished_jobs(beside, batch_glob=batch_glob, run=run),
+            ],
+            "wmo-lake-stats-notes",
         )
         try:
             selected = limit_rows(query_stats(con, batch_glob=batch_glob, run=run), steps=steps)
             rows = limit_rows(selected, last=last)
         finally:
             try:
-                infra_rows, caps_rows, shared_rows, jobs_rows = notes.wait()
+                infra_rows, caps_rows, shared_rows, planned_rows, unfinished = notes.wait()
             finally:
                 beside.close()
         caps: dict[str, tuple[int, int]] = {}
@@ -169,7 +176,7 @@ def collect_stats(
             infra_failed={row[0]: InfraFailed(*row[1:]) for row in infra_rows},
             shared_labels=dict(shared_rows),
             named_unknown=named_unknown,
-            unfinished_jobs={batch: (dirs, planned) for batch, dirs, planned in jobs_rows if dirs},
+            unfinished_jobs=_unfinished_by_batch(unfinished, dict(planned_rows)),
             reward_key=reward_key,
         )
         report = StatsReport(rows, notes_for(rows, facts))
@@ -198,6 +205,26 @@ class InfraFailed:
     other_keys: list[str]
 
 
+@dataclass(frozen=True)
+class UnfinishedJobs:
+    """A batch's jobs harbor has not finished (checks.UNFINISHED_JOBS_QUERY)."""
+
+    job_dirs: list[str]  # resolved
+    cut_off: bool  # a result.json that could not be read (a kill mid-write), not one unfinished
+    planned: int | None  # the trials the batch's jobs plan
+
+
+def _unfinished_by_batch(
+    rows: list[tuple[str, str, bool]], planned: dict[str, int | None]
+) -> dict[str, UnfinishedJobs]:
+    dirs: dict[str, list[str]] = {}
+    cut_off: dict[str, bool] = {}
+    for batch, job_dir, cut in rows:
+        dirs.setdefault(batch, []).append(job_dir)
+        cut_off[batch] = cut_off.get(batch, False) or cut
+    return {b: UnfinishedJobs(d, cut_off[b], planned.get(b)) for b, d in dirs.items()}
+
+
 @dataclass
 class BatchFacts:
     """What the notes know of each batch beside its rollout_stats row, by batch."""
@@ -207,42 +234,47 @@ class BatchFacts:
     shared_labels: dict[str, list[str]] = field(default_factory=dict)  # its job dirs, when > 1
     # trials whose stop reason is 'unknown' itself (a loss, where no reason at all is none)
     named_unknown: dict[str, int] = field(default_factory=dict)
-    # (its job dirs harbor has not finished, the trials its jobs plan or None)
-    unfinished_jobs: dict[str, tuple[list[str], int | None]] = field(default_factory=dict)
+    unfinished_jobs: dict[str, UnfinishedJobs] = field(default_factory=dict)
     reward_key: str = field(default_factory=lambda: str(SETTINGS["reward_key"].default))
 
 
 def _infra_detail(failed: InfraFailed | None, reward_key: str) -> str:
-    """`; causes ...` for the infra-failure note: upstream's cell notes name each trial's cause
-    (its exception type, or 'no exception info'); a verifier that wrote other keys is said."""
-    if failed is None:
+    """`; causes ...` for the infra-failure note: upstream's cell notes name the cause of each
+    trial missing the key (its exception type, or 'no exception info'); a verifier that wrote
+    other keys is said, the keys in one code span (a key holding a digit then keeps the note
+    whole in the short notes, stats_views.collapse_notes)."""
+    if failed is None or not failed.causes:
         return ""
     causes = sorted((entry["key"], entry["value"]) for entry in failed.causes)
-    text = "; causes: " + ", ".join(f"{cause} {count}" for cause, count in causes)
+    text = "; causes, as upstream's cells note them: " + ", ".join(
+        f"{cause} {count}" for cause, count in causes
+    )
     if failed.other_key_trials:
-        keys = ", ".join(repr(key) for key in failed.other_keys[:5])
-        more = ", ..." if len(failed.other_keys) > 5 else ""
+        keys = ", ".join(failed.other_keys[:5]) + (", ..." if len(failed.other_keys) > 5 else "")
         text += (
-            f"; {failed.other_key_trials} of them have rewards under other keys only "
-            f"({keys}{more}): is {reward_key!r} the key you meant (--reward-key)?"
+            f"; {failed.other_key_trials} of them have rewards under other keys only: `{keys}`; "
+            f"is {reward_key!r} the key you meant? (--reward-key)"
         )
     return text
 
 
-def _unfinished_note(
-    batch: str, trials: int, unreadable: int, job: tuple[list[str], int | None]
-) -> str:
+def _unfinished_note(batch: str, trials: int, unreadable: int, jobs: UnfinishedJobs) -> str:
     """Upstream's scorer refuses a job that did not finish ('harbor job did not finish'); the
-    lake reads what is there and says so. An unreadable trial dir is one of the job's trials."""
-    unfinished, planned = job
+    lake reads what is there and says so. An unreadable trial dir is one of the job's trials.
+    The resume command stays out of parentheses: the short notes drop a parenthesis holding a
+    digit, and a note with a command holding one is never collapsed (stats_views)."""
     held = f"{trials:,} trial(s)" + (f" and {unreadable:,} unreadable dir(s)" if unreadable else "")
-    of_planned = f" of the {planned:,} it plans" if planned is not None else ""
+    of_planned = f" of the {jobs.planned:,} it plans" if jobs.planned is not None else ""
+    state = "was cut off mid-write" if jobs.cut_off else "records no finished_at"
+    first = shlex.quote(jobs.job_dirs[0])
+    more = (
+        f" (and {len(jobs.job_dirs) - 1} more job dir(s) of it)" if len(jobs.job_dirs) > 1 else ""
+    )
     return (
-        f"{batch}: harbor has not finished its job (its result.json records no finished_at): "
-        f"the lake holds {held}{of_planned}, and upstream's scorer refuses a job that did not "
-        "finish, so these figures are of the trials written so far; ingest again when the job "
-        f"ends (`harbor job resume -p {shlex.quote(unfinished[0])}`, or the same `wmo-lake "
-        "collect` command, finishes a stopped one)"
+        f"{batch}: harbor has not finished its job: its result.json {state}. The lake holds "
+        f"{held}{of_planned}, and upstream's scorer refuses a job that did not finish, so these "
+        "figures are of the trials written so far. Finish or resume it, then ingest it again: "
+        f"`harbor job resume -p {first}`{more}, or the same `wmo-lake collect` command"
     )
 
 
@@ -269,8 +301,8 @@ def notes_for(rows: list[dict[str, Any]], facts: BatchFacts | None = None) -> li
                 "name, or a job dir that moved (`wmo-lake ingest --prune` drops one that is gone)"
             )
         if batch in facts.unfinished_jobs:
-            job = facts.unfinished_jobs[batch]
-            notes.append(_unfinished_note(batch, trials, row["unreadable_trials"], job))
+            jobs = facts.unfinished_jobs[batch]
+            notes.append(_unfinished_note(batch, trials, row["unreadable_trials"], jobs))
         failed = facts.infra_failed.get(batch) if row["infra_failed_trials"] else None
         if failed is not None and failed.invalid:
             notes.append(
@@ -300,7 +332,7 @@ def notes_for(rows: list[dict[str, Any]], facts: BatchFacts | None = None) -> li
             notes.append(
                 f"{batch}: {row['infra_failed_trials']}/{trials} trial(s) never produced verifier "
                 f"evidence for reward key {facts.reward_key!r}; excluded from the solve rate "
-                f"({executed} executed{_infra_detail(failed, facts.reward_key)})"
+                f"({executed} executed){_infra_detail(failed, facts.reward_key)}"
             )
         if row["graded_trials"] < executed:
             notes.append(

@@ -104,6 +104,7 @@ def cut_steps(rows: list[dict[str, Any]], kept: list[dict[str, Any]]) -> list[st
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 _PAREN_WITH_DIGITS = re.compile(r"\s*\([^()]*\d[^()]*\)")
+_CODE = re.compile(r"`[^`]*`")
 
 
 def _split_batch(note: str, batches: Collection[str]) -> tuple[str | None, str]:
@@ -131,13 +132,17 @@ def collapse_notes(notes: list[str], batches: list[str]) -> list[str]:
     """One line per kind of note. A kind is the note's text with its batch, its numbers and any
     parenthesized detail holding a number set aside; a kind seen in one batch keeps its note
     as it is, a kind seen in several becomes one line naming how many batches (first and last)
-    with each number shown as its range across them."""
+    with each number shown as its range across them. A note with a code span holding a digit
+    is a kind of its own."""
     groups: dict[str, list[tuple[str | None, str, str]]] = {}
     known = set(batches)
     for note in notes:
         batch, text = _split_batch(note, known)
         plain = _PAREN_WITH_DIGITS.sub("", text)
-        kind = _NUMBER.sub("#", plain) if batch is not None else note
+        # a code span holding a digit (a command's path, a key) is kept whole: ranging its
+        # numbers, or dropping a parenthesis of it, would make a command that names nothing
+        whole = batch is None or any(_NUMBER.search(code) for code in _CODE.findall(text))
+        kind = note if whole else _NUMBER.sub("#", plain)
         groups.setdefault(kind, []).append((batch, plain, note))
     lines = []
     for kind, items in groups.items():

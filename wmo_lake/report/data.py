@@ -268,8 +268,8 @@ class ReportData:
     caps: list[dict[str, Any]]
     datum_caps: list[dict[str, Any]]
     selection: dict[str, Any]
-    # (batch, job dir) of the selected batches whose harbor job has not finished
-    unfinished: list[tuple[str, str]] = field(default_factory=list)
+    # the selected batches whose harbor job has not finished
+    unfinished: list[str] = field(default_factory=list)
     generated_at: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat())
     version: str = __version__
 
@@ -456,7 +456,7 @@ def collect_report(
         con.execute("SET enable_progress_bar = false")  # the command prints one summary line
         data = _collect(con, str(lake), settings, runs or None, batch_glob)
         warn_on_unused_reward_key(con, batches=[row["batch"] for row in data.batches])
-        warn_on_unfinished_jobs(con, batches=[batch for batch, _ in data.unfinished])
+        warn_on_unfinished_jobs(con, batches=data.unfinished)
         return data
     finally:
         con.close()
@@ -531,7 +531,7 @@ def _collect(
         caps=rows_as_dicts(con.sql(CAPS, params=params)),
         datum_caps=datum_caps,
         selection={"runs": runs, "batch_glob": batch_glob},
-        unfinished=unfinished_jobs(con, batches=batches),
+        unfinished=sorted({batch for batch, _, _ in unfinished_jobs(con, batches=batches)}),
     )
 
 

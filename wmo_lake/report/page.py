@@ -433,16 +433,17 @@ def datum_figures(data: ReportData) -> list[dict[str, Any]]:
 def _unfinished_warning(data: ReportData) -> str:
     """A line over the charts when a selected batch's harbor job has not finished: its points
     are of the trials written so far (upstream's scorer refuses such a job)."""
-    if not data.unfinished:
+    batches = data.unfinished
+    if not batches:
         return ""
-    batches = sorted({batch for batch, _ in data.unfinished})
     shown = ", ".join(batches[:10]) + (
         f" and {len(batches) - 10} more" if len(batches) > 10 else ""
     )
     return (
         f"<p class='warn'>{len(batches)} batch(es) come from a harbor job that has not finished "
-        "(its result.json records no finished_at), so their points are of the trials written so "
-        f"far: {html.escape(shown)}. Ingest again when the job ends.</p>"
+        "(its result.json records no finished_at, or was cut off), so their points are of the "
+        f"trials written so far: {html.escape(shown)}. Finish or resume the job and ingest it "
+        "again.</p>"
     )
 
 
