@@ -138,8 +138,8 @@ def test_a_job_result_cut_off_mid_write_is_unfinished(tmp_path: Path) -> None:
     ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
     result = run("stats", "--lake", str(tmp_path / "lake"))
     assert (
-        f"note: {STOPPED}: harbor has not finished its job: its result.json was cut off "
-        "mid-write. The lake holds 1 trial(s), and upstream's" in result.stdout
+        f"note: {STOPPED}: harbor has not finished its job: its result.json could not be read "
+        "(a kill cuts it off mid-write). The lake holds 1 trial(s), and" in result.stdout
     )
 
 
@@ -179,3 +179,23 @@ def test_short_notes_keep_each_resume_command_whole(tmp_path: Path) -> None:
     commands = re.findall(r"`harbor job resume -p ([^`]*)`", result.stdout)
     expected = [root.resolve() / f"exp/harbor/step-000{step}/job" for step in (1, 2)]
     assert [Path(shlex.split(command)[0]) for command in commands] == expected
+
+
+@pytest.mark.parametrize("trials", ["none", "unreadable"])
+def test_a_killed_job_pooled_with_a_finished_one_is_unfinished(tmp_path: Path, trials: str) -> None:
+    """Two run trees with one run name pool a step; the second's job was killed before any
+    trial ended (harbor writes a trial's result.json at its end), or with its one trial dir
+    half-written. Its dir is on disk, so it is no moved dir: the step is unfinished."""
+    done = write_job(tmp_path / "a" / STOPPED)
+    write_trial(done, "t__1", reward=1.0, trial_id="a-1")
+    killed = write_job(tmp_path / "b" / STOPPED)
+    stop(killed, planned=4)
+    if trials == "unreadable":
+        write_unreadable_trial(killed, "t__9", "truncated")
+    ingest([tmp_path / "a", tmp_path / "b"], tmp_path / "lake", workers=1)
+    result = run("stats", "--lake", str(tmp_path / "lake"), "--notes", "full")
+    [note] = [line for line in result.stdout.splitlines() if "has not finished" in line]
+    assert f"resume -p {shlex.quote(str(killed.resolve()))}`" in note
+    assert " of the 5 it plans" in note  # (the finished job's 1 and the killed one's 4)
+    args = ("export", "datums", "--lake", str(tmp_path / "lake"), "--no-split-guard", "--strict")
+    assert run(*args, "--out", str(tmp_path / "d.parquet")).exit_code == 1

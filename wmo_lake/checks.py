@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from wmo_lake.selection import scope_sql
@@ -54,29 +55,40 @@ class UnfinishedJobWarning(LakeWarning):
     trials written so far (upstream's scorer refuses such a job: 'harbor job did not finish')."""
 
 
-# The jobs in scope that harbor has not finished: result.json written (harbor writes it when the
-# job starts) with no finished_at yet, or cut off (harbor rewrites it in place as trials end, and
-# a kill can cut it off). A job dir holding no trial in the lake beside another dir of its batch
-# is left out: the row of a dir that moved, which `ingest --prune` drops (the pooled-batch note
-# says so). job_key holds the resolved path (`job:` + it), which a command can name from anywhere.
+# The job dirs of the batches in scope that have a job harbor has not finished: its result.json
+# written (harbor writes it when the job starts) with no finished_at yet, or unreadable (harbor
+# rewrites it in place as trials end, and a kill can cut it off). Every job dir of such a batch
+# comes with it: which of them are still on disk tells a job dir that moved (`unfinished_jobs`).
+# job_key holds the resolved path (`job:` + it), which a command can name from anywhere.
 UNFINISHED_JOBS_QUERY = f"""
-WITH scoped AS (
+WITH flagged AS (
     SELECT
         batch,
-        job_key,
-        result_status,
-        finished_at,
-        count(*) OVER (PARTITION BY batch) AS batch_jobs
+        substr(job_key, 5) AS job_dir,
+        (result_status = 'ok' AND finished_at IS NULL) OR result_status = 'unreadable'
+            AS unfinished,
+        result_status = 'unreadable' AS unreadable,
+        n_total_trials
     FROM jobs
     WHERE {scope_sql()}
       AND ($batches IS NULL OR list_contains(CAST($batches AS VARCHAR[]), batch))
 )
-SELECT batch, substr(job_key, 5) AS job_dir, result_status = 'unreadable' AS cut_off
-FROM scoped
-WHERE (result_status = 'ok' AND finished_at IS NULL OR result_status = 'unreadable')
-  AND (batch_jobs = 1 OR job_key IN (SELECT job_key FROM trials))
+SELECT batch, job_dir, unfinished, unreadable, n_total_trials
+FROM flagged
+WHERE batch IN (SELECT batch FROM flagged WHERE unfinished)
 ORDER BY batch, job_dir
 """
+
+
+@dataclass(frozen=True)
+class UnfinishedBatch:
+    """A batch with a job harbor has not finished (`unfinished_jobs`)."""
+
+    batch: str
+    job_dirs: list[str]  # the unfinished ones, resolved
+    unreadable: bool  # one's result.json could not be read (cut off by a kill mid-write)
+    open: bool  # one's result.json records no finished_at
+    planned: int | None  # the trials the batch's job dirs plan; None when one does not say
 
 
 # partitions a StaleRulesWarning names before it says how many more there are
@@ -196,12 +208,34 @@ def unfinished_jobs(
     batch_glob: str | None = None,
     run: str | None = None,
     batches: Sequence[str] | None = None,
-) -> list[tuple[str, str, bool]]:
-    """(batch, resolved job dir, whether its result.json is cut off) of each job in scope that
-    harbor has not finished (UNFINISHED_JOBS_QUERY): a job still running, or stopped."""
+) -> list[UnfinishedBatch]:
+    """The batches in scope with a job harbor has not finished: still running, or stopped.
+    A job dir gone from disk beside another job dir of its batch still there is the row of a dir
+    that moved (`ingest --prune` drops it; the pooled-batch note names it), neither unfinished
+    nor planning trials. On a machine where none of a batch's dirs exist (a lake copied away),
+    every row counts."""
     params = {"batch_glob": batch_glob, "run": run, "batches": batches}
-    rows = con.execute(UNFINISHED_JOBS_QUERY, params).fetchall()
-    return [(batch, job_dir, cut_off) for batch, job_dir, cut_off in rows]
+    by_batch: dict[str, list[tuple[str, bool, bool, int | None]]] = {}
+    for batch, *job in con.execute(UNFINISHED_JOBS_QUERY, params).fetchall():
+        by_batch.setdefault(batch, []).append(tuple(job))
+    found = []
+    for batch, jobs in by_batch.items():
+        on_disk = [os.path.isdir(job_dir) for job_dir, *_ in jobs]
+        counted = [job for job, here in zip(jobs, on_disk, strict=True) if here or not any(on_disk)]
+        unfinished = [job for job in counted if job[1]]
+        if not unfinished:
+            continue
+        plans = [job[3] for job in counted]
+        found.append(
+            UnfinishedBatch(
+                batch,
+                job_dirs=[job[0] for job in unfinished],
+                unreadable=any(job[2] for job in unfinished),
+                open=any(not job[2] for job in unfinished),
+                planned=None if None in plans else sum(p for p in plans if p is not None),
+            )
+        )
+    return found
 
 
 def unfinished_job_warning(
@@ -214,7 +248,7 @@ def unfinished_job_warning(
     """What a command says when batches in scope come from a harbor job that has not finished,
     or None when none does."""
     found = unfinished_jobs(con, batch_glob=batch_glob, run=run, batches=batches)
-    unfinished = sorted({batch for batch, _, _ in found})
+    unfinished = [batch.batch for batch in found]
     if not unfinished:
         return None
     named = ", ".join(unfinished[:3])
@@ -225,7 +259,8 @@ def unfinished_job_warning(
         f"(its result.json records no finished_at, or was cut off): {named}; what the lake "
         "holds of them is the trials written so far, a part of the step (upstream's scorer "
         "refuses such a job). Finish or resume the job (`harbor job resume -p JOB_DIR`) and "
-        "ingest it again; the jobs table names each JOB_DIR and the trials it plans"
+        "ingest it again; the notes of the wmo-lake stats command name each job dir and the "
+        "trials it plans"
     )
 
 

@@ -18,6 +18,7 @@ from typing import Any, TextIO
 import duckdb
 
 from wmo_lake.background import Background
+from wmo_lake.checks import UnfinishedBatch, reward_key_warning, unfinished_jobs
 from wmo_lake.lake import connect
 from wmo_lake.output import rows_as_dicts
 from wmo_lake.selection import scope_sql
@@ -60,20 +61,6 @@ SELECT
     count(other_keys) AS other_key_trials,
     list_sort(list_distinct(flatten(list(other_keys)))) AS other_keys
 FROM failed
-GROUP BY batch
-"""
-
-# The trials each batch's jobs plan (n_total_trials; null unless every job dir of the batch
-# records it), leaving out a dir holding no trial beside another dir of its batch, as
-# checks.UNFINISHED_JOBS_QUERY does (the row of a dir that moved).
-PLANNED_QUERY = """
-WITH counted AS (
-    SELECT batch, job_key, n_total_trials, count(*) OVER (PARTITION BY batch) AS batch_jobs
-    FROM jobs
-)
-SELECT batch, CASE WHEN count(n_total_trials) = count(*) THEN sum(n_total_trials) END AS planned
-FROM counted
-WHERE batch_jobs = 1 OR job_key IN (SELECT job_key FROM trials)
 GROUP BY batch
 """
 
@@ -137,19 +124,18 @@ def collect_stats(
     reward key's check, so both are about the batches shown. The notes' queries run on a second
     session, on a thread of their own, while `rollout_stats` runs: it keeps only one core busy
     most of the time."""
-    from wmo_lake.checks import reward_key_warning, unfinished_jobs
     from wmo_lake.lake import session_beside
     from wmo_lake.stats_views import cut_steps, limit_rows
 
     con = connect(lake, settings, check=False)
     try:
         beside = session_beside(con, settings)
-        queries = (INFRA_FAILED_QUERY, CAPS_QUERY, SHARED_LABELS_QUERY, PLANNED_QUERY)
+        queries = (INFRA_FAILED_QUERY, CAPS_QUERY, SHARED_LABELS_QUERY)
         notes = Background(
-            lambda: [
-                *(beside.sql(q).fetchall() for q in queries),
+            lambda: (
+                [beside.sql(q).fetchall() for q in queries],
                 unfinished_jobs(beside, batch_glob=batch_glob, run=run),
-            ],
+            ),
             "wmo-lake-stats-notes",
         )
         try:
@@ -157,7 +143,7 @@ def collect_stats(
             rows = limit_rows(selected, last=last)
         finally:
             try:
-                infra_rows, caps_rows, shared_rows, planned_rows, unfinished = notes.wait()
+                (infra_rows, caps_rows, shared_rows), unfinished = notes.wait()
             finally:
                 beside.close()
         caps: dict[str, tuple[int, int]] = {}
@@ -176,7 +162,7 @@ def collect_stats(
             infra_failed={row[0]: InfraFailed(*row[1:]) for row in infra_rows},
             shared_labels=dict(shared_rows),
             named_unknown=named_unknown,
-            unfinished_jobs=_unfinished_by_batch(unfinished, dict(planned_rows)),
+            unfinished_jobs={found.batch: found for found in unfinished},
             reward_key=reward_key,
         )
         report = StatsReport(rows, notes_for(rows, facts))
@@ -205,26 +191,6 @@ class InfraFailed:
     other_keys: list[str]
 
 
-@dataclass(frozen=True)
-class UnfinishedJobs:
-    """A batch's jobs harbor has not finished (checks.UNFINISHED_JOBS_QUERY)."""
-
-    job_dirs: list[str]  # resolved
-    cut_off: bool  # a result.json that could not be read (a kill mid-write), not one unfinished
-    planned: int | None  # the trials the batch's jobs plan
-
-
-def _unfinished_by_batch(
-    rows: list[tuple[str, str, bool]], planned: dict[str, int | None]
-) -> dict[str, UnfinishedJobs]:
-    dirs: dict[str, list[str]] = {}
-    cut_off: dict[str, bool] = {}
-    for batch, job_dir, cut in rows:
-        dirs.setdefault(batch, []).append(job_dir)
-        cut_off[batch] = cut_off.get(batch, False) or cut
-    return {b: UnfinishedJobs(d, cut_off[b], planned.get(b)) for b, d in dirs.items()}
-
-
 @dataclass
 class BatchFacts:
     """What the notes know of each batch beside its rollout_stats row, by batch."""
@@ -234,7 +200,7 @@ class BatchFacts:
     shared_labels: dict[str, list[str]] = field(default_factory=dict)  # its job dirs, when > 1
     # trials whose stop reason is 'unknown' itself (a loss, where no reason at all is none)
     named_unknown: dict[str, int] = field(default_factory=dict)
-    unfinished_jobs: dict[str, UnfinishedJobs] = field(default_factory=dict)
+    unfinished_jobs: dict[str, UnfinishedBatch] = field(default_factory=dict)
     reward_key: str = field(default_factory=lambda: str(SETTINGS["reward_key"].default))
 
 
@@ -258,14 +224,20 @@ def _infra_detail(failed: InfraFailed | None, reward_key: str) -> str:
     return text
 
 
-def _unfinished_note(batch: str, trials: int, unreadable: int, jobs: UnfinishedJobs) -> str:
+def _unfinished_note(batch: str, trials: int, unreadable: int, jobs: UnfinishedBatch) -> str:
     """Upstream's scorer refuses a job that did not finish ('harbor job did not finish'); the
     lake reads what is there and says so. An unreadable trial dir is one of the job's trials.
     The resume command stays out of parentheses: the short notes drop a parenthesis holding a
     digit, and a note with a command holding one is never collapsed (stats_views)."""
     held = f"{trials:,} trial(s)" + (f" and {unreadable:,} unreadable dir(s)" if unreadable else "")
     of_planned = f" of the {jobs.planned:,} it plans" if jobs.planned is not None else ""
-    state = "was cut off mid-write" if jobs.cut_off else "records no finished_at"
+    state = (
+        "records no finished_at, or could not be read"
+        if jobs.open and jobs.unreadable
+        else "could not be read (a kill cuts it off mid-write)"
+        if jobs.unreadable
+        else "records no finished_at"
+    )
     first = shlex.quote(jobs.job_dirs[0])
     more = (
         f" (and {len(jobs.job_dirs) - 1} more job dir(s) of it)" if len(jobs.job_dirs) > 1 else ""

@@ -105,6 +105,8 @@ def cut_steps(rows: list[dict[str, Any]], kept: list[dict[str, Any]]) -> list[st
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 _PAREN_WITH_DIGITS = re.compile(r"\s*\([^()]*\d[^()]*\)")
 _CODE = re.compile(r"`[^`]*`")
+_SPAN = 0xE000  # code spans masked as private-use characters (`_masked`)
+_SLOT = "\x00"  # a number's place in a kind
 
 
 def _split_batch(note: str, batches: Collection[str]) -> tuple[str | None, str]:
@@ -128,29 +130,41 @@ def _span(values: list[str]) -> str:
     return f"{values[numbers.index(low)]}..{values[numbers.index(high)]}"
 
 
+def _masked(text: str) -> tuple[str, list[str]]:
+    """`text` with each code span (`...`) as one private-use character, and the spans: a span is
+    kept as it is, never ranged or cut (a command's path, a reward key holding a digit)."""
+    codes = _CODE.findall(text)
+    iterator = iter(range(len(codes)))
+    return _CODE.sub(lambda _: chr(_SPAN + next(iterator)), text), codes
+
+
+def _unmasked(text: str, codes: list[str]) -> str:
+    return "".join(
+        codes[ord(c) - _SPAN] if _SPAN <= ord(c) < _SPAN + len(codes) else c for c in text
+    )
+
+
 def collapse_notes(notes: list[str], batches: list[str]) -> list[str]:
     """One line per kind of note. A kind is the note's text with its batch, its numbers and any
-    parenthesized detail holding a number set aside; a kind seen in one batch keeps its note
-    as it is, a kind seen in several becomes one line naming how many batches (first and last)
-    with each number shown as its range across them. A note with a code span holding a digit
-    is a kind of its own."""
+    parenthesized detail holding a number set aside (code spans kept as they are); a kind seen
+    in one batch keeps its note as it is, a kind seen in several becomes one line naming how
+    many batches (first and last) with each number shown as its range across them."""
     groups: dict[str, list[tuple[str | None, str, str]]] = {}
     known = set(batches)
     for note in notes:
         batch, text = _split_batch(note, known)
-        plain = _PAREN_WITH_DIGITS.sub("", text)
-        # a code span holding a digit (a command's path, a key) is kept whole: ranging its
-        # numbers, or dropping a parenthesis of it, would make a command that names nothing
-        whole = batch is None or any(_NUMBER.search(code) for code in _CODE.findall(text))
-        kind = note if whole else _NUMBER.sub("#", plain)
-        groups.setdefault(kind, []).append((batch, plain, note))
+        masked, codes = _masked(text)
+        plain = _unmasked(_PAREN_WITH_DIGITS.sub("", masked), codes)
+        kind = _unmasked(_NUMBER.sub(_SLOT, _PAREN_WITH_DIGITS.sub("", masked)), codes)
+        groups.setdefault(kind if batch is not None else note, []).append((batch, plain, note))
     lines = []
     for kind, items in groups.items():
         if len(items) == 1:
             lines.append(items[0][2])
             continue
-        slots = list(zip(*(_NUMBER.findall(plain) for _, plain, _ in items), strict=True))
-        parts = kind.split("#")
+        numbers = [_NUMBER.findall(_PAREN_WITH_DIGITS.sub("", _masked(p)[0])) for _, p, _ in items]
+        slots = list(zip(*numbers, strict=True))
+        parts = kind.split(_SLOT)
         text = parts[0] + "".join(_span(list(s)) + p for s, p in zip(slots, parts[1:], strict=True))
         first, last = items[0][0], items[-1][0]
         lines.append(f"{len(items)} batches ({first} .. {last}): {text} [--notes full lists each]")

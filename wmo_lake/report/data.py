@@ -531,7 +531,7 @@ def _collect(
         caps=rows_as_dicts(con.sql(CAPS, params=params)),
         datum_caps=datum_caps,
         selection={"runs": runs, "batch_glob": batch_glob},
-        unfinished=sorted({batch for batch, _, _ in unfinished_jobs(con, batches=batches)}),
+        unfinished=[found.batch for found in unfinished_jobs(con, batches=batches)],
     )
 
 
