@@ -20,7 +20,7 @@ import os
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from wmo_lake.selection import scope_sql
 
@@ -78,6 +78,15 @@ FROM flagged
 WHERE batch IN (SELECT batch FROM flagged WHERE unfinished)
 ORDER BY batch, job_dir
 """
+
+
+class _JobRow(NamedTuple):
+    """One job dir of UNFINISHED_JOBS_QUERY."""
+
+    job_dir: str  # resolved
+    unfinished: bool
+    unreadable: bool
+    planned: int | None
 
 
 @dataclass(frozen=True)
@@ -215,23 +224,23 @@ def unfinished_jobs(
     nor planning trials. On a machine where none of a batch's dirs exist (a lake copied away),
     every row counts."""
     params = {"batch_glob": batch_glob, "run": run, "batches": batches}
-    by_batch: dict[str, list[tuple[str, bool, bool, int | None]]] = {}
+    by_batch: dict[str, list[_JobRow]] = {}
     for batch, *job in con.execute(UNFINISHED_JOBS_QUERY, params).fetchall():
-        by_batch.setdefault(batch, []).append(tuple(job))
+        by_batch.setdefault(batch, []).append(_JobRow(*job))
     found = []
     for batch, jobs in by_batch.items():
-        on_disk = [os.path.isdir(job_dir) for job_dir, *_ in jobs]
+        on_disk = [os.path.isdir(job.job_dir) for job in jobs]
         counted = [job for job, here in zip(jobs, on_disk, strict=True) if here or not any(on_disk)]
-        unfinished = [job for job in counted if job[1]]
+        unfinished = [job for job in counted if job.unfinished]
         if not unfinished:
             continue
-        plans = [job[3] for job in counted]
+        plans = [job.planned for job in counted]
         found.append(
             UnfinishedBatch(
                 batch,
-                job_dirs=[job[0] for job in unfinished],
-                unreadable=any(job[2] for job in unfinished),
-                open=any(not job[2] for job in unfinished),
+                job_dirs=[job.job_dir for job in unfinished],
+                unreadable=any(job.unreadable for job in unfinished),
+                open=any(not job.unreadable for job in unfinished),
                 planned=None if None in plans else sum(p for p in plans if p is not None),
             )
         )

@@ -133,9 +133,9 @@ def _span(values: list[str]) -> str:
 def _masked(text: str) -> tuple[str, list[str]]:
     """`text` with each code span (`...`) as one private-use character, and the spans: a span is
     kept as it is, never ranged or cut (a command's path, a reward key holding a digit)."""
-    codes = _CODE.findall(text)
-    iterator = iter(range(len(codes)))
-    return _CODE.sub(lambda _: chr(_SPAN + next(iterator)), text), codes
+    between = _CODE.split(text)
+    masked = between[0] + "".join(chr(_SPAN + i) + part for i, part in enumerate(between[1:]))
+    return masked, _CODE.findall(text)
 
 
 def _unmasked(text: str, codes: list[str]) -> str:
@@ -149,21 +149,20 @@ def collapse_notes(notes: list[str], batches: list[str]) -> list[str]:
     parenthesized detail holding a number set aside (code spans kept as they are); a kind seen
     in one batch keeps its note as it is, a kind seen in several becomes one line naming how
     many batches (first and last) with each number shown as its range across them."""
-    groups: dict[str, list[tuple[str | None, str, str]]] = {}
+    groups: dict[str, list[tuple[str | None, list[str], str]]] = {}  # (batch, numbers, note)
     known = set(batches)
     for note in notes:
         batch, text = _split_batch(note, known)
         masked, codes = _masked(text)
-        plain = _unmasked(_PAREN_WITH_DIGITS.sub("", masked), codes)
-        kind = _unmasked(_NUMBER.sub(_SLOT, _PAREN_WITH_DIGITS.sub("", masked)), codes)
-        groups.setdefault(kind if batch is not None else note, []).append((batch, plain, note))
+        plain = _PAREN_WITH_DIGITS.sub("", masked)
+        kind = _unmasked(_NUMBER.sub(_SLOT, plain), codes) if batch is not None else note
+        groups.setdefault(kind, []).append((batch, _NUMBER.findall(plain), note))
     lines = []
     for kind, items in groups.items():
         if len(items) == 1:
             lines.append(items[0][2])
             continue
-        numbers = [_NUMBER.findall(_PAREN_WITH_DIGITS.sub("", _masked(p)[0])) for _, p, _ in items]
-        slots = list(zip(*numbers, strict=True))
+        slots = list(zip(*(numbers for _, numbers, _ in items), strict=True))
         parts = kind.split(_SLOT)
         text = parts[0] + "".join(_span(list(s)) + p for s, p in zip(slots, parts[1:], strict=True))
         first, last = items[0][0], items[-1][0]
