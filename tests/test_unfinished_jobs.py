@@ -74,6 +74,50 @@ def test_stats_of_finished_steps_says_nothing_of_it(lake: Path) -> None:
     assert "has not finished" not in result.output
 
 
+UNFINISHED_WARNING = (
+    f"warning: 1 batch(es) in scope come from a harbor job that has not finished (its "
+    f"result.json records no finished_at, or was cut off): {STOPPED}; what the lake holds "
+    "of them is the trials written so far, a part of the step"
+)
+
+
+@pytest.mark.parametrize("form", [("--json",), ("--by", "task"), ("--by", "task", "--json")])
+def test_stats_without_its_notes_warns_on_stderr(lake: Path, form: tuple[str, ...]) -> None:
+    """--json and --by task print no notes: the warning says it, and stdout stays the data."""
+    result = run("stats", "--lake", str(lake), *form)
+    assert result.exit_code == 0, result.output
+    assert UNFINISHED_WARNING in result.stderr
+    assert "has not finished" not in result.stdout
+    if "--json" in form:
+        json.loads(result.stdout)
+    finished = run("stats", "--lake", str(lake), "--run", "base", *form)
+    assert finished.exit_code == 0 and "has not finished" not in finished.stderr
+
+
+def test_stats_table_says_it_once_in_its_notes(lake: Path) -> None:
+    result = run("stats", "--lake", str(lake))
+    assert result.exit_code == 0, result.output
+    assert "has not finished" not in result.stderr and "has not finished" in result.stdout
+
+
+@pytest.mark.parametrize("form", [(), ("--json",)])
+def test_stats_strict_exits_1_for_a_step_not_finished(lake: Path, form: tuple[str, ...]) -> None:
+    stopped = run("stats", "--lake", str(lake), "--strict", *form)
+    assert stopped.exit_code == 1
+    assert run("stats", "--lake", str(lake), "--strict", "--run", "base", *form).exit_code == 0
+    # a narrowing that leaves the stopped step out leaves its warning out too
+    assert run("stats", "--lake", str(lake), "--strict", "--steps", ":1", *form).exit_code == 0
+
+
+def test_python_stats_warns(lake: Path, recwarn: pytest.WarningsRecorder) -> None:
+    with pytest.warns(UnfinishedJobWarning, match=f"or was cut off\\): {STOPPED};"):
+        rows = wl.stats(lake)
+    assert STOPPED in rows["batch"].to_list()
+    recwarn.clear()
+    wl.stats(lake, run="base")
+    assert not [w for w in recwarn if issubclass(w.category, UnfinishedJobWarning)]
+
+
 def test_compare_warns_of_a_side_with_an_unfinished_step(lake: Path) -> None:
     result = run("compare", "--lake", str(lake), "base", "exp")
     assert result.exit_code == 0, result.output

@@ -252,13 +252,23 @@ def _in_python_terms(text: str) -> str:
 
 
 def _open(
-    lake: str | Path, settings: dict[str, Any], batch: str | None = None, run: str | None = None
+    lake: str | Path,
+    settings: dict[str, Any],
+    batch: str | None = None,
+    run: str | None = None,
+    *,
+    unfinished: bool = False,
 ) -> duckdb.DuckDBPyConnection:
+    """`unfinished`: also warn of batches in scope whose harbor job has not finished (a query
+    of per-batch figures, which are then of a part of the step)."""
+    from wmo_lake.checks import warn_on_unfinished_jobs
     from wmo_lake.lake import connect as open_lake
 
     con = open_lake(lake, _settings(settings), check=False, rewrite=_in_python_terms)
     try:
         _warn_on_unused_reward_key(con, batch, run)
+        if unfinished:
+            warn_on_unfinished_jobs(con, batch_glob=batch, run=run, rewrite=_in_python_terms)
     except BaseException:  # (warnings turned into errors)
         con.close()
         raise
@@ -278,13 +288,15 @@ def _query(
     settings: dict[str, Any],
     batch: str | None = None,
     run: str | None = None,
+    *,
+    unfinished: bool = False,
 ) -> pl.DataFrame:
     if not isinstance(sql, str):
         raise TypeError(f"query(): sql must be a str of SQL, got {type(sql).__name__}")
     _check_selection(batch, run)
     if not sql.strip():
         raise ValueError("query(): the query is empty; give one SQL statement")
-    con = _open(lake, settings, batch, run)
+    con = _open(lake, settings, batch, run, unfinished=unfinished)
     try:
         with _naming_damage(lake):
             return _query_on(con, sql, params, batch, run)
@@ -424,10 +436,12 @@ def stats(
     **settings: Any,
 ) -> pl.DataFrame:
     """WMO's `rollout_stats`, one row per batch in run/step order (rates as fractions; the
-    columns are exactly the `rollout_stats` view's). `batch` is a glob ('*' crosses '/')."""
+    columns are exactly the `rollout_stats` view's). `batch` is a glob ('*' crosses '/').
+    Warns `UnfinishedJobWarning` when a batch comes from a harbor job that has not finished."""
     from wmo_lake.stats import STATS_QUERY
 
-    return _query(lake, STATS_QUERY, {"batch_glob": batch, "run": run}, settings, batch, run)
+    params = {"batch_glob": batch, "run": run}
+    return _query(lake, STATS_QUERY, params, settings, batch, run, unfinished=True)
 
 
 @_speaking_python

@@ -257,7 +257,11 @@ def unfinished_job_warning(
     """What a command says when batches in scope come from a harbor job that has not finished,
     or None when none does."""
     found = unfinished_jobs(con, batch_glob=batch_glob, run=run, batches=batches)
-    unfinished = [batch.batch for batch in found]
+    return unfinished_job_text([batch.batch for batch in found])
+
+
+def unfinished_job_text(unfinished: Sequence[str]) -> str | None:
+    """The warning's text for these batches (`unfinished_jobs`), or None when there is none."""
     if not unfinished:
         return None
     named = ", ".join(unfinished[:3])

@@ -18,7 +18,12 @@ from typing import Any, TextIO
 import duckdb
 
 from wmo_lake.background import Background
-from wmo_lake.checks import UnfinishedBatch, reward_key_warning, unfinished_jobs
+from wmo_lake.checks import (
+    UnfinishedBatch,
+    reward_key_warning,
+    unfinished_job_text,
+    unfinished_jobs,
+)
 from wmo_lake.lake import connect
 from wmo_lake.output import rows_as_dicts
 from wmo_lake.selection import scope_sql
@@ -100,6 +105,13 @@ class StatsReport:
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # printed first; `--strict` exits 1
     cut: list[str] = field(default_factory=list)  # steps `last` kept only some batches of
+    # the batches shown whose harbor job has not finished: the table's notes say it; where no
+    # note is printed (--json, --by task), `unfinished_warning` does
+    unfinished: list[str] = field(default_factory=list)
+
+    @property
+    def unfinished_warning(self) -> str | None:
+        return unfinished_job_text(self.unfinished)
 
 
 def query_stats(
@@ -168,6 +180,7 @@ def collect_stats(
         report = StatsReport(rows, notes_for(rows, facts))
         report.warnings = [] if warning is None else [warning]
         report.cut = cut_steps(selected, rows)
+        report.unfinished = [row["batch"] for row in rows if row["batch"] in facts.unfinished_jobs]
         return report
     finally:
         con.close()
