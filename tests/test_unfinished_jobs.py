@@ -9,15 +9,17 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+from conftest import FIXTURES
 from edge_case_trees import write_unreadable_trial
 from harbor_shapes import write_job, write_trial
 
 import wmo_lake as wl
-from wmo_lake.checks import UnfinishedJobWarning
+from wmo_lake.checks import ShortJobWarning, UnfinishedJobWarning
 from wmo_lake.cli import cli
 from wmo_lake.ingest import ingest
 
@@ -243,3 +245,175 @@ def test_a_killed_job_pooled_with_a_finished_one_is_unfinished(tmp_path: Path, t
     assert " of the 5 it plans" in note  # (the finished job's 1 and the killed one's 4)
     args = ("export", "datums", "--lake", str(tmp_path / "lake"), "--no-split-guard", "--strict")
     assert run(*args, "--out", str(tmp_path / "d.parquet")).exit_code == 1
+
+
+# A finished job whose trial dirs are fewer than it planned: removed after the run (upstream's
+# scorer prunes invalid trial dirs before a resume), or held by a dir ingested later. Upstream
+# refuses it: "harbor returned N trials; expected M".
+
+
+def plan(job_dir: Path, planned: int) -> None:
+    """The finished job's result.json planning `planned` trials (the template's job plans 1)."""
+    path = job_dir / "result.json"
+    result = json.loads(path.read_text())
+    assert result["finished_at"] is not None
+    result.update(n_total_trials=planned)
+    path.write_text(json.dumps(result, indent=4))
+
+
+def finished_job(
+    root: Path, planned: int, trials: int, unreadable: int = 0, batch: str = DONE
+) -> Path:
+    job = write_job(root / batch)
+    for n in range(1, trials + 1):
+        write_trial(job, f"t__{n}", reward=float(n % 2))
+    for n in range(unreadable):
+        write_unreadable_trial(job, f"u__{n}", "missing")
+    plan(job, planned)
+    return job
+
+
+def test_a_finished_job_short_of_its_trials_is_said(tmp_path: Path) -> None:
+    job = finished_job(tmp_path / "runs", planned=6, trials=3, unreadable=1)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    result = run("stats", "--lake", str(tmp_path / "lake"))
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.stdout.splitlines() if "trials it plans" in line]
+    assert notes == [
+        f"note: {DONE}: its harbor job finished, but the lake holds 3 trial(s) and 1 unreadable "
+        "dir(s) of the 6 trials it plans: 2 trial dir(s) were removed after the run, or are held "
+        "by a dir ingested later. Upstream's scorer refuses such a step, so these figures are of "
+        "a part of it. To run the missing trials again, resume the job and ingest it again: "
+        f"`harbor job resume -p {shlex.quote(str(job.resolve()))}`, or the same `wmo-lake "
+        "collect` command"
+    ]
+
+
+def test_a_real_harbor_job_with_trial_dirs_removed_is_said(tmp_path: Path) -> None:
+    """harbor's own job dir (6 trials, finished), two trial dirs removed after the run."""
+    job = tmp_path / "runs" / "exp" / "harbor" / "step-0001" / "kit-e2e"
+    shutil.copytree(FIXTURES / "harbor" / "kit-e2e", job)
+    lake = tmp_path / "lake"
+    ingest([tmp_path / "runs"], lake, workers=1)
+    assert "trials it plans" not in run("stats", "--lake", str(lake)).stdout
+    for trial in sorted(p for p in job.iterdir() if p.is_dir())[:2]:
+        shutil.rmtree(trial)
+    assert run("ingest", str(tmp_path / "runs"), "--lake", str(lake), "--prune").exit_code == 0
+    result = run("stats", "--lake", str(lake))
+    assert "the lake holds 4 trial(s) of the 6 trials it plans: 2 trial dir(s)" in result.stdout
+
+
+def test_trial_dirs_removed_after_the_ingest_are_said_once_pruned(tmp_path: Path) -> None:
+    job = finished_job(tmp_path / "runs", planned=4, trials=4)
+    lake = tmp_path / "lake"
+    ingest([tmp_path / "runs"], lake, workers=1)
+    assert "trials it plans" not in run("stats", "--lake", str(lake)).stdout
+    shutil.rmtree(job / "t__4")
+    assert run("ingest", str(tmp_path / "runs"), "--lake", str(lake), "--prune").exit_code == 0
+    result = run("stats", "--lake", str(lake))
+    assert "the lake holds 3 trial(s) of the 4 trials it plans: 1 trial dir(s)" in result.stdout
+
+
+@pytest.mark.parametrize(("planned", "trials"), [(3, 3), (1, 3), (0, 2)])
+def test_a_finished_job_holding_its_trials_says_nothing(
+    tmp_path: Path, planned: int, trials: int
+) -> None:
+    """As many trials as planned, or more (hand-made trees copy a real job planning 1)."""
+    finished_job(tmp_path / "runs", planned=planned, trials=trials)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    result = run("stats", "--lake", str(tmp_path / "lake"), "--notes", "full")
+    assert result.exit_code == 0 and "trials it plans" not in result.stdout
+
+
+def test_an_empty_finished_job_has_the_empty_batch_note_alone(tmp_path: Path) -> None:
+    finished_job(tmp_path / "runs", planned=4, trials=0)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    result = run("stats", "--lake", str(tmp_path / "lake"), "--notes", "full")
+    assert "empty batch" in result.stdout and "trials it plans" not in result.stdout
+
+
+def test_the_row_of_a_moved_job_dir_plans_no_trials(tmp_path: Path) -> None:
+    """A finished job dir ingested, then moved and ingested again: the old dir's row is gone
+    from disk beside the new one, so its planned trials are not counted twice."""
+    finished_job(tmp_path / "first", planned=2, trials=2)
+    ingest([tmp_path / "first"], tmp_path / "lake", workers=1)
+    (tmp_path / "first").rename(tmp_path / "moved")
+    ingest([tmp_path / "moved"], tmp_path / "lake", workers=1)
+    result = run("stats", "--lake", str(tmp_path / "lake"), "--notes", "full")
+    assert "2 job dirs carry this batch label" in result.stdout
+    assert "trials it plans" not in result.stdout
+
+
+def test_stats_json_and_python_warn_of_a_job_short_of_its_trials(tmp_path: Path) -> None:
+    finished_job(tmp_path / "runs", planned=6, trials=3)
+    lake = tmp_path / "lake"
+    ingest([tmp_path / "runs"], lake, workers=1)
+    said = (
+        f"warning: 1 batch(es) in scope come from a finished harbor job holding fewer trials "
+        f"than it plans: {DONE}; their figures are of a part of the step"
+    )
+    result = run("stats", "--lake", str(lake), "--json")
+    assert result.exit_code == 0 and said in result.stderr
+    assert [row["trials"] for row in json.loads(result.stdout)] == [3]
+    assert said not in run("stats", "--lake", str(lake)).stderr  # (the table's note says it)
+    assert run("stats", "--lake", str(lake), "--json", "--strict").exit_code == 1
+    with pytest.warns(ShortJobWarning, match=f"fewer trials than it plans: {DONE};"):
+        wl.stats(lake)
+
+
+def test_no_short_job_warning_for_a_whole_or_empty_job(
+    tmp_path: Path, recwarn: pytest.WarningsRecorder
+) -> None:
+    finished_job(tmp_path / "runs", planned=3, trials=3)
+    finished_job(tmp_path / "runs", planned=3, trials=0, batch=STOPPED)
+    lake = tmp_path / "lake"
+    ingest([tmp_path / "runs"], lake, workers=1)
+    result = run("stats", "--lake", str(lake), "--json", "--strict")
+    assert result.exit_code == 0 and "fewer trials" not in result.stderr, result.stderr
+    wl.stats(lake)
+    assert not [w for w in recwarn if issubclass(w.category, ShortJobWarning)]
+
+
+SHORT = f"come from a finished harbor job holding fewer trials than it plans: {DONE};"
+
+
+@pytest.fixture(scope="module")
+def short_lake(tmp_path_factory: pytest.TempPathFactory) -> str:
+    root = tmp_path_factory.mktemp("short")
+    finished_job(root / "runs", planned=6, trials=3)
+    finished_job(root / "runs", planned=2, trials=2, batch=OTHER)
+    ingest([root / "runs"], root / "lake", workers=1)
+    return str(root / "lake")
+
+
+def test_compare_warns_of_a_job_short_of_its_trials(short_lake: str) -> None:
+    compared = run("compare", "--lake", short_lake, "base", "exp")
+    assert compared.exit_code == 0 and SHORT in compared.stderr, compared.output
+    whole = run("compare", "--lake", short_lake, "base", OTHER)
+    assert whole.exit_code == 0 and "fewer trials" not in whole.stderr
+
+
+def test_report_marks_a_job_short_of_its_trials(short_lake: str, tmp_path: Path) -> None:
+    page = tmp_path / "report.html"
+    reported = run("report", "--lake", short_lake, "--out", str(page))
+    assert reported.exit_code == 0 and SHORT in reported.stderr
+    assert (
+        "<p class='warn'>1 batch(es) come from a finished harbor job that holds fewer trials "
+        "than it plans (trial dirs removed after the run), so their points are of a part of the "
+        f"step: {DONE}."
+    ) in page.read_text()
+
+
+def test_exports_say_a_job_short_of_its_trials(short_lake: str, tmp_path: Path) -> None:
+    args = ("export", "datums", "--lake", short_lake, "--no-split-guard")
+    exported = run(*args, "--out", str(tmp_path / "d.parquet"))
+    assert exported.exit_code == 0 and SHORT in exported.stderr
+    strict = run(*args, "--out", str(tmp_path / "s.parquet"), "--strict")
+    assert strict.exit_code == 1 and not (tmp_path / "s.parquet").exists()
+    whole = run(*args, "--out", str(tmp_path / "b.parquet"), "--strict", "--run", "base")
+    assert whole.exit_code == 0 and "fewer trials" not in whole.stderr, whole.output
+
+
+def test_python_export_warns_of_a_job_short_of_its_trials(short_lake: str, tmp_path: Path) -> None:
+    with pytest.warns(ShortJobWarning, match=SHORT):
+        wl.export_datums(short_lake, tmp_path / "p.parquet", no_split_guard=True)

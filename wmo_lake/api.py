@@ -230,7 +230,7 @@ def _warn_on_unused_reward_key(
     """The shared reward-key check over the selection (`batch`, `run`, `batches`), told in
     Python; `exporting`: also the rewards that are no measurement (exported as 0.0 stand-ins,
     where WMO's scorer refuses their batch), and batches of a harbor job not finished."""
-    from wmo_lake.checks import warn_on_unfinished_jobs, warn_on_unused_reward_key
+    from wmo_lake.checks import warn_on_incomplete_jobs, warn_on_unused_reward_key
 
     warn_on_unused_reward_key(
         con,
@@ -241,7 +241,7 @@ def _warn_on_unused_reward_key(
         invalid_rewards=exporting,
     )
     if exporting:
-        warn_on_unfinished_jobs(
+        warn_on_incomplete_jobs(
             con, batch_glob=batch, run=run, batches=batches, rewrite=_in_python_terms
         )
 
@@ -257,18 +257,18 @@ def _open(
     batch: str | None = None,
     run: str | None = None,
     *,
-    unfinished: bool = False,
+    incomplete_jobs: bool = False,
 ) -> duckdb.DuckDBPyConnection:
-    """`unfinished`: also warn of batches in scope whose harbor job has not finished (a query
-    of per-batch figures, which are then of a part of the step)."""
-    from wmo_lake.checks import warn_on_unfinished_jobs
+    """`incomplete_jobs`: also warn of batches in scope whose harbor job has not finished, or
+    finished short of its trials (a query of per-batch figures, then of a part of the step)."""
+    from wmo_lake.checks import warn_on_incomplete_jobs
     from wmo_lake.lake import connect as open_lake
 
     con = open_lake(lake, _settings(settings), check=False, rewrite=_in_python_terms)
     try:
         _warn_on_unused_reward_key(con, batch, run)
-        if unfinished:
-            warn_on_unfinished_jobs(con, batch_glob=batch, run=run, rewrite=_in_python_terms)
+        if incomplete_jobs:
+            warn_on_incomplete_jobs(con, batch_glob=batch, run=run, rewrite=_in_python_terms)
     except BaseException:  # (warnings turned into errors)
         con.close()
         raise
@@ -289,14 +289,14 @@ def _query(
     batch: str | None = None,
     run: str | None = None,
     *,
-    unfinished: bool = False,
+    incomplete_jobs: bool = False,
 ) -> pl.DataFrame:
     if not isinstance(sql, str):
         raise TypeError(f"query(): sql must be a str of SQL, got {type(sql).__name__}")
     _check_selection(batch, run)
     if not sql.strip():
         raise ValueError("query(): the query is empty; give one SQL statement")
-    con = _open(lake, settings, batch, run, unfinished=unfinished)
+    con = _open(lake, settings, batch, run, incomplete_jobs=incomplete_jobs)
     try:
         with _naming_damage(lake):
             return _query_on(con, sql, params, batch, run)
@@ -437,11 +437,12 @@ def stats(
 ) -> pl.DataFrame:
     """WMO's `rollout_stats`, one row per batch in run/step order (rates as fractions; the
     columns are exactly the `rollout_stats` view's). `batch` is a glob ('*' crosses '/').
-    Warns `UnfinishedJobWarning` when a batch comes from a harbor job that has not finished."""
+    Warns `UnfinishedJobWarning` when a batch comes from a harbor job that has not finished,
+    `ShortJobWarning` when from a finished one holding fewer trials than it plans."""
     from wmo_lake.stats import STATS_QUERY
 
     params = {"batch_glob": batch, "run": run}
-    return _query(lake, STATS_QUERY, params, settings, batch, run, unfinished=True)
+    return _query(lake, STATS_QUERY, params, settings, batch, run, incomplete_jobs=True)
 
 
 @_speaking_python

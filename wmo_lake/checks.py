@@ -55,33 +55,54 @@ class UnfinishedJobWarning(LakeWarning):
     trials written so far (upstream's scorer refuses such a job: 'harbor job did not finish')."""
 
 
-# The job dirs of the batches in scope that have a job harbor has not finished: its result.json
+class ShortJobWarning(LakeWarning):
+    """A batch in scope comes from a finished harbor job holding fewer trials than it plans: its
+    figures are of a part of the step (upstream's scorer refuses it: 'harbor returned N trials;
+    expected M')."""
+
+
+# The job dirs of the batches in scope, each with whether harbor has finished it: its result.json
 # written (harbor writes it when the job starts) with no finished_at yet, or unreadable (harbor
-# rewrites it in place as trials end, and a kill can cut it off). Every job dir of such a batch
-# comes with it: which of them are still on disk tells a job dir that moved (`unfinished_jobs`).
-# job_key holds the resolved path (`job:` + it), which a command can name from anywhere.
-UNFINISHED_JOBS_QUERY = f"""
-WITH flagged AS (
-    SELECT
-        batch,
-        substr(job_key, 5) AS job_dir,
-        (result_status = 'ok' AND finished_at IS NULL) OR result_status = 'unreadable'
-            AS unfinished,
-        result_status = 'unreadable' AS unreadable,
-        n_total_trials
-    FROM jobs
-    WHERE {scope_sql()}
-      AND ($batches IS NULL OR list_contains(CAST($batches AS VARCHAR[]), batch))
-)
-SELECT batch, job_dir, unfinished, unreadable, n_total_trials
-FROM flagged
-WHERE batch IN (SELECT batch FROM flagged WHERE unfinished)
+# rewrites it in place as trials end, and a kill can cut it off), is a job not finished. Which of
+# a batch's dirs are still on disk tells a job dir that moved (`counted_jobs`). job_key holds the
+# resolved path (`job:` + it), which a command can name from anywhere.
+JOB_ROWS_QUERY = f"""
+SELECT
+    batch,
+    substr(job_key, 5) AS job_dir,
+    (result_status = 'ok' AND finished_at IS NULL) OR result_status = 'unreadable'
+        AS unfinished,
+    result_status = 'unreadable' AS unreadable,
+    n_total_trials
+FROM jobs
+WHERE {scope_sql()}
+  AND ($batches IS NULL OR list_contains(CAST($batches AS VARCHAR[]), batch))
 ORDER BY batch, job_dir
 """
 
 
-class _JobRow(NamedTuple):
-    """One job dir of UNFINISHED_JOBS_QUERY."""
+# The trials the lake holds of each batch in scope, an unreadable trial dir counted as one.
+HELD_TRIALS_QUERY = f"""
+WITH scoped AS (
+    SELECT DISTINCT batch
+    FROM jobs
+    WHERE {scope_sql()}
+      AND ($batches IS NULL OR list_contains(CAST($batches AS VARCHAR[]), batch))
+),
+held AS (
+    SELECT batch FROM trials WHERE batch IN (SELECT batch FROM scoped)
+    UNION ALL
+    SELECT batch FROM problems
+    WHERE kind = 'unreadable_trial' AND batch IN (SELECT batch FROM scoped)
+)
+SELECT batch, count(*) AS held
+FROM held
+GROUP BY batch
+"""
+
+
+class JobRow(NamedTuple):
+    """One job dir of JOB_ROWS_QUERY."""
 
     job_dir: str  # resolved
     unfinished: bool
@@ -211,6 +232,30 @@ def warn_on_unused_reward_key(
         _warn(found[0], found[1], rewrite)
 
 
+def job_rows(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    batch_glob: str | None = None,
+    run: str | None = None,
+    batches: Sequence[str] | None = None,
+) -> dict[str, list[JobRow]]:
+    """The job dirs of the batches in scope, by batch."""
+    params = {"batch_glob": batch_glob, "run": run, "batches": batches}
+    by_batch: dict[str, list[JobRow]] = {}
+    for batch, *job in con.execute(JOB_ROWS_QUERY, params).fetchall():
+        by_batch.setdefault(batch, []).append(JobRow(*job))
+    return by_batch
+
+
+def counted_jobs(jobs: list[JobRow]) -> list[JobRow]:
+    """A batch's job dirs less the rows of dirs that moved: a job dir gone from disk beside
+    another job dir of its batch still there (`ingest --prune` drops it; the pooled-batch note
+    names it) is neither a job nor its trials. On a machine where none of a batch's dirs exist
+    (a lake copied away), every row counts."""
+    on_disk = [os.path.isdir(job.job_dir) for job in jobs]
+    return [job for job, here in zip(jobs, on_disk, strict=True) if here or not any(on_disk)]
+
+
 def unfinished_jobs(
     con: duckdb.DuckDBPyConnection,
     *,
@@ -218,19 +263,17 @@ def unfinished_jobs(
     run: str | None = None,
     batches: Sequence[str] | None = None,
 ) -> list[UnfinishedBatch]:
-    """The batches in scope with a job harbor has not finished: still running, or stopped.
-    A job dir gone from disk beside another job dir of its batch still there is the row of a dir
-    that moved (`ingest --prune` drops it; the pooled-batch note names it), neither unfinished
-    nor planning trials. On a machine where none of a batch's dirs exist (a lake copied away),
-    every row counts."""
-    params = {"batch_glob": batch_glob, "run": run, "batches": batches}
-    by_batch: dict[str, list[_JobRow]] = {}
-    for batch, *job in con.execute(UNFINISHED_JOBS_QUERY, params).fetchall():
-        by_batch.setdefault(batch, []).append(_JobRow(*job))
+    """The batches in scope with a job harbor has not finished: still running, or stopped."""
+    return unfinished_batches(job_rows(con, batch_glob=batch_glob, run=run, batches=batches))
+
+
+def unfinished_batches(by_batch: dict[str, list[JobRow]]) -> list[UnfinishedBatch]:
+    """`unfinished_jobs` of the rows `job_rows` gave."""
     found = []
-    for batch, jobs in by_batch.items():
-        on_disk = [os.path.isdir(job.job_dir) for job in jobs]
-        counted = [job for job, here in zip(jobs, on_disk, strict=True) if here or not any(on_disk)]
+    for batch, rows in by_batch.items():
+        if not any(job.unfinished for job in rows):  # (no disk look for a finished batch)
+            continue
+        counted = counted_jobs(rows)
         unfinished = [job for job in counted if job.unfinished]
         if not unfinished:
             continue
@@ -245,6 +288,26 @@ def unfinished_jobs(
             )
         )
     return found
+
+
+def batches_short_of_plan(
+    by_batch: dict[str, list[JobRow]], held: dict[str, int]
+) -> dict[str, tuple[int, list[str]]]:
+    """The batches whose harbor jobs all finished while planning more trials than the lake holds
+    of them (`held`: trials plus unreadable trial dirs, by batch; none held is an empty batch),
+    with what they plan and their job dirs: trial dirs removed after the run. Upstream's scorer
+    refuses such a job ('harbor returned N trials; expected M')."""
+    short = {}
+    for batch, rows in by_batch.items():
+        if not held.get(batch) or sum(job.planned or 0 for job in rows) <= held[batch]:
+            continue  # (no disk look for a whole batch; an empty one has a note of its own)
+        counted = counted_jobs(rows)
+        if any(job.unfinished or job.planned is None for job in counted):
+            continue  # (an unfinished job has a note of its own)
+        planned = sum(job.planned or 0 for job in counted)
+        if planned > held[batch]:
+            short[batch] = (planned, [job.job_dir for job in counted])
+    return short
 
 
 def unfinished_job_warning(
@@ -264,12 +327,10 @@ def unfinished_job_text(unfinished: Sequence[str]) -> str | None:
     """The warning's text for these batches (`unfinished_jobs`), or None when there is none."""
     if not unfinished:
         return None
-    named = ", ".join(unfinished[:3])
-    if len(unfinished) > 3:
-        named += f" and {len(unfinished) - 3} more"
     return (
         f"{len(unfinished)} batch(es) in scope come from a harbor job that has not finished "
-        f"(its result.json records no finished_at, or was cut off): {named}; what the lake "
+        f"(its result.json records no finished_at, or was cut off): {_named(unfinished)}; what "
+        "the lake "
         "holds of them is the trials written so far, a part of the step (upstream's scorer "
         "refuses such a job). Finish or resume the job (`harbor job resume -p JOB_DIR`) and "
         "ingest it again; the notes of the wmo-lake stats command name each job dir and the "
@@ -277,7 +338,59 @@ def unfinished_job_text(unfinished: Sequence[str]) -> str | None:
     )
 
 
-def warn_on_unfinished_jobs(
+def short_jobs(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    batch_glob: str | None = None,
+    run: str | None = None,
+    batches: Sequence[str] | None = None,
+) -> list[str]:
+    """The batches in scope whose finished harbor jobs hold fewer trials than they plan
+    (`batches_short_of_plan`)."""
+    params = {"batch_glob": batch_glob, "run": run, "batches": batches}
+    held = dict(con.execute(HELD_TRIALS_QUERY, params).fetchall())
+    rows = job_rows(con, batch_glob=batch_glob, run=run, batches=batches)
+    return list(batches_short_of_plan(rows, held))
+
+
+def short_job_text(short: Sequence[str]) -> str | None:
+    """The warning's text for these batches (`batches_short_of_plan`), or None."""
+    if not short:
+        return None
+    return (
+        f"{len(short)} batch(es) in scope come from a finished harbor job holding fewer trials "
+        f"than it plans: {_named(short)}; their figures are of a part of the step (upstream's "
+        "scorer refuses such a job). Resume the job to run the missing trials again "
+        "(`harbor job resume -p JOB_DIR`) and ingest it again; the notes of the wmo-lake stats "
+        "command name each job dir and the trials it plans"
+    )
+
+
+def _named(batches: Sequence[str]) -> str:
+    """The first three batches, and how many more."""
+    named = ", ".join(batches[:3])
+    return named + (f" and {len(batches) - 3} more" if len(batches) > 3 else "")
+
+
+def incomplete_job_warnings(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    batch_glob: str | None = None,
+    run: str | None = None,
+    batches: Sequence[str] | None = None,
+) -> list[tuple[str, type[LakeWarning]]]:
+    """What a command says of batches in scope that are a part of their step: a harbor job not
+    finished (`unfinished_job_warning`), a finished one short of its trials (`short_jobs`)."""
+    unfinished = unfinished_job_warning(con, batch_glob=batch_glob, run=run, batches=batches)
+    short = short_job_text(short_jobs(con, batch_glob=batch_glob, run=run, batches=batches))
+    return [
+        (text, category)
+        for text, category in ((unfinished, UnfinishedJobWarning), (short, ShortJobWarning))
+        if text is not None
+    ]
+
+
+def warn_on_incomplete_jobs(
     con: duckdb.DuckDBPyConnection,
     *,
     batch_glob: str | None = None,
@@ -285,11 +398,11 @@ def warn_on_unfinished_jobs(
     batches: Sequence[str] | None = None,
     rewrite: Callable[[str], str] | None = None,
 ) -> None:
-    """An `UnfinishedJobWarning` (`unfinished_job_warning`), pointing at the first caller outside
-    this package."""
-    message = unfinished_job_warning(con, batch_glob=batch_glob, run=run, batches=batches)
-    if message is not None:
-        _warn(message, UnfinishedJobWarning, rewrite)
+    """An `UnfinishedJobWarning` and a `ShortJobWarning` (`incomplete_job_warnings`), pointing at
+    the first caller outside this package."""
+    found = incomplete_job_warnings(con, batch_glob=batch_glob, run=run, batches=batches)
+    for message, category in found:
+        _warn(message, category, rewrite)
 
 
 def scope_warning(

@@ -26,7 +26,7 @@ from typing import Any
 
 import duckdb
 
-from wmo_lake.checks import warn_on_unfinished_jobs, warn_on_unused_reward_key
+from wmo_lake.checks import warn_on_incomplete_jobs, warn_on_unused_reward_key
 from wmo_lake.lake import connect
 from wmo_lake.output import rows_as_dicts
 from wmo_lake.report.data import (
@@ -191,7 +191,7 @@ def compare(
         a, b = resolve(con, a_text), resolve(con, b_text)
         compared = [batch["batch"] for side in (a, b) for batch in side.batches]
         warn_on_unused_reward_key(con, batches=compared)
-        warn_on_unfinished_jobs(con, batches=compared)
+        warn_on_incomplete_jobs(con, batches=compared)
     finally:
         con.close()
     metrics = []

@@ -20,9 +20,12 @@ import duckdb
 from wmo_lake.background import Background
 from wmo_lake.checks import (
     UnfinishedBatch,
+    batches_short_of_plan,
+    job_rows,
     reward_key_warning,
+    short_job_text,
+    unfinished_batches,
     unfinished_job_text,
-    unfinished_jobs,
 )
 from wmo_lake.lake import connect
 from wmo_lake.output import rows_as_dicts
@@ -108,10 +111,13 @@ class StatsReport:
     # the batches shown whose harbor job has not finished: the table's notes say it; where no
     # note is printed (--json, --by task), `unfinished_warning` does
     unfinished: list[str] = field(default_factory=list)
+    short: list[str] = field(default_factory=list)  # and finished jobs short of their trials
 
     @property
-    def unfinished_warning(self) -> str | None:
-        return unfinished_job_text(self.unfinished)
+    def job_warnings(self) -> list[str]:
+        """What the notes say of unfinished and short jobs, as warnings."""
+        texts = (unfinished_job_text(self.unfinished), short_job_text(self.short))
+        return [text for text in texts if text is not None]
 
 
 def query_stats(
@@ -146,7 +152,7 @@ def collect_stats(
         notes = Background(
             lambda: (
                 [beside.sql(q).fetchall() for q in queries],
-                unfinished_jobs(beside, batch_glob=batch_glob, run=run),
+                job_rows(beside, batch_glob=batch_glob, run=run),
             ),
             "wmo-lake-stats-notes",
         )
@@ -155,7 +161,7 @@ def collect_stats(
             rows = limit_rows(selected, last=last)
         finally:
             try:
-                (infra_rows, caps_rows, shared_rows), unfinished = notes.wait()
+                (infra_rows, caps_rows, shared_rows), jobs = notes.wait()
             finally:
                 beside.close()
         caps: dict[str, tuple[int, int]] = {}
@@ -174,13 +180,17 @@ def collect_stats(
             infra_failed={row[0]: InfraFailed(*row[1:]) for row in infra_rows},
             shared_labels=dict(shared_rows),
             named_unknown=named_unknown,
-            unfinished_jobs={found.batch: found for found in unfinished},
+            unfinished_jobs={found.batch: found for found in unfinished_batches(jobs)},
+            short_of_plan=batches_short_of_plan(
+                jobs, {row["batch"]: row["trials"] + row["unreadable_trials"] for row in rows}
+            ),
             reward_key=reward_key,
         )
         report = StatsReport(rows, notes_for(rows, facts))
         report.warnings = [] if warning is None else [warning]
         report.cut = cut_steps(selected, rows)
         report.unfinished = [row["batch"] for row in rows if row["batch"] in facts.unfinished_jobs]
+        report.short = [row["batch"] for row in rows if row["batch"] in facts.short_of_plan]
         return report
     finally:
         con.close()
@@ -214,6 +224,8 @@ class BatchFacts:
     # trials whose stop reason is 'unknown' itself (a loss, where no reason at all is none)
     named_unknown: dict[str, int] = field(default_factory=dict)
     unfinished_jobs: dict[str, UnfinishedBatch] = field(default_factory=dict)
+    # finished jobs planning more trials than the lake holds: (planned, job dirs)
+    short_of_plan: dict[str, tuple[int, list[str]]] = field(default_factory=dict)
     reward_key: str = field(default_factory=lambda: str(SETTINGS["reward_key"].default))
 
 
@@ -242,7 +254,7 @@ def _unfinished_note(batch: str, trials: int, unreadable: int, jobs: UnfinishedB
     lake reads what is there and says so. An unreadable trial dir is one of the job's trials.
     The resume command stays out of parentheses: the short notes drop a parenthesis holding a
     digit, and a note with a command holding one is never collapsed (stats_views)."""
-    held = f"{trials:,} trial(s)" + (f" and {unreadable:,} unreadable dir(s)" if unreadable else "")
+    held = _held(trials, unreadable)
     of_planned = f" of the {jobs.planned:,} it plans" if jobs.planned is not None else ""
     state = (
         "records no finished_at, or could not be read"
@@ -261,6 +273,25 @@ def _unfinished_note(batch: str, trials: int, unreadable: int, jobs: UnfinishedB
         "figures are of the trials written so far. Finish or resume it, then ingest it again: "
         f"`harbor job resume -p {first}`{more}, or the same `wmo-lake collect` command"
     )
+
+
+def _short_note(batch: str, trials: int, unreadable: int, planned: int, job_dirs: list[str]) -> str:
+    """Upstream's scorer refuses a finished job with fewer trials than it planned ('harbor
+    returned N trials; expected M'); harbor's resume runs the missing trials again."""
+    held = _held(trials, unreadable)
+    more = f" (and {len(job_dirs) - 1} more job dir(s) of it)" if len(job_dirs) > 1 else ""
+    return (
+        f"{batch}: its harbor job finished, but the lake holds {held} of the {planned:,} trials "
+        f"it plans: {planned - trials - unreadable:,} trial dir(s) were removed after the run, or "
+        "are held by a dir ingested later. Upstream's scorer refuses such a step, so these "
+        "figures are of a part of it. To run the missing trials again, resume the job and "
+        f"ingest it again: `harbor job resume -p {shlex.quote(job_dirs[0])}`{more}, or the same "
+        "`wmo-lake collect` command"
+    )
+
+
+def _held(trials: int, unreadable: int) -> str:
+    return f"{trials:,} trial(s)" + (f" and {unreadable:,} unreadable dir(s)" if unreadable else "")
 
 
 def notes_for(rows: list[dict[str, Any]], facts: BatchFacts | None = None) -> list[str]:
@@ -288,6 +319,9 @@ def notes_for(rows: list[dict[str, Any]], facts: BatchFacts | None = None) -> li
         if batch in facts.unfinished_jobs:
             jobs = facts.unfinished_jobs[batch]
             notes.append(_unfinished_note(batch, trials, row["unreadable_trials"], jobs))
+        if batch in facts.short_of_plan:
+            planned, job_dirs = facts.short_of_plan[batch]
+            notes.append(_short_note(batch, trials, row["unreadable_trials"], planned, job_dirs))
         failed = facts.infra_failed.get(batch) if row["infra_failed_trials"] else None
         if failed is not None and failed.invalid:
             notes.append(

@@ -51,13 +51,14 @@ def _reward_key_check(
     comes from a harbor job that has not finished; under --strict exit 1 before writing."""
 
     def check(con: duckdb.DuckDBPyConnection, batches: list[str] | None = None) -> None:
-        from wmo_lake.checks import scope_warning, unfinished_job_warning
+        from wmo_lake.checks import incomplete_job_warnings, scope_warning
 
         found = scope_warning(
             con, batch_glob=batch_glob, run=run, batches=batches, invalid_rewards=True
         )
-        unfinished = unfinished_job_warning(con, batch_glob=batch_glob, run=run, batches=batches)
-        said = ([found[0]] if found else []) + ([unfinished] if unfinished else [])
+        found_jobs = incomplete_job_warnings(con, batch_glob=batch_glob, run=run, batches=batches)
+        incomplete = [text for text, _ in found_jobs]
+        said = ([found[0]] if found else []) + incomplete
         for message in said:
             click.echo(f"warning: {message}", err=True)
         if said and strict:

@@ -40,7 +40,8 @@ from wmo_lake.terminal import printable, terminal_width
     "--strict",
     is_flag=True,
     help="Exit 1 after printing when a warning was given (a reward key no trial has) or a "
-    "batch shown comes from a harbor job that has not finished.",
+    "batch shown comes from a harbor job that has not finished or holds fewer trials than it "
+    "plans.",
 )
 @click.option(
     "--by",
@@ -89,8 +90,9 @@ def stats(
     notes, one line per kind (--notes full: one per batch), then one sparkline per metric across
     the steps of each run (a gap for a null measurement). --by task prints each run's task x
     step pass rate (passed / executed trials), tasks ordered by trend, as the report's heatmap.
-    A step whose harbor job has not finished (figures of the trials written so far) is a note,
-    or a warning on stderr where no notes are printed (--json, --by task).
+    A step whose harbor job has not finished (figures of the trials written so far), or holds
+    fewer trials than it plans, is a note, or a warning on stderr where no notes are printed
+    (--json, --by task).
 
     The same numbers in SQL: SELECT * FROM rollout_stats. The options are DuckDB variables, so
     any DuckDB client sets them in plain SQL before querying:
@@ -135,8 +137,8 @@ def stats(
         fail_if_damaged(lake)
         fail(f"stats query failed: {error}")
     warnings = list(report.warnings)
-    if (as_json or by == "task") and report.unfinished_warning is not None:
-        warnings.append(report.unfinished_warning)  # (the table's notes say it)
+    if as_json or by == "task":
+        warnings += report.job_warnings  # (the table's notes say them)
     for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
     if by == "task" and details is not None:
@@ -150,7 +152,7 @@ def stats(
         click.echo("")
         for line in report.cut:
             click.echo(f"note: {line}")
-    if strict and (report.warnings or report.unfinished):
+    if strict and (report.warnings or report.job_warnings):
         sys.exit(1)
 
 

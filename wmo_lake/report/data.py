@@ -22,7 +22,12 @@ from typing import Any
 import duckdb
 
 from wmo_lake import __version__
-from wmo_lake.checks import unfinished_jobs, warn_on_unfinished_jobs, warn_on_unused_reward_key
+from wmo_lake.checks import (
+    short_jobs,
+    unfinished_jobs,
+    warn_on_incomplete_jobs,
+    warn_on_unused_reward_key,
+)
 from wmo_lake.lake import connect
 from wmo_lake.output import rows_as_dicts
 from wmo_lake.selection import NO_RUN
@@ -270,6 +275,7 @@ class ReportData:
     selection: dict[str, Any]
     # the selected batches whose harbor job has not finished
     unfinished: list[str] = field(default_factory=list)
+    short: list[str] = field(default_factory=list)  # finished jobs short of their trials
     generated_at: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat())
     version: str = __version__
 
@@ -456,7 +462,7 @@ def collect_report(
         con.execute("SET enable_progress_bar = false")  # the command prints one summary line
         data = _collect(con, str(lake), settings, runs or None, batch_glob)
         warn_on_unused_reward_key(con, batches=[row["batch"] for row in data.batches])
-        warn_on_unfinished_jobs(con, batches=data.unfinished)
+        warn_on_incomplete_jobs(con, batches=data.unfinished + data.short)
         return data
     finally:
         con.close()
@@ -532,6 +538,7 @@ def _collect(
         datum_caps=datum_caps,
         selection={"runs": runs, "batch_glob": batch_glob},
         unfinished=[found.batch for found in unfinished_jobs(con, batches=batches)],
+        short=short_jobs(con, batches=batches),
     )
 
 

@@ -430,21 +430,32 @@ def datum_figures(data: ReportData) -> list[dict[str, Any]]:
     return figures
 
 
-def _unfinished_warning(data: ReportData) -> str:
-    """A line over the charts when a selected batch's harbor job has not finished: its points
-    are of the trials written so far (upstream's scorer refuses such a job)."""
-    batches = data.unfinished
-    if not batches:
-        return ""
-    shown = ", ".join(batches[:10]) + (
-        f" and {len(batches) - 10} more" if len(batches) > 10 else ""
-    )
-    return (
-        f"<p class='warn'>{len(batches)} batch(es) come from a harbor job that has not finished "
-        "(its result.json records no finished_at, or was cut off), so their points are of the "
-        f"trials written so far: {html.escape(shown)}. Finish or resume the job and ingest it "
-        "again.</p>"
-    )
+def _incomplete_job_warnings(data: ReportData) -> str:
+    """A line over the charts when a selected batch's harbor job has not finished, and one when
+    a finished job holds fewer trials than it plans: their points are of a part of the step
+    (upstream's scorer refuses such a job)."""
+    lines = []
+    if data.unfinished:
+        lines.append(
+            f"<p class='warn'>{len(data.unfinished)} batch(es) come from a harbor job that has "
+            "not finished (its result.json records no finished_at, or was cut off), so their "
+            f"points are of the trials written so far: {_shown(data.unfinished)}. Finish or "
+            "resume the job and ingest it again.</p>"
+        )
+    if data.short:
+        lines.append(
+            f"<p class='warn'>{len(data.short)} batch(es) come from a finished harbor job that "
+            "holds fewer trials than it plans (trial dirs removed after the run), so their "
+            f"points are of a part of the step: {_shown(data.short)}. Resume the job to run the "
+            "missing trials again and ingest it again.</p>"
+        )
+    return "".join(lines)
+
+
+def _shown(batches: list[str]) -> str:
+    """The first ten batches, and how many more, escaped."""
+    more = f" and {len(batches) - 10} more" if len(batches) > 10 else ""
+    return html.escape(", ".join(batches[:10]) + more)
 
 
 def problem_figures(data: ReportData) -> list[dict[str, Any]]:
@@ -743,7 +754,7 @@ def render_html(data: ReportData, js: str | None = None) -> str:
 <div class="sub">lake {html.escape(data.lake)} · {len(data.batches)} batches · {n_trials} trials ·
 runs: {html.escape(runs)} · selection: {html.escape(selection)} · {html.escape(x_note)} ·
 generated {html.escape(data.generated_at)} by wmo-lake {html.escape(data.version)}</div>
-{_unfinished_warning(data)}<h2>Per-step metrics (rollout_stats)</h2>
+{_incomplete_job_warnings(data)}<h2>Per-step metrics (rollout_stats)</h2>
 <p class="sub">A gap is a null measurement (an empty denominator: no executed, graded or
 stop-reasoned trial), never a 0.</p>
 <div class="grid">{_charts(figures, "metrics")}</div>
