@@ -219,7 +219,7 @@ def _sink_root(pair: Any) -> tuple[str, str]:
     return str(old), str(new)
 
 
-def _warn_on_unused_reward_key(
+def _warn_on_scope(
     con: duckdb.DuckDBPyConnection,
     batch: str | None = None,
     run: str | None = None,
@@ -229,8 +229,10 @@ def _warn_on_unused_reward_key(
 ) -> None:
     """The shared reward-key check over the selection (`batch`, `run`, `batches`), told in
     Python; `exporting`: also the rewards that are no measurement (exported as 0.0 stand-ins,
-    where WMO's scorer refuses their batch), and batches of a harbor job not finished."""
-    from wmo_lake.checks import warn_on_incomplete_jobs, warn_on_unused_reward_key
+    where WMO's scorer refuses their batch), and batches that are a part of their step (a harbor
+    job not finished, or finished short of its trials)."""
+    from wmo_lake.checks import warn_on_unused_reward_key
+    from wmo_lake.incomplete_jobs import warn_on_incomplete_jobs
 
     warn_on_unused_reward_key(
         con,
@@ -261,12 +263,12 @@ def _open(
 ) -> duckdb.DuckDBPyConnection:
     """`incomplete_jobs`: also warn of batches in scope whose harbor job has not finished, or
     finished short of its trials (a query of per-batch figures, then of a part of the step)."""
-    from wmo_lake.checks import warn_on_incomplete_jobs
+    from wmo_lake.incomplete_jobs import warn_on_incomplete_jobs
     from wmo_lake.lake import connect as open_lake
 
     con = open_lake(lake, _settings(settings), check=False, rewrite=_in_python_terms)
     try:
-        _warn_on_unused_reward_key(con, batch, run)
+        _warn_on_scope(con, batch, run)
         if incomplete_jobs:
             warn_on_incomplete_jobs(con, batch_glob=batch, run=run, rewrite=_in_python_terms)
     except BaseException:  # (warnings turned into errors)
@@ -558,9 +560,7 @@ def _export_options(
         "batch_glob": batch,
         "run": run,
         "settings": _settings(settings),
-        "check": functools.partial(
-            _warn_on_unused_reward_key, batch=batch, run=run, exporting=True
-        ),
+        "check": functools.partial(_warn_on_scope, batch=batch, run=run, exporting=True),
     }
 
 

@@ -19,8 +19,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from wmo_lake.selection import scope_sql
 
@@ -56,69 +55,9 @@ class UnfinishedJobWarning(LakeWarning):
 
 
 class ShortJobWarning(LakeWarning):
-    """A batch in scope comes from a finished harbor job holding fewer trials than it plans: its
-    figures are of a part of the step (upstream's scorer refuses it: 'harbor returned N trials;
-    expected M')."""
-
-
-# The job dirs of the batches in scope, each with whether harbor has finished it: its result.json
-# written (harbor writes it when the job starts) with no finished_at yet, or unreadable (harbor
-# rewrites it in place as trials end, and a kill can cut it off), is a job not finished. Which of
-# a batch's dirs are still on disk tells a job dir that moved (`counted_jobs`). job_key holds the
-# resolved path (`job:` + it), which a command can name from anywhere.
-JOB_ROWS_QUERY = f"""
-SELECT
-    batch,
-    substr(job_key, 5) AS job_dir,
-    (result_status = 'ok' AND finished_at IS NULL) OR result_status = 'unreadable'
-        AS unfinished,
-    result_status = 'unreadable' AS unreadable,
-    n_total_trials
-FROM jobs
-WHERE {scope_sql()}
-  AND ($batches IS NULL OR list_contains(CAST($batches AS VARCHAR[]), batch))
-ORDER BY batch, job_dir
-"""
-
-
-# The trials the lake holds of each batch in scope, an unreadable trial dir counted as one.
-HELD_TRIALS_QUERY = f"""
-WITH scoped AS (
-    SELECT DISTINCT batch
-    FROM jobs
-    WHERE {scope_sql()}
-      AND ($batches IS NULL OR list_contains(CAST($batches AS VARCHAR[]), batch))
-),
-held AS (
-    SELECT batch FROM trials WHERE batch IN (SELECT batch FROM scoped)
-    UNION ALL
-    SELECT batch FROM problems
-    WHERE kind = 'unreadable_trial' AND batch IN (SELECT batch FROM scoped)
-)
-SELECT batch, count(*) AS held
-FROM held
-GROUP BY batch
-"""
-
-
-class JobRow(NamedTuple):
-    """One job dir of JOB_ROWS_QUERY."""
-
-    job_dir: str  # resolved
-    unfinished: bool
-    unreadable: bool
-    planned: int | None
-
-
-@dataclass(frozen=True)
-class UnfinishedBatch:
-    """A batch with a job harbor has not finished (`unfinished_jobs`)."""
-
-    batch: str
-    job_dirs: list[str]  # the unfinished ones, resolved
-    unreadable: bool  # one's result.json could not be read (cut off by a kill mid-write)
-    open: bool  # one's result.json records no finished_at
-    planned: int | None  # the trials the batch's job dirs plan; None when one does not say
+    """A batch in scope comes from a finished harbor job the lake holds fewer trials of than it
+    plans: its figures are of a part of the step (upstream's scorer would not score it as it
+    is: scoring it again resumes the job, which runs the missing trials)."""
 
 
 # partitions a StaleRulesWarning names before it says how many more there are
@@ -229,180 +168,7 @@ def warn_on_unused_reward_key(
         con, batch_glob=batch_glob, run=run, batches=batches, invalid_rewards=invalid_rewards
     )
     if found is not None:
-        _warn(found[0], found[1], rewrite)
-
-
-def job_rows(
-    con: duckdb.DuckDBPyConnection,
-    *,
-    batch_glob: str | None = None,
-    run: str | None = None,
-    batches: Sequence[str] | None = None,
-) -> dict[str, list[JobRow]]:
-    """The job dirs of the batches in scope, by batch."""
-    params = {"batch_glob": batch_glob, "run": run, "batches": batches}
-    by_batch: dict[str, list[JobRow]] = {}
-    for batch, *job in con.execute(JOB_ROWS_QUERY, params).fetchall():
-        by_batch.setdefault(batch, []).append(JobRow(*job))
-    return by_batch
-
-
-def counted_jobs(jobs: list[JobRow]) -> list[JobRow]:
-    """A batch's job dirs less the rows of dirs that moved: a job dir gone from disk beside
-    another job dir of its batch still there (`ingest --prune` drops it; the pooled-batch note
-    names it) is neither a job nor its trials. On a machine where none of a batch's dirs exist
-    (a lake copied away), every row counts."""
-    on_disk = [os.path.isdir(job.job_dir) for job in jobs]
-    return [job for job, here in zip(jobs, on_disk, strict=True) if here or not any(on_disk)]
-
-
-def unfinished_jobs(
-    con: duckdb.DuckDBPyConnection,
-    *,
-    batch_glob: str | None = None,
-    run: str | None = None,
-    batches: Sequence[str] | None = None,
-) -> list[UnfinishedBatch]:
-    """The batches in scope with a job harbor has not finished: still running, or stopped."""
-    return unfinished_batches(job_rows(con, batch_glob=batch_glob, run=run, batches=batches))
-
-
-def unfinished_batches(by_batch: dict[str, list[JobRow]]) -> list[UnfinishedBatch]:
-    """`unfinished_jobs` of the rows `job_rows` gave."""
-    found = []
-    for batch, rows in by_batch.items():
-        if not any(job.unfinished for job in rows):  # (no disk look for a finished batch)
-            continue
-        counted = counted_jobs(rows)
-        unfinished = [job for job in counted if job.unfinished]
-        if not unfinished:
-            continue
-        plans = [job.planned for job in counted]
-        found.append(
-            UnfinishedBatch(
-                batch,
-                job_dirs=[job.job_dir for job in unfinished],
-                unreadable=any(job.unreadable for job in unfinished),
-                open=any(not job.unreadable for job in unfinished),
-                planned=None if None in plans else sum(p for p in plans if p is not None),
-            )
-        )
-    return found
-
-
-def batches_short_of_plan(
-    by_batch: dict[str, list[JobRow]], held: dict[str, int]
-) -> dict[str, tuple[int, list[str]]]:
-    """The batches whose harbor jobs all finished while planning more trials than the lake holds
-    of them (`held`: trials plus unreadable trial dirs, by batch; none held is an empty batch),
-    with what they plan and their job dirs: trial dirs removed after the run. Upstream's scorer
-    refuses such a job ('harbor returned N trials; expected M')."""
-    short = {}
-    for batch, rows in by_batch.items():
-        if not held.get(batch) or sum(job.planned or 0 for job in rows) <= held[batch]:
-            continue  # (no disk look for a whole batch; an empty one has a note of its own)
-        counted = counted_jobs(rows)
-        if any(job.unfinished or job.planned is None for job in counted):
-            continue  # (an unfinished job has a note of its own)
-        planned = sum(job.planned or 0 for job in counted)
-        if planned > held[batch]:
-            short[batch] = (planned, [job.job_dir for job in counted])
-    return short
-
-
-def unfinished_job_warning(
-    con: duckdb.DuckDBPyConnection,
-    *,
-    batch_glob: str | None = None,
-    run: str | None = None,
-    batches: Sequence[str] | None = None,
-) -> str | None:
-    """What a command says when batches in scope come from a harbor job that has not finished,
-    or None when none does."""
-    found = unfinished_jobs(con, batch_glob=batch_glob, run=run, batches=batches)
-    return unfinished_job_text([batch.batch for batch in found])
-
-
-def unfinished_job_text(unfinished: Sequence[str]) -> str | None:
-    """The warning's text for these batches (`unfinished_jobs`), or None when there is none."""
-    if not unfinished:
-        return None
-    return (
-        f"{len(unfinished)} batch(es) in scope come from a harbor job that has not finished "
-        f"(its result.json records no finished_at, or was cut off): {_named(unfinished)}; what "
-        "the lake "
-        "holds of them is the trials written so far, a part of the step (upstream's scorer "
-        "refuses such a job). Finish or resume the job (`harbor job resume -p JOB_DIR`) and "
-        "ingest it again; the notes of the wmo-lake stats command name each job dir and the "
-        "trials it plans"
-    )
-
-
-def short_jobs(
-    con: duckdb.DuckDBPyConnection,
-    *,
-    batch_glob: str | None = None,
-    run: str | None = None,
-    batches: Sequence[str] | None = None,
-) -> list[str]:
-    """The batches in scope whose finished harbor jobs hold fewer trials than they plan
-    (`batches_short_of_plan`)."""
-    params = {"batch_glob": batch_glob, "run": run, "batches": batches}
-    held = dict(con.execute(HELD_TRIALS_QUERY, params).fetchall())
-    rows = job_rows(con, batch_glob=batch_glob, run=run, batches=batches)
-    return list(batches_short_of_plan(rows, held))
-
-
-def short_job_text(short: Sequence[str]) -> str | None:
-    """The warning's text for these batches (`batches_short_of_plan`), or None."""
-    if not short:
-        return None
-    return (
-        f"{len(short)} batch(es) in scope come from a finished harbor job holding fewer trials "
-        f"than it plans: {_named(short)}; their figures are of a part of the step (upstream's "
-        "scorer refuses such a job). Resume the job to run the missing trials again "
-        "(`harbor job resume -p JOB_DIR`) and ingest it again; the notes of the wmo-lake stats "
-        "command name each job dir and the trials it plans"
-    )
-
-
-def _named(batches: Sequence[str]) -> str:
-    """The first three batches, and how many more."""
-    named = ", ".join(batches[:3])
-    return named + (f" and {len(batches) - 3} more" if len(batches) > 3 else "")
-
-
-def incomplete_job_warnings(
-    con: duckdb.DuckDBPyConnection,
-    *,
-    batch_glob: str | None = None,
-    run: str | None = None,
-    batches: Sequence[str] | None = None,
-) -> list[tuple[str, type[LakeWarning]]]:
-    """What a command says of batches in scope that are a part of their step: a harbor job not
-    finished (`unfinished_job_warning`), a finished one short of its trials (`short_jobs`)."""
-    unfinished = unfinished_job_warning(con, batch_glob=batch_glob, run=run, batches=batches)
-    short = short_job_text(short_jobs(con, batch_glob=batch_glob, run=run, batches=batches))
-    return [
-        (text, category)
-        for text, category in ((unfinished, UnfinishedJobWarning), (short, ShortJobWarning))
-        if text is not None
-    ]
-
-
-def warn_on_incomplete_jobs(
-    con: duckdb.DuckDBPyConnection,
-    *,
-    batch_glob: str | None = None,
-    run: str | None = None,
-    batches: Sequence[str] | None = None,
-    rewrite: Callable[[str], str] | None = None,
-) -> None:
-    """An `UnfinishedJobWarning` and a `ShortJobWarning` (`incomplete_job_warnings`), pointing at
-    the first caller outside this package."""
-    found = incomplete_job_warnings(con, batch_glob=batch_glob, run=run, batches=batches)
-    for message, category in found:
-        _warn(message, category, rewrite)
+        warn_from_caller(found[0], found[1], rewrite)
 
 
 def scope_warning(
@@ -426,7 +192,7 @@ def scope_warning(
     return None
 
 
-def _warn(
+def warn_from_caller(
     message: str, category: type[LakeWarning], rewrite: Callable[[str], str] | None = None
 ) -> None:
     """Warn `message` (in the caller's terms, by `rewrite`) pointing at the first caller outside
@@ -467,7 +233,7 @@ def warn_on_no_match(con: duckdb.DuckDBPyConnection, batch: str | None, run: str
     given = ", ".join(
         f"{name}={value!r}" for name, value in (("batch", batch), ("run", run)) if value is not None
     )
-    _warn(
+    warn_from_caller(
         f"no batch matches {given} (the result is empty); wl.stats(lake) lists them ('*' in a "
         "batch glob crosses '/')",
         NoMatchWarning,
@@ -515,7 +281,7 @@ def warn_on_stale_rules(
     `warn_on_unused_reward_key`."""
     message = stale_rules_warning(manifest, lake)
     if message is not None:
-        _warn(message, StaleRulesWarning, rewrite)
+        warn_from_caller(message, StaleRulesWarning, rewrite)
 
 
 __all__ = [

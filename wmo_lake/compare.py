@@ -26,7 +26,8 @@ from typing import Any
 
 import duckdb
 
-from wmo_lake.checks import warn_on_incomplete_jobs, warn_on_unused_reward_key
+from wmo_lake.checks import warn_on_unused_reward_key
+from wmo_lake.incomplete_jobs import warn_on_incomplete_jobs
 from wmo_lake.lake import connect
 from wmo_lake.output import rows_as_dicts
 from wmo_lake.report.data import (

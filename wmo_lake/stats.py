@@ -18,14 +18,14 @@ from typing import Any, TextIO
 import duckdb
 
 from wmo_lake.background import Background
-from wmo_lake.checks import (
+from wmo_lake.checks import reward_key_warning
+from wmo_lake.incomplete_jobs import (
+    ShortJob,
     UnfinishedBatch,
-    batches_short_of_plan,
     job_rows,
-    reward_key_warning,
-    short_job_text,
+    job_warnings,
+    short_jobs_of,
     unfinished_batches,
-    unfinished_job_text,
 )
 from wmo_lake.lake import connect
 from wmo_lake.output import rows_as_dicts
@@ -108,16 +108,15 @@ class StatsReport:
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # printed first; `--strict` exits 1
     cut: list[str] = field(default_factory=list)  # steps `last` kept only some batches of
-    # the batches shown whose harbor job has not finished: the table's notes say it; where no
-    # note is printed (--json, --by task), `unfinished_warning` does
+    # the batches shown whose harbor job has not finished, or finished short of its trials: the
+    # table's notes say it; where no note is printed (--json, --by task), `job_warnings` do
     unfinished: list[str] = field(default_factory=list)
-    short: list[str] = field(default_factory=list)  # and finished jobs short of their trials
+    short: list[str] = field(default_factory=list)
 
     @property
     def job_warnings(self) -> list[str]:
         """What the notes say of unfinished and short jobs, as warnings."""
-        texts = (unfinished_job_text(self.unfinished), short_job_text(self.short))
-        return [text for text in texts if text is not None]
+        return [text for text, _ in job_warnings(self.unfinished, self.short)]
 
 
 def query_stats(
@@ -175,22 +174,21 @@ def collect_stats(
         ):
             named_unknown = dict(con.execute(NAMED_UNKNOWN_QUERY).fetchall())
         ((reward_key,),) = con.execute("SELECT reward_key FROM settings").fetchall()
+        shown = {row["batch"] for row in rows}
         facts = BatchFacts(
             caps=caps,
             infra_failed={row[0]: InfraFailed(*row[1:]) for row in infra_rows},
             shared_labels=dict(shared_rows),
             named_unknown=named_unknown,
-            unfinished_jobs={found.batch: found for found in unfinished_batches(jobs)},
-            short_of_plan=batches_short_of_plan(
-                jobs, {row["batch"]: row["trials"] + row["unreadable_trials"] for row in rows}
-            ),
+            unfinished_jobs={found.batch: found for found in unfinished_batches(jobs, shown)},
+            short_jobs=short_jobs_of(jobs, shown),
             reward_key=reward_key,
         )
         report = StatsReport(rows, notes_for(rows, facts))
         report.warnings = [] if warning is None else [warning]
         report.cut = cut_steps(selected, rows)
         report.unfinished = [row["batch"] for row in rows if row["batch"] in facts.unfinished_jobs]
-        report.short = [row["batch"] for row in rows if row["batch"] in facts.short_of_plan]
+        report.short = [found.batch for found in facts.short_jobs]
         return report
     finally:
         con.close()
@@ -224,8 +222,7 @@ class BatchFacts:
     # trials whose stop reason is 'unknown' itself (a loss, where no reason at all is none)
     named_unknown: dict[str, int] = field(default_factory=dict)
     unfinished_jobs: dict[str, UnfinishedBatch] = field(default_factory=dict)
-    # finished jobs planning more trials than the lake holds: (planned, job dirs)
-    short_of_plan: dict[str, tuple[int, list[str]]] = field(default_factory=dict)
+    short_jobs: list[ShortJob] = field(default_factory=list)  # finished, short of their trials
     reward_key: str = field(default_factory=lambda: str(SETTINGS["reward_key"].default))
 
 
@@ -275,18 +272,36 @@ def _unfinished_note(batch: str, trials: int, unreadable: int, jobs: UnfinishedB
     )
 
 
-def _short_note(batch: str, trials: int, unreadable: int, planned: int, job_dirs: list[str]) -> str:
-    """Upstream's scorer refuses a finished job with fewer trials than it planned ('harbor
-    returned N trials; expected M'); harbor's resume runs the missing trials again."""
-    held = _held(trials, unreadable)
-    more = f" (and {len(job_dirs) - 1} more job dir(s) of it)" if len(job_dirs) > 1 else ""
+def _short_note(job: ShortJob) -> str:
+    """Upstream's scorer gives no figures for a finished job with fewer trials than it planned
+    ('harbor returned N trials; expected M'); scoring it again resumes the job, which runs the
+    missing trials. What is missing is told from the job dir on disk (`ShortJob`)."""
+    first = shlex.quote(job.job_dirs[0])
+    more = f" (and {len(job.job_dirs) - 1} more dir(s) of it)" if len(job.job_dirs) > 1 else ""
+    causes = []
+    if job.removed is None:
+        causes.append(
+            f"its job dir {first}{more} is not on this machine, so the lake cannot tell trial "
+            "dirs removed after the run from trials not ingested or held by another dir"
+        )
+    if job.removed:
+        causes.append(
+            f"{job.removed:,} trial dir(s) are gone from its job dir (removed after the run): "
+            f"to run them again, resume the job and ingest it again: `harbor job resume -p "
+            f"{first}`{more}, or the same `wmo-lake collect` command"
+        )
+    if job.not_counted:
+        causes.append(
+            f"{job.not_counted:,} trial dir(s) in its job dir are not counted in this batch: "
+            f"not ingested (`wmo-lake ingest {first}`), or trials another dir holds (the "
+            "ingest's summary counts those)"
+        )
     return (
-        f"{batch}: its harbor job finished, but the lake holds {held} of the {planned:,} trials "
-        f"it plans: {planned - trials - unreadable:,} trial dir(s) were removed after the run, or "
-        "are held by a dir ingested later. Upstream's scorer refuses such a step, so these "
-        "figures are of a part of it. To run the missing trials again, resume the job and "
-        f"ingest it again: `harbor job resume -p {shlex.quote(job_dirs[0])}`{more}, or the same "
-        "`wmo-lake collect` command"
+        f"{job.batch}: its harbor job finished, but the lake holds "
+        f"{_held(job.trials, job.unreadable)} of the {job.planned:,} trials it plans: "
+        + "; ".join(causes)
+        + ". Upstream's scorer would not score the step as it is (scoring it again resumes the "
+        "job), so these figures are of a part of it"
     )
 
 
@@ -297,7 +312,7 @@ def _held(trials: int, unreadable: int) -> str:
 def notes_for(rows: list[dict[str, Any]], facts: BatchFacts | None = None) -> list[str]:
     """WMO's `collect_rollouts` warnings, one short line per batch and condition, plus the
     lake's own: empty batches, batches pooled from several job dirs, rewards that are no
-    measurement, and jobs harbor has not finished."""
+    measurement, jobs harbor has not finished, and finished ones short of their trials."""
     facts = facts or BatchFacts()
     notes: list[str] = []
     for row in rows:
@@ -319,9 +334,7 @@ def notes_for(rows: list[dict[str, Any]], facts: BatchFacts | None = None) -> li
         if batch in facts.unfinished_jobs:
             jobs = facts.unfinished_jobs[batch]
             notes.append(_unfinished_note(batch, trials, row["unreadable_trials"], jobs))
-        if batch in facts.short_of_plan:
-            planned, job_dirs = facts.short_of_plan[batch]
-            notes.append(_short_note(batch, trials, row["unreadable_trials"], planned, job_dirs))
+        notes += [_short_note(job) for job in facts.short_jobs if job.batch == batch]
         failed = facts.infra_failed.get(batch) if row["infra_failed_trials"] else None
         if failed is not None and failed.invalid:
             notes.append(

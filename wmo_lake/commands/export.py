@@ -43,15 +43,17 @@ def _require_guard_choice(tasks: Path | None, no_split_guard: bool) -> None:
         fail(str(error), 2)
 
 
-def _reward_key_check(
+def _scope_check(
     settings: dict[str, Any], batch_glob: str | None, run: str | None, strict: bool
 ) -> Callable[[duckdb.DuckDBPyConnection], None]:
     """What the export runs on its connection before reading: warn when no trial in scope has
     the reward key, or some carry a reward that is no measurement, and when a batch in scope
-    comes from a harbor job that has not finished; under --strict exit 1 before writing."""
+    is a part of its step (a harbor job not finished, or finished short of its trials:
+    `incomplete_jobs`); under --strict exit 1 before writing."""
 
     def check(con: duckdb.DuckDBPyConnection, batches: list[str] | None = None) -> None:
-        from wmo_lake.checks import incomplete_job_warnings, scope_warning
+        from wmo_lake.checks import scope_warning
+        from wmo_lake.incomplete_jobs import incomplete_job_warnings
 
         found = scope_warning(
             con, batch_glob=batch_glob, run=run, batches=batches, invalid_rewards=True
@@ -98,7 +100,7 @@ def _run_export(
                 batch_glob=batch_glob,
                 run=run,
                 settings=settings,
-                check=_reward_key_check(settings, batch_glob, run, strict),
+                check=_scope_check(settings, batch_glob, run, strict),
                 lake_args=lake_hint(click.get_current_context(), lake),
                 **kind_options,
             )

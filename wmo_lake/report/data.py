@@ -22,12 +22,8 @@ from typing import Any
 import duckdb
 
 from wmo_lake import __version__
-from wmo_lake.checks import (
-    short_jobs,
-    unfinished_jobs,
-    warn_on_incomplete_jobs,
-    warn_on_unused_reward_key,
-)
+from wmo_lake.checks import warn_from_caller, warn_on_unused_reward_key
+from wmo_lake.incomplete_jobs import job_rows, job_warnings, short_jobs_of, unfinished_batches
 from wmo_lake.lake import connect
 from wmo_lake.output import rows_as_dicts
 from wmo_lake.selection import NO_RUN
@@ -462,7 +458,8 @@ def collect_report(
         con.execute("SET enable_progress_bar = false")  # the command prints one summary line
         data = _collect(con, str(lake), settings, runs or None, batch_glob)
         warn_on_unused_reward_key(con, batches=[row["batch"] for row in data.batches])
-        warn_on_incomplete_jobs(con, batches=data.unfinished + data.short)
+        for message, category in job_warnings(data.unfinished, data.short):
+            warn_from_caller(message, category)
         return data
     finally:
         con.close()
@@ -480,6 +477,7 @@ def _collect(
     )
     batches = [row["batch"] for row in stats]
     params = {"batches": batches}
+    jobs = job_rows(con, batches=batches)
     denominators = _by_batch(rows_as_dicts(con.sql(STOP_REASON_DENOMINATOR, params=params)))
     tokens = _by_batch(rows_as_dicts(con.sql(TOKENS, params=params)))
     datum_note = ""
@@ -537,8 +535,8 @@ def _collect(
         caps=rows_as_dicts(con.sql(CAPS, params=params)),
         datum_caps=datum_caps,
         selection={"runs": runs, "batch_glob": batch_glob},
-        unfinished=[found.batch for found in unfinished_jobs(con, batches=batches)],
-        short=short_jobs(con, batches=batches),
+        unfinished=[found.batch for found in unfinished_batches(jobs)],
+        short=list(dict.fromkeys(found.batch for found in short_jobs_of(jobs))),
     )
 
 

@@ -444,10 +444,10 @@ def _incomplete_job_warnings(data: ReportData) -> str:
         )
     if data.short:
         lines.append(
-            f"<p class='warn'>{len(data.short)} batch(es) come from a finished harbor job that "
-            "holds fewer trials than it plans (trial dirs removed after the run), so their "
-            f"points are of a part of the step: {_shown(data.short)}. Resume the job to run the "
-            "missing trials again and ingest it again.</p>"
+            f"<p class='warn'>{len(data.short)} batch(es) come from a finished harbor job the "
+            "lake holds fewer trials of than it plans (trial dirs removed after the run, not "
+            "ingested, or held by another dir), so their points are of a part of the step: "
+            f"{_shown(data.short)}. The notes of wmo-lake stats say which, and what to run.</p>"
         )
     return "".join(lines)
 

@@ -1,8 +1,9 @@
-"""A step whose harbor job has not finished (still running, or stopped by a kill or Ctrl-C):
-harbor writes the job's result.json when the job starts and sets finished_at at its end, and
-upstream's scorer refuses a job without it (`scorer.py` `_project`: "harbor job did not finish").
-The lake reads the trials written so far; `stats`, `compare` and `report` say the figures are
-of a part of the job, never show them as a whole step."""
+"""Steps the lake holds a part of (`wmo_lake/incomplete_jobs.py`). A harbor job not finished
+(still running, or stopped by a kill or Ctrl-C): harbor writes the job's result.json when the
+job starts and sets finished_at at its end, and upstream's scorer refuses a job without it
+(`scorer.py` `_project`: "harbor job did not finish"). A finished job the lake holds fewer
+trials of than it plans (below). The lake reads what is there; `stats`, `compare`, `report` and
+the exports say the figures are of a part of the step, never show them as a whole step."""
 
 from __future__ import annotations
 
@@ -247,71 +248,137 @@ def test_a_killed_job_pooled_with_a_finished_one_is_unfinished(tmp_path: Path, t
     assert run(*args, "--out", str(tmp_path / "d.parquet")).exit_code == 1
 
 
-# A finished job whose trial dirs are fewer than it planned: removed after the run (upstream's
-# scorer prunes invalid trial dirs before a resume), or held by a dir ingested later. Upstream
-# refuses it: "harbor returned N trials; expected M".
+# A finished job the lake holds fewer trials of than it plans: trial dirs removed after the run
+# (upstream's scorer prunes invalid ones before a resume), not ingested, or held by another dir.
+# Upstream gives no figures for it ("harbor returned N trials; expected M"). Real harbor jobs have
+# an id of their own each; the hand-made ones copy one real result.json, so `plan` sets it.
+KIT_JOB = FIXTURES / "harbor" / "kit-e2e"
 
 
-def plan(job_dir: Path, planned: int) -> None:
+def plan(job_dir: Path, planned: int, job_id: str | None = None) -> None:
     """The finished job's result.json planning `planned` trials (the template's job plans 1)."""
     path = job_dir / "result.json"
     result = json.loads(path.read_text())
     assert result["finished_at"] is not None
-    result.update(n_total_trials=planned)
+    result.update(n_total_trials=planned, id=job_id or result["id"])
     path.write_text(json.dumps(result, indent=4))
 
 
 def finished_job(
-    root: Path, planned: int, trials: int, unreadable: int = 0, batch: str = DONE
+    root: Path,
+    planned: int,
+    trials: int,
+    unreadable: int = 0,
+    batch: str = DONE,
+    job_id: str | None = None,
 ) -> Path:
     job = write_job(root / batch)
     for n in range(1, trials + 1):
-        write_trial(job, f"t__{n}", reward=float(n % 2))
+        write_trial(job, f"t__{n}", reward=float(n % 2), trial_id=f"{root.name}-{n}")
     for n in range(unreadable):
         write_unreadable_trial(job, f"u__{n}", "missing")
-    plan(job, planned)
+    plan(job, planned, job_id)
     return job
+
+
+def short_notes(lake: Path, *args: str) -> list[str]:
+    result = run("stats", "--lake", str(lake), "--notes", "full", *args)
+    assert result.exit_code == 0, result.output
+    return [line for line in result.stdout.splitlines() if "trials it plans" in line]
 
 
 def test_a_finished_job_short_of_its_trials_is_said(tmp_path: Path) -> None:
     job = finished_job(tmp_path / "runs", planned=6, trials=3, unreadable=1)
     ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
-    result = run("stats", "--lake", str(tmp_path / "lake"))
-    assert result.exit_code == 0, result.output
-    notes = [line for line in result.stdout.splitlines() if "trials it plans" in line]
-    assert notes == [
+    assert short_notes(tmp_path / "lake") == [
         f"note: {DONE}: its harbor job finished, but the lake holds 3 trial(s) and 1 unreadable "
-        "dir(s) of the 6 trials it plans: 2 trial dir(s) were removed after the run, or are held "
-        "by a dir ingested later. Upstream's scorer refuses such a step, so these figures are of "
-        "a part of it. To run the missing trials again, resume the job and ingest it again: "
-        f"`harbor job resume -p {shlex.quote(str(job.resolve()))}`, or the same `wmo-lake "
-        "collect` command"
+        "dir(s) of the 6 trials it plans: 2 trial dir(s) are gone from its job dir (removed "
+        "after the run): to run them again, resume the job and ingest it again: `harbor job "
+        f"resume -p {shlex.quote(str(job.resolve()))}`, or the same `wmo-lake collect` command. "
+        "Upstream's scorer would not score the step as it is (scoring it again resumes the "
+        "job), so these figures are of a part of it"
     ]
 
 
 def test_a_real_harbor_job_with_trial_dirs_removed_is_said(tmp_path: Path) -> None:
     """harbor's own job dir (6 trials, finished), two trial dirs removed after the run."""
     job = tmp_path / "runs" / "exp" / "harbor" / "step-0001" / "kit-e2e"
-    shutil.copytree(FIXTURES / "harbor" / "kit-e2e", job)
+    shutil.copytree(KIT_JOB, job)
     lake = tmp_path / "lake"
     ingest([tmp_path / "runs"], lake, workers=1)
-    assert "trials it plans" not in run("stats", "--lake", str(lake)).stdout
+    assert short_notes(lake) == []
     for trial in sorted(p for p in job.iterdir() if p.is_dir())[:2]:
         shutil.rmtree(trial)
     assert run("ingest", str(tmp_path / "runs"), "--lake", str(lake), "--prune").exit_code == 0
-    result = run("stats", "--lake", str(lake))
-    assert "the lake holds 4 trial(s) of the 6 trials it plans: 2 trial dir(s)" in result.stdout
+    [note] = short_notes(lake)
+    assert "the lake holds 4 trial(s) of the 6 trials it plans: 2 trial dir(s) are gone" in note
 
 
-def test_trial_dirs_removed_after_the_ingest_are_said_once_pruned(tmp_path: Path) -> None:
-    job = finished_job(tmp_path / "runs", planned=4, trials=4)
+def test_a_copy_of_a_run_tree_is_the_same_job_not_a_short_one(tmp_path: Path) -> None:
+    """A backup copy under the same run name pools its step with the original: both dirs hold
+    one harbor job (one id), whose 6 trials the lake holds once."""
+    job = tmp_path / "data" / "exp" / "harbor" / "step-0001" / "kit-e2e"
+    shutil.copytree(KIT_JOB, job)
     lake = tmp_path / "lake"
-    ingest([tmp_path / "runs"], lake, workers=1)
-    assert "trials it plans" not in run("stats", "--lake", str(lake)).stdout
-    shutil.rmtree(job / "t__4")
-    assert run("ingest", str(tmp_path / "runs"), "--lake", str(lake), "--prune").exit_code == 0
-    result = run("stats", "--lake", str(lake))
-    assert "the lake holds 3 trial(s) of the 4 trials it plans: 1 trial dir(s)" in result.stdout
+    ingest([tmp_path / "data"], lake, workers=1)
+    shutil.copytree(tmp_path / "data", tmp_path / "scratch")
+    ingest([tmp_path / "scratch"], lake, workers=1)
+    assert short_notes(lake) == []
+    args = ("export", "datums", "--lake", str(lake), "--no-split-guard", "--strict")
+    assert run(*args, "--out", str(tmp_path / "d.parquet")).exit_code == 0
+
+
+def test_a_job_dir_that_moved_and_is_gone_plans_its_trials_once(tmp_path: Path) -> None:
+    """Ingested, moved and ingested again without --prune, then both places gone from this
+    machine (the lake copied away): the two rows are one job."""
+    finished_job(tmp_path / "first", planned=2, trials=2)
+    ingest([tmp_path / "first"], tmp_path / "lake", workers=1)
+    (tmp_path / "first").rename(tmp_path / "moved")
+    ingest([tmp_path / "moved"], tmp_path / "lake", workers=1)
+    assert short_notes(tmp_path / "lake") == []
+    shutil.rmtree(tmp_path / "moved")
+    assert short_notes(tmp_path / "lake") == []
+
+
+def test_trial_dirs_not_ingested_are_said_as_such(tmp_path: Path) -> None:
+    """One trial dir of a finished 6-trial job ingested by its own path: the other five are on
+    disk, so resuming would run nothing; ingesting the job dir counts them."""
+    job = tmp_path / "runs" / "exp" / "harbor" / "step-0001" / "kit-e2e"
+    shutil.copytree(KIT_JOB, job)
+    lake = tmp_path / "lake"
+    first = sorted(p for p in job.iterdir() if p.is_dir())[0]
+    assert run("ingest", str(first), "--lake", str(lake)).exit_code == 0
+    [note] = short_notes(lake)
+    assert (
+        "the lake holds 1 trial(s) of the 6 trials it plans: 5 trial dir(s) in its job dir are "
+        f"not counted in this batch: not ingested (`wmo-lake ingest {shlex.quote(str(job))}`)"
+    ) in note
+    assert "resume" not in note.split("Upstream")[0]
+    assert run("ingest", str(job), "--lake", str(lake)).exit_code == 0
+    assert short_notes(lake) == []
+
+
+def test_a_job_dir_not_on_this_machine_is_said_as_unknown(tmp_path: Path) -> None:
+    job = finished_job(tmp_path / "runs", planned=4, trials=2)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    shutil.rmtree(tmp_path / "runs")
+    [note] = short_notes(tmp_path / "lake")
+    assert (
+        f"the lake holds 2 trial(s) of the 4 trials it plans: its job dir "
+        f"{shlex.quote(str(job.resolve()))} is not on this machine, so the lake cannot tell"
+    ) in note
+
+
+def test_each_job_of_a_pooled_batch_is_checked_on_its_own(tmp_path: Path) -> None:
+    """Two run trees pool a step. Tree a is whole and holds one more trial than it plans; tree
+    b lost a trial dir. The note names b's job dir, and a's surplus does not hide b's loss."""
+    finished_job(tmp_path / "a", planned=2, trials=3, job_id="job-a")
+    b = finished_job(tmp_path / "b", planned=3, trials=3, job_id="job-b")
+    shutil.rmtree(b / "t__3")
+    ingest([tmp_path / "a", tmp_path / "b"], tmp_path / "lake", workers=1)
+    [note] = short_notes(tmp_path / "lake")
+    assert "the lake holds 2 trial(s) of the 3 trials it plans: 1 trial dir(s) are gone" in note
+    assert f"resume -p {shlex.quote(str(b.resolve()))}`" in note
 
 
 @pytest.mark.parametrize(("planned", "trials"), [(3, 3), (1, 3), (0, 2)])
@@ -321,8 +388,7 @@ def test_a_finished_job_holding_its_trials_says_nothing(
     """As many trials as planned, or more (hand-made trees copy a real job planning 1)."""
     finished_job(tmp_path / "runs", planned=planned, trials=trials)
     ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
-    result = run("stats", "--lake", str(tmp_path / "lake"), "--notes", "full")
-    assert result.exit_code == 0 and "trials it plans" not in result.stdout
+    assert short_notes(tmp_path / "lake") == []
 
 
 def test_an_empty_finished_job_has_the_empty_batch_note_alone(tmp_path: Path) -> None:
@@ -332,32 +398,28 @@ def test_an_empty_finished_job_has_the_empty_batch_note_alone(tmp_path: Path) ->
     assert "empty batch" in result.stdout and "trials it plans" not in result.stdout
 
 
-def test_the_row_of_a_moved_job_dir_plans_no_trials(tmp_path: Path) -> None:
-    """A finished job dir ingested, then moved and ingested again: the old dir's row is gone
-    from disk beside the new one, so its planned trials are not counted twice."""
-    finished_job(tmp_path / "first", planned=2, trials=2)
-    ingest([tmp_path / "first"], tmp_path / "lake", workers=1)
-    (tmp_path / "first").rename(tmp_path / "moved")
-    ingest([tmp_path / "moved"], tmp_path / "lake", workers=1)
+def test_a_killed_job_beside_a_finished_one_has_the_unfinished_note_alone(tmp_path: Path) -> None:
+    finished_job(tmp_path / "a", planned=4, trials=1)
+    killed = write_job(tmp_path / "b" / DONE)
+    stop(killed, planned=4)
+    ingest([tmp_path / "a", tmp_path / "b"], tmp_path / "lake", workers=1)
     result = run("stats", "--lake", str(tmp_path / "lake"), "--notes", "full")
-    assert "2 job dirs carry this batch label" in result.stdout
-    assert "trials it plans" not in result.stdout
+    assert "has not finished" in result.stdout and "trials it plans" not in result.stdout
+
+
+SHORT = f"come from a finished harbor job the lake holds fewer trials of than it plans: {DONE};"
 
 
 def test_stats_json_and_python_warn_of_a_job_short_of_its_trials(tmp_path: Path) -> None:
     finished_job(tmp_path / "runs", planned=6, trials=3)
     lake = tmp_path / "lake"
     ingest([tmp_path / "runs"], lake, workers=1)
-    said = (
-        f"warning: 1 batch(es) in scope come from a finished harbor job holding fewer trials "
-        f"than it plans: {DONE}; their figures are of a part of the step"
-    )
     result = run("stats", "--lake", str(lake), "--json")
-    assert result.exit_code == 0 and said in result.stderr
+    assert result.exit_code == 0 and f"warning: 1 batch(es) in scope {SHORT}" in result.stderr
     assert [row["trials"] for row in json.loads(result.stdout)] == [3]
-    assert said not in run("stats", "--lake", str(lake)).stderr  # (the table's note says it)
+    assert SHORT not in run("stats", "--lake", str(lake)).stderr  # (the table's note says it)
     assert run("stats", "--lake", str(lake), "--json", "--strict").exit_code == 1
-    with pytest.warns(ShortJobWarning, match=f"fewer trials than it plans: {DONE};"):
+    with pytest.warns(ShortJobWarning, match=SHORT):
         wl.stats(lake)
 
 
@@ -372,9 +434,6 @@ def test_no_short_job_warning_for_a_whole_or_empty_job(
     assert result.exit_code == 0 and "fewer trials" not in result.stderr, result.stderr
     wl.stats(lake)
     assert not [w for w in recwarn if issubclass(w.category, ShortJobWarning)]
-
-
-SHORT = f"come from a finished harbor job holding fewer trials than it plans: {DONE};"
 
 
 @pytest.fixture(scope="module")
@@ -398,9 +457,9 @@ def test_report_marks_a_job_short_of_its_trials(short_lake: str, tmp_path: Path)
     reported = run("report", "--lake", short_lake, "--out", str(page))
     assert reported.exit_code == 0 and SHORT in reported.stderr
     assert (
-        "<p class='warn'>1 batch(es) come from a finished harbor job that holds fewer trials "
-        "than it plans (trial dirs removed after the run), so their points are of a part of the "
-        f"step: {DONE}."
+        "<p class='warn'>1 batch(es) come from a finished harbor job the lake holds fewer trials "
+        "of than it plans (trial dirs removed after the run, not ingested, or held by another "
+        f"dir), so their points are of a part of the step: {DONE}."
     ) in page.read_text()
 
 

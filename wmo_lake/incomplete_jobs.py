@@ -1,0 +1,304 @@
+"""Steps the lake holds only a part of: a harbor job not finished, and a finished one the lake
+holds fewer trials of than it plans.
+
+Upstream's scorer gives no figures for either (`HarborScorer._project`: 'harbor job did not
+finish'; 'harbor returned N trials; expected M'; scoring a candidate again resumes its job, which
+runs the missing trials). The lake reads what is there and says so: `stats` in its notes,
+`compare`, `report` and the exports as warnings (`UnfinishedJobWarning`, `ShortJobWarning`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+from wmo_lake.checks import LakeWarning, ShortJobWarning, UnfinishedJobWarning, warn_from_caller
+from wmo_lake.selection import scope_sql
+
+if TYPE_CHECKING:
+    import duckdb
+
+# The job dirs of the batches in scope, each with: whether harbor has finished it (its
+# result.json, written when the job starts, with no finished_at yet, or unreadable: harbor
+# rewrites it in place as trials end, and a kill can cut it off); the harbor job it is (its
+# JobResult id: a copy or a move of the dir keeps it, separate jobs never share it); the trials
+# it plans and the lake holds of it; and its batch's unreadable trial dirs (a problem row names
+# its dir as walked, so it is the batch's, not a job's). job_key holds the resolved path
+# (`job:` + it), which a command can name from anywhere.
+JOB_ROWS_QUERY = f"""
+WITH scoped AS (
+    SELECT *
+    FROM jobs
+    WHERE {scope_sql()}
+      AND ($batches IS NULL OR list_contains(CAST($batches AS VARCHAR[]), batch))
+),
+held AS (
+    SELECT job_key, count(*) AS trials
+    FROM trials
+    WHERE job_key IN (SELECT job_key FROM scoped)
+    GROUP BY job_key
+),
+unreadable AS (
+    SELECT batch, count(*) AS unreadable_dirs
+    FROM problems
+    WHERE kind = 'unreadable_trial' AND batch IN (SELECT batch FROM scoped)
+    GROUP BY batch
+)
+SELECT
+    s.batch,
+    substr(s.job_key, 5) AS job_dir,
+    coalesce(s.job_id, s.job_key) AS job,
+    (s.result_status = 'ok' AND s.finished_at IS NULL) OR s.result_status = 'unreadable'
+        AS unfinished,
+    s.result_status = 'unreadable' AS unreadable,
+    s.n_total_trials,
+    coalesce(h.trials, 0) AS trials,
+    coalesce(u.unreadable_dirs, 0) AS batch_unreadable
+FROM scoped AS s
+LEFT JOIN held AS h ON s.job_key = h.job_key
+LEFT JOIN unreadable AS u ON s.batch = u.batch
+ORDER BY s.batch, job_dir
+"""
+
+
+class JobRow(NamedTuple):
+    """One job dir of JOB_ROWS_QUERY."""
+
+    job_dir: str  # resolved
+    job: str  # the harbor job it is (its id; its job_key when it records none)
+    unfinished: bool
+    unreadable: bool  # its result.json could not be read
+    planned: int | None
+    trials: int  # the lake holds of this dir
+    batch_unreadable: int  # its batch's unreadable trial dirs
+
+
+@dataclass(frozen=True)
+class UnfinishedBatch:
+    """A batch with a job harbor has not finished (`unfinished_batches`)."""
+
+    batch: str
+    job_dirs: list[str]  # the unfinished ones, resolved
+    unreadable: bool  # one's result.json could not be read (cut off by a kill mid-write)
+    open: bool  # one's result.json records no finished_at
+    planned: int | None  # the trials the batch's job dirs plan; None when one does not say
+
+
+@dataclass(frozen=True)
+class ShortJob:
+    """A finished harbor job the lake holds fewer trials of than it plans (`short_jobs_of`)."""
+
+    batch: str
+    job_dirs: list[str]  # its dirs (a copy keeps the job's id), resolved, those on disk first
+    planned: int
+    trials: int  # the lake holds of it
+    unreadable: int  # its batch's unreadable trial dirs (counted as its trials)
+    removed: int | None  # trial dirs gone from its job dir; None: no dir of it on this machine
+    not_counted: int  # trial dirs in its job dir the batch does not count
+
+
+def job_rows(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    batch_glob: str | None = None,
+    run: str | None = None,
+    batches: Sequence[str] | None = None,
+) -> dict[str, list[JobRow]]:
+    """The job dirs of the batches in scope, by batch."""
+    params = {"batch_glob": batch_glob, "run": run, "batches": batches}
+    by_batch: dict[str, list[JobRow]] = {}
+    for batch, *job in con.execute(JOB_ROWS_QUERY, params).fetchall():
+        by_batch.setdefault(batch, []).append(JobRow(*job))
+    return by_batch
+
+
+def counted_jobs(jobs: list[JobRow]) -> list[JobRow]:
+    """A batch's job dirs less the rows of dirs that moved: a job dir gone from disk beside
+    another job dir of its batch still there (`ingest --prune` drops it; the pooled-batch note
+    names it) is neither a job nor its trials. On a machine where none of a batch's dirs exist
+    (a lake copied away), every row counts."""
+    on_disk = [os.path.isdir(job.job_dir) for job in jobs]
+    return [job for job, here in zip(jobs, on_disk, strict=True) if here or not any(on_disk)]
+
+
+def unfinished_batches(
+    by_batch: dict[str, list[JobRow]], shown: Collection[str] | None = None
+) -> list[UnfinishedBatch]:
+    """The batches (of `shown`, when given) with a job harbor has not finished: still running,
+    or stopped."""
+    found = []
+    for batch, rows in by_batch.items():
+        if shown is not None and batch not in shown:
+            continue
+        if not any(job.unfinished for job in rows):  # (no disk look for a finished batch)
+            continue
+        counted = counted_jobs(rows)
+        unfinished = [job for job in counted if job.unfinished]
+        if not unfinished:
+            continue
+        plans = [job.planned for job in counted]
+        found.append(
+            UnfinishedBatch(
+                batch,
+                job_dirs=[job.job_dir for job in unfinished],
+                unreadable=any(job.unreadable for job in unfinished),
+                open=any(not job.unreadable for job in unfinished),
+                planned=None if None in plans else sum(p for p in plans if p is not None),
+            )
+        )
+    return found
+
+
+def short_jobs_of(
+    by_batch: dict[str, list[JobRow]], shown: Collection[str] | None = None
+) -> list[ShortJob]:
+    """The finished harbor jobs (of the batches `shown`, when given) the lake holds fewer trials
+    of than they plan, each job once however many dirs hold it (a copy, a dir that moved). A
+    batch with a job not finished is left to that note, an empty batch to its own. The batch's
+    unreadable trial dirs count as each job's trials: never a false alarm, at the price of
+    missing a job short by as many as another job of its batch has unreadable dirs."""
+    found = []
+    for batch, rows in by_batch.items():
+        if shown is not None and batch not in shown:
+            continue
+        if any(row.unfinished for row in rows) and unfinished_batches({batch: rows}):
+            continue
+        by_job: dict[str, list[JobRow]] = {}
+        for row in rows:
+            by_job.setdefault(row.job, []).append(row)
+        unreadable = rows[0].batch_unreadable
+        if not unreadable and not any(row.trials for row in rows):
+            continue
+        for dirs in by_job.values():
+            plans = {row.planned for row in dirs}
+            trials = sum(row.trials for row in dirs)
+            if None in plans or trials + unreadable >= max(p for p in plans if p is not None):
+                continue  # (no disk look for a whole job)
+            found.append(_short_job(batch, dirs, trials, unreadable))
+    return found
+
+
+def _short_job(batch: str, dirs: list[JobRow], trials: int, unreadable: int) -> ShortJob:
+    """What is missing of a job short of its trials, told from its job dirs on disk: trial dirs
+    gone from them were removed after the run; those still there but not counted were not
+    ingested, or are held by another dir."""
+    planned = max(row.planned or 0 for row in dirs)
+    present = {row.job_dir: _subdirs(row.job_dir) for row in dirs}
+    on_disk = [job_dir for job_dir, count in present.items() if count is not None]
+    removed = not_counted = 0
+    if on_disk:
+        most = max(present[job_dir] or 0 for job_dir in on_disk)
+        removed = max(0, planned - most)
+        not_counted = max(0, planned - trials - unreadable - removed)
+    return ShortJob(
+        batch,
+        job_dirs=on_disk + [job_dir for job_dir in present if job_dir not in on_disk],
+        planned=planned,
+        trials=trials,
+        unreadable=unreadable,
+        removed=removed if on_disk else None,
+        not_counted=not_counted,
+    )
+
+
+def _subdirs(job_dir: str) -> int | None:
+    """The dirs in a job dir (its trial dirs), or None when it cannot be listed."""
+    try:
+        with os.scandir(job_dir) as entries:
+            return sum(1 for entry in entries if entry.is_dir() and not entry.name.startswith("."))
+    except OSError:
+        return None
+
+
+def unfinished_jobs(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    batch_glob: str | None = None,
+    run: str | None = None,
+    batches: Sequence[str] | None = None,
+) -> list[UnfinishedBatch]:
+    """The batches in scope with a job harbor has not finished."""
+    return unfinished_batches(job_rows(con, batch_glob=batch_glob, run=run, batches=batches))
+
+
+def short_jobs(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    batch_glob: str | None = None,
+    run: str | None = None,
+    batches: Sequence[str] | None = None,
+) -> list[ShortJob]:
+    """The finished harbor jobs in scope the lake holds fewer trials of than they plan."""
+    return short_jobs_of(job_rows(con, batch_glob=batch_glob, run=run, batches=batches))
+
+
+def incomplete_job_warnings(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    batch_glob: str | None = None,
+    run: str | None = None,
+    batches: Sequence[str] | None = None,
+) -> list[tuple[str, type[LakeWarning]]]:
+    """What a command says of the batches in scope that are a part of their step, each with its
+    warning's category."""
+    rows = job_rows(con, batch_glob=batch_glob, run=run, batches=batches)
+    unfinished = [found.batch for found in unfinished_batches(rows)]
+    return job_warnings(unfinished, [found.batch for found in short_jobs_of(rows)])
+
+
+def job_warnings(
+    unfinished: Sequence[str], short: Sequence[str]
+) -> list[tuple[str, type[LakeWarning]]]:
+    """The warnings for these batches: with a job not finished, with a finished job short of
+    its trials."""
+    said: list[tuple[str, type[LakeWarning]]] = []
+    if unfinished:
+        said.append((_unfinished_text(unfinished), UnfinishedJobWarning))
+    short = list(dict.fromkeys(short))
+    if short:
+        said.append((_short_text(short), ShortJobWarning))
+    return said
+
+
+def warn_on_incomplete_jobs(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    batch_glob: str | None = None,
+    run: str | None = None,
+    batches: Sequence[str] | None = None,
+    rewrite: Callable[[str], str] | None = None,
+) -> None:
+    """`incomplete_job_warnings` as Python warnings, pointing at the first caller outside this
+    package; `rewrite` turns a message into its caller's terms."""
+    found = incomplete_job_warnings(con, batch_glob=batch_glob, run=run, batches=batches)
+    for message, category in found:
+        warn_from_caller(message, category, rewrite)
+
+
+def _unfinished_text(unfinished: Sequence[str]) -> str:
+    return (
+        f"{len(unfinished)} batch(es) in scope come from a harbor job that has not finished "
+        f"(its result.json records no finished_at, or was cut off): {_named(unfinished)}; what "
+        "the lake holds of them is the trials written so far, a part of the step (upstream's "
+        "scorer refuses such a job). Finish or resume the job (`harbor job resume -p JOB_DIR`) "
+        "and ingest it again; the notes of the wmo-lake stats command name each job dir and "
+        "the trials it plans"
+    )
+
+
+def _short_text(short: Sequence[str]) -> str:
+    return (
+        f"{len(short)} batch(es) in scope come from a finished harbor job the lake holds fewer "
+        f"trials of than it plans: {_named(short)}; their figures are of a part of the step "
+        "(upstream's scorer would not score it as it is). The notes of the wmo-lake stats "
+        "command say, for each job dir, whether trial dirs were removed after the run (resume "
+        "the job) or are on disk but not counted (not ingested, or held by another dir)"
+    )
+
+
+def _named(batches: Sequence[str]) -> str:
+    """The first three batches, and how many more."""
+    named = ", ".join(batches[:3])
+    return named + (f" and {len(batches) - 3} more" if len(batches) > 3 else "")
