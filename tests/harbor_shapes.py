@@ -100,7 +100,11 @@ def write_job(
         kwargs["context_window"] = context_window
     config["job_name"] = job_dir.name
     dump(job_dir / "config.json", config)
-    dump(job_dir / "result.json", _real(REAL_JOB / "result.json"))
+    # a job id of its own, as every harbor job has (a copy of the dir keeps it)
+    result = _real(REAL_JOB / "result.json")
+    name = f"job:{job_dir}".encode(errors="surrogateescape")  # (a non-UTF-8 dir name too)
+    result["id"] = str(uuid.uuid5(uuid.NAMESPACE_URL, name))
+    dump(job_dir / "result.json", result)
     return job_dir
 
 

@@ -340,6 +340,40 @@ def test_a_job_dir_that_moved_and_is_gone_plans_its_trials_once(tmp_path: Path) 
     assert short_notes(tmp_path / "lake") == []
 
 
+def test_a_copy_taken_mid_run_is_the_same_job_finished_since(tmp_path: Path) -> None:
+    """A backup of the run tree taken while the job ran (no finished_at, 3 of 6 trials), then
+    the job finished in place: one harbor job, finished, whole."""
+    job = write_job(tmp_path / "runs" / DONE)
+    for n in range(1, 4):
+        write_trial(job, f"t__{n}", reward=1.0, trial_id=f"t-{n}")
+    stop(job, planned=6)
+    shutil.copytree(tmp_path / "runs", tmp_path / "backup")
+    for n in range(4, 7):
+        write_trial(job, f"t__{n}", reward=0.0, trial_id=f"t-{n}")
+    finished = json.loads((job / "result.json").read_text())
+    finished.update(finished_at="2026-12-01T00:10:00Z")
+    (job / "result.json").write_text(json.dumps(finished))
+    ingest([tmp_path / "runs", tmp_path / "backup"], tmp_path / "lake", workers=1)
+    result = run("stats", "--lake", str(tmp_path / "lake"), "--notes", "full", "--strict")
+    assert result.exit_code == 0, result.output
+    assert "has not finished" not in result.stdout and "trials it plans" not in result.stdout
+
+
+def test_a_dir_in_the_job_dir_that_is_no_trial_dir_is_not_counted(tmp_path: Path) -> None:
+    """Only a dir holding harbor's result.json or config.json is a trial dir left on disk."""
+    job = finished_job(tmp_path / "runs", planned=4, trials=4)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    (job / "sinks").mkdir()
+    (job / "sinks" / "t__1.jsonl").write_text("{}\n")
+    shutil.rmtree(job / "t__3")
+    shutil.rmtree(job / "t__4")
+    args = ("ingest", str(tmp_path / "runs"), "--lake", str(tmp_path / "lake"), "--prune")
+    assert run(*args).exit_code == 0
+    [note] = short_notes(tmp_path / "lake")
+    assert "of the 4 trials it plans: 2 trial dir(s) are gone from its job dir" in note
+    assert "not counted" not in note
+
+
 def test_trial_dirs_not_ingested_are_said_as_such(tmp_path: Path) -> None:
     """One trial dir of a finished 6-trial job ingested by its own path: the other five are on
     disk, so resuming would run nothing; ingesting the job dir counts them."""
@@ -365,7 +399,8 @@ def test_a_job_dir_not_on_this_machine_is_said_as_unknown(tmp_path: Path) -> Non
     [note] = short_notes(tmp_path / "lake")
     assert (
         f"the lake holds 2 trial(s) of the 4 trials it plans: its job dir "
-        f"{shlex.quote(str(job.resolve()))} is not on this machine, so the lake cannot tell"
+        f"`{shlex.quote(str(job.resolve()))}` is not on this machine (or cannot be listed), so "
+        "the lake cannot tell"
     ) in note
 
 

@@ -77,7 +77,7 @@ class JobRow(NamedTuple):
 
 @dataclass(frozen=True)
 class UnfinishedBatch:
-    """A batch with a job harbor has not finished (`unfinished_batches`)."""
+    """A batch with a job harbor has not finished (`incomplete_jobs`)."""
 
     batch: str
     job_dirs: list[str]  # the unfinished ones, resolved
@@ -88,7 +88,7 @@ class UnfinishedBatch:
 
 @dataclass(frozen=True)
 class ShortJob:
-    """A finished harbor job the lake holds fewer trials of than it plans (`short_jobs_of`)."""
+    """A finished harbor job the lake holds fewer trials of than it plans (`incomplete_jobs`)."""
 
     batch: str
     job_dirs: list[str]  # its dirs (a copy keeps the job's id), resolved, those on disk first
@@ -123,59 +123,79 @@ def counted_jobs(jobs: list[JobRow]) -> list[JobRow]:
     return [job for job, here in zip(jobs, on_disk, strict=True) if here or not any(on_disk)]
 
 
-def unfinished_batches(
-    by_batch: dict[str, list[JobRow]], shown: Collection[str] | None = None
-) -> list[UnfinishedBatch]:
-    """The batches (of `shown`, when given) with a job harbor has not finished: still running,
-    or stopped."""
-    found = []
-    for batch, rows in by_batch.items():
-        if shown is not None and batch not in shown:
-            continue
-        if not any(job.unfinished for job in rows):  # (no disk look for a finished batch)
-            continue
-        counted = counted_jobs(rows)
-        unfinished = [job for job in counted if job.unfinished]
-        if not unfinished:
-            continue
-        plans = [job.planned for job in counted]
-        found.append(
-            UnfinishedBatch(
-                batch,
-                job_dirs=[job.job_dir for job in unfinished],
-                unreadable=any(job.unreadable for job in unfinished),
-                open=any(not job.unreadable for job in unfinished),
-                planned=None if None in plans else sum(p for p in plans if p is not None),
-            )
+def by_job(rows: list[JobRow]) -> list[list[JobRow]]:
+    """A batch's job dirs grouped by the harbor job they hold: one id and one plan (a copy of
+    the dir, or a dir that moved, holds the same job; one with no id is a job of its own)."""
+    jobs: dict[tuple[str, int | None], list[JobRow]] = {}
+    for row in rows:
+        jobs.setdefault((row.job, row.planned), []).append(row)
+    return list(jobs.values())
+
+
+@dataclass(frozen=True)
+class IncompleteJobs:
+    """The batches that are a part of their step (`incomplete_jobs`)."""
+
+    unfinished: list[UnfinishedBatch]
+    short: list[ShortJob]
+
+    def warnings(self) -> list[tuple[str, type[LakeWarning]]]:
+        return job_warnings(
+            [found.batch for found in self.unfinished], [found.batch for found in self.short]
         )
-    return found
 
 
-def short_jobs_of(
+def incomplete_jobs(
     by_batch: dict[str, list[JobRow]], shown: Collection[str] | None = None
-) -> list[ShortJob]:
-    """The finished harbor jobs (of the batches `shown`, when given) the lake holds fewer trials
-    of than they plan, each job once however many dirs hold it (a copy, a dir that moved). A
-    batch with a job not finished is left to that note, an empty batch to its own. The batch's
-    unreadable trial dirs count as each job's trials: never a false alarm, at the price of
-    missing a job short by as many as another job of its batch has unreadable dirs."""
-    found = []
+) -> IncompleteJobs:
+    """Of the batches `shown` (all, when None): those with a harbor job not finished (still
+    running, or stopped), and the finished jobs the lake holds fewer trials of than they plan.
+    A batch with a job not finished has that said alone; an empty batch has a note of its own.
+    A disk look happens only for a batch with a job not finished or short of its trials."""
+    unfinished: list[UnfinishedBatch] = []
+    short: list[ShortJob] = []
     for batch, rows in by_batch.items():
         if shown is not None and batch not in shown:
             continue
-        if any(row.unfinished for row in rows) and unfinished_batches({batch: rows}):
-            continue
-        by_job: dict[str, list[JobRow]] = {}
-        for row in rows:
-            by_job.setdefault(row.job, []).append(row)
-        unreadable = rows[0].batch_unreadable
-        if not unreadable and not any(row.trials for row in rows):
-            continue
-        for dirs in by_job.values():
-            plans = {row.planned for row in dirs}
-            trials = sum(row.trials for row in dirs)
-            if None in plans or trials + unreadable >= max(p for p in plans if p is not None):
-                continue  # (no disk look for a whole job)
+        if any(row.unfinished for row in rows):
+            found = _unfinished(batch, rows)
+            if found is not None:
+                unfinished.append(found)
+                continue
+        short += _short_jobs(batch, rows)
+    return IncompleteJobs(unfinished, short)
+
+
+def _unfinished(batch: str, rows: list[JobRow]) -> UnfinishedBatch | None:
+    """The batch's jobs not finished: a job is finished when any dir of it records so (a copy
+    taken mid-run, or the row of a dir that moved while running, keeps no finished_at)."""
+    jobs = by_job(counted_jobs(rows))
+    open_jobs = [dirs for dirs in jobs if all(row.unfinished for row in dirs)]
+    if not open_jobs:
+        return None
+    plans = [dirs[0].planned for dirs in jobs]  # (one plan per job: by_job)
+    dirs = [row for job in open_jobs for row in job]
+    return UnfinishedBatch(
+        batch,
+        job_dirs=[row.job_dir for row in dirs],
+        unreadable=any(row.unreadable for row in dirs),
+        open=any(not row.unreadable for row in dirs),
+        planned=None if None in plans else sum(p for p in plans if p is not None),
+    )
+
+
+def _short_jobs(batch: str, rows: list[JobRow]) -> list[ShortJob]:
+    """The batch's finished jobs the lake holds fewer trials of than they plan, each job once
+    however many dirs hold it. The batch's unreadable trial dirs count as each job's trials:
+    never a false alarm, at the price of missing a job short by as many as another job of its
+    batch has unreadable dirs."""
+    unreadable = rows[0].batch_unreadable
+    if not unreadable and not any(row.trials for row in rows):
+        return []
+    found = []
+    for dirs in by_job(rows):
+        planned, trials = dirs[0].planned, sum(row.trials for row in dirs)
+        if planned is not None and trials + unreadable < planned:  # (no disk look otherwise)
             found.append(_short_job(batch, dirs, trials, unreadable))
     return found
 
@@ -184,8 +204,8 @@ def _short_job(batch: str, dirs: list[JobRow], trials: int, unreadable: int) -> 
     """What is missing of a job short of its trials, told from its job dirs on disk: trial dirs
     gone from them were removed after the run; those still there but not counted were not
     ingested, or are held by another dir."""
-    planned = max(row.planned or 0 for row in dirs)
-    present = {row.job_dir: _subdirs(row.job_dir) for row in dirs}
+    planned = dirs[0].planned or 0
+    present = {row.job_dir: _trial_dirs(row.job_dir) for row in dirs}
     on_disk = [job_dir for job_dir, count in present.items() if count is not None]
     removed = not_counted = 0
     if on_disk:
@@ -203,35 +223,22 @@ def _short_job(batch: str, dirs: list[JobRow], trials: int, unreadable: int) -> 
     )
 
 
-def _subdirs(job_dir: str) -> int | None:
-    """The dirs in a job dir (its trial dirs), or None when it cannot be listed."""
+def _trial_dirs(job_dir: str) -> int | None:
+    """The trial dirs in a job dir (a dir holding harbor's result.json or config.json), or None
+    when it is not on this machine or cannot be listed."""
     try:
         with os.scandir(job_dir) as entries:
-            return sum(1 for entry in entries if entry.is_dir() and not entry.name.startswith("."))
+            return sum(
+                1
+                for entry in entries
+                if entry.is_dir()
+                and any(os.path.isfile(os.path.join(entry.path, n)) for n in _TRIAL_FILES)
+            )
     except OSError:
         return None
 
 
-def unfinished_jobs(
-    con: duckdb.DuckDBPyConnection,
-    *,
-    batch_glob: str | None = None,
-    run: str | None = None,
-    batches: Sequence[str] | None = None,
-) -> list[UnfinishedBatch]:
-    """The batches in scope with a job harbor has not finished."""
-    return unfinished_batches(job_rows(con, batch_glob=batch_glob, run=run, batches=batches))
-
-
-def short_jobs(
-    con: duckdb.DuckDBPyConnection,
-    *,
-    batch_glob: str | None = None,
-    run: str | None = None,
-    batches: Sequence[str] | None = None,
-) -> list[ShortJob]:
-    """The finished harbor jobs in scope the lake holds fewer trials of than they plan."""
-    return short_jobs_of(job_rows(con, batch_glob=batch_glob, run=run, batches=batches))
+_TRIAL_FILES = ("result.json", "config.json")
 
 
 def incomplete_job_warnings(
@@ -244,8 +251,7 @@ def incomplete_job_warnings(
     """What a command says of the batches in scope that are a part of their step, each with its
     warning's category."""
     rows = job_rows(con, batch_glob=batch_glob, run=run, batches=batches)
-    unfinished = [found.batch for found in unfinished_batches(rows)]
-    return job_warnings(unfinished, [found.batch for found in short_jobs_of(rows)])
+    return incomplete_jobs(rows).warnings()
 
 
 def job_warnings(

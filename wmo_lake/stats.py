@@ -22,10 +22,9 @@ from wmo_lake.checks import reward_key_warning
 from wmo_lake.incomplete_jobs import (
     ShortJob,
     UnfinishedBatch,
+    incomplete_jobs,
     job_rows,
     job_warnings,
-    short_jobs_of,
-    unfinished_batches,
 )
 from wmo_lake.lake import connect
 from wmo_lake.output import rows_as_dicts
@@ -174,14 +173,14 @@ def collect_stats(
         ):
             named_unknown = dict(con.execute(NAMED_UNKNOWN_QUERY).fetchall())
         ((reward_key,),) = con.execute("SELECT reward_key FROM settings").fetchall()
-        shown = {row["batch"] for row in rows}
+        incomplete = incomplete_jobs(jobs, shown={row["batch"] for row in rows})
         facts = BatchFacts(
             caps=caps,
             infra_failed={row[0]: InfraFailed(*row[1:]) for row in infra_rows},
             shared_labels=dict(shared_rows),
             named_unknown=named_unknown,
-            unfinished_jobs={found.batch: found for found in unfinished_batches(jobs, shown)},
-            short_jobs=short_jobs_of(jobs, shown),
+            unfinished_jobs={found.batch: found for found in incomplete.unfinished},
+            short_jobs=incomplete.short,
             reward_key=reward_key,
         )
         report = StatsReport(rows, notes_for(rows, facts))
@@ -281,8 +280,9 @@ def _short_note(job: ShortJob) -> str:
     causes = []
     if job.removed is None:
         causes.append(
-            f"its job dir {first}{more} is not on this machine, so the lake cannot tell trial "
-            "dirs removed after the run from trials not ingested or held by another dir"
+            f"its job dir `{first}`{more} is not on this machine (or cannot be listed), so the "
+            "lake cannot tell trial dirs removed after the run from trials not ingested or held "
+            "by another dir"
         )
     if job.removed:
         causes.append(

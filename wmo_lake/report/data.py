@@ -23,7 +23,7 @@ import duckdb
 
 from wmo_lake import __version__
 from wmo_lake.checks import warn_from_caller, warn_on_unused_reward_key
-from wmo_lake.incomplete_jobs import job_rows, job_warnings, short_jobs_of, unfinished_batches
+from wmo_lake.incomplete_jobs import incomplete_jobs, job_rows, job_warnings
 from wmo_lake.lake import connect
 from wmo_lake.output import rows_as_dicts
 from wmo_lake.selection import NO_RUN
@@ -477,7 +477,7 @@ def _collect(
     )
     batches = [row["batch"] for row in stats]
     params = {"batches": batches}
-    jobs = job_rows(con, batches=batches)
+    incomplete = incomplete_jobs(job_rows(con, batches=batches))
     denominators = _by_batch(rows_as_dicts(con.sql(STOP_REASON_DENOMINATOR, params=params)))
     tokens = _by_batch(rows_as_dicts(con.sql(TOKENS, params=params)))
     datum_note = ""
@@ -535,8 +535,8 @@ def _collect(
         caps=rows_as_dicts(con.sql(CAPS, params=params)),
         datum_caps=datum_caps,
         selection={"runs": runs, "batch_glob": batch_glob},
-        unfinished=[found.batch for found in unfinished_batches(jobs)],
-        short=list(dict.fromkeys(found.batch for found in short_jobs_of(jobs))),
+        unfinished=[found.batch for found in incomplete.unfinished],
+        short=list(dict.fromkeys(found.batch for found in incomplete.short)),
     )
 
 
