@@ -83,7 +83,7 @@ class UnfinishedBatch:
     job_dirs: list[str]  # the unfinished ones, resolved
     unreadable: bool  # one's result.json could not be read (cut off by a kill mid-write)
     open: bool  # one's result.json records no finished_at
-    planned: int | None  # the trials the batch's job dirs plan; None when one does not say
+    planned: int | None  # the trials the batch's jobs plan; None when one does not say
 
 
 @dataclass(frozen=True)
@@ -194,6 +194,8 @@ def _short_jobs(batch: str, rows: list[JobRow]) -> list[ShortJob]:
         return []
     found = []
     for dirs in by_job(rows):
+        if all(row.unfinished for row in dirs):
+            continue  # (a moved dir's stale row: `_unfinished` found no job open)
         planned, trials = dirs[0].planned, sum(row.trials for row in dirs)
         if planned is not None and trials + unreadable < planned:  # (no disk look otherwise)
             found.append(_short_job(batch, dirs, trials, unreadable))
