@@ -88,7 +88,7 @@ class Spec:
         return f"synthetic-{self.steps * self.trials_per_step}-{_digest(text)[:10]}"
 
 
-GENERATOR_VERSION = 1  # bump when what a lake holds changes: cached lakes are keyed by it
+GENERATOR_VERSION = 2  # bump when what a lake holds changes: cached lakes are keyed by it
 
 
 def _digest(text: str) -> str:
@@ -311,6 +311,10 @@ def step_tables(s: Step, rng: np.random.Generator) -> dict[str, pa.Table]:
             "context_limit": [CONTEXT_LIMIT],
             "config_status": ["ok"],
             "result_status": ["ok"],
+            # a finished harbor job holding every trial it plans (the lake's job checks)
+            "job_id": [_digest(s.job_key)[:32]],
+            "finished_at": ["2026-11-30T00:00:00.000000"],
+            "n_total_trials": [len(s.trial_keys) + s.unreadable],
             "collection_path": ["terminus-2"],
         },
     )

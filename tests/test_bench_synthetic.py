@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench.synthetic import Spec, build, intended_stats, steps_of
+from wmo_lake.incomplete_jobs import incomplete_jobs, job_rows
 from wmo_lake.lake import connect
 from wmo_lake.stats import query_stats
 
@@ -53,6 +54,12 @@ def test_the_draws_give_every_view_work(lake: Path) -> None:
     assert datums > 0  # the prompts chain as terminus-2 records them: datums can be built
     ((tests,),) = con.sql("SELECT count(*) FROM tests").fetchall()
     assert tests == 3 * sum(row["graded_trials"] for row in want)
+
+
+def test_its_steps_are_finished_harbor_jobs_holding_every_trial(lake: Path) -> None:
+    """A lake of whole steps, as the stats bench means to time: no job check fires."""
+    found = incomplete_jobs(job_rows(connect(lake)))
+    assert (found.unfinished, found.short) == ([], [])
 
 
 def test_the_same_spec_builds_the_same_draws() -> None:
