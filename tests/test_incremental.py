@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from harbor_shapes import write_job, write_trial
+from unprivileged import needs_permissions, run_cli
 
 from wmo_lake import extract
 from wmo_lake.discover import TrialTask
@@ -1285,3 +1286,63 @@ def test_a_link_cycle_in_a_path_ends_at_once(tmp_path: Path) -> None:
     worker.start()
     worker.join(timeout=10)
     assert done, "as_the_os_reads did not return"
+
+
+def _ingest_summary(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@needs_permissions
+@pytest.mark.parametrize("mode", [0o600, 0o000], ids=["listable", "closed"])
+def test_a_trial_dir_that_cannot_be_searched_is_not_read_again_while_it_stays_so(
+    tmp_path: Path, mode: int
+) -> None:
+    """A trial dir that cannot be searched: its agent/ dir could not be listed, which made its
+    fingerprint new on every ingest, so each ingest of an unchanged tree committed a generation.
+    Once it can be read again, it is."""
+    runs = _tree(tmp_path, n_trials=2)
+    lake = tmp_path / "lake"
+    trial = runs / "exp" / "harbor" / "step-0001" / "job" / "t__0"
+    trial.chmod(mode)
+    try:
+        first = _ingest_summary(run_cli("ingest", runs, "--lake", lake, "--json"))
+        again = _ingest_summary(run_cli("ingest", runs, "--lake", lake, "--json"))
+    finally:
+        trial.chmod(0o755)
+    assert first["unreadable_trials"] == 1 and first["committed"], first
+    assert (again["committed"], again["unreadable_trials"]) == (False, 1), again
+    assert again["problems"] == first["problems"] > 0, again
+    (message,) = (
+        connect(lake)
+        .execute("SELECT message FROM problems WHERE kind = 'unreadable_trial'")
+        .fetchall()[0]
+    )
+    # (re-running a trial this user may not read would not help)
+    assert "readable and ingest again" in message and "re-run" not in message, message
+    readable = _ingest_summary(run_cli("ingest", runs, "--lake", lake, "--json"))
+    assert (readable["trials_new"], readable["problems"]) == (1, 0), readable
+
+
+@needs_permissions
+def test_a_job_dir_read_as_a_trial_dir_leaves_no_problem_once_it_reads(tmp_path: Path) -> None:
+    """A job dir whose names can be listed but not searched is read as a trial dir (its
+    config.json cannot be read to say it is a job's): a problem, committed once, not on every
+    ingest. Once it can be searched again the walk finds it a job dir, and that problem must
+    go: it stayed in the problems table while the summary counted none."""
+    runs = _tree(tmp_path, n_trials=2)
+    lake = tmp_path / "lake"
+    ingest([runs], lake, workers=1)
+    job = runs / "exp" / "harbor" / "step-0001" / "job"
+    job.chmod(0o600)
+    try:
+        first = _ingest_summary(run_cli("ingest", runs, "--lake", lake, "--json"))
+        again = _ingest_summary(run_cli("ingest", runs, "--lake", lake, "--json"))
+    finally:
+        job.chmod(0o755)
+    assert first["committed"] and first["problems"] > 0, first
+    assert (again["committed"], again["problems"]) == (False, first["problems"]), again
+    readable = ingest([runs], lake, workers=1)
+    assert readable.problems == 0, readable.line()
+    assert connect(lake).execute("SELECT kind, path FROM problems").fetchall() == []
+    assert _counts(lake)["trials"] == 2

@@ -14,6 +14,7 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 from harbor_shapes import write_job, write_trial
+from unprivileged import needs_permissions, run_cli
 
 from wmo_lake.cli import cli
 from wmo_lake.ingest import ingest
@@ -356,10 +357,7 @@ def test_a_walk_problem_under_a_dir_that_cannot_be_listed_goes_prune_or_not(
     assert summary.problems == len(kinds)
 
 
-@pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("setpriv") is None,
-    reason="drops root's capabilities that bypass file permissions with setpriv",
-)
+@needs_permissions
 @pytest.mark.parametrize("mode", [0o600, 0o644], ids=["0600", "0644"])
 def test_prune_keeps_a_job_dir_that_can_be_listed_but_not_searched(
     lake: Path, tmp_path: Path, mode: int
@@ -370,23 +368,7 @@ def test_prune_keeps_a_job_dir_that_can_be_listed_but_not_searched(
     job = tmp_path / "runs" / STEP1
     job.chmod(mode)
     try:
-        done = subprocess.run(
-            [
-                "setpriv",
-                "--bounding-set=-dac_override,-dac_read_search,-fowner",
-                sys.executable,
-                "-m",
-                "wmo_lake.cli",
-                "ingest",
-                str(tmp_path / "runs"),
-                "--lake",
-                str(lake),
-                "--prune",
-                "--json",
-            ],
-            capture_output=True,
-            text=True,
-        )
+        done = run_cli("ingest", tmp_path / "runs", "--lake", lake, "--prune", "--json")
     finally:
         job.chmod(0o755)
     assert done.returncode == 0, done.stderr

@@ -98,11 +98,14 @@ def _not_a_trial(
                 why = "a trial config.json but no readable result.json"
             else:  # (in a job dir, where harbor puts only trial dirs)
                 why = "no readable result.json and no config.json"
-            advice = (
-                "If the trial is still running, re-ingest after it finishes; otherwise re-run it "
-                "(a dir removed since, as harbor's job resume removes one, is dropped by "
-                "`wmo-lake ingest --prune`)"
-            )
+            if _permission_denied(f"{task.path}/result.json"):
+                advice = "This user may not read it: make its files readable and ingest again"
+            else:
+                advice = (
+                    "If the trial is still running, re-ingest after it finishes; otherwise re-run "
+                    "it (a dir removed since, as harbor's job resume removes one, is dropped by "
+                    "`wmo-lake ingest --prune`)"
+                )
         # (rows the reading logged before it gave up, a lone surrogate, are causes too: one row)
         causes = [f"{row['kind']}: {row['message']}" for row in problems.rows]
         problems.rows.clear()
@@ -119,6 +122,18 @@ def _not_a_trial(
     if message:
         problems.add(kind, path, message)
     return Extracted(OTHER, problems.unit_key, tables=_problem_table(problems))
+
+
+def _permission_denied(path: str) -> bool:
+    """Whether `path` cannot be opened for want of a permission (its dir's, or its own): then
+    the trial is not unfinished, and re-running it would not help."""
+    try:
+        with open(path, "rb"):
+            return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
 
 
 def _dir_problem_now(task: TrialTask) -> DirProblem | None:

@@ -65,6 +65,18 @@ def agent_listing(trial_dir: str) -> list[str] | None:
         return None
 
 
+def _unsearchable(directory: str) -> bool:
+    """Whether nothing under `directory` can be looked up (it, or a dir above it, has no search
+    permission): then its agent/ dir cannot be listed either, though it may hold nothing."""
+    try:
+        os.stat(f"{directory}/agent")
+    except PermissionError:
+        return True
+    except (OSError, ValueError):
+        return False
+    return False
+
+
 def trial_fingerprint(
     candidate: Candidate | TrialTask,
     agent_names: list[str] | None = None,
@@ -96,10 +108,15 @@ def trial_fingerprint(
     if agent_names is None:
         agent_names = agent_listing(directory)
     if agent_names is None:
-        # Unlistable: the files read from it by name (the continuations trajectory.json names)
-        # cannot all be known here, so such a dir never reads as unchanged: read again each time.
         agent_names = ["trajectory.json"]
-        parts.append(f"agent=unlisted:{time.time_ns()}")
+        if _unsearchable(directory):
+            # Nothing in the dir opens by name, so its read finds nothing new until a permission
+            # changes, which its files' stat tokens ('-' now) then show.
+            parts.append("agent=unsearchable")
+        else:
+            # Unlistable: the files read from it by name (the continuations trajectory.json
+            # names) cannot all be known here, so such a dir never reads as unchanged.
+            parts.append(f"agent=unlisted:{time.time_ns()}")
     agent = f"{directory}/agent"
     # the trajectory files, and any JSON file a trajectory's continued_trajectory_ref may name
     agent_files = sorted(n for n in agent_names if watched_by_name(n))

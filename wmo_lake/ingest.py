@@ -39,6 +39,7 @@ from wmo_lake.store import (
     JOB,
     MIXED,
     NO_PARTITION,
+    OTHER,
     TRIAL,
     UNREADABLE,
     WALK,
@@ -238,6 +239,7 @@ def ingest(
             # lake would keep it while the summary counted none.
             walks = {source: e for source, e in update.catalog.items() if e.kind == WALK}
             gone = gone_entries(walks, paths, set(), set(), found_walks)
+        update.drop_read_as_job_dirs(candidates, dry_run=dry_run)
         update.prune(gone, dry_run=dry_run)
         if dry_run:
             update.summary.dry_run = True
@@ -475,16 +477,32 @@ class LakeUpdate:
             elif entry.kind == JOB:  # (an empty batch left in stats, else)
                 self.summary.pruned_jobs += 1
                 self.summary.pruned.append(entry.source.removeprefix("job:"))
-            if dry_run:
-                continue
-            if entry.unit_key:
-                self._commit().remove_units([entry.unit_key], entry.partition)
-                if self.owner.get(entry.unit_key) == entry.source:
-                    del self.owner[entry.unit_key]
-            else:  # (its trial is held by another dir) no rows go, but the catalog changes
-                self.catalog_only = True
-            del self.catalog[entry.source]
-            self.touched.add(entry.partition)
+            if not dry_run:
+                self._drop(entry)
+
+    def drop_read_as_job_dirs(
+        self, found: Mapping[str, tuple[Candidate, str | None]], dry_run: bool = False
+    ) -> None:
+        """Drop the entries of dirs an earlier ingest read as trial dirs that the walk now finds
+        to be job dirs: a job dir that could be listed but not searched (its config.json
+        unreadable) was taken for a trial dir. What that read recorded (a problem) is not the
+        lake's any more, yet no --prune calls the dir gone, and no summary counted it."""
+        jobs = self.found_job_keys(found)
+        for source, entry in list(self.catalog.items()):
+            read_as_trial = entry.kind in (OTHER, UNREADABLE)
+            if read_as_trial and source not in found and f"job:{source}" in jobs and not dry_run:
+                self._drop(entry)
+
+    def _drop(self, entry: CatalogEntry) -> None:
+        """Remove an entry and its unit's rows in this generation."""
+        if entry.unit_key:
+            self._commit().remove_units([entry.unit_key], entry.partition)
+            if self.owner.get(entry.unit_key) == entry.source:
+                del self.owner[entry.unit_key]
+        else:  # (its trial is held by another dir) no rows go, but the catalog changes
+            self.catalog_only = True
+        del self.catalog[entry.source]
+        self.touched.add(entry.partition)
 
     def segment_prefix(self) -> str:
         """The name stem of the new segments (the Commit's own, and the readers')."""
