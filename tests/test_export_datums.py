@@ -585,6 +585,96 @@ def test_a_stop_once_the_export_is_whole_keeps_it_and_says_so(
     assert json.loads(companion(out).read_text())["dataset_sha256"] == sha256(out)
 
 
+def _leaves_nothing(out: Path) -> bool:
+    return not any(out.parent.iterdir())
+
+
+@pytest.mark.parametrize("result", ["cut short", "whole"])
+def test_a_ctrl_c_that_duckdb_took_still_stops_the_export(
+    lake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, result: str
+) -> None:
+    """A Ctrl-C that lands inside DuckDB may raise nothing there, or surface as another error:
+    a gathered column cut short ("Column 10 had 64 while previous column had 7", exit 1), or
+    the connection busy with the interrupted call. It is the stop the user asked for: exit 130,
+    one line, nothing written."""
+    import contextlib
+    import signal
+
+    from wmo_lake.exports import datum_lists
+
+    gather = datum_lists.list_columns
+
+    def interrupted(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        with contextlib.suppress(KeyboardInterrupt):  # (taken by the query, as DuckDB does)
+            signal.raise_signal(signal.SIGINT)
+        columns = gather(*args, **kwargs)
+        if result == "cut short":
+            return {name: column.slice(0, len(column) - 1) for name, column in columns.items()}
+        return columns
+
+    monkeypatch.setattr(datum_lists, "list_columns", interrupted)
+    out = tmp_path / "out" / "d.parquet"
+    out.parent.mkdir()
+    stopped = run("--lake", str(lake), "--out", str(out), "--no-split-guard")
+    assert stopped.exit_code == 130, stopped.output
+    assert stopped.output.strip() == "interrupted: nothing was written or changed"
+    assert _leaves_nothing(out), sorted(out.parent.iterdir())
+
+
+def test_a_stop_waits_for_the_write_in_flight_before_closing_the_file(
+    lake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk is encoded in a thread while the next is gathered. A stop in the gather closed
+    the Parquet writer under the encoding thread's write: the process crashed (SIGSEGV,
+    "pure virtual method called") and left its partial file."""
+    import threading
+    import time
+
+    from wmo_lake.exports import datum_lists, datums
+
+    events: list[str] = []
+    writing = threading.Event()
+    real_writer = datums._parquet_writer
+
+    class SlowWriter:
+        def __init__(self, path: Path, schema: Any) -> None:
+            self.writer = real_writer(path, schema)
+
+        def __enter__(self) -> SlowWriter:
+            return self
+
+        def __exit__(self, *exc_info: object) -> None:
+            events.append("close")
+            self.writer.close()
+
+        def write_table(self, table: Any, **kwargs: Any) -> None:
+            events.append("write")
+            writing.set()
+            time.sleep(0.3)
+            self.writer.write_table(table, **kwargs)
+            events.append("written")
+
+    gather = datum_lists.list_columns
+    calls: list[int] = []
+
+    def stopped_in_the_second_gather(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        calls.append(1)
+        if len(calls) == 2:
+            writing.wait(5)
+            raise KeyboardInterrupt
+        return gather(*args, **kwargs)
+
+    monkeypatch.setattr(datums, "_parquet_writer", SlowWriter)
+    monkeypatch.setattr(datum_lists, "list_columns", stopped_in_the_second_gather)
+    monkeypatch.setattr(datum_lists, "CHUNK_TOKENS", 1)  # (a chunk per row)
+    out = tmp_path / "out" / "d.parquet"
+    out.parent.mkdir()
+    stopped = run("--lake", str(lake), "--out", str(out), "--no-split-guard")
+    assert stopped.exit_code == 130, stopped.output
+    assert events == ["write", "written", "close"]
+    assert _leaves_nothing(out), sorted(out.parent.iterdir())
+
+
 # `export datums` with both --where and the split guard: the manifest's `excluded` counts each
 # rule's datums apart (`where`: what --where left out of the scope; `split_<split>`: what the guard
 # left out of --where's rows). Pins `totals["datums"] - len(tasks_of_rows)` in exports/datums.py

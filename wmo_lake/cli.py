@@ -217,15 +217,16 @@ def main() -> None:
             sys.stderr.write(f"Error: {error}\n")
         sys.exit(1)
     except SystemExit as done:
-        from wmo_lake.commands.options import QUICK_EXIT
+        from wmo_lake.commands.options import QUICK_EXIT, QUICK_EXIT_ON_STOP
 
-        if QUICK_EXIT and done.code in (0, None):
+        succeeded = bool(QUICK_EXIT) and done.code in (0, None)
+        if succeeded or (QUICK_EXIT_ON_STOP and done.code in (130, 143)):
             try:
                 sys.stdout.flush()
                 sys.stderr.flush()
             except OSError:
                 raise done from None
-            os._exit(0)
+            os._exit(0 if succeeded else int(done.code or 0))
         raise
 
 

@@ -192,13 +192,15 @@ class OutputCutOff(KeyboardInterrupt):
 
 
 @contextlib.contextmanager
-def ctrl_c_stops(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+def ctrl_c_stops(con: duckdb.DuckDBPyConnection, heard: list[int] | None = None) -> Iterator[None]:
     """Within: Ctrl-C stops the query `con` runs, always. Python's own SIGINT handler raises
     KeyboardInterrupt inside DuckDB's signal check, and DuckDB 2.0 turns that into an
     interruption only some of the time: in 5 of 27 tries here a long query ran on, and ignored
     every later Ctrl-C too. Interrupting the connection from the handler stopped 30 of 30.
     Left alone off the main thread and where SIGINT is not Python's default (a script's
-    background job ignores it; a caller may have its own handler)."""
+    background job ignores it; a caller may have its own handler). `heard` gets each SIGINT's
+    number: an interrupted query may surface as another error (the connection busy, a result
+    cut short), which its caller then says as the stop it was."""
     import signal
     import threading
 
@@ -210,6 +212,8 @@ def ctrl_c_stops(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
         return
 
     def stop(signum: int, frame: Any) -> None:
+        if heard is not None:
+            heard.append(signum)
         with contextlib.suppress(Exception):  # (a connection busy in another thread refuses)
             con.interrupt()
         default(signum, frame)

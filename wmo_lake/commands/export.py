@@ -18,6 +18,7 @@ import duckdb
 from wmo_lake.commands.options import (
     datum_options,
     exit_quickly_when_done,
+    exit_quickly_when_stopped,
     fail,
     fail_if_damaged,
     format_for,
@@ -90,6 +91,7 @@ def _run_export(
     (--json) or its summary."""
     _require_guard_choice(tasks, no_split_guard)
     settings = settings_from(options)
+    exit_quickly_when_stopped()  # (its partial files are removed before the stop is said)
     try:
         with sigterm_stops():  # (its hidden partial files removed, as on Ctrl-C)
             manifest = write(

@@ -325,7 +325,8 @@ def _write_rows(
     try:
         datum_lists.check_plan(rows)
         all_bases = datum_lists.bases(con, rows)
-        with ThreadPoolExecutor(1) as pool, _parquet_writer(path, schema) as out:
+        # (the pool ends first: a write still running when the writer closed crashed)
+        with _parquet_writer(path, schema) as out, ThreadPoolExecutor(1) as pool:
             pending: Future[None] | None = None
             for start, stop in datum_lists.chunks(rows.column("n_tokens").to_pylist()):
                 part = rows.slice(start, stop - start)
@@ -414,9 +415,11 @@ class _Threads:
             self.con.execute("SET threads = 1")
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, *exc_info: object) -> None:
         if self.narrow:
-            self.con.execute(f"SET threads = {self.threads}")
+            # (after an interrupted query the connection may refuse: the error is what counts)
+            with contextlib.suppress(Exception) if kind is not None else contextlib.nullcontext():
+                self.con.execute(f"SET threads = {self.threads}")
 
     @contextlib.contextmanager
     def all(self) -> Iterator[None]:
@@ -427,8 +430,11 @@ class _Threads:
         self.con.execute(f"SET threads = {self.threads}")
         try:
             yield
-        finally:
-            self.con.execute("SET threads = 1")
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.con.execute("SET threads = 1")
+            raise
+        self.con.execute("SET threads = 1")
 
 
 def _arrow_rows(con: duckdb.DuckDBPyConnection, query: str, params: Mapping[str, Any]) -> pa.Table:

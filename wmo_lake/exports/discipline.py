@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from wmo_lake import __version__
 from wmo_lake.selection import scope_sql
-from wmo_lake.stopping import finished
+from wmo_lake.stopping import ctrl_c_stops, finished
 from wmo_lake.store import fsync_path
 
 if TYPE_CHECKING:
@@ -731,12 +731,25 @@ class Export:
         except BaseException:
             self.con.close()
             raise
+        self.heard: list[int] = []  # the Ctrl-Cs (or SIGTERMs) heard while it runs
+        self._stops = contextlib.ExitStack()
 
     def __enter__(self) -> Export:
+        self._stops.enter_context(ctrl_c_stops(self.con, self.heard))
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.con.close()
+    def __exit__(self, kind: type[BaseException] | None, *exc_info: object) -> None:
+        self._stops.close()
+        if kind is None:
+            self.con.close()
+            return
+        # A Ctrl-C inside DuckDB may surface as another error (the connection busy with the
+        # interrupted call, a gathered column cut short), and closing the connection too:
+        # either would hide the stop the user asked for.
+        with contextlib.suppress(Exception):
+            self.con.close()
+        if self.heard and not issubclass(kind, KeyboardInterrupt):
+            raise KeyboardInterrupt from None
 
     def keep_train_tasks(self, rows_by_task: Mapping[str | None, int]) -> list[str | None]:
         """The split guard over the rows in scope ({task: rows}): the kept tasks go into the temp
@@ -774,9 +787,15 @@ class Export:
             keys["settings"] = self.settings
             return keys
 
+        def write_unless_stopped(path: Path) -> int:
+            rows = write_dataset(path)
+            if self.heard:  # (a result an interrupt cut short raises nothing in DuckDB 2.0)
+                raise KeyboardInterrupt
+            return rows
+
         return write_export(
             Path(self.request.out),
-            write_dataset,
+            write_unless_stopped,
             kind=self.kind,
             registry=self.registry,
             excluded=excluded,
