@@ -228,6 +228,29 @@ def test_a_query_that_would_write_a_file_is_refused(lake: Path) -> None:
     assert wl.query(lake, "SET VARIABLE n = 3; SELECT getvariable('n') AS n")["n"].to_list() == [3]
 
 
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SET enable_profiling = 'json'; SET profiling_output = '{target}'; SELECT 1 AS x",
+        "PRAGMA profiling_output = '{target}'; PRAGMA enable_profiling; SELECT 1 AS x",
+        "SET log_query_path = '{target}'; SELECT 1 AS x",
+        "CALL enable_logging(storage = 'file', storage_path = '{dir}'); SELECT 1 AS x",
+    ],
+    ids=["profile", "pragma", "query-log", "logging"],
+)
+def test_a_setting_that_writes_a_file_is_refused(lake: Path, sql: str) -> None:
+    """A SET (or PRAGMA, or CALL) that has DuckDB write a file is a write too: a profile went
+    over the lake's manifest, and the lake was unreadable."""
+    manifest = (lake / "manifest.json").read_bytes()
+    query = sql.format(target=lake / "manifest.json", dir=lake / "logs")
+    with pytest.raises(ValueError, match=r"^query\(\): \w+ would have DuckDB write files"):
+        wl.query(lake, query)
+    assert (lake / "manifest.json").read_bytes() == manifest
+    assert not (lake / "logs").exists()
+    # (settings that write nothing still run)
+    assert wl.query(lake, "SET threads = 1; SELECT 2 AS x")["x"].to_list() == [2]
+
+
 def test_an_interval_is_a_clear_error_that_says_what_to_query(lake: Path) -> None:
     """`finished_at - started_at` raised polars' ComputeError about Arrow's interval type."""
     with pytest.raises(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -231,6 +233,33 @@ def test_a_file_writer_is_refused_before_any_statement_runs(lake: Path, tmp_path
     result = _sql(lake, slow_then_copy)
     assert result.exit_code == 2 and "COPY would write a file" in result.output
     assert not (tmp_path / "x.csv").exists()
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "SET profiling_output = '{dir}/profile.json'",
+        "CALL enable_logging(storage = 'file', storage_path = '{dir}')",
+    ],
+    ids=["profile", "logging"],
+)
+def test_a_setting_that_writes_a_file_is_refused_as_a_write(
+    lake: Path, tmp_path: Path, statement: str
+) -> None:
+    """Refused before it runs, as the write it is: DuckDB's own refusal of a confined
+    enable_logging aborted the process (SIGABRT, "terminate called after throwing"), and a
+    profile's was said as a read of another file. (A process of its own: the abort would end
+    the test run.)"""
+    query = statement.format(dir=tmp_path / "written") + "; SELECT 1 AS x"
+    done = subprocess.run(
+        [sys.executable, "-m", "wmo_lake.cli", "sql", query, "--lake", str(lake)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "would have DuckDB write files" in done.stderr, done.stderr
+    assert "wmo-lake ingest PATH" in done.stderr  # (the commands that do change the lake)
+    assert not (tmp_path / "written").exists()
 
 
 def test_datum_settings_reach_the_views(lake: Path) -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wmo_lake.selection import scope_sql
+from wmo_lake.statements import file_it_writes
 from wmo_lake.store import LakeError
 
 if TYPE_CHECKING:
@@ -348,6 +349,12 @@ def _query_on(
                 "read-only to query() (its parameters are `params=`); write the DataFrame "
                 "it returns instead (df.write_parquet(...)), or use `wmo-lake sql QUERY "
                 "--output FILE`"
+            )
+        setting = file_it_writes(statement)
+        if setting is not None:  # (a profile written over the lake's manifest breaks the lake)
+            raise ValueError(
+                f"query(): {setting} would have DuckDB write files, and the lake is read-only "
+                "to query(); EXPLAIN ANALYZE gives a query's profile as rows"
             )
     result = con.sql(sql, params=params)
     if result is None or statements[-1].type.name in _NO_ROWS:  # only comments; a SET

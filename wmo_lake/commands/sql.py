@@ -33,6 +33,7 @@ from wmo_lake.commands.options import (
 from wmo_lake.lake import connect, times_in_utc
 from wmo_lake.output import FORMATS, OutputFile, copy_query, copy_target, write_result
 from wmo_lake.settings import BY_VARIABLE, whole_number
+from wmo_lake.statements import file_it_writes, tokens
 from wmo_lake.stopping import appends, ctrl_c_stops, finished
 from wmo_lake.store import LakeError, Store
 from wmo_lake.terminal import terminal_width
@@ -346,19 +347,11 @@ def _parse(con: duckdb.DuckDBPyConnection, query: str, ctx: click.Context, lake:
         if statement.type in FILE_WRITERS:
             con.close()
             fail(_read_only_message(f"{statement.type.name} would write a file", ctx, lake), 2)
+        setting = file_it_writes(statement)
+        if setting is not None:  # (DuckDB aborted the process on a confined enable_logging)
+            con.close()
+            fail(_read_only_message(f"{setting} would have DuckDB write files", ctx, lake), 2)
     return statements
-
-
-def _tokens(query: str) -> list[tuple[int, Any, bytes]]:
-    """DuckDB's tokens of `query`: (byte offset, token_type, the token's text). A token's text
-    runs to the next one's start (the tokenizer gives starts only), whitespace stripped."""
-    text = query.encode()  # the tokenizer's positions count bytes
-    found = duckdb.tokenize(query)
-    ends = [position for position, _ in found[1:]] + [len(text)]
-    return [
-        (position, kind, text[position:end].strip())
-        for (position, kind), end in zip(found, ends, strict=True)
-    ]
 
 
 def _is_semicolon(kind: Any, token: bytes) -> bool:
@@ -370,7 +363,7 @@ def _without_its_end(statement: str) -> str:
     comments after it, which would end the subquery it is wrapped in: `SELECT * FROM (SELECT 1;
     -- done)` is a syntax error."""
     end = None
-    for position, kind, token in reversed(_tokens(statement)):
+    for position, kind, token in reversed(tokens(statement)):
         if kind != duckdb.token_type.comment and not _is_semicolon(kind, token):
             break
         end = position
@@ -385,7 +378,7 @@ def spark_statements(query: str) -> list[tuple[str, str]]:
     text = query.encode()
     statements: list[tuple[str, str]] = []
     start, first_word = 0, ""
-    for position, kind, token in [*_tokens(query), (len(text), None, b";")]:
+    for position, kind, token in [*tokens(query), (len(text), None, b";")]:
         if kind is None or _is_semicolon(kind, token):
             if first_word:
                 statements.append((text[start:position].decode().strip(), first_word))
@@ -398,7 +391,7 @@ def spark_statements(query: str) -> list[tuple[str, str]]:
 def spark_write_word(statement: str) -> str | None:
     """The first word of `statement` (outside strings, quoted names and comments) that makes
     Spark write, or None."""
-    for _, kind, token in _tokens(statement):
+    for _, kind, token in tokens(statement):
         if kind in (duckdb.token_type.keyword, duckdb.token_type.identifier):
             word = token.decode().upper()
             if word in SPARK_WRITE_WORDS:
@@ -427,7 +420,7 @@ def _sets_a_variable(statement: str) -> bool:
     """Whether a SET statement is Spark's SET VAR / SET VARIABLE (a session variable)."""
     words = [
         token.decode().upper()
-        for _, kind, token in _tokens(statement)
+        for _, kind, token in tokens(statement)
         if kind != duckdb.token_type.comment
     ]
     return len(words) > 1 and words[1] in ("VAR", "VARIABLE")
