@@ -12,7 +12,7 @@ import pytest
 from harbor_shapes import write_job, write_trial
 
 import wmo_lake as wl
-from wmo_lake.checks import NoMatchWarning, RewardKeyWarning
+from wmo_lake.checks import NoMatchWarning, NoTrialsWarning, RewardKeyWarning
 from wmo_lake.export import ExportError
 from wmo_lake.store import LakeError
 
@@ -325,6 +325,21 @@ def test_ingest_into_a_file_names_the_argument(tmp_path: Path) -> None:
     (tmp_path / "afile").write_text("x")
     with pytest.raises(ValueError, match=r"^ingest\(\): lake='.*afile' is a file; give a lake"):
         wl.ingest(tmp_path / "runs", lake=tmp_path / "afile")
+
+
+def test_ingest_of_a_path_with_no_trial_dirs_warns(tmp_path: Path) -> None:
+    """The CLI says `warning: no trial dirs under PATH`; ingest() said nothing, so a mistyped
+    path in a notebook read as a success."""
+    runs = tmp_path / "runs"
+    write_trial(write_job(runs / "exp/harbor/step-0001/job"), "a__1", reward=1)
+    (tmp_path / "empty").mkdir()
+    with pytest.warns(NoTrialsWarning, match=r"^ingest\(\): no trial dirs under .*empty$") as seen:
+        summary = wl.ingest([runs, tmp_path / "empty"], lake=tmp_path / "lake")
+    assert len(seen) == 1 and summary.trials_new == 1
+    assert seen[0].filename == __file__  # (pointing at the caller's line)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        wl.ingest(runs, lake=tmp_path / "lake")
 
 
 @pytest.mark.parametrize("out", ["o.jsonl", "o.csv", "o"])

@@ -199,7 +199,12 @@ def ingest(
         raise TypeError(f"ingest(): workers must be an int >= 1 or None, got {workers!r}")
     if workers is not None and workers < 1:
         raise ValueError(f"ingest(): workers must be >= 1 (or None: one per core), got {workers}")
-    return run_ingest(folders, Path(lake), sink_roots=roots, workers=workers)
+    summary = run_ingest(folders, Path(lake), sink_roots=roots, workers=workers)
+    from wmo_lake.checks import NoTrialsWarning, warn_from_caller
+
+    for path in summary.paths_without_trials:  # (a mistyped path read as a success)
+        warn_from_caller(f"ingest(): no trial dirs under {path}", NoTrialsWarning)
+    return summary
 
 
 def _check_selection(batch: Any, run: Any) -> None:

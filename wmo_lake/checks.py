@@ -49,6 +49,11 @@ class NoMatchWarning(LakeWarning):
     """A selection (`batch=`, `run=`) that matches no batch: its result is empty."""
 
 
+class NoTrialsWarning(LakeWarning):
+    """A path given to `ingest()` holds no trial dir (a typo, a run not written yet): nothing
+    of it is in the lake (`wmo-lake ingest` says so on stderr, `--strict` exits 1)."""
+
+
 class UnfinishedJobWarning(LakeWarning):
     """A batch in scope comes from a harbor job that has not finished: its figures are of the
     trials written so far (upstream's scorer refuses such a job: 'harbor job did not finish')."""
