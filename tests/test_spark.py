@@ -388,6 +388,28 @@ def test_register_warns_of_a_reward_key_no_trial_has(
     assert "warning: reward key 'rewrad' occurs in no trial" in result.stderr
 
 
+def test_register_again_after_an_ingest_reads_the_new_generation(
+    spark: Any, tmp_path: Path, on_spark: OnSpark
+) -> None:
+    """The README's advice: views registered before an ingest read the old generation's files;
+    register() again reads the new one (its views replace the old)."""
+    from harbor_shapes import write_job, write_trial
+
+    from wmo_lake import spark as lake_spark
+
+    on_spark.forget()  # register() replaces the shuffled tables in this session
+    runs, lake = tmp_path / "runs", tmp_path / "lake"
+    write_trial(write_job(runs / "r/harbor/step-0001/job"), "a__1", reward=1.0)
+    ingest([runs], lake, workers=1)
+    lake_spark.register(spark, lake)
+    query = "SELECT step, trials FROM rollout_stats ORDER BY step"
+    assert [tuple(row) for row in spark.sql(query).collect()] == [(1, 1)]
+    write_trial(write_job(runs / "r/harbor/step-0002/job"), "b__1", reward=0.0)
+    ingest([runs], lake, workers=1)
+    lake_spark.register(spark, lake)
+    assert [tuple(row) for row in spark.sql(query).collect()] == [(1, 1), (2, 1)]
+
+
 @pytest.mark.parametrize(
     ("query", "word"),
     [

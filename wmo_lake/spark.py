@@ -180,6 +180,7 @@ def register(
 
     Settings are Spark session variables afterwards: `spark.sql("SET VAR wmo_max_tokens = 4096")`.
     A reward key that no trial of the lake has is a `RewardKeyWarning`, as with `connect()`.
+    The views read the lake's current generation: call it again after an ingest (they replace).
     """
     frames = table_frames(spark, lake)
     for name, frame in frames.items():
