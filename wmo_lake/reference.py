@@ -134,13 +134,24 @@ SHARED_COLUMNS = frozenset(
 )  # fmt: skip
 
 
+# Views whose columns are, but for their own, the columns of the views they select them from
+# as they are (sql/trial_records.sql: `cells` and `trial_stop_reasons`): their meaning too.
+PASSED_THROUGH = {
+    "trial_records": ("cells", "trial_stop_reasons"),
+    "trial_records_with_spans": ("trial_records", "cells", "trial_stop_reasons"),
+    "datums": ("cells",),
+}
+
+
 def column_meaning(name: str, column: str) -> str:
-    """What `column` of table or view `name` means: its own entry first, else, for a column
-    every table shares the meaning of (`SHARED_COLUMNS`), what it means in a table."""
+    """What `column` of table or view `name` means: its own entry first, then the views it
+    passes the column through from (`PASSED_THROUGH`), else, for a column every table shares
+    the meaning of (`SHARED_COLUMNS`), what it means in a table."""
     entries = reference()
-    own = entries.get(name)
-    if own is not None and own.columns.get(column):
-        return own.columns[column]
+    for source in (name, *PASSED_THROUGH.get(name, ())):
+        entry = entries.get(source)
+        if entry is not None and entry.columns.get(column):
+            return entry.columns[column]
     if column not in SHARED_COLUMNS:
         return ""
     for entry in entries.values():
