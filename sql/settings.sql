@@ -11,7 +11,8 @@
 CREATE OR REPLACE VIEW settings AS
 WITH set_values AS (
     -- as text: what was set, however it was typed ('4' and 4 alike); a count's text must be
-    -- digits (a cast reads '3.5' as 4), 19 at most (64 bits: past them the cast says so)
+    -- digits (a cast reads '3.5' as 4), at most 2^63 - 1 (past it the cast's own error named
+    -- no variable)
     SELECT
         CAST(getvariable('wmo_reward_key') AS VARCHAR) AS reward_key,
         CAST(getvariable('wmo_reward_mode') AS VARCHAR) AS reward_mode,
@@ -30,7 +31,9 @@ SELECT
     END AS reward_key,
     coalesce(v.reward_mode, d.reward_mode) AS reward_mode,
     CASE
-        WHEN regexp_matches(coalesce(v.max_turns, '1'), '^[1-9][0-9]{0,18}$')
+        WHEN
+            regexp_matches(coalesce(v.max_turns, '1'), '^[1-9][0-9]{0,18}$')
+            AND lpad(coalesce(v.max_turns, '1'), 19, '0') <= '9223372036854775807'
             THEN CAST(v.max_turns AS BIGINT)
         ELSE error(
             'wmo_max_turns must be a whole number >= 1, got ' || v.max_turns
@@ -39,7 +42,9 @@ SELECT
     END AS max_turns,
     d.max_turns AS max_turns_default,
     CASE
-        WHEN regexp_matches(coalesce(v.max_tokens, '1'), '^[1-9][0-9]{0,18}$')
+        WHEN
+            regexp_matches(coalesce(v.max_tokens, '1'), '^[1-9][0-9]{0,18}$')
+            AND lpad(coalesce(v.max_tokens, '1'), 19, '0') <= '9223372036854775807'
             THEN CAST(v.max_tokens AS BIGINT)
         ELSE error(
             'wmo_max_tokens must be a whole number >= 1, got ' || v.max_tokens
@@ -48,7 +53,9 @@ SELECT
     END AS max_tokens,
     d.max_tokens AS max_tokens_default,
     CASE
-        WHEN regexp_matches(coalesce(v.context_budget, '1'), '^[1-9][0-9]{0,18}$')
+        WHEN
+            regexp_matches(coalesce(v.context_budget, '1'), '^[1-9][0-9]{0,18}$')
+            AND lpad(coalesce(v.context_budget, '1'), 19, '0') <= '9223372036854775807'
             THEN CAST(v.context_budget AS BIGINT)
         ELSE error(
             'wmo_context_budget must be a whole number >= 1, got ' || v.context_budget
@@ -58,7 +65,9 @@ SELECT
     d.context_budget AS context_budget_default,
     coalesce(
         CASE
-            WHEN regexp_matches(coalesce(v.max_datum_tokens, '1'), '^[1-9][0-9]{0,18}$')
+            WHEN
+                regexp_matches(coalesce(v.max_datum_tokens, '1'), '^[1-9][0-9]{0,18}$')
+                AND lpad(coalesce(v.max_datum_tokens, '1'), 19, '0') <= '9223372036854775807'
                 THEN CAST(v.max_datum_tokens AS BIGINT)
             ELSE error(
                 'wmo_max_datum_tokens must be a whole number >= 1, got ' || v.max_datum_tokens

@@ -269,6 +269,13 @@ def test_an_option_the_api_refuses_is_a_usage_error(lake: Path, option: list, sa
         assert "Usage: " in result.output and said in result.output
 
 
+def test_the_largest_count_set_in_sql_is_taken(lake: Path) -> None:
+    """2^63 - 1 is the largest count the options take; the settings view takes it too."""
+    con = connect(lake)
+    con.execute("SET VARIABLE wmo_max_tokens = 9223372036854775807")
+    assert con.sql("SELECT max_tokens FROM settings").fetchall() == [(2**63 - 1,)]
+
+
 @pytest.mark.parametrize(
     ("statement", "said"),
     [
@@ -279,6 +286,12 @@ def test_an_option_the_api_refuses_is_a_usage_error(lake: Path, option: list, sa
         ("SET VARIABLE wmo_context_budget = 'big'", "wmo_context_budget must be a whole number"),
         ("SET VARIABLE wmo_max_datum_tokens = 0", "wmo_max_datum_tokens must be a whole number"),
         ("SET VARIABLE wmo_reward_key = ''", "wmo_reward_key must be nonempty text"),
+        # 19 digits past 64 bits: DuckDB's own cast error, which named no variable
+        (
+            "SET VARIABLE wmo_max_tokens = 9223372036854775808",
+            "wmo_max_tokens must be a whole number >= 1, got 9223372036854775808",
+        ),
+        ("SET VARIABLE wmo_context_budget = 9999999999999999999", "wmo_context_budget must be"),
     ],
 )
 def test_a_setting_set_in_sql_is_held_to_what_the_option_takes(
