@@ -4,8 +4,8 @@ rows as the relation its grain names. A view missing from GRAINS fails, so a new
 grain when it is added.
 
 Checked on one lake holding the real harbor fixtures and a generated tree that exercises every
-rule (unreadable trials, a batch of only unreadable trials, spans that break the prefix chain, ...),
-with every view non-empty, so no check passes vacuously."""
+rule (unreadable trials, a batch of only unreadable trials, an empty job dir, spans that break
+the prefix chain, ...), with every view non-empty, so no check passes vacuously."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 import duckdb
 import pytest
 from edge_case_trees import generate_tree
+from harbor_shapes import write_job
 
 from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect, view_sources
@@ -32,11 +33,12 @@ GRAINS: dict[str, tuple[tuple[str, ...], str]] = {
     "trial_records": (("trial_key",), "trials"),
     "trial_records_with_spans": (("trial_key",), "trials"),
     "episodes": (("trial_key",), "trials"),
-    # every batch with trials, and every batch whose trial dirs were all unreadable
+    # every batch: with trials, whose trial dirs were all unreadable, or a job dir with none
     "rollout_stats": (
         ("batch",),
         "(SELECT batch FROM trials UNION "
-        "SELECT batch FROM problems WHERE kind = 'unreadable_trial' AND batch IS NOT NULL)",
+        "SELECT batch FROM problems WHERE kind = 'unreadable_trial' AND batch IS NOT NULL "
+        "UNION SELECT batch FROM jobs)",
     ),
     "datum_spans": (("trial_key", "call_index"), "spans"),
     "datum_sequences": (
@@ -72,6 +74,7 @@ def con(tmp_path_factory: pytest.TempPathFactory) -> duckdb.DuckDBPyConnection:
     root = tmp_path_factory.mktemp("grains")
     shutil.copytree(FIXTURES, root / "runs" / "fixtures")
     generate_tree(root / "runs" / "generated", seed=11)
+    write_job(root / "runs" / "empty" / "harbor" / "step-0001" / "job")  # (a batch, no trials)
     ingest([root / "runs"], root / "lake", workers=1)
     return connect(root / "lake")
 
