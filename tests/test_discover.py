@@ -247,6 +247,36 @@ def test_a_dir_name_that_is_not_utf8_is_a_problem_and_the_rest_goes_on(tmp_path:
     assert (again.committed, again.problems) == (False, 1)
 
 
+def test_a_trial_dir_name_that_is_not_utf8_counts_in_its_batch(tmp_path: Path) -> None:
+    """Inside a job dir, where harbor puts only trial dirs, a dir whose name is not UTF-8 is an
+    unreadable trial of the job's batch, as one that cannot be listed is: it was a walk problem
+    of no batch, so the batch's figures read as if the trial had never run (a 50% step read
+    100%), and a job planning it was said short, advising an ingest that changed nothing."""
+    runs = tmp_path / "runs"
+    job = write_job(runs / "exp" / "harbor" / "step-0001" / "job")
+    write_trial(job, "good__1", reward=1.0)
+    bad = os.fsencode(job) + b"/bad-\xff__1"
+    write_trial(job, "tmp__1", reward=0.0, trial_id="t-2")
+    os.rename(os.fsencode(job / "tmp__1"), bad)
+    summary = ingest([runs], tmp_path / "lake")
+    assert (summary.trials_new, summary.unreadable_trials, summary.problems) == (1, 1, 1)
+    con = connect(tmp_path / "lake")
+    shown = f"{job}/bad-\\xff__1"
+    ((batch, name, path, kind, message),) = con.execute(
+        "SELECT batch, trial_name, path, kind, message FROM problems"
+    ).fetchall()
+    assert (batch, name, path, kind) == (
+        "exp/harbor/step-0001/job",
+        "bad-\\xff__1",
+        shown,
+        "unreadable_trial",
+    )
+    assert "not valid UTF-8" in message and "Rename it" in message, message
+    assert con.execute("SELECT trials, unreadable_trials FROM rollout_stats").fetchall() == [(1, 1)]
+    again = ingest([runs], tmp_path / "lake")
+    assert (again.committed, again.unreadable_trials, again.problems) == (False, 1, 1)
+
+
 def test_a_candidate_keeps_its_path_as_the_walk_spelled_it(tmp_path: Path, monkeypatch) -> None:
     """The task a reader gets carries the candidate's path text from the walk (parsing it again
     costs ~5 us a trial): the same text str(path) gives, however the root was written."""

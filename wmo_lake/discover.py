@@ -181,6 +181,8 @@ class WalkProblem:
     path: str  # as the walk spelled it, shown in the `problems` row
     kind: str
     message: str
+    in_dir: str | None = None  # the real path of the dir the walk met it in (a bad name's)
+    batch: str | None = None  # the batch it counts in (an unreadable trial of a job dir)
 
     @property
     def key(self) -> str:
@@ -323,14 +325,37 @@ def _printable(path: str) -> str:
     return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
-def _not_utf8_name(path: str) -> WalkProblem:
+def _not_utf8_name(path: str, in_dir: str) -> WalkProblem:
     shown = _printable(path)
     return WalkProblem(
         shown,
         "not_utf8_name",
         f"directory name {shown} is not valid UTF-8 (bad bytes shown as \\xNN); it was not "
         "walked. Rename it (e.g. with convmv) and ingest again",
+        in_dir,
     )
+
+
+def _count_bad_names_in_job_dirs(found: Discovery) -> None:
+    """A dir whose name is not UTF-8 inside a job dir is a trial of its batch (harbor puts only
+    trial dirs there) that cannot be read: an unreadable trial, counted in the batch, as one
+    that cannot be listed is. Left as a walk problem alone, the batch's figures read as if the
+    trial had never run."""
+    jobs = {job.real: job for job in found.jobs} | {c.job.real: c.job for c in found.candidates}
+    for index, problem in enumerate(found.problems):
+        job = jobs.get(problem.in_dir or "") if problem.kind == "not_utf8_name" else None
+        if job is None:
+            continue
+        found.problems[index] = WalkProblem(
+            problem.path,
+            "unreadable_trial",
+            f"trial dir {problem.path} has a name that is not valid UTF-8 (bad bytes shown as "
+            "\\xNN), so it was not read; it has no trials row and is counted in "
+            "unreadable_trials. Rename it (e.g. with convmv) and ingest again. "
+            f"(not_utf8_name: {problem.message})",
+            problem.in_dir,
+            job.batch,
+        )
 
 
 _MAX_LINKS = 40  # (the kernel's own limit on links followed in one lookup)
@@ -473,7 +498,7 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
                         # (an ASCII name, as nearly all are, is UTF-8: no encode to check it)
                         if not entry.name.isascii() and not _is_utf8(entry.name):
                             if entry.is_dir():
-                                found.problems.append(_not_utf8_name(entry.path))
+                                found.problems.append(_not_utf8_name(entry.path, real))
                             continue
                         if entry.is_dir():
                             link = entry.is_symlink()
@@ -586,6 +611,7 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
     # (what a dir found to be a trial holds are its files, shown nothing)
     _settle(found, unsettled, shown_by_results - trial_dirs)
     _leave_out_oversized_partitions(found)
+    _count_bad_names_in_job_dirs(found)
     return found
 
 

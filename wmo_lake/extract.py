@@ -192,8 +192,10 @@ def extract_job(job: Job) -> Extracted:
 
 
 def extract_walk_problem(problem: WalkProblem) -> Extracted:
-    """A problem of the walk (a symlink loop, a dir that cannot be listed) as a `problems` row."""
-    problems = ProblemLog(unit_key=problem.key, batch=None)
+    """A problem of the walk (a symlink loop, a dir that cannot be listed) as a `problems` row;
+    an unreadable trial's (a trial dir whose name is not UTF-8) in its batch."""
+    name = os.path.basename(problem.path) if problem.batch is not None else None
+    problems = ProblemLog(unit_key=problem.key, batch=problem.batch, trial_name=name)
     problems.add(problem.kind, problem.path, problem.message)
     return Extracted(WALK, problems.unit_key, tables=_problem_table(problems))
 

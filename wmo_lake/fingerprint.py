@@ -224,4 +224,4 @@ def job_fingerprint(job: Job) -> str:
 
 def walk_fingerprint(problem: WalkProblem) -> str:
     """A walk problem's: recorded again only when what it says changed."""
-    return _digest([problem.kind, problem.message])
+    return _digest([problem.kind, problem.message, str(problem.batch)])

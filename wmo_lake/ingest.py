@@ -808,6 +808,7 @@ class LakeUpdate:
         source = problem.key
         fingerprint = walk_fingerprint(problem)
         self.summary.problems += 1
+        self.summary.unreadable_trials += problem.kind == "unreadable_trial"
         entry = self.catalog.get(source)
         if entry is not None and entry.fingerprint == fingerprint:
             return
