@@ -648,3 +648,30 @@ def test_a_failure_after_the_commit_says_the_change_is_in(
     )
     assert "is missing 1 of its Parquet files (tables/spans/run=other/step=1/" in result.output
     assert Store(lake).read_manifest().generation == 2
+
+
+def _writable(root: Path, writable: bool) -> None:
+    for path in [root, *root.rglob("*")]:
+        mode = path.stat().st_mode & 0o777
+        path.chmod(mode | 0o200 if writable else mode & ~0o222)
+
+
+@needs_permissions
+def test_a_dry_run_reads_a_lake_it_may_not_write(lake: Path, tmp_path: Path) -> None:
+    """A dry run writes nothing, yet it took the write lock: on a read-only lake (a read-only
+    mount, a lake shared read-only) `ingest --dry-run` and `forget --dry-run` failed with
+    "cannot write the lake ... .lock", where `sql` and `stats` worked. A real forget still says
+    it cannot write."""
+    _writable(lake, False)
+    try:
+        forget = run_cli("forget", "--batch", STEP1, "--lake", lake, "--dry-run")
+        dry = run_cli("ingest", tmp_path / "runs", "--lake", lake, "--dry-run", "--json")
+        real = run_cli("forget", "--batch", STEP1, "--lake", lake)
+    finally:
+        _writable(lake, True)
+    assert forget.returncode == 0, forget.stderr
+    assert STEP1 in forget.stdout
+    assert dry.returncode == 0, dry.stderr
+    assert json.loads(dry.stdout)["would_read"] == 0
+    assert real.returncode == 1 and "cannot write" in real.stderr, real.stderr
+    assert _rows(lake, "SELECT DISTINCT batch FROM jobs ORDER BY 1")[0] == (STEP1,)

@@ -181,8 +181,9 @@ def ingest(
     processes (`wmo_lake/spark_ingest.py`); the commit is the same."""
     started = time.perf_counter()
     store = Store(lake)
-    with store.lock(on_wait), collecting_less():
-        store.clear_staging()  # copies an interrupted ingest left
+    with store.read_lock(on_wait) if dry_run else store.lock(on_wait), collecting_less():
+        if not dry_run:
+            store.clear_staging()  # copies an interrupted ingest left
         update = LakeUpdate(store, store.read_manifest())
         refuse_shadowed_files(store.root, update.base)  # (before anything is committed)
         # real path -> (candidate, fingerprint): only dirs the catalog knows are fingerprinted

@@ -636,6 +636,27 @@ class Store:
             shutil.rmtree(staging, ignore_errors=True)
 
     @contextlib.contextmanager
+    def read_lock(self, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
+        """For a dry run, which writes nothing: the lock held shared, so a writer's commit is
+        not read half-done, and nothing created. A lake this process may not write (a read-only
+        mount, a lake with no .lock) is read without it, as a query reads it."""
+        with contextlib.ExitStack() as held:
+            try:
+                stream = held.enter_context(open(self.root / ".lock"))
+            except OSError:
+                stream = None
+            if stream is not None:
+                try:
+                    fcntl.flock(stream, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    holder = stream.read().strip() or "another process"
+                    if on_wait:
+                        on_wait(f"waiting for {holder} to finish writing {self.root} ...")
+                    fcntl.flock(stream, fcntl.LOCK_SH)
+                held.callback(fcntl.flock, stream, fcntl.LOCK_UN)
+            yield
+
+    @contextlib.contextmanager
     def lock(
         self, on_wait: Callable[[str], None] | None = None, command: str = "ingest"
     ) -> Iterator[None]:

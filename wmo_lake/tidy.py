@@ -100,7 +100,7 @@ def forget(
         raise LakeError(f"no lake at {store.root} (no manifest.json): nothing to forget")
     if not batch_glob:
         raise LakeError("an empty batch glob matches nothing; name the batches to forget")
-    with store.lock(on_wait, "forget"):
+    with store.read_lock(on_wait) if dry_run else store.lock(on_wait, "forget"):
         base = store.read_manifest()
         catalog = store.read_catalog(base)
         labels = {entry.batch for entry in catalog.values() if entry.batch is not None}
