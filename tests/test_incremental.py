@@ -1325,11 +1325,15 @@ def test_a_trial_dir_that_cannot_be_searched_is_not_read_again_while_it_stays_so
 
 
 @needs_permissions
-def test_a_job_dir_read_as_a_trial_dir_leaves_no_problem_once_it_reads(tmp_path: Path) -> None:
+@pytest.mark.parametrize("prune", [False, True], ids=["ingest", "prune"])
+def test_a_job_dir_read_as_a_trial_dir_leaves_no_problem_once_it_reads(
+    tmp_path: Path, prune: bool
+) -> None:
     """A job dir whose names can be listed but not searched is read as a trial dir (its
     config.json cannot be read to say it is a job's): a problem, committed once, not on every
     ingest. Once it can be searched again the walk finds it a job dir, and that problem must
-    go: it stayed in the problems table while the summary counted none."""
+    go: it stayed in the problems table while the summary counted none (and --prune, which
+    also found it gone, dropped it twice: a KeyError)."""
     runs = _tree(tmp_path, n_trials=2)
     lake = tmp_path / "lake"
     ingest([runs], lake, workers=1)
@@ -1342,7 +1346,7 @@ def test_a_job_dir_read_as_a_trial_dir_leaves_no_problem_once_it_reads(tmp_path:
         job.chmod(0o755)
     assert first["committed"] and first["problems"] > 0, first
     assert (again["committed"], again["problems"]) == (False, first["problems"]), again
-    readable = ingest([runs], lake, workers=1)
+    readable = ingest([runs], lake, workers=1, prune=prune)
     assert readable.problems == 0, readable.line()
     assert connect(lake).execute("SELECT kind, path FROM problems").fetchall() == []
     assert _counts(lake)["trials"] == 2

@@ -224,6 +224,8 @@ def ingest(
 
         found_walks = {problem.key for problem in walk_problems}
         unlisted = [p.path for p in walk_problems if p.kind == "unreadable_dir"]
+        # (before what is gone is worked out: such an entry would be dropped twice)
+        update.drop_read_as_job_dirs(candidates, dry_run=dry_run)
         if prune:
             update.load()  # what is gone may be in any partition
             gone = gone_entries(
@@ -240,7 +242,6 @@ def ingest(
             # lake would keep it while the summary counted none.
             walks = {source: e for source, e in update.catalog.items() if e.kind == WALK}
             gone = gone_entries(walks, paths, set(), set(), found_walks)
-        update.drop_read_as_job_dirs(candidates, dry_run=dry_run)
         update.prune(gone, dry_run=dry_run)
         if dry_run:
             update.summary.dry_run = True
