@@ -240,8 +240,9 @@ def test_a_file_writer_is_refused_before_any_statement_runs(lake: Path, tmp_path
     [
         "SET profiling_output = '{dir}/profile.json'",
         "CALL enable_logging(storage = 'file', storage_path = '{dir}')",
+        "FROM enable_logging(storage = 'file', storage_path = '{dir}')",
     ],
-    ids=["profile", "logging"],
+    ids=["profile", "logging", "logging-table-function"],
 )
 def test_a_setting_that_writes_a_file_is_refused_as_a_write(
     lake: Path, tmp_path: Path, statement: str
