@@ -335,6 +335,27 @@ def test_ingest_into_a_file_names_the_argument(tmp_path: Path) -> None:
         wl.ingest(tmp_path / "runs", lake=tmp_path / "afile")
 
 
+def test_a_ctrl_c_duckdb_took_is_a_keyboard_interrupt(
+    lake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DuckDB reports a Ctrl-C that lands in its query as its own RuntimeError('Query
+    interrupted'), which a script's `except KeyboardInterrupt` let through (12 of 31 stops of
+    an export landed so, in connecting). Every wl.* call raises it as the KeyboardInterrupt it
+    was; nothing is written."""
+    from wmo_lake import lake as lake_module
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("Query interrupted")
+
+    monkeypatch.setattr(lake_module, "connect", interrupted)
+    out = tmp_path / "d.parquet"
+    with pytest.raises(KeyboardInterrupt):
+        wl.export_datums(lake, out, no_split_guard=True)
+    with pytest.raises(KeyboardInterrupt):
+        wl.stats(lake)
+    assert not out.exists()
+
+
 def test_ingest_of_a_path_with_no_trial_dirs_warns(tmp_path: Path) -> None:
     """The CLI says `warning: no trial dirs under PATH`; ingest() said nothing, so a mistyped
     path in a notebook read as a success."""

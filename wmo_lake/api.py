@@ -126,9 +126,12 @@ def _speaking_python(function: Callable[..., Any]) -> Callable[..., Any]:
             raise _pythonic(error) from None
         except Exception as error:
             from wmo_lake.export import ExportError
+            from wmo_lake.stopping import query_interrupted
 
             if isinstance(error, ExportError):
                 raise _pythonic(error) from None
+            if query_interrupted(error):  # (a Ctrl-C DuckDB took mid-query is one all the same)
+                raise KeyboardInterrupt from error
             raise
 
     return wrapper

@@ -217,7 +217,8 @@ def main() -> None:
             sys.stderr.write(f"Error: {error}\n")
         sys.exit(1)
     except SystemExit as done:
-        from wmo_lake.commands.options import QUICK_EXIT, QUICK_EXIT_ON_STOP
+        from wmo_lake.commands.options import QUICK_EXIT
+        from wmo_lake.stopping import QUICK_EXIT_ON_STOP
 
         succeeded = bool(QUICK_EXIT) and done.code in (0, None)
         if succeeded or (QUICK_EXIT_ON_STOP and done.code in (130, 143)):

@@ -28,16 +28,13 @@ def exit_quickly_when_done() -> None:
     QUICK_EXIT.append(True)
 
 
-# Set by a command whose stop (Ctrl-C, SIGTERM) removes what it wrote before it is said: the
-# process then ends at once after saying it. Torn down instead, DuckDB's state after a query
-# interrupted mid-gather aborted the process (SIGABRT, "exception not rethrown") in 4 of 40
-# stopped exports, after the one line and the clean-up.
-QUICK_EXIT_ON_STOP: list[bool] = []
-
-
 def exit_quickly_when_stopped() -> None:
-    """Call before the work whose stop is to end the process at once: see QUICK_EXIT_ON_STOP."""
-    QUICK_EXIT_ON_STOP.append(True)
+    """Call before the work whose stop is to end the process at once, when the process is the
+    program's own: see stopping.QUICK_EXIT_ON_STOP."""
+    from wmo_lake.stopping import QUICK_EXIT_ON_STOP
+
+    if OWN_PROCESS:
+        QUICK_EXIT_ON_STOP.append(True)
 
 
 # Set by wmo_lake.cli.main before the command runs when this process is the `wmo-lake` program

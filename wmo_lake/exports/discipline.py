@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from wmo_lake import __version__
 from wmo_lake.selection import scope_sql
-from wmo_lake.stopping import ctrl_c_stops, finished
+from wmo_lake.stopping import QUICK_EXIT_ON_STOP, ctrl_c_stops, finished
 from wmo_lake.store import fsync_path
 
 if TYPE_CHECKING:
@@ -735,7 +735,8 @@ class Export:
         self._stops = contextlib.ExitStack()
 
     def __enter__(self) -> Export:
-        self._stops.enter_context(ctrl_c_stops(self.con, self.heard))
+        interrupt = bool(QUICK_EXIT_ON_STOP)  # (the program's own process, which ends at once)
+        self._stops.enter_context(ctrl_c_stops(self.con, self.heard, interrupt))
         return self
 
     def __exit__(self, kind: type[BaseException] | None, *exc_info: object) -> None:
