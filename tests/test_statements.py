@@ -20,8 +20,18 @@ CASES = {
     "CALL main.enable_logging(storage = 'file')": "enable_logging",
     "SELECT * FROM enable_logging(storage = 'file', storage_path = '/x')": "enable_logging",
     "FROM enable_logging(storage = 'FILE')": "enable_logging",
+    # (review: a path alone logs to files; an expression or a quote is no empty value)
+    "CALL enable_logging(storage_path = '/x')": "enable_logging",
+    "CALL enable_logging(storage := 'fi' || 'le', storage_path := '/x')": "enable_logging",
+    "SET log_query_path = '' || '/lake/q.log'": "log_query_path",
+    "SET log_query_path = ''''": "log_query_path",
+    "SET extension_directory = '/x'": "extension_directory",
+    "SET home_directory = '/x'": "home_directory",
+    "SET logging_sink = 'me' || 'mory'": "logging_sink",
     # no file written
     "RESET profiling_output": None,
+    "RESET profiling_output;": None,  # (a statement of several keeps its ';')
+    "SET profiling_output = '';": None,
     "SET profiling_output = ''": None,
     "SET temp_directory = ''": None,
     "SET logging_sink = 'memory'": None,

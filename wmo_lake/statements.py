@@ -8,18 +8,21 @@ from typing import Any
 import duckdb
 
 # Settings whose value names a file or dir DuckDB then writes to (a profile after each query, a
-# log of every query, spilled data, persistent secrets): a SET or PRAGMA of one to a path is a
-# write, whatever the connection's read-only flag says. (`wmo-lake sql` confines file access
-# too; `wl.query`'s connection is not confined, and a profile written over the lake's manifest
-# would break it.) Set to '' (nothing written) it is no write, nor reset, but for the spill dir,
-# whose default is beside the database or in the working dir, not the lake's own choice.
-FILE_SETTINGS = frozenset({"profiling_output", "profile_output", "log_query_path"})
+# log of every query, spilled data, persistent secrets, extensions, what `~` means for those): a
+# SET or PRAGMA of one is a write, whatever the connection's read-only flag says, unless its
+# value is the literal '' (nothing written). (`wmo-lake sql` confines file access too;
+# `wl.query`'s connection is not confined, and a profile written over the lake's manifest would
+# break it.) A RESET writes nothing but for the spill dir, whose default lies beside the
+# database or in the working dir, not the lake's own choice.
 RESET_WRITES = frozenset({"temp_directory"})
-FILE_SETTINGS |= RESET_WRITES | {"secret_directory"}
-# A setting that writes files for one of its values only (lowercased).
-FILE_VALUES = {"logging_sink": "file"}
-# Functions that start writing files given the string 'file' (`storage = 'file'`), by CALL or as
-# a table function.
+FILE_SETTINGS = RESET_WRITES | {
+    *("profiling_output", "profile_output", "log_query_path", "secret_directory"),
+    *("extension_directory", "extension_directories", "home_directory"),
+}
+# Settings that write files unless set to one of these literals.
+SAFE_VALUES = {"logging_sink": frozenset({"'memory'", "'stdout'"})}
+# Functions that start writing files when told where or how to store (`storage = 'file'`,
+# `storage_path = ...`), by CALL or as a table function; a log kept in memory is no write.
 FILE_CALLS = frozenset({"enable_logging"})
 
 
@@ -54,28 +57,29 @@ def file_it_writes(statement: Any) -> str | None:
 
 
 def _setting_it_writes(found: list[tuple[Any, bytes]]) -> str | None:
-    """SET / RESET / PRAGMA name [= | TO] value: the name, when the value makes DuckDB write."""
+    """SET / RESET / PRAGMA name [= | TO] value: the name, when the value makes DuckDB write.
+    Only a value that is one literal is read (an expression, `'' || 'x'`, counts as a path)."""
     keywords = [_text(token) for kind, token in found if kind == duckdb.token_type.keyword]
     if "variable" in keywords:  # (a user's variable: no setting)
         return None
-    names = [_text(token) for kind, token in found if kind == duckdb.token_type.identifier]
-    if not names:
+    named = [i for i, (kind, _) in enumerate(found) if kind == duckdb.token_type.identifier]
+    if not named:
         return None
-    name = names[0]
-    values = [
-        _text(token)
-        for kind, token in found
-        if kind in (duckdb.token_type.string_const, duckdb.token_type.numeric_const)
-    ]
-    if not values:  # RESET name, or a bare PRAGMA
+    name = _text(found[named[0]][1])
+    value = [t for _, t in found[named[0] + 1 :] if t not in (b"=", b"TO", b"to", b";")]
+    if not value:  # RESET name, or a bare PRAGMA
         return name if name in RESET_WRITES and "reset" in keywords else None
     if name in FILE_SETTINGS:
-        return name if values[0] else None
-    return name if FILE_VALUES.get(name) == values[0] else None
+        return None if value == [b"''"] else name
+    if name in SAFE_VALUES:
+        literal = value[0].decode("utf-8", "replace").lower()
+        return None if len(value) == 1 and literal in SAFE_VALUES[name] else name
+    return None
 
 
 def _passes_file(arguments: list[tuple[Any, bytes]]) -> bool:
-    """Whether a call's arguments (the tokens after its '(') hold the string 'file'."""
+    """Whether a call's arguments (the tokens after its '(') say where or how to store: a
+    `storage...` parameter, or the string 'file'."""
     depth = 1
     for kind, token in arguments:
         if token == b"(":
@@ -84,6 +88,8 @@ def _passes_file(arguments: list[tuple[Any, bytes]]) -> bool:
             depth -= 1
             if depth == 0:
                 return False
-        elif kind == duckdb.token_type.string_const and _text(token) == "file":
-            return True
+        else:
+            literal = kind == duckdb.token_type.string_const
+            if _text(token) == "file" if literal else _text(token).startswith("storage"):
+                return True
     return False
