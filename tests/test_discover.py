@@ -14,6 +14,7 @@ from harbor_shapes import dump, write_job, write_trial
 from wmo_lake.discover import discover, job_labels
 from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect
+from wmo_lake.tidy import forget
 
 
 def test_collector_layout_labels(tmp_path: Path) -> None:
@@ -275,6 +276,29 @@ def test_a_trial_dir_name_that_is_not_utf8_counts_in_its_batch(tmp_path: Path) -
     assert con.execute("SELECT trials, unreadable_trials FROM rollout_stats").fetchall() == [(1, 1)]
     again = ingest([runs], tmp_path / "lake")
     assert (again.committed, again.unreadable_trials, again.problems) == (False, 1, 1)
+    # (review: its row is in its job's partition, with its run and step, and `forget` of the
+    # batch removes it: it stayed, and the forgotten batch came back in rollout_stats)
+    assert con.execute("SELECT run, step FROM problems").fetchall() == [("exp", 1)]
+    removal = forget(tmp_path / "lake", "exp/*")
+    assert (removal.trials, removal.unreadable_trials) == (1, 1)
+    con = connect(tmp_path / "lake")
+    assert con.execute("SELECT count(*) FROM problems").fetchall() == [(0,)]
+    assert con.execute("SELECT count(*) FROM rollout_stats").fetchall() == [(0,)]
+
+
+def test_a_bad_trial_name_under_two_paths_counts_once(tmp_path: Path) -> None:
+    """One job dir under two PATHs of one ingest: its unreadable trial was stored twice, under
+    each PATH's label (a made-up batch of 0 trials and 1 unreadable); it is the first PATH's,
+    as its trials and job are. A PATH holding only such a trial dir holds trial dirs."""
+    runs = tmp_path / "runs"
+    job = write_job(runs / "jobs" / "job-a")
+    write_trial(job, "tmp__1", reward=0.0, trial_id="t-2")
+    os.rename(os.fsencode(job / "tmp__1"), os.fsencode(job) + b"/bad-\xff__1")
+    summary = ingest([runs, job], tmp_path / "lake")
+    assert (summary.unreadable_trials, summary.paths_without_trials) == (1, [])
+    assert connect(tmp_path / "lake").execute(
+        "SELECT batch, trials, unreadable_trials FROM rollout_stats"
+    ).fetchall() == [("jobs/job-a", 0, 1)]
 
 
 def test_a_candidate_keeps_its_path_as_the_walk_spelled_it(tmp_path: Path, monkeypatch) -> None:

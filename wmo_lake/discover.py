@@ -182,7 +182,10 @@ class WalkProblem:
     kind: str
     message: str
     in_dir: str | None = None  # the real path of the dir the walk met it in (a bad name's)
-    batch: str | None = None  # the batch it counts in (an unreadable trial of a job dir)
+    # the labels it counts under (an unreadable trial of a job dir: its job's)
+    batch: str | None = None
+    run: str | None = None
+    step: int | None = None
 
     @property
     def key(self) -> str:
@@ -355,6 +358,8 @@ def _count_bad_names_in_job_dirs(found: Discovery) -> None:
             f"(not_utf8_name: {problem.message})",
             problem.in_dir,
             job.batch,
+            job.run,
+            job.step,
         )
 
 

@@ -191,9 +191,15 @@ def ingest(
         candidates: dict[str, tuple[Candidate, str | None]] = {}
         walk_problems: list[WalkProblem] = []
         under: dict[str, list[str]] = {}  # PATH -> the real paths of the candidates under it
+        with_bad_trials: set[str] = set()  # PATHs holding trial dirs the walk could not read
         for path in paths:
             found = discover(path, sink_roots)
-            walk_problems += found.problems
+            # (one dir under two PATHs is one problem, labelled as the first PATH labels it,
+            # as its trials and job are)
+            known = {problem.key for problem in walk_problems}
+            walk_problems += [problem for problem in found.problems if problem.key not in known]
+            if any(problem.kind == "unreadable_trial" for problem in found.problems):
+                with_bad_trials.add(str(path))
             under[str(path)] = [candidate.real for candidate in found.candidates]
             for job in found.jobs:  # job dirs with no trials are batches too (empty ones)
                 update.jobs.setdefault(job.real, job)
@@ -324,7 +330,8 @@ def ingest(
             update.summary.paths_without_trials = [
                 path
                 for path, reals in under.items()
-                if not any(update.holds_trial(real) for real in reals)
+                if path not in with_bad_trials
+                and not any(update.holds_trial(real) for real in reals)
             ]
         except BaseException as error:
             if update.commit is not None:
@@ -819,9 +826,17 @@ class LakeUpdate:
         extracted = extract_walk_problem(problem)
         if entry is not None:
             self._commit().remove_units([source], entry.partition)
-        self._append(extracted, NO_PARTITION)
-        self.catalog[source] = CatalogEntry(source, source, WALK, None, None, fingerprint, 1)
-        self.touched.add(NO_PARTITION)
+            self.touched.add(entry.partition)
+        # (an unreadable trial of a job dir is in its job's partition and batch: `forget` of the
+        # batch removes it, and its row has the job's run and step)
+        partition = (
+            NO_PARTITION if problem.batch is None else partition_of(problem.run, problem.step)
+        )
+        self._append(extracted, partition)
+        self.catalog[source] = CatalogEntry(
+            source, source, WALK, None, problem.batch, fingerprint, 1, partition
+        )
+        self.touched.add(partition)
 
     def sweep(self) -> Callable[[], None]:
         """Start the committed generation's sweep (`Commit.sweep`) in a thread, if there is one

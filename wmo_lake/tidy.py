@@ -50,12 +50,14 @@ class Removal:
     def add(self, entry: CatalogEntry) -> None:
         if entry.kind == TRIAL and entry.unit_key is None:  # superseded: its trial is another
             return  # dir's, so nothing of the lake's goes with it
+        # (a walk problem with a batch: a trial dir of a job the walk could not read)
+        unreadable = entry.kind == UNREADABLE or (entry.kind == WALK and entry.batch is not None)
         self.trials += entry.kind == TRIAL
-        self.unreadable_trials += entry.kind == UNREADABLE
+        self.unreadable_trials += unreadable
         self.jobs += entry.kind == JOB
         # Another dir (a stray result.json that is not a trial's, say) holds rows only when it
         # has a problem, under its label as `problems.batch`; without one it is bookkeeping.
-        other = entry.kind not in (TRIAL, UNREADABLE, JOB)
+        other = entry.kind not in (TRIAL, UNREADABLE, JOB) and not unreadable
         if other and entry.unit_key is None:
             return
         if entry.batch not in self.batches:
@@ -63,8 +65,8 @@ class Removal:
         if other:
             self.other += 1
             self.other_dirs.append(entry.source)
-        elif entry.kind in (TRIAL, UNREADABLE):
-            self.dirs.append(entry.source)
+        elif unreadable or entry.kind == TRIAL:
+            self.dirs.append(entry.source.removeprefix("walk:"))
 
     def line(self) -> str:
         verb = "would remove" if self.dry_run else "removed"
