@@ -339,12 +339,17 @@ def _not_utf8_name(path: str, in_dir: str) -> WalkProblem:
     )
 
 
+def _jobs_by_real(found: Discovery) -> dict[str, Job]:
+    """Every job dir found, by its real path: those walked, and those of the trials found."""
+    return {job.real: job for job in found.jobs} | {c.job.real: c.job for c in found.candidates}
+
+
 def _count_bad_names_in_job_dirs(found: Discovery) -> None:
     """A dir whose name is not UTF-8 inside a job dir is a trial of its batch (harbor puts only
     trial dirs there) that cannot be read: an unreadable trial, counted in the batch, as one
     that cannot be listed is. Left as a walk problem alone, the batch's figures read as if the
     trial had never run."""
-    jobs = {job.real: job for job in found.jobs} | {c.job.real: c.job for c in found.candidates}
+    jobs = _jobs_by_real(found)
     for index, problem in enumerate(found.problems):
         job = jobs.get(problem.in_dir or "") if problem.kind == "not_utf8_name" else None
         if job is None:
@@ -740,7 +745,7 @@ def _inside(real: str, dirs: set[str]) -> bool:
 def _leave_out_oversized_partitions(found: Discovery) -> None:
     """Jobs whose run label no partition dir name can hold are left out, one problem each: their
     files could not be written, and the ingest of everything else must not fail with them."""
-    jobs = {job.real: job for job in found.jobs} | {c.job.real: c.job for c in found.candidates}
+    jobs = _jobs_by_real(found)
     oversized = {real: job for real, job in jobs.items() if oversized_partition_dir(job.run)}
     if not oversized:
         return

@@ -496,10 +496,12 @@ class LakeUpdate:
         to be job dirs: a job dir that could be listed but not searched (its config.json
         unreadable) was taken for a trial dir. What that read recorded (a problem) is not the
         lake's any more, yet no --prune calls the dir gone, and no summary counted it."""
-        jobs = self.found_job_keys(found)
-        for source, entry in list(self.catalog.items()):
-            read_as_trial = entry.kind in (OTHER, UNREADABLE)
-            if read_as_trial and source not in found and f"job:{source}" in jobs and not dry_run:
+        if dry_run:
+            return
+        for job_key in self.found_job_keys(found):
+            source = job_key.removeprefix("job:")
+            entry = self.catalog.get(source)
+            if entry is not None and entry.kind in (OTHER, UNREADABLE) and source not in found:
                 self._drop(entry)
 
     def _drop(self, entry: CatalogEntry) -> None:

@@ -32,7 +32,7 @@ import os
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import IO, TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from wmo_lake.catalog import CatalogEntry, CatalogKeys
@@ -646,15 +646,21 @@ class Store:
             except OSError:
                 stream = None
             if stream is not None:
-                try:
-                    fcntl.flock(stream, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    holder = stream.read().strip() or "another process"
-                    if on_wait:
-                        on_wait(f"waiting for {holder} to finish writing {self.root} ...")
-                    fcntl.flock(stream, fcntl.LOCK_SH)
+                self._take(stream, fcntl.LOCK_SH, on_wait)
                 held.callback(fcntl.flock, stream, fcntl.LOCK_UN)
             yield
+
+    def _take(self, stream: IO[str], mode: int, on_wait: Callable[[str], None] | None) -> None:
+        """flock `stream` in `mode`, telling `on_wait` who holds the lock while we wait."""
+        try:
+            fcntl.flock(stream, mode | fcntl.LOCK_NB)
+        except BlockingIOError:
+            stream.seek(0)
+            holder = stream.read().strip() or "another process"
+            if on_wait:
+                lock = self.root / ".lock"
+                on_wait(f"waiting for {holder} to finish writing {self.root} (lock: {lock}) ...")
+            fcntl.flock(stream, mode)
 
     @contextlib.contextmanager
     def lock(
@@ -665,16 +671,7 @@ class Store:
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.root / ".lock"
         with open(path, "a+") as stream:
-            try:
-                fcntl.flock(stream, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                stream.seek(0)
-                holder = stream.read().strip() or "another process"
-                if on_wait:
-                    on_wait(
-                        f"waiting for {holder} to finish writing {self.root} (lock: {path}) ..."
-                    )
-                fcntl.flock(stream, fcntl.LOCK_EX)
+            self._take(stream, fcntl.LOCK_EX, on_wait)
             stream.seek(0)
             # A holder that did not finish cleanly (killed, or an error) left its pid here: its
             # files may lie in any partition, so the next commit sweeps them all.
