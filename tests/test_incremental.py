@@ -1350,3 +1350,25 @@ def test_a_job_dir_read_as_a_trial_dir_leaves_no_problem_once_it_reads(
     assert readable.problems == 0, readable.line()
     assert connect(lake).execute("SELECT kind, path FROM problems").fetchall() == []
     assert _counts(lake)["trials"] == 2
+
+
+@needs_permissions
+def test_a_dry_run_prunes_no_job_dir_that_was_read_as_an_unreadable_trial(tmp_path: Path) -> None:
+    """A job dir inside a job dir, listable but not searchable, is read as one of its trials,
+    an unreadable one. Once searchable, the walk finds it a job dir and the real ingest --prune
+    drops that entry without calling it pruned; the dry run said it would prune it."""
+    runs = _tree(tmp_path, n_trials=2)
+    lake = tmp_path / "lake"
+    inner = write_job(runs / "exp" / "harbor" / "step-0001" / "job" / "inner")
+    write_trial(inner, "i__0", trial_id="inner-i-0")
+    ingest([runs], lake, workers=1)
+    inner.chmod(0o600)
+    try:
+        shut = _ingest_summary(run_cli("ingest", runs, "--lake", lake, "--json"))
+    finally:
+        inner.chmod(0o755)
+    assert shut["unreadable_trials"] == 1, shut
+    dry = ingest([runs], lake, workers=1, prune=True, dry_run=True)
+    real = ingest([runs], lake, workers=1, prune=True)
+    assert (real.pruned_trials, real.pruned, real.unreadable_trials) == (0, [], 0), real.line()
+    assert (dry.pruned_trials, dry.pruned) == (0, []), dry.line()

@@ -495,14 +495,17 @@ class LakeUpdate:
         """Drop the entries of dirs an earlier ingest read as trial dirs that the walk now finds
         to be job dirs: a job dir that could be listed but not searched (its config.json
         unreadable) was taken for a trial dir. What that read recorded (a problem) is not the
-        lake's any more, yet no --prune calls the dir gone, and no summary counted it."""
-        if dry_run:
-            return
+        lake's any more, yet no --prune calls the dir gone, and no summary counted it. A dry
+        run only takes the entry out of its view of the catalog, so that what it would prune
+        leaves it out, as the real run does."""
         for job_key in self.found_job_keys(found):
             source = job_key.removeprefix("job:")
             entry = self.catalog.get(source)
             if entry is not None and entry.kind in (OTHER, UNREADABLE) and source not in found:
-                self._drop(entry)
+                if dry_run:
+                    del self.catalog[source]
+                else:
+                    self._drop(entry)
 
     def _drop(self, entry: CatalogEntry) -> None:
         """Remove an entry and its unit's rows in this generation."""
