@@ -8,7 +8,16 @@ from pathlib import Path
 
 from harbor_shapes import write_job, write_trial
 
-NASTY_RUNS = ["plain", "exp=1 a%20b", "quo'te\"d", "ünï ☃", "x#y?z:w*[a]^{b}", "123"]
+# (the last is the null partition's own name: a run so named must not read as null)
+NASTY_RUNS = [
+    "plain",
+    "exp=1 a%20b",
+    "quo'te\"d",
+    "ünï ☃",
+    "x#y?z:w*[a]^{b}",
+    "123",
+    "__HIVE_DEFAULT_PARTITION__",
+]
 STEPS = (1, 2)
 
 

@@ -46,6 +46,7 @@ def _rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[tuple]:
         ("quo'te\"d", "quo%27te%22d"),
         ("ünï ☃", "ünï ☃"),  # Spark decodes %XX as one char: non-ASCII stays UTF-8
         ("x#y?z:w*[a]^{b}\\", "x%23y%3Fz%3Aw%2A%5Ba%5D%5E%7Bb}%5C"),
+        ("__HIVE_DEFAULT_PARTITION__", "%5F_HIVE_DEFAULT_PARTITION__"),  # (not the null one)
     ],
 )
 def test_partition_values_are_escaped_as_hive_and_spark_do(value, segment) -> None:

@@ -63,7 +63,10 @@ def escape_partition_value(value: str | int | None) -> str:
     """A run or step as a path segment's value, escaped as Hive and Spark do."""
     if value is None or value == "":
         return DEFAULT_PARTITION
-    return "".join(f"%{ord(c):02X}" if c in _ESCAPED else c for c in str(value))
+    escaped = "".join(f"%{ord(c):02X}" if c in _ESCAPED else c for c in str(value))
+    if escaped == DEFAULT_PARTITION:  # a run dir so named would read as null: its '_' escaped
+        return "%5F" + escaped[1:]  # (readers compare the name before they unescape it)
+    return escaped
 
 
 def unescape_partition_value(text: str) -> str | None:
