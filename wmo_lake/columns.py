@@ -314,7 +314,8 @@ TRIALS = TableSpec(
             STRING,
             None,
             "harbor's `task_id.get_name()` (a local or git task's dir name, a package's "
-            "`org/name`): the task id WMO's scorer groups trials by, and `cells.task_id`",
+            "`org/name`): the task id WMO's scorer groups trials by, and `cells.task_id` (which "
+            "takes `task_name` when this is null)",
         ),
         Column("artifact_dir", STRING, None, "the trial dir"),
         Column("agent_name", STRING, (RESULT, "agent_info.name"), "as recorded"),
