@@ -6,12 +6,14 @@ test_collect_e2e.py); the template and tasks are the offline kit's (tests/harbor
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from click.testing import CliRunner
@@ -479,8 +481,9 @@ def test_an_interrupted_step_says_what_was_kept_and_how_to_resume(
     finally:
         signal.signal(signal.SIGINT, sigint)
     assert result.exit_code == code
+    said = "stopped by SIGTERM" if signum == signal.SIGTERM else "interrupted"
     assert (
-        f"interrupted: step 0 stopped; the trials it finished are kept in {plan.job_dir} "
+        f"{said}: step 0 stopped; the trials it finished are kept in {plan.job_dir} "
         "(unfinished ones run again): run the same command again to resume it"
     ) in result.output
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # put back
@@ -1024,3 +1027,142 @@ def test_a_run_dir_reached_through_a_symlink_under_another_name_says_what_it_too
     forked = json.loads(output)
     assert forked["ingest"]["trials_taken_from"] == {"exp1/harbor/step-0000/rollouts": 6}
     assert any("trials of exp1/harbor/step-0000/rollouts" in n for n in forked["notes"])
+
+
+# ----------------------------------------------------------------------------- harbor's job
+
+
+class _JobStoppedInATrial:
+    """harbor's Job, as far as `run_job` uses it, whose run is a trial's: a `try` that lets any
+    Exception by (harbor's `Trial.run` records it) and a `finally` that writes the result; SIGTERM
+    arrives while it does CPU work on the main thread, as a trial does between awaits."""
+
+    seen: ClassVar[list[str]] = []
+
+    @classmethod
+    async def create(cls, config: object) -> _JobStoppedInATrial:
+        return cls()
+
+    def on_trial_ended(self, hook: object) -> None:
+        pass
+
+    async def run(self) -> None:
+        import asyncio
+        import os
+        import time
+
+        seen = self.seen
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            busy_until = time.monotonic() + 0.3
+            while time.monotonic() < busy_until:  # (the handler runs in this frame)
+                pass
+            await asyncio.sleep(30)
+            seen.append("ran on")
+        except asyncio.CancelledError:
+            seen.append("cancelled")  # harbor records CancelledError: a resume runs it again
+            raise
+        except Exception:
+            seen.append("failed")
+        finally:
+            seen.append("result written")
+
+
+@pytest.mark.parametrize("sigint_ignored", [True, False], ids=["sigint-ignored", "sigint-default"])
+def test_sigterm_cancels_harbors_job_instead_of_raising_inside_a_trial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sigint_ignored: bool
+) -> None:
+    """With SIGINT ignored (a script's background job), SIGTERM raised KeyboardInterrupt in
+    whatever frame ran: inside harbor's trial, whose `finally` then wrote a result with no
+    exception, which the resume kept as finished and the lake counted, half run. The job's task
+    is cancelled instead, as asyncio's own Ctrl-C handler cancels it, and the command stops."""
+    import harbor.job
+
+    from wmo_lake.collector import run_job
+    from wmo_lake.stopping import TERMINATED, sigterm_stops
+
+    monkeypatch.setattr(harbor.job, "Job", _JobStoppedInATrial)
+    monkeypatch.setattr(_JobStoppedInATrial, "seen", [])
+    plan = plan_step(TEMPLATE, tmp_path / "runs" / "exp1", 0, sets=[KIT_TASKS])
+    sigint = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.SIG_IGN if sigint_ignored else signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt), sigterm_stops():
+            run_job(plan, 0)
+        assert TERMINATED == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGINT, sigint)
+        TERMINATED.clear()
+    assert _JobStoppedInATrial.seen == ["cancelled", "result written"]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_harbor_failing_in_a_task_group_is_said_by_its_first_cause(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """harbor's task groups raise an ExceptionGroup: the error named only "unhandled errors in a
+    TaskGroup (2 sub-exceptions)", not the full disk that caused it."""
+    import harbor.job
+
+    from wmo_lake.collector import HarborRunError, run_job
+
+    class FullDisk(_JobStoppedInATrial):
+        async def run(self) -> None:
+            full = OSError(28, "No space left on device", "/runs/t__1/agent/terminus_2.pane")
+            raise ExceptionGroup(
+                "unhandled errors in a TaskGroup",
+                [ExceptionGroup("inner", [full]), RuntimeError("the other trial")],
+            )
+
+    monkeypatch.setattr(harbor.job, "Job", FullDisk)
+    plan = plan_step(TEMPLATE, tmp_path / "runs" / "exp1", 0, sets=[KIT_TASKS])
+    with pytest.raises(HarborRunError) as raised:
+        run_job(plan, 0)
+    assert (
+        "OSError: [Errno 28] No space left on device: '/runs/t__1/agent/terminus_2.pane' "
+        "(the first of 2 errors); if that names"
+    ) in str(raised.value)
+
+
+def test_a_file_where_the_job_dir_goes_is_a_usage_error_saying_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """harbor's own FileExistsError ("[Errno 17] File exists: ...") said neither what was in
+    the way nor that nothing ran."""
+    from harbor_kit import kit_env
+
+    for key, value in kit_env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.syspath_prepend(kit_env()["PYTHONPATH"].split(os.pathsep)[0])
+    job_dir = tmp_path / "runs" / "exp1" / "harbor" / "step-0000" / "rollouts"
+    job_dir.parent.mkdir(parents=True)
+    job_dir.write_text("")
+    code, output = _collect(tmp_path, "--set", KIT_TASKS, "--quiet")
+    assert code == 2 and "Traceback" not in output, output
+    assert f"cannot write the step's job dir {job_dir}: a file is there; nothing was run" in output
+
+
+def test_an_error_after_harbor_drew_starts_on_a_line_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Off a terminal harbor's last progress frame ends without a newline: the `Error:` line was
+    glued to it, where a log reader looking for `^Error:` missed it."""
+    from wmo_lake import collector
+
+    def drawing_job(*args: object) -> None:
+        print("harbor's last frame 0:00:02", end="", file=sys.stdout)  # (on stderr, in collect)
+
+    monkeypatch.setattr(collector, "run_job", drawing_job)
+    (tmp_path / "lake" / ".lock").mkdir(parents=True)  # the ingest after the job then fails
+    code, output = _collect(tmp_path, "--set", KIT_TASKS)
+    assert code == 1, output
+    assert "harbor's last frame 0:00:02\nError: step 0's trials are kept in" in output, output
+
+
+def test_the_collect_errors_are_wmo_lakes_names_too() -> None:
+    import wmo_lake
+    from wmo_lake import collector
+
+    assert wmo_lake.CollectError is collector.CollectError
+    assert wmo_lake.HarborRunError is collector.HarborRunError
+    assert wmo_lake.MissingHarborError is collector.MissingHarborError

@@ -93,16 +93,24 @@ ingest = _ApiAndModule("ingest")
 stats = _ApiAndModule("stats")
 
 
+# collect's errors (wmo_lake/collector.py, which imports harbor only when a job runs)
+_COLLECT_ERRORS = {"CollectError", "HarborRunError", "MissingHarborError"}
+
+
 def __getattr__(name: str) -> Any:
     if name in _API:
         from wmo_lake import api
 
         return getattr(api, name)
+    if name in _COLLECT_ERRORS:
+        from wmo_lake import collector
+
+        return getattr(collector, name)
     raise AttributeError(f"module 'wmo_lake' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_API])
+    return sorted([*globals(), *_API, *_COLLECT_ERRORS])
 
 
 def collect(*args: Any, **kwargs: Any) -> StepResult:

@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from wmo_lake.stopping import run_async_stoppably
+
 if TYPE_CHECKING:
     import polars as pl
     from harbor.models.job.config import JobConfig
@@ -722,8 +724,13 @@ def run_job(plan: StepPlan, already_done: int, on_trial_done: TrialDone | None =
     async def main() -> None:
         try:
             job = await Job.create(plan.config)
-        except FileExistsError as error:  # the resume check we ran first should prevent this
-            raise CollectError(str(error)) from error
+        except FileExistsError as error:
+            if os.path.lexists(plan.job_dir) and not plan.job_dir.is_dir():
+                raise CollectError(
+                    f"cannot write the step's job dir {plan.job_dir}: a file is there; nothing "
+                    "was run. Move it away, or give another --run-dir"
+                ) from error
+            raise CollectError(str(error)) from error  # (the resume check ran first)
         if on_trial_done is not None:
             job.on_trial_ended(progress_hook(already_done, plan.trials_planned, on_trial_done))
         try:
@@ -734,18 +741,30 @@ def run_job(plan: StepPlan, already_done: int, on_trial_done: TrialDone | None =
             raise CollectError(_tasks_changed(plan)) from error
 
     try:
-        asyncio.run(main())
+        # (SIGTERM cancels the job as Ctrl-C does: its trials record CancelledError, and a
+        # resume runs them again)
+        run_async_stoppably(main)
     except CollectError:
         raise
     except Exception as error:
         # (an import path or a class of the template that does not exist fails the same way
         # however often the step is run again)
         raise HarborRunError(
-            f"harbor could not run step {plan.step} ({plan.job_dir}): "
-            f"{type(error).__name__}: {error}; if that names something of the job template (an "
-            "import path, a class, a path), fix it there; otherwise run the same command again "
-            "to resume the step"
+            f"harbor could not run step {plan.step} ({plan.job_dir}): {_cause(error)}; if that "
+            "names something of the job template (an import path, a class, a path), fix it "
+            "there; otherwise run the same command again to resume the step"
         ) from error
+
+
+def _cause(error: BaseException) -> str:
+    """`error` as `Type: message`; an exception group (harbor's task groups raise one) as its
+    first leaf, which says what failed (`OSError: [Errno 28] No space left on device: ...`)."""
+    count = 0
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        count = count or len(error.exceptions)
+        error = error.exceptions[0]
+    said = f"{type(error).__name__}: {error}"
+    return said if count < 2 else f"{said} (the first of {count} errors)"
 
 
 def progress_hook(

@@ -16,7 +16,7 @@ import io
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -169,7 +169,8 @@ TERMINATED: list[int] = []
 def sigterm_stops() -> Iterator[None]:
     """Within (on the main thread): SIGTERM, what a scheduler or `timeout` sends, stops the
     command as Ctrl-C does (an ingest's abort, nothing half-committed, its readers stopped, one
-    line) instead of ending the process without a word. A second SIGTERM ends it at once."""
+    line) instead of ending the process without a word. A second SIGTERM ends it at once. An
+    asyncio job run within by `run_async_stoppably` (harbor's) is cancelled instead."""
     import signal
 
     def stop(signum: int, frame: Any) -> None:
@@ -182,8 +183,63 @@ def sigterm_stops() -> Iterator[None]:
         # interrupts a DuckDB query; Python's default raises KeyboardInterrupt
         signal.raise_signal(signal.SIGINT)
 
-    with on_sigterm(stop):
-        yield
+    _STOP_HANDLERS.append(stop)
+    try:
+        with on_sigterm(stop):
+            yield
+    finally:
+        _STOP_HANDLERS.remove(stop)
+
+
+_STOP_HANDLERS: list[Callable[[int, Any], None]] = []  # (sigterm_stops' handlers in place)
+
+
+def run_async_stoppably[Result](main: Callable[[], Coroutine[Any, Any, Result]]) -> Result:
+    """`asyncio.run(main())`; where `sigterm_stops` holds SIGTERM, a SIGTERM cancels main's task
+    as asyncio's own Ctrl-C handler does (a CancelledError at the task's next await, which its
+    subtasks get too), then raises KeyboardInterrupt. `sigterm_stops` raises KeyboardInterrupt in
+    whatever frame runs when SIGINT is ignored (a script's background job): inside a harbor
+    trial, whose `except Exception` let it by and whose `finally` then wrote a result.json that
+    reads as finished (no exception), so the trial was kept, half run, and never run again."""
+    import asyncio
+    import signal
+    import threading
+
+    previous = signal.getsignal(signal.SIGTERM)
+    if threading.current_thread() is not threading.main_thread() or not any(
+        previous is handler for handler in _STOP_HANDLERS
+    ):
+        return asyncio.run(main())  # (a caller's own handler, or none: left alone)
+    heard: list[int] = []
+    running: list[asyncio.Task[Result]] = []
+
+    def cancel(signum: int, frame: Any) -> None:
+        TERMINATED.append(signum)
+        heard.append(signum)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # (a second one ends the process at once)
+        try:
+            task = running[0]
+            task.get_loop().call_soon_threadsafe(task.cancel)
+        except (IndexError, RuntimeError):  # (not started, or its loop closed: nothing to cancel)
+            raise KeyboardInterrupt from None
+
+    async def started() -> Result:
+        running.append(asyncio.current_task())  # type: ignore[arg-type]
+        return await main()
+
+    signal.signal(signal.SIGTERM, cancel)
+    try:
+        result = asyncio.run(started())
+    except asyncio.CancelledError:
+        if heard:
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        if not heard:
+            signal.signal(signal.SIGTERM, previous)
+    if heard:  # (it came as main ended: the command stops all the same)
+        raise KeyboardInterrupt
+    return result
 
 
 def stopped_message(message: str) -> tuple[str, int]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ from wmo_lake.commands.options import (
     settings_from,
 )
 from wmo_lake.settings import whole_number
-from wmo_lake.stopping import TERMINATED, query_interrupted, sigterm_stops
+from wmo_lake.stopping import query_interrupted, sigterm_stops, stopped_message
 from wmo_lake.store import LakeError
 from wmo_lake.terminal import printable
 
@@ -173,6 +172,8 @@ def collect(
     except CollectError as error:
         fail(str(error), 2)
     except (MissingHarborError, HarborRunError, LakeError) as error:
+        if planned and not sys.stderr.isatty():
+            click.echo("", err=True)  # (harbor's last progress frame ends without a newline)
         fail(str(error))
     except KeyboardInterrupt:
         _interrupted(step, planned)
@@ -210,11 +211,11 @@ def _interrupted(step: int, planned: list[Any]) -> NoReturn:
     """Say what an interrupted step left behind, and exit as the signal does (130 or 143)."""
     where = f" {planned[0].job_dir}" if planned else ""
     click.echo("", err=True)  # (harbor's last progress frame ends without a newline)
-    click.echo(
+    said, code = stopped_message(
         f"interrupted: step {step} stopped; the trials it finished are kept in{where} "
         "(unfinished ones run again): run the same command again to resume it"
         if planned
-        else f"interrupted: step {step} was not started; nothing was run",
-        err=True,
+        else f"interrupted: step {step} was not started; nothing was run"
     )
-    sys.exit(128 + (TERMINATED[0] if TERMINATED else signal.SIGINT))
+    click.echo(said, err=True)
+    sys.exit(code)
