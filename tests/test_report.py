@@ -707,6 +707,33 @@ def test_batches_of_no_run_from_two_trees_are_never_pooled(tmp_path: Path) -> No
     assert (trace["x"], trace["y"]) == ([1, 2], [1.0, 1.0])
 
 
+def test_flips_and_trends_follow_each_tree_and_only_steps(tmp_path: Path) -> None:
+    """The regressions read a series' batches in their column order: the batches of no run tree
+    by tree (expB's steps were 'later' than expA's), and a run's batch without a step after its
+    steps (`r/harbor/rerun`). Neither experiment regressed; expC, which did, still does."""
+    runs = tmp_path / "runs"
+    for tree, rewards in (("expA", (1.0, 1.0)), ("expB", (0.0, 0.0)), ("expC", (1.0, 0.0))):
+        for step, reward in enumerate(rewards, start=1):
+            write_trial(write_job(runs / tree / f"step-{step:04d}" / "job"), "t__1", reward=reward)
+    write_trial(write_job(runs / "r" / "harbor" / "step-0001" / "job"), "t__1", reward=1.0)
+    write_trial(write_job(runs / "r" / "harbor" / "rerun"), "t__1", reward=0.0)
+    ingest([runs], tmp_path / "lake", workers=1)
+    data = collect_report(tmp_path / "lake")
+    [regression] = data.regressions
+    assert (regression.series, regression.at, regression.batches) == (
+        "(no run)",
+        "expC/step-0001/job",
+        ["expC/step-0001/job"],
+    )
+    assert (regression.steps_failed, regression.pass_rate) == (1, 1.0)
+    assert data.newly_solved == []
+    # (its trend too: expA's level above expB's is no slope; expC's fall is, over its own steps)
+    [trend] = data.trends["(no run)"]
+    assert trend.slope == pytest.approx(-1.0 / 3)  # (0 + 0 - 1) over three trees' two steps
+    [trend] = data.trends["r"]
+    assert trend.slope == 0.0
+
+
 def test_a_chart_with_nothing_to_draw_says_why(page: str, tmp_path: Path) -> None:
     """A run whose batches hold no readable trial drew empty axes (a stop-reason chart of no
     trace, token charts of no point) and no heatmap, with no word; now each such chart has a

@@ -346,16 +346,32 @@ def _by_batch(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {row["batch"]: row for row in rows}
 
 
-def _slope(points: list[tuple[float, float]]) -> float:
-    """Least-squares slope of pass rate over x; 0.0 with fewer than two points."""
-    if len(points) < 2:
-        return 0.0
-    mean_x = sum(x for x, _ in points) / len(points)
-    mean_y = sum(y for _, y in points) / len(points)
-    spread = sum((x - mean_x) ** 2 for x, _ in points)
-    if spread == 0:
-        return 0.0
-    return sum((x - mean_x) * (y - mean_y) for x, y in points) / spread
+def _slope(lines: list[list[tuple[float, float]]]) -> float:
+    """Least-squares slope of pass rate over step, within each time line (each about its own
+    means: trees of different levels add no trend); 0.0 with no two steps in one line."""
+    spread = moved = 0.0
+    for points in lines:
+        if len(points) < 2:
+            continue
+        mean_x = sum(x for x, _ in points) / len(points)
+        mean_y = sum(y for _, y in points) / len(points)
+        spread += sum((x - mean_x) ** 2 for x, _ in points)
+        moved += sum((x - mean_x) * (y - mean_y) for x, y in points)
+    return moved / spread if spread else 0.0
+
+
+def time_lines(rows: list[dict[str, Any]]) -> list[list[list[dict[str, Any]]]]:
+    """A series' batches as the time lines its trends and flips are read along: the batches
+    with a step, grouped by step (a step of two job dirs is one point), in step order; one line
+    per tree for the batches of no run (`tree_of`: unrelated experiments' steps follow no one
+    order), one for a run. A batch without a step is no point in time: `r/harbor/rerun` is not
+    later than `r`'s steps, nor is `expB/step-0001` than `expA/step-0002`."""
+    lines: dict[str, dict[int, list[dict[str, Any]]]] = {}
+    for row in rows:
+        if row["step"] is not None:
+            tree = tree_of(row["batch"]) if row["run"] is None else ""
+            lines.setdefault(tree, {}).setdefault(row["step"], []).append(row)
+    return [[steps[step] for step in sorted(steps)] for steps in lines.values()]
 
 
 def task_trends(
@@ -364,14 +380,21 @@ def task_trends(
 ) -> tuple[dict[str, list[TaskTrend]], list[Flip], list[Flip]]:
     """Per series: every task's pass rate per step (its batches pooled: passed / executed
     trials of them all) or per batch (a series with a batch without a step), ordered by trend
-    (most improved first), and the regressions and newly solved tasks. A task is solved at a
-    step when one of its executed trials passed, failed when it was executed and none passed."""
+    (most improved first), and the regressions and newly solved tasks, read along the series'
+    time lines (`time_lines`). A task is solved at a step when one of its executed trials
+    passed, failed when it was executed and none passed."""
     cells: dict[tuple[str, str], dict[str, Any]] = {
         (c["batch"], c["task_id"]): c for c in task_cells
     }
     tasks_by_batch: dict[str, set[str]] = defaultdict(set)
     for batch, task in cells:
         tasks_by_batch[batch].add(task)
+
+    def pass_rate(batches: list[dict[str, Any]], task: str) -> float | None:
+        held = [cells[r["batch"], task] for r in batches if (r["batch"], task) in cells]
+        n_executed = sum(cell["executed"] for cell in held)
+        return sum(cell["passed"] for cell in held) / n_executed if n_executed else None
+
     trends: dict[str, list[TaskTrend]] = {}
     regressions: list[Flip] = []
     newly_solved: list[Flip] = []
@@ -379,50 +402,45 @@ def task_trends(
         tasks = sorted(set().union(*(tasks_by_batch[r["batch"]] for r in rows)))
         x_mode = x_mode_of(rows)
         columns = columns_of(rows, x_mode)
-        positions = [
-            float(c[0]["step"]) if x_mode == "step" else float(i) for i, c in enumerate(columns)
-        ]
+        lines = time_lines(rows)
         found: list[TaskTrend] = []
         for task in tasks:
-            rates: list[float | None] = []
-            for column in columns:
-                held = [cells[r["batch"], task] for r in column if (r["batch"], task) in cells]
-                n_executed = sum(cell["executed"] for cell in held)
-                n_passed = sum(cell["passed"] for cell in held)
-                rates.append(n_passed / n_executed if n_executed else None)
-            points = [(p, r) for p, r in zip(positions, rates, strict=True) if r is not None]
-            mean = sum(r for _, r in points) / len(points) if points else None
-            found.append(TaskTrend(label, task, rates, _slope(points), mean))
-            executed = [(i, r) for i, r in enumerate(rates) if r is not None]
-            solved = [i for i, r in executed if r > 0]
-            if not solved:
-                continue
-            last, first = solved[-1], solved[0]
-            later = [i for i, _ in executed if i > last]
-            if later:
-                regressions.append(
-                    Flip(
-                        label,
-                        task,
-                        x_value(columns[last][0], x_mode),
-                        [r["batch"] for r in columns[last]],
-                        len(later),
-                        rates[last] or 0.0,
+            rates = [pass_rate(column, task) for column in columns]
+            measured = [rate for rate in rates if rate is not None]
+            mean = sum(measured) / len(measured) if measured else None
+            along: list[list[tuple[float, float]]] = []
+            for line in lines:
+                # (the executed steps of this line: (step's batches, pass rate))
+                executed = [(p, r) for p in line if (r := pass_rate(p, task)) is not None]
+                along.append([(float(p[0]["step"]), r) for p, r in executed])
+                solved = [i for i, (_, r) in enumerate(executed) if r > 0]
+                if not solved:
+                    continue
+                last, first = executed[solved[-1]], executed[solved[0]]
+                if solved[-1] < len(executed) - 1:  # executed after its last solve
+                    regressions.append(
+                        Flip(
+                            label,
+                            task,
+                            x_value(last[0][0], x_mode),
+                            [r["batch"] for r in last[0]],
+                            len(executed) - 1 - solved[-1],
+                            last[1],
+                        )
                     )
-                )
-            earlier = [i for i, _ in executed if i < first]
-            if earlier:
-                newly_solved.append(
-                    Flip(
-                        label,
-                        task,
-                        x_value(columns[first][0], x_mode),
-                        [r["batch"] for r in columns[first]],
-                        len(earlier),
-                        rates[first] or 0.0,
-                        still_solved=executed[-1][1] > 0,
+                if solved[0] > 0:  # executed before its first solve
+                    newly_solved.append(
+                        Flip(
+                            label,
+                            task,
+                            x_value(first[0][0], x_mode),
+                            [r["batch"] for r in first[0]],
+                            solved[0],
+                            first[1],
+                            still_solved=executed[-1][1] > 0,
+                        )
                     )
-                )
+            found.append(TaskTrend(label, task, rates, _slope(along), mean))
         found.sort(key=lambda t: (-t.slope, -(t.mean or 0.0), t.task_id))
         trends[label] = found
     return trends, regressions, newly_solved
