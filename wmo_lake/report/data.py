@@ -374,6 +374,20 @@ def time_lines(rows: list[dict[str, Any]]) -> list[list[list[dict[str, Any]]]]:
     return [[steps[step] for step in sorted(steps)] for steps in lines.values()]
 
 
+def _flip(
+    series: str,
+    task: str,
+    x_mode: str,
+    point: tuple[list[dict[str, Any]], float],
+    steps_failed: int,
+    still_solved: bool | None = None,
+) -> Flip:
+    """The Flip at `point` (a step's batches, the task's pass rate there)."""
+    batches, rate = point
+    at = x_value(batches[0], x_mode)
+    return Flip(series, task, at, [r["batch"] for r in batches], steps_failed, rate, still_solved)
+
+
 def task_trends(
     series: dict[str, list[dict[str, Any]]],
     task_cells: list[dict[str, Any]],
@@ -416,30 +430,13 @@ def task_trends(
                 solved = [i for i, (_, r) in enumerate(executed) if r > 0]
                 if not solved:
                     continue
-                last, first = executed[solved[-1]], executed[solved[0]]
+                step = (label, task, x_mode)
                 if solved[-1] < len(executed) - 1:  # executed after its last solve
-                    regressions.append(
-                        Flip(
-                            label,
-                            task,
-                            x_value(last[0][0], x_mode),
-                            [r["batch"] for r in last[0]],
-                            len(executed) - 1 - solved[-1],
-                            last[1],
-                        )
-                    )
+                    after = len(executed) - 1 - solved[-1]
+                    regressions.append(_flip(*step, executed[solved[-1]], after))
                 if solved[0] > 0:  # executed before its first solve
-                    newly_solved.append(
-                        Flip(
-                            label,
-                            task,
-                            x_value(first[0][0], x_mode),
-                            [r["batch"] for r in first[0]],
-                            solved[0],
-                            first[1],
-                            still_solved=executed[-1][1] > 0,
-                        )
-                    )
+                    still = executed[-1][1] > 0
+                    newly_solved.append(_flip(*step, executed[solved[0]], solved[0], still))
             found.append(TaskTrend(label, task, rates, _slope(along), mean))
         found.sort(key=lambda t: (-t.slope, -(t.mean or 0.0), t.task_id))
         trends[label] = found
