@@ -493,3 +493,21 @@ def test_pooled_truncated_spans_are_summed(tmp_path: Path) -> None:
     result = compare_sides(tmp_path / "lake", "base", "exp", {})
     metric = next(m for m in result["metrics"] if m["metric"] == "truncated_spans")
     assert (metric["a"], metric["b"]) == (1, 2)  # seed 003 over each side's records
+
+
+def test_a_side_pooled_from_two_job_dirs_is_warned_of(tmp_path: Path) -> None:
+    """Two run trees with one run name (treeA/exp, treeB/exp) pool their trials under one batch
+    label: `stats` notes it, and compare of `exp` said nothing."""
+    for tree, reward in (("treeA", 1.0), ("treeB", 0.0)):
+        job = write_job(tmp_path / "runs" / tree / "exp" / "harbor" / "step-0000" / "job")
+        write_trial(job, "t__1", trial_id=f"{tree}-t", reward=reward)
+    write_trial(write_job(tmp_path / "runs" / "other" / "harbor" / "step-0000" / "job"), "t__1")
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    result = compare(tmp_path / "lake", "exp", "other")
+    assert result.exit_code == 0, result.output
+    assert (
+        "warning: 1 batch(es) in scope pool the trials of several job dirs that carry one batch "
+        "label: exp/harbor/step-0000/job;"
+    ) in result.output
+    other = compare(tmp_path / "lake", "other", "other")
+    assert other.exit_code == 0 and "pool the trials" not in other.output, other.output

@@ -790,3 +790,30 @@ def test_a_tasks_pass_rate_is_over_its_executed_trials(tmp_path: Path) -> None:
     data = collect_report(tmp_path / "lake")
     (trends,) = data.trends.values()
     assert [(t.task_id, t.pass_rates) for t in trends] == [("hello", [1.0])]  # seed: 1/1
+
+
+def _two_trees_of_one_run_name(root: Path) -> Path:
+    """treeA/exp and treeB/exp: their job dirs carry the same batch labels, pooled as one."""
+    for tree, reward in (("treeA", 1.0), ("treeB", 0.0)):
+        job = write_job(root / "runs" / tree / "exp" / "harbor" / "step-0000" / "job")
+        write_trial(job, "t__1", trial_id=f"{tree}-t", reward=reward)
+    write_trial(write_job(root / "runs" / "other" / "harbor" / "step-0000" / "job"), "t__1")
+    ingest([root / "runs"], root / "lake", workers=1)
+    return root / "lake"
+
+
+def test_a_batch_pooled_from_two_job_dirs_is_said_by_the_report(tmp_path: Path) -> None:
+    """`stats` notes a batch label two job dirs carry (two run trees with one run name): its
+    figures are of both. The report drew the pooled points without a word."""
+    lake = _two_trees_of_one_run_name(tmp_path)
+    result = report(lake, tmp_path / "r.html")
+    assert result.exit_code == 0, result.output
+    assert (
+        "warning: 1 batch(es) in scope pool the trials of several job dirs that carry one batch "
+        "label: exp/harbor/step-0000/job;"
+    ) in result.output
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "1 batch(es) pool the trials of several job dirs" in page
+    alone = report(lake, tmp_path / "other.html", "--run", "other")
+    assert alone.exit_code == 0 and "pool the trials" not in alone.output, alone.output
+    assert "pool the trials" not in (tmp_path / "other.html").read_text(encoding="utf-8")

@@ -65,6 +65,11 @@ class ShortJobWarning(LakeWarning):
     is: scoring it again resumes the job, which runs the missing trials)."""
 
 
+class PooledBatchWarning(LakeWarning):
+    """A batch in scope is labelled from more than one job dir (two run trees with the same run
+    name, or a job dir that moved): its figures pool their trials as one batch."""
+
+
 # partitions a StaleRulesWarning names before it says how many more there are
 NAMED_PARTITIONS = 3
 

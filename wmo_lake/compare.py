@@ -27,7 +27,7 @@ from typing import Any
 import duckdb
 
 from wmo_lake.checks import warn_on_unused_reward_key
-from wmo_lake.incomplete_jobs import warn_on_incomplete_jobs
+from wmo_lake.incomplete_jobs import warn_on_incomplete_jobs, warn_on_pooled_batches
 from wmo_lake.lake import connect
 from wmo_lake.output import rows_as_dicts
 from wmo_lake.report.data import (
@@ -193,6 +193,7 @@ def compare(
         compared = [batch["batch"] for side in (a, b) for batch in side.batches]
         warn_on_unused_reward_key(con, batches=compared)
         warn_on_incomplete_jobs(con, batches=compared)
+        warn_on_pooled_batches(con, compared)
     finally:
         con.close()
     metrics = []

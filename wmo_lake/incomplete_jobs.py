@@ -14,7 +14,13 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
-from wmo_lake.checks import LakeWarning, ShortJobWarning, UnfinishedJobWarning, warn_from_caller
+from wmo_lake.checks import (
+    LakeWarning,
+    PooledBatchWarning,
+    ShortJobWarning,
+    UnfinishedJobWarning,
+    warn_from_caller,
+)
 from wmo_lake.selection import scope_sql
 
 if TYPE_CHECKING:
@@ -283,6 +289,27 @@ def warn_on_incomplete_jobs(
     found = incomplete_job_warnings(con, batch_glob=batch_glob, run=run, batches=batches)
     for message, category in found:
         warn_from_caller(message, category, rewrite)
+
+
+def pooled_batches(by_batch: dict[str, list[JobRow]]) -> list[str]:
+    """The batches labelled from more than one job dir (the pooled-batch note of `stats`)."""
+    return [batch for batch, rows in by_batch.items() if len({row.job_dir for row in rows}) > 1]
+
+
+def pooled_warning(pooled: Sequence[str]) -> str:
+    return (
+        f"{len(pooled)} batch(es) in scope pool the trials of several job dirs that carry one "
+        f"batch label: {_named(pooled)}; two run trees with the same run name, or a job dir "
+        "that moved (`wmo-lake ingest --prune` drops one that is gone), so their figures are of "
+        "those dirs together. The notes of the wmo-lake stats command name the job dirs"
+    )
+
+
+def warn_on_pooled_batches(con: duckdb.DuckDBPyConnection, batches: Sequence[str]) -> None:
+    """`PooledBatchWarning` for the batches of `batches` labelled from several job dirs."""
+    pooled = pooled_batches(job_rows(con, batches=batches))
+    if pooled:
+        warn_from_caller(pooled_warning(pooled), PooledBatchWarning)
 
 
 def _unfinished_text(unfinished: Sequence[str]) -> str:

@@ -22,8 +22,14 @@ from typing import Any
 import duckdb
 
 from wmo_lake import __version__
-from wmo_lake.checks import warn_from_caller, warn_on_unused_reward_key
-from wmo_lake.incomplete_jobs import incomplete_jobs, job_rows, job_warnings
+from wmo_lake.checks import PooledBatchWarning, warn_from_caller, warn_on_unused_reward_key
+from wmo_lake.incomplete_jobs import (
+    incomplete_jobs,
+    job_rows,
+    job_warnings,
+    pooled_batches,
+    pooled_warning,
+)
 from wmo_lake.lake import connect
 from wmo_lake.output import rows_as_dicts
 from wmo_lake.selection import NO_RUN
@@ -272,6 +278,7 @@ class ReportData:
     # the selected batches whose harbor job has not finished
     unfinished: list[str] = field(default_factory=list)
     short: list[str] = field(default_factory=list)  # finished jobs short of their trials
+    pooled: list[str] = field(default_factory=list)  # labelled from several job dirs
     generated_at: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat())
     version: str = __version__
 
@@ -475,6 +482,8 @@ def collect_report(
         warn_on_unused_reward_key(con, batches=[row["batch"] for row in data.batches])
         for message, category in job_warnings(data.unfinished, data.short):
             warn_from_caller(message, category)
+        if data.pooled:
+            warn_from_caller(pooled_warning(data.pooled), PooledBatchWarning)
         return data
     finally:
         con.close()
@@ -492,7 +501,8 @@ def _collect(
     )
     batches = [row["batch"] for row in stats]
     params = {"batches": batches}
-    incomplete = incomplete_jobs(job_rows(con, batches=batches))
+    jobs = job_rows(con, batches=batches)
+    incomplete = incomplete_jobs(jobs)
     denominators = _by_batch(rows_as_dicts(con.sql(STOP_REASON_DENOMINATOR, params=params)))
     tokens = _by_batch(rows_as_dicts(con.sql(TOKENS, params=params)))
     datum_note = ""
@@ -552,6 +562,7 @@ def _collect(
         selection={"runs": runs, "batch_glob": batch_glob},
         unfinished=[found.batch for found in incomplete.unfinished],
         short=list(dict.fromkeys(found.batch for found in incomplete.short)),
+        pooled=pooled_batches(jobs),
     )
 
 

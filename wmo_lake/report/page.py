@@ -433,7 +433,7 @@ def datum_figures(data: ReportData) -> list[dict[str, Any]]:
 def _incomplete_job_warnings(data: ReportData) -> str:
     """A line over the charts when a selected batch's harbor job has not finished, and one when
     a finished job holds fewer trials than it plans: their points are of a part of the step
-    (upstream's scorer refuses such a job)."""
+    (upstream's scorer refuses such a job). One more when a batch pools several job dirs."""
     lines = []
     if data.unfinished:
         lines.append(
@@ -448,6 +448,13 @@ def _incomplete_job_warnings(data: ReportData) -> str:
             "lake holds fewer trials of than it plans (trial dirs removed after the run, not "
             "ingested, or held by another dir), so their points are of a part of the step: "
             f"{_shown(data.short)}. The notes of wmo-lake stats say which, and what to run.</p>"
+        )
+    if data.pooled:
+        lines.append(
+            f"<p class='warn'>{len(data.pooled)} batch(es) pool the trials of several job dirs "
+            "that carry one batch label (two run trees with the same run name, or a job dir "
+            f"that moved), so their points are of those dirs together: {_shown(data.pooled)}. "
+            "The notes of wmo-lake stats name the job dirs.</p>"
         )
     return "".join(lines)
 
