@@ -511,3 +511,16 @@ def test_a_side_pooled_from_two_job_dirs_is_warned_of(tmp_path: Path) -> None:
     ) in result.output
     other = compare(tmp_path / "lake", "other", "other")
     assert other.exit_code == 0 and "pool the trials" not in other.output, other.output
+
+
+def test_run_names_in_the_unknown_side_error_are_printable(tmp_path: Path) -> None:
+    """A run dir named with an escape sequence reached the terminal raw in the error's list of
+    runs (`stats` draws it as `\\x1b`, as every name the CLI prints)."""
+    runs = tmp_path / "runs"
+    write_trial(write_job(runs / "ev\x1b[31mil" / "harbor" / "step-0000" / "job"), "t__1")
+    ingest([runs], tmp_path / "lake", workers=1)
+    result = CliRunner().invoke(
+        cli, ["compare", "--lake", str(tmp_path / "lake"), "nope", "*"], color=True
+    )
+    assert result.exit_code == 2
+    assert "(runs: ev\\x1b[31mil;" in result.output and "\x1b" not in result.output

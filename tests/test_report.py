@@ -817,3 +817,18 @@ def test_a_batch_pooled_from_two_job_dirs_is_said_by_the_report(tmp_path: Path) 
     alone = report(lake, tmp_path / "other.html", "--run", "other")
     assert alone.exit_code == 0 and "pool the trials" not in alone.output, alone.output
     assert "pool the trials" not in (tmp_path / "other.html").read_text(encoding="utf-8")
+
+
+def test_run_names_in_the_reports_lines_are_printable(tmp_path: Path) -> None:
+    """A run dir named with an escape sequence reached the terminal raw in `wrote ... runs:`
+    and in the error for a --run that matches nothing (`stats` draws it as `\\x1b`)."""
+    runs = tmp_path / "runs"
+    write_trial(write_job(runs / "ev\x1b[31mil" / "harbor" / "step-0000" / "job"), "t__1")
+    ingest([runs], tmp_path / "lake", workers=1)
+    lake, out = str(tmp_path / "lake"), str(tmp_path / "r.html")
+    for extra, code in (([], 0), (["--run", "ev\x1b[31mil", "--run", "nope"], 1)):
+        result = CliRunner().invoke(
+            cli, ["report", "--lake", lake, "--out", out, *extra], color=True
+        )
+        assert result.exit_code == code, result.output
+        assert "ev\\x1b[31mil" in result.output and "\x1b" not in result.output, result.output

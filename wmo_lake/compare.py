@@ -39,6 +39,7 @@ from wmo_lake.report.data import (
     tree_of,
 )
 from wmo_lake.selection import NO_RUN, scope_sql
+from wmo_lake.terminal import printable
 
 # The runs rollout_stats labels: those of the trials and of the job dirs, so a run of only empty
 # or unreadable batches (selected by stats and report) is a run here too; NO_RUN for the batches
@@ -107,7 +108,7 @@ def resolve(con: duckdb.DuckDBPyConnection, text: str) -> Side:
     if not batches:
         raise CompareError(
             f"{text!r} is neither a run nor a glob matching a batch "
-            f"(runs: {', '.join(runs) or 'none'}; globs like 'exp1/harbor/step-0007/*')"
+            f"(runs: {printable(', '.join(runs)) or 'none'}; globs like 'exp1/harbor/step-0007/*')"
         )
     params = {"batches": [b["batch"] for b in batches]}
     counts = batch_counts(con, params["batches"])

@@ -23,6 +23,7 @@ from wmo_lake.commands.options import (
     settings_from,
 )
 from wmo_lake.store import LakeError
+from wmo_lake.terminal import printable
 
 
 @click.command()
@@ -105,7 +106,8 @@ def report(
     if missing:  # an overlay never loses a mistyped run without a word
         fail(
             f"no batch matches --run {', '.join(map(repr, missing))} (the others do: "
-            f"{', '.join(data.series)}); {list_batches} lists the batches; nothing was written"
+            f"{printable(', '.join(data.series))}); {list_batches} lists the batches; nothing "
+            "was written"
         )
     try:
         write_report(data, out)
@@ -116,5 +118,5 @@ def report(
     n_trials = sum(row["trials"] for row in data.batches)
     click.echo(
         f"wrote {out} ({len(data.batches)} batches, {n_trials} trials, "
-        f"runs: {', '.join(data.series)})"
+        f"runs: {printable(', '.join(data.series))})"
     )
