@@ -614,6 +614,12 @@ def test_usage_errors(two_runs_lake: Path, tmp_path: Path) -> None:
     result = report(two_runs_lake, tmp_path / "r.html", "--run", "exp-a", "--run", "exp-z")
     assert result.exit_code == 1
     assert "no batch matches --run 'exp-z' (the others do: exp-a)" in result.output
+    # (a run the --batch glob leaves out exists: the glob is what matched none of it)
+    result = report(
+        two_runs_lake, tmp_path / "r.html", "--run", "exp-a", "--run", "exp-b", "--batch", "exp-a/*"
+    )
+    assert result.exit_code == 1
+    assert "no batch matches --run 'exp-b' within --batch 'exp-a/*' (the others" in result.output
     result = report(two_runs_lake, tmp_path)
     assert result.exit_code == 2 and "is a directory" in result.output
     result = report(two_runs_lake, tmp_path / "missing" / "r.html")

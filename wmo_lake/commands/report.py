@@ -104,8 +104,9 @@ def report(
         )
     missing = [run for run in runs if run not in data.series]
     if missing:  # an overlay never loses a mistyped run without a word
+        within = f" within --batch {batch_glob!r}" if batch_glob else ""
         fail(
-            f"no batch matches --run {', '.join(map(repr, missing))} (the others do: "
+            f"no batch matches --run {', '.join(map(repr, missing))}{within} (the others do: "
             f"{printable(', '.join(data.series))}); {list_batches} lists the batches; nothing "
             "was written"
         )
