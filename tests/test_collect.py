@@ -1111,7 +1111,7 @@ def test_harbor_failing_in_a_task_group_is_said_by_its_first_cause(
             full = OSError(28, "No space left on device", "/runs/t__1/agent/terminus_2.pane")
             raise ExceptionGroup(
                 "unhandled errors in a TaskGroup",
-                [ExceptionGroup("inner", [full]), RuntimeError("the other trial")],
+                [ExceptionGroup("inner", [full, full]), RuntimeError("the other trial")],
             )
 
     monkeypatch.setattr(harbor.job, "Job", FullDisk)
@@ -1120,7 +1120,7 @@ def test_harbor_failing_in_a_task_group_is_said_by_its_first_cause(
         run_job(plan, 0)
     assert (
         "OSError: [Errno 28] No space left on device: '/runs/t__1/agent/terminus_2.pane' "
-        "(the first of 2 errors); if that names"
+        "(the first of 3 errors); if that names"
     ) in str(raised.value)
 
 
@@ -1139,7 +1139,8 @@ def test_a_file_where_the_job_dir_goes_is_a_usage_error_saying_so(
     job_dir.write_text("")
     code, output = _collect(tmp_path, "--set", KIT_TASKS, "--quiet")
     assert code == 2 and "Traceback" not in output, output
-    assert f"cannot write the step's job dir {job_dir}: a file is there; nothing was run" in output
+    said = f"cannot write the step's job dir {job_dir}: a file (or a link) is there"
+    assert f"{said}; nothing was run" in output
 
 
 def test_an_error_after_harbor_drew_starts_on_a_line_of_its_own(
@@ -1157,6 +1158,8 @@ def test_an_error_after_harbor_drew_starts_on_a_line_of_its_own(
     code, output = _collect(tmp_path, "--set", KIT_TASKS)
     assert code == 1, output
     assert "harbor's last frame 0:00:02\nError: step 0's trials are kept in" in output, output
+    code, output = _collect(tmp_path, "--set", KIT_TASKS, "--quiet")  # (nothing drawn)
+    assert code == 1 and output.startswith("Error: step 0's trials are kept in"), output
 
 
 def test_the_collect_errors_are_wmo_lakes_names_too() -> None:

@@ -727,8 +727,8 @@ def run_job(plan: StepPlan, already_done: int, on_trial_done: TrialDone | None =
         except FileExistsError as error:
             if os.path.lexists(plan.job_dir) and not plan.job_dir.is_dir():
                 raise CollectError(
-                    f"cannot write the step's job dir {plan.job_dir}: a file is there; nothing "
-                    "was run. Move it away, or give another --run-dir"
+                    f"cannot write the step's job dir {plan.job_dir}: a file (or a link) is "
+                    "there; nothing was run. Move it away, or give another --run-dir"
                 ) from error
             raise CollectError(str(error)) from error  # (the resume check ran first)
         if on_trial_done is not None:
@@ -759,12 +759,15 @@ def run_job(plan: StepPlan, already_done: int, on_trial_done: TrialDone | None =
 def _cause(error: BaseException) -> str:
     """`error` as `Type: message`; an exception group (harbor's task groups raise one) as its
     first leaf, which says what failed (`OSError: [Errno 28] No space left on device: ...`)."""
-    count = 0
-    while isinstance(error, BaseExceptionGroup) and error.exceptions:
-        count = count or len(error.exceptions)
-        error = error.exceptions[0]
-    said = f"{type(error).__name__}: {error}"
-    return said if count < 2 else f"{said} (the first of {count} errors)"
+    leaves = _leaves(error)
+    said = f"{type(leaves[0]).__name__}: {leaves[0]}"
+    return said if len(leaves) < 2 else f"{said} (the first of {len(leaves)} errors)"
+
+
+def _leaves(error: BaseException) -> list[BaseException]:
+    if isinstance(error, BaseExceptionGroup) and error.exceptions:
+        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+    return [error]
 
 
 def progress_hook(

@@ -172,7 +172,7 @@ def collect(
     except CollectError as error:
         fail(str(error), 2)
     except (MissingHarborError, HarborRunError, LakeError) as error:
-        if planned and not sys.stderr.isatty():
+        if planned and not quiet and not sys.stderr.isatty():
             click.echo("", err=True)  # (harbor's last progress frame ends without a newline)
         fail(str(error))
     except KeyboardInterrupt:
