@@ -489,6 +489,27 @@ def test_an_interrupted_step_says_what_was_kept_and_how_to_resume(
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # put back
 
 
+def test_an_interrupted_quiet_step_says_its_line_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With --quiet nothing was drawn: no blank line ends a progress frame before the line."""
+    from wmo_lake import collector
+
+    plan = plan_step(TEMPLATE, tmp_path / "runs" / "exp1", 0, sets=[KIT_TASKS])
+
+    def interrupted_collect(*args: object, on_plan, **kwargs: object) -> None:  # type: ignore[no-untyped-def]
+        on_plan(plan, collector.JobDirState())
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(collector, "collect", interrupted_collect)
+    args = ["collect", "--template", str(TEMPLATE), "--run-dir", "x", "--step", "0", "--quiet"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 130
+    assert result.output.startswith("interrupted: step 0 stopped; the trials it finished"), (
+        result.output
+    )
+
+
 def test_interrupted_trial_dirs_are_removed_and_finished_ones_counted(tmp_path: Path) -> None:
     plan = plan_step(TEMPLATE, tmp_path / "runs" / "exp1", 0, sets=[KIT_TASKS])
     shutil.copytree(KIT_JOB, plan.job_dir)

@@ -176,11 +176,11 @@ def collect(
             click.echo("", err=True)  # (harbor's last progress frame ends without a newline)
         fail(str(error))
     except KeyboardInterrupt:
-        _interrupted(step, planned)
+        _interrupted(step, planned, quiet)
     except Exception as error:
         if not query_interrupted(error):  # (a Ctrl-C that DuckDB took, in the ingest's commit)
             raise
-        _interrupted(step, planned)
+        _interrupted(step, planned, quiet)
     if as_json:
         click.echo(json.dumps(result.as_dict(), ensure_ascii=False, indent=2))
         return
@@ -207,10 +207,11 @@ def _harbor_display(quiet: bool) -> Iterator[None]:
         yield
 
 
-def _interrupted(step: int, planned: list[Any]) -> NoReturn:
+def _interrupted(step: int, planned: list[Any], quiet: bool) -> NoReturn:
     """Say what an interrupted step left behind, and exit as the signal does (130 or 143)."""
     where = f" {planned[0].job_dir}" if planned else ""
-    click.echo("", err=True)  # (harbor's last progress frame ends without a newline)
+    if not quiet:
+        click.echo("", err=True)  # (harbor's last progress frame ends without a newline)
     said, code = stopped_message(
         f"interrupted: step {step} stopped; the trials it finished are kept in{where} "
         "(unfinished ones run again): run the same command again to resume it"
