@@ -518,6 +518,27 @@ def test_a_tampered_manifest_fails(
         load(out, tasks)
 
 
+def test_a_tampered_split_fails_with_no_registry_given_too(
+    exported: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Seed 001 loads only a 'train' manifest, registry or not: a manifest edited to say 'dev'
+    loaded without a word when no registry was given. An export writes 'train' with a
+    registry's sha256, or null with none (--no-split-guard), and nothing else."""
+    out, _ = exported
+    assert load(out, None) == ["t/train-1 a", "t/train-2 b", "t/train-1 c"]
+    rewrite_manifest(out, split="dev")
+    with pytest.raises(ExportError, match=r"split is 'dev', expected 'train'.*changed after"):
+        load(out, None)
+    unguarded = tmp_path / "unguarded.txt"
+    export.write_export(
+        unguarded, lines_writer(["t/x a"]), kind="lines", registry=None, excluded={}
+    )
+    assert load(unguarded, None) == ["t/x a"]
+    rewrite_manifest(unguarded, split="train")  # (no registry vouches for a train split)
+    with pytest.raises(ExportError, match="split is 'train', expected null"):
+        load(unguarded, None)
+
+
 def test_another_registry_fails(exported: tuple[Path, Path], tmp_path: Path) -> None:
     out, _ = exported
     other = write_registry(tmp_path / "other.json", [*TASKS, {"id": "t/new", "split": "train"}])

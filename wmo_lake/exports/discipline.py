@@ -503,8 +503,8 @@ def verify_manifest(
     tasks: Path | str | None = None,
 ) -> tuple[dict[str, Any], TaskRegistry | None]:
     """Check FILE against its manifest before any row is read: schema_version, kind, the dataset's
-    sha256 and, when `tasks` is given, the registry's sha256 and the train split. Returns the
-    manifest and the loaded registry (None without `tasks`)."""
+    sha256, the split (train with a registry's sha256, null without) and, when `tasks` is given,
+    the registry's sha256. Returns the manifest and the loaded registry (None without `tasks`)."""
     dataset = Path(dataset)
     if not dataset.is_file():
         raise ExportError(f"dataset {dataset} does not exist")
@@ -529,6 +529,19 @@ def verify_manifest(
         )
     if not isinstance(manifest.get("rows"), int) or isinstance(manifest.get("rows"), bool):
         raise ExportError(f"manifest {companion}: rows must be an integer")
+    # (an export writes split 'train' with a registry's sha256, or neither: --no-split-guard;
+    # seed 001 loads only 'train', also with no registry given)
+    guarded = manifest.get("tasks_sha256") is not None
+    if manifest.get("split") != (TRAIN if guarded else None):
+        raise ExportError(
+            f"manifest {companion}: split is {manifest.get('split')!r}, expected "
+            + (
+                "'train' (it records a task registry)"
+                if guarded
+                else "null (it records no task registry: exported with --no-split-guard)"
+            )
+            + "; the manifest was changed after export: re-export it"
+        )
     registry = None
     if tasks is not None:
         registry = load_registry(tasks)
@@ -543,10 +556,6 @@ def verify_manifest(
                 f"dataset {dataset} was exported against a task registry with sha256 "
                 f"{manifest.get('tasks_sha256')!r}, not {tasks} ({registry.sha256}); load it with "
                 "the registry it was exported with"
-            )
-        if manifest.get("split") != TRAIN:
-            raise ExportError(
-                f"manifest {companion}: split is {manifest.get('split')!r}, expected 'train'"
             )
     return manifest, registry
 
