@@ -22,40 +22,47 @@ from wmo_lake.tables.steps import SOURCES, FileLabel, WrongTypes
 _ARGUMENTS = json.JSONEncoder(ensure_ascii=False)
 
 
-def content_text(value: Any) -> tuple[str | None, list[str]]:
+def content_text(value: Any) -> tuple[str | None, list[str], list[Any], list[Any]]:
+    """(text, media, parts that are neither text nor image / audio, values of another type)."""
     if value is None or isinstance(value, str):
-        return value, []
+        return value, [], [], []
     if isinstance(value, list):
         texts: list[str] = []
         media: list[str] = []
+        odd_parts: list[Any] = []
         for part in value:
             if isinstance(part, dict) and isinstance(part.get("text"), str):
                 texts.append(part["text"])
-                continue
-            kind = part.get("type") if isinstance(part, dict) else None
-            source = part.get("source") if isinstance(part, dict) else None
-            where = None
-            if isinstance(source, dict):
-                where = source.get("path") or source.get("media_type")
-            media.append(f"{kind if isinstance(kind, str) else 'part'}:{where or '?'}")
-        return "".join(texts), media
-    return json.dumps(value, ensure_ascii=False), []
+            elif isinstance(part, dict) and part.get("type") in ("image", "audio"):
+                source = part.get("source")
+                where = None
+                if isinstance(source, dict):
+                    where = source.get("path") or source.get("media_type")
+                media.append(f"{part['type']}:{where or '?'}")
+            else:
+                odd_parts.append(part)
+        return "".join(texts), media, odd_parts, []
+    return json.dumps(value, ensure_ascii=False), [], [], [value]
 
 
-def observation_text(observation: Any) -> tuple[str | None, list[str]]:
+def observation_text(observation: Any) -> tuple[str | None, list[str], list[Any], list[Any]]:
     if not isinstance(observation, dict):
-        return None, []
+        return None, [], [], []
     results = observation.get("results")
     if not isinstance(results, list):
-        return None, []
+        return None, [], [], []
     texts: list[str] = []
     media: list[str] = []
+    odd_parts: list[Any] = []
+    odd: list[Any] = []
     for result in results:
         if isinstance(result, dict) and "content" in result:
-            text, parts = content_text(result["content"])
+            text, parts, bad_parts, bad = content_text(result["content"])
             texts.append(text or "")
             media += parts
-    return ("\n".join(texts) if texts else None), media
+            odd_parts += bad_parts
+            odd += bad
+    return ("\n".join(texts) if texts else None), media, odd_parts, odd
 
 
 def _int(step: dict[str, Any], key: str, index: int, wrong: WrongTypes, prefix: str = "") -> Any:
@@ -116,11 +123,26 @@ def step_row(
     else:
         if timestamp and parsed_time is None:
             wrong.add(index, "timestamp", timestamp, "an ISO-8601 time")
-    message, media = content_text(step.get("message"))
-    if step.get("message") is not None and not isinstance(step.get("message"), str | list):
+    message, media, odd_parts, odd = content_text(step.get("message"))
+    if odd:
         wrong.add(index, "message", step.get("message"), "a string or a list of content parts")
         message = None
-    observation, observed_media = observation_text(step.get("observation"))
+    part = "a content part (text with a string `text`, or image / audio)"
+    for odd_part in odd_parts:
+        wrong.add(index, "message[]", odd_part, part, "those parts are left out")
+    observation, observed_media, odd_parts, odd = observation_text(step.get("observation"))
+    for value in odd:
+        wrong.add(
+            index,
+            "observation.results[].content",
+            value,
+            "a string or a list of content parts",
+            "kept as its JSON text",
+        )
+    for odd_part in odd_parts:
+        wrong.add(
+            index, "observation.results[].content[]", odd_part, part, "those parts are left out"
+        )
     given = step.get("observation")
     if given is not None and not isinstance(given, dict):
         wrong.add(index, "observation", given, "an object with `results`")
@@ -206,6 +228,11 @@ def call_rows(
             if not isinstance(call_id, str):
                 wrong.add(index, "tool_calls[].tool_call_id", call_id, "a string")
                 call_id = None
+            arguments = call.get("arguments")
+            if arguments is not None and not isinstance(arguments, dict):
+                wrong.add(
+                    index, "tool_calls[].arguments", arguments, "an object", "kept as recorded"
+                )
         rows.append(
             {
                 "file": label.name,
@@ -320,6 +347,22 @@ def read_document(
         )
     agent = agent if isinstance(agent, dict) else {}
     tools = agent.get("tool_definitions")
+    if tools is not None and not isinstance(tools, list):
+        problems.add(
+            "wrong_type",
+            path,
+            f"{path.name}: agent.tool_definitions is {json_type_name(tools)}, expected an array "
+            "of objects; the column is left null",
+        )
+        tools = None
+    ref = doc.get("continued_trajectory_ref")
+    if ref is not None and not isinstance(ref, str):
+        problems.add(
+            "wrong_type",
+            path,
+            f"{path.name}: continued_trajectory_ref is {json_type_name(ref)}, expected a file "
+            "name; no continuation is followed from it",
+        )
     row.update(
         status="ok",
         schema_version=_text(doc.get("schema_version")),
@@ -342,9 +385,20 @@ def read_document(
         rows["tool_calls"] += call_rows(step, index, step_values["step_id"], label, wrong)
     wrong.report(problems)
     embedded = doc.get("subagent_trajectories")
+    names: list[str] = []
     for position, sub in enumerate(embedded if isinstance(embedded, list) else []):
         sub_id = sub.get("trajectory_id") if isinstance(sub, dict) else None
         name = sub_id if isinstance(sub_id, str) and sub_id else f"subagent-{position}"
+        if name in names:
+            problems.add(
+                "wrong_type",
+                path,
+                f"{path.name}: subagent_trajectories[{position}].trajectory_id {name!r} is not "
+                "unique (harbor's Trajectory refuses the file); that subagent is read as "
+                f"'subagent-{position}'",
+            )
+            name = f"subagent-{position}"
+        names.append(name)
         sub_label = FileLabel(f"{label.name}#{name}", len(rows["trajectories"]), name)
         read_document(sub, path, sub_label, problems, rows)
 

@@ -605,6 +605,39 @@ def test_free_text_is_written_without_a_parquet_dictionary(
             lambda t: t.__setitem__("schema_version", None),
             "schema_version is null, expected one of ATIF-v1.0 to ATIF-v1.8",
         ),
+        # (these were taken without a word)
+        (
+            lambda t: t["steps"][1]["tool_calls"][0].__setitem__("arguments", "ls -l"),
+            "steps[1].tool_calls[].arguments is a string, expected an object (1 step); kept as "
+            "recorded",
+        ),
+        (
+            lambda t: t["steps"][1].__setitem__("observation", {"results": [{"content": {}}]}),
+            "steps[1].observation.results[].content is an object, expected a string or a list of "
+            "content parts (1 step); kept as its JSON text",
+        ),
+        (
+            lambda t: t["agent"].__setitem__("tool_definitions", {"name": "bash"}),
+            "agent.tool_definitions is an object, expected an array of objects; the column is "
+            "left null",
+        ),
+        (
+            lambda t: t.__setitem__("continued_trajectory_ref", 5),
+            "continued_trajectory_ref is a number, expected a file name",
+        ),
+        (
+            lambda t: t["steps"][0].__setitem__("message", [{"type": "text"}]),
+            "steps[0].message[] is an object, expected a content part (text with a string "
+            "`text`, or image / audio) (1 step); those parts are left out",
+        ),
+        (
+            # (was a `media` entry: its episode excluded as multimodal, which harbor's export
+            # reads as image / audio parts only)
+            lambda t: t["steps"][0].__setitem__(
+                "message", [{"type": "video", "source": {"path": "v.mp4"}}]
+            ),
+            "steps[0].message[] is an object, expected a content part",
+        ),
     ],
     ids=[
         "observation-text",
@@ -615,6 +648,12 @@ def test_free_text_is_written_without_a_parquet_dictionary(
         "no-agent",
         "v9",
         "null-version",
+        "arguments-text",
+        "content-object",
+        "tools-object",
+        "ref-number",
+        "text-part-without-text",
+        "video-part",
     ],
 )
 def test_what_harbors_model_refuses_is_a_problem_and_the_trial_stays(
@@ -646,6 +685,33 @@ def test_what_harbors_model_refuses_is_a_problem_and_the_trial_stays(
     assert [kind for kind, _ in problems] == ["wrong_type"] and says in problems[0][1], problems
     assert con.execute("SELECT count(*) FROM trials").fetchall() == [(1,)]
     assert con.execute("SELECT count(*) FROM steps").fetchall() == [(2,)]
+    assert con.execute("SELECT media FROM steps WHERE len(media) > 0").fetchall() == []
+
+
+def test_embedded_subagents_sharing_an_id_stay_two_traces(tmp_path: Path) -> None:
+    """Two embedded subagents with one trajectory_id (harbor's Trajectory refuses the file) were
+    two files of one trace: the conversation view read them as one conversation, their turns
+    interleaved, and exported it as training data without a word."""
+    job = write_job(tmp_path / "runs" / "job")
+    agent = write_trial(job, "t__1") / "agent"
+    main = linear(("user", False), ("agent", False))
+    main["subagent_trajectories"] = [
+        {**linear(("user", False), ("agent", False)), "trajectory_id": "helper"},
+        {**linear(("user", False), ("agent", False)), "trajectory_id": "helper"},
+    ]
+    dump(agent / "trajectory.json", main)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    con = connect(tmp_path / "lake")
+    assert con.execute(
+        "SELECT file, trace_source FROM trajectories ORDER BY file_index"
+    ).fetchall() == [
+        ("trajectory.json", "main"),
+        ("trajectory.json#helper", "helper"),
+        ("trajectory.json#subagent-1", "subagent-1"),
+    ]
+    [(kind, message)] = con.execute("SELECT kind, message FROM problems").fetchall()
+    assert kind == "wrong_type"
+    assert "subagent_trajectories[1].trajectory_id 'helper' is not unique" in message
 
 
 def test_a_trajectory_without_schema_version_is_harbors_default_and_no_problem(

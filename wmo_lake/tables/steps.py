@@ -81,54 +81,82 @@ class WrongTypes:
             )
 
 
-def content_text(value: Any) -> tuple[str | None, list[str]]:
+# harbor's ContentPart types that are not text: the media a message may hold
+MEDIA_TYPES = ("image", "audio")
+CONTENT_PART = "a content part (text with a string `text`, or image / audio)"
+CONTENT = "a string or a list of content parts"
+
+
+@dataclass
+class Content:
+    """ATIF message / observation content read (`content_text`): its text, the media it holds,
+    and what harbor's model refuses in it (parts that are no ContentPart; a value that is
+    neither a string, a list nor null)."""
+
+    text: str | None
+    media: list[str] = field(default_factory=list)
+    odd_parts: list[Any] = field(default_factory=list)
+    odd: list[Any] = field(default_factory=list)  # (a value of another type: its JSON text)
+
+
+def content_text(value: Any) -> Content:
     """ATIF message / observation content as text, and the non-text parts it holds.
 
     A string is itself; a list of ContentParts (ATIF-v1.6+) is its text parts concatenated in
     order, the way chat templates render multi-part text, with each image / audio part noted as
-    "type:path" (media type when there is no path); null is None. Any other value is its JSON text.
+    "type:path" (media type when there is no path); null is None. Any other value is its JSON
+    text (the value in `odd`); a part that is neither text nor image / audio is left out
+    (`odd_parts`).
     """
     if value is None or isinstance(value, str):
-        return value, []
+        return Content(value)
     if isinstance(value, list):
+        read = Content("")
         texts: list[str] = []
-        media: list[str] = []
         for part in value:
             if isinstance(part, dict) and isinstance(part.get("text"), str):
                 texts.append(part["text"])
                 continue
             kind = part.get("type") if isinstance(part, dict) else None
-            source = part.get("source") if isinstance(part, dict) else None
+            if kind not in MEDIA_TYPES:  # (harbor's multimodal check reads only these)
+                read.odd_parts.append(part)
+                continue
+            source = part.get("source")
             where = None
             if isinstance(source, dict):
                 where = source.get("path") or source.get("media_type")
-            media.append(f"{kind if isinstance(kind, str) else 'part'}:{where or '?'}")
-        return "".join(texts), media
-    return json.dumps(value, ensure_ascii=False), []
+            read.media.append(f"{kind}:{where or '?'}")
+        read.text = "".join(texts)
+        return read
+    return Content(json.dumps(value, ensure_ascii=False), odd=[value])
 
 
-def observation_text(observation: Any) -> tuple[str | None, list[str]]:
+def observation_text(observation: Any) -> Content:
     """harbor's observation text: the content of every result that has a `content` key, joined
     with a newline; None when no result carries content (a subagent reference, say)."""
     if not isinstance(observation, Observation):
-        return None, []
+        return Content(None)
     results = observation.results
     if not isinstance(results, list):
-        return None, []
+        return Content(None)
     if len(results) == 1:  # the common case: the one result's text itself, no join
         result = results[0]
         if not isinstance(result, Result) or result.content is UNSET:
-            return None, []
-        text, parts = content_text(result.content)
-        return text or "", parts
+            return Content(None)
+        read = content_text(result.content)
+        read.text = read.text or ""
+        return read
     texts: list[str] = []
-    media: list[str] = []
+    joined = Content(None)
     for result in results:
         if isinstance(result, Result) and result.content is not UNSET:
-            text, parts = content_text(result.content)
-            texts.append(text or "")
-            media += parts
-    return ("\n".join(texts) if texts else None), media
+            read = content_text(result.content)
+            texts.append(read.text or "")
+            joined.media += read.media
+            joined.odd_parts += read.odd_parts
+            joined.odd += read.odd
+    joined.text = "\n".join(texts) if texts else None
+    return joined
 
 
 def _read_as(expected: str, value: Any, read: Any) -> str:
@@ -230,11 +258,26 @@ def add_steps(
         else:
             if timestamp and parsed_time is None:
                 wrong.add(index, "timestamp", timestamp, "an ISO-8601 time")
-        message, media = content_text(step.message)
-        if step.message is not None and not isinstance(step.message, str | list):
-            wrong.add(index, "message", step.message, "a string or a list of content parts")
+        read_message = content_text(step.message)
+        message, media = read_message.text, read_message.media
+        if read_message.odd:
+            wrong.add(index, "message", step.message, CONTENT)
             message = None
-        observation, observed_media = observation_text(step.observation)
+        for part in read_message.odd_parts:
+            wrong.add(index, "message[]", part, CONTENT_PART, "those parts are left out")
+        read_observation = observation_text(step.observation)
+        observation, observed_media = read_observation.text, read_observation.media
+        for value in read_observation.odd:
+            where = "observation.results[].content"
+            wrong.add(index, where, value, CONTENT, "kept as its JSON text")
+        for part in read_observation.odd_parts:
+            wrong.add(
+                index,
+                "observation.results[].content[]",
+                part,
+                CONTENT_PART,
+                "those parts are left out",
+            )
         if step.observation is not None and not isinstance(step.observation, Observation):
             wrong.add(index, "observation", step.observation, "an object with `results`")
         elif isinstance(step.observation, Observation) and not isinstance(
@@ -311,6 +354,8 @@ def _add_calls(
                 wrong.add(index, "tool_calls[].tool_call_id", call_id, "a string")
                 call_id = None
         arguments = call.arguments
+        if arguments is not UNSET and arguments is not None and not isinstance(arguments, dict):
+            wrong.add(index, "tool_calls[].arguments", arguments, "an object", "kept as recorded")
         c["file"].append(label.name)
         c["file_index"].append(label.index)
         c["trace_source"].append(label.trace_source)

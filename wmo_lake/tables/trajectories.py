@@ -156,11 +156,23 @@ def add_file(
         return None
     _check_header(path, doc, problems)
     agent = doc.agent if isinstance(doc.agent, dict) else {}
+    tools = agent.get("tool_definitions")
+    if tools is not None and not isinstance(tools, list):
+        _wrong_field(path, problems, "agent.tool_definitions", tools, "an array of objects")
+        tools = None
+    ref = _text(doc.continued_trajectory_ref)
+    if ref is None and doc.continued_trajectory_ref not in (None, UNSET):
+        _wrong_field(
+            path,
+            problems,
+            "continued_trajectory_ref",
+            doc.continued_trajectory_ref,
+            "a file name",
+            "no continuation is followed from it",
+        )
     # (harbor's FinalMetrics: read as its pydantic model reads it, "2250" and 300.0 are 2250 and
     # 300; what it refuses or no column holds is a problem)
     final = Fields({"final_metrics": doc.final_metrics}, path, problems)
-    tools = agent.get("tool_definitions")
-    ref = _text(doc.continued_trajectory_ref)
     row.update(
         status=OK,
         schema_version=_text(doc.schema_version),
@@ -181,11 +193,37 @@ def add_file(
     wrong.report(problems)
     # ATIF-v1.7 subagents embedded in this document: each its own trace, named by trajectory_id.
     embedded = doc.subagent_trajectories
+    named: set[str] = set()
     for position, sub in enumerate(embedded if isinstance(embedded, list) else []):
         sub_id = sub.trajectory_id if isinstance(sub, atif.Trajectory) else None
         name = sub_id if isinstance(sub_id, str) and sub_id else f"subagent-{position}"
+        if name in named:  # (two traces under one name would be read as one conversation)
+            problems.add(
+                "wrong_type",
+                path,
+                f"{path.name}: subagent_trajectories[{position}].trajectory_id {name!r} is not "
+                "unique (harbor's Trajectory refuses the file); that subagent is read as "
+                f"'subagent-{position}'",
+            )
+            name = f"subagent-{position}"
+        named.add(name)
         add_file(found, path, found.label(f"{label.name}#{name}", name), sub, None, problems)
     return ref
+
+
+def _wrong_field(
+    path: Path,
+    problems: ProblemLog,
+    name: str,
+    value: Any,
+    expected: str,
+    outcome: str = "the column is left null",
+) -> None:
+    problems.add(
+        "wrong_type",
+        path,
+        f"{path.name}: {name} is {json_type_name(value)}, expected {expected}; {outcome}",
+    )
 
 
 def _size(path: Path) -> int | None:
