@@ -31,14 +31,14 @@ def content_text(value: Any) -> tuple[str | None, list[str], list[Any], list[Any
         media: list[str] = []
         odd_parts: list[Any] = []
         for part in value:
-            if isinstance(part, dict) and isinstance(part.get("text"), str):
-                texts.append(part["text"])
-            elif isinstance(part, dict) and part.get("type") in ("image", "audio"):
+            if isinstance(part, dict) and part.get("type") in ("image", "audio"):
                 source = part.get("source")
                 where = None
                 if isinstance(source, dict):
                     where = source.get("path") or source.get("media_type")
                 media.append(f"{part['type']}:{where or '?'}")
+            elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                texts.append(part["text"])
             else:
                 odd_parts.append(part)
         return "".join(texts), media, odd_parts, []
@@ -390,14 +390,19 @@ def read_document(
         sub_id = sub.get("trajectory_id") if isinstance(sub, dict) else None
         name = sub_id if isinstance(sub_id, str) and sub_id else f"subagent-{position}"
         if name in names:
+            renamed = f"subagent-{position}"
+            suffix = 1
+            while renamed in names:
+                suffix += 1
+                renamed = f"subagent-{position}-{suffix}"
             problems.add(
                 "wrong_type",
                 path,
-                f"{path.name}: subagent_trajectories[{position}].trajectory_id {name!r} is not "
-                "unique (harbor's Trajectory refuses the file); that subagent is read as "
-                f"'subagent-{position}'",
+                f"{path.name}: subagent_trajectories[{position}] is named {name!r}, as an "
+                "earlier subagent is (harbor's Trajectory refuses the file: trajectory_ids must "
+                f"be unique); it is read as {renamed!r}",
             )
-            name = f"subagent-{position}"
+            name = renamed
         names.append(name)
         sub_label = FileLabel(f"{label.name}#{name}", len(rows["trajectories"]), name)
         read_document(sub, path, sub_label, problems, rows)

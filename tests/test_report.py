@@ -290,6 +290,25 @@ def test_a_step_of_two_batches_is_one_step_of_the_heatmap_and_flips(tmp_path: Pa
     assert (newly.task_id, newly.at, newly.steps_failed, newly.pass_rate) == ("task-n", 1, 1, 0.5)
 
 
+def test_a_flip_of_a_run_drawn_by_batch_names_every_batch_of_its_step(tmp_path: Path) -> None:
+    """A run with a batch without a step is drawn batch by batch; its flips still read its steps,
+    a step of two job dirs pooled: the flip named the step's first batch alone (where the task
+    failed) beside the two batches' pooled rate."""
+    runs = write_split_step_run(tmp_path / "runs")
+    write_trial(
+        write_job(runs / "exp-s" / "harbor" / "rerun"), "task-r__0", task_name="demo/task-r"
+    )
+    ingest([runs], tmp_path / "lake", workers=1)
+    data = collect_report(tmp_path / "lake", runs=["exp-s"])
+    step_0 = ["exp-s/harbor/step-0000/job", "exp-s/harbor/step-0000/job-b"]
+    [regression] = data.regressions
+    assert (regression.at, regression.batches, regression.pass_rate) == (
+        " + ".join(step_0),
+        step_0,
+        0.5,
+    )
+
+
 def test_every_per_step_chart_pools_a_step_of_two_batches(tmp_path: Path) -> None:
     """A step of two job dirs is one point of every chart, its batches pooled: they were two
     points at one x (stop-reason shares stacked to 200%, tokens two halves of the step's)."""

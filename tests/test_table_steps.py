@@ -711,7 +711,8 @@ def test_embedded_subagents_sharing_an_id_stay_two_traces(tmp_path: Path) -> Non
     ]
     [(kind, message)] = con.execute("SELECT kind, message FROM problems").fetchall()
     assert kind == "wrong_type"
-    assert "subagent_trajectories[1].trajectory_id 'helper' is not unique" in message
+    assert "subagent_trajectories[1] is named 'helper', as an earlier subagent is" in message
+    assert message.endswith("it is read as 'subagent-1'"), message
 
 
 def test_a_trajectory_without_schema_version_is_harbors_default_and_no_problem(
@@ -1028,3 +1029,50 @@ def test_a_link_made_between_ingests_reads_the_trial_again(tmp_path: Path) -> No
     con = connect(tmp_path / "lake")
     assert con.execute("SELECT file FROM trajectories").fetchall() == [("trajectory.json",)]
     con.close()
+
+
+def test_a_renamed_subagent_takes_no_name_another_holds(tmp_path: Path) -> None:
+    """The duplicate's new name `subagent-<position>` may be an earlier subagent's own id: the
+    two were one trace again."""
+    from wmo_lake.tables.trajectories import read_trial_trajectories
+
+    agent = write_trial(write_job(tmp_path / "runs" / "job"), "t__1") / "agent"
+    main = linear(("user", False), ("agent", False))
+    main["subagent_trajectories"] = [
+        {**linear(("agent", False)), "trajectory_id": name} for name in ("subagent-2", "x", "x")
+    ]
+    dump(agent / "trajectory.json", main)
+    sources = read_trial_trajectories(agent.parent)["trajectories"].column("trace_source")
+    assert sources.to_pylist() == ["main", "subagent-2", "x", "subagent-2-2"]
+
+
+def test_an_image_part_with_text_is_media_as_harbors_export_reads_it(tmp_path: Path) -> None:
+    """harbor's multimodal check reads a part's `type` alone: an image part that also carries
+    `text` was read as text, and its episode exported as text-only."""
+    from wmo_lake.tables.trajectories import read_trial_trajectories
+
+    agent = write_trial(write_job(tmp_path / "runs" / "job"), "t__1") / "agent"
+    image = {"type": "image", "text": "caption", "source": {"path": "shot.png"}}
+    dump(agent / "trajectory.json", trajectory(step(1, "user", [image]), step(2, "agent", "ok")))
+    rows = read_trial_trajectories(agent.parent)["steps"].select(["message", "media"])
+    assert rows.to_pylist()[0] == {"message": "", "media": ["image:shot.png"]}
+
+
+def test_a_wrong_type_in_two_calls_of_one_step_counts_one_step(tmp_path: Path) -> None:
+    doc = trajectory(
+        step(1, "user", "hi"),
+        step(
+            2,
+            "agent",
+            "yo",
+            tool_calls=[
+                {"tool_call_id": f"c{i}", "function_name": "f", "arguments": "ls"} for i in (1, 2)
+            ],
+        ),
+    )
+    dump(
+        write_trial(write_job(tmp_path / "runs" / "job"), "t__1") / "agent" / "trajectory.json", doc
+    )
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    [(message,)] = connect(tmp_path / "lake").execute("SELECT message FROM problems").fetchall()
+    assert "steps[1].tool_calls[].arguments is a string, expected an object (1 step)" in message

@@ -391,8 +391,10 @@ def _flip(
 ) -> Flip:
     """The Flip at `point` (a step's batches, the task's pass rate there)."""
     batches, rate = point
-    at = x_value(batches[0], x_mode)
-    return Flip(series, task, at, [r["batch"] for r in batches], steps_failed, rate, still_solved)
+    # (by batch, the step's batches: the rate is theirs pooled, not the first one's)
+    labels = [r["batch"] for r in batches]
+    at = x_value(batches[0], x_mode) if x_mode == "step" else " + ".join(labels)
+    return Flip(series, task, at, labels, steps_failed, rate, still_solved)
 
 
 def task_trends(

@@ -71,7 +71,8 @@ class WrongTypes:
         self.found[(name, what, outcome)].append(step_index)
 
     def report(self, problems: ProblemLog) -> None:
-        for (name, what, outcome), indexes in self.found.items():
+        for (name, what, outcome), found_at in self.found.items():
+            indexes = list(dict.fromkeys(found_at))  # (a step's calls or parts: one step)
             shown = ", ".join(str(i) for i in indexes[:5]) + (", ..." if len(indexes) > 5 else "")
             problems.add(
                 "wrong_type",
@@ -114,12 +115,12 @@ def content_text(value: Any) -> Content:
         read = Content("")
         texts: list[str] = []
         for part in value:
-            if isinstance(part, dict) and isinstance(part.get("text"), str):
-                texts.append(part["text"])
-                continue
             kind = part.get("type") if isinstance(part, dict) else None
             if kind not in MEDIA_TYPES:  # (harbor's multimodal check reads only these)
-                read.odd_parts.append(part)
+                if isinstance(part, dict) and isinstance(part.get("text"), str):
+                    texts.append(part["text"])
+                else:
+                    read.odd_parts.append(part)
                 continue
             source = part.get("source")
             where = None

@@ -198,17 +198,27 @@ def add_file(
         sub_id = sub.trajectory_id if isinstance(sub, atif.Trajectory) else None
         name = sub_id if isinstance(sub_id, str) and sub_id else f"subagent-{position}"
         if name in named:  # (two traces under one name would be read as one conversation)
+            taken = name
+            name = unique_name(f"subagent-{position}", named)
             problems.add(
                 "wrong_type",
                 path,
-                f"{path.name}: subagent_trajectories[{position}].trajectory_id {name!r} is not "
-                "unique (harbor's Trajectory refuses the file); that subagent is read as "
-                f"'subagent-{position}'",
+                f"{path.name}: subagent_trajectories[{position}] is named {taken!r}, as an "
+                "earlier subagent is (harbor's Trajectory refuses the file: trajectory_ids must "
+                f"be unique); it is read as {name!r}",
             )
-            name = f"subagent-{position}"
         named.add(name)
         add_file(found, path, found.label(f"{label.name}#{name}", name), sub, None, problems)
     return ref
+
+
+def unique_name(name: str, taken: set[str]) -> str:
+    """`name`, or `name-2`, `name-3`, ... the first that is not taken."""
+    candidate, number = name, 1
+    while candidate in taken:
+        number += 1
+        candidate = f"{name}-{number}"
+    return candidate
 
 
 def _wrong_field(
