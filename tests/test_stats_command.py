@@ -109,6 +109,25 @@ def test_a_label_two_job_dirs_share_is_a_note(tmp_path: Path) -> None:
     assert json.loads(stats(tmp_path / "lake", "--json").stdout)[0]["trials"] == 2
 
 
+def test_step_dirs_given_as_paths_are_said_as_such(tmp_path: Path) -> None:
+    """Step dirs given as PATHs label each job dir from below its step dir: three steps were
+    one batch, and the note blamed two run trees with one run name, or a dir that moved."""
+    paths = []
+    for tree, step in (("expA", 1), ("expA", 2), ("expB", 3)):
+        step_dir = tmp_path / tree / f"step-{step:04d}"
+        write_trial(write_job(step_dir / "job"), "t__1", trial_id=f"{tree}-{step}")
+        paths.append(step_dir)
+    ingest(paths, tmp_path / "lake")
+    result = stats(tmp_path / "lake")
+    assert result.exit_code == 0, result.output
+    [note] = [line for line in result.stdout.splitlines() if line.startswith("note: job: ")]
+    assert note.endswith(
+        "they hold steps 1, 2, 3: step dirs given as PATHs label their job dirs from below the "
+        "step dir, so ingest the dir above them (each step is then its own batch) and "
+        "`wmo-lake forget` this label"
+    ), note
+
+
 def settings_of(args: list[str]) -> oracle.Settings:
     values = dict(zip(args[::2], args[1::2], strict=True))
     return oracle.Settings(

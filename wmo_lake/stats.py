@@ -81,7 +81,7 @@ GROUP BY batch
 # Batches labelled from more than one job dir (two run trees with the same run name, or a
 # job dir that moved): their trials are pooled under one label, attempts ranked together.
 SHARED_LABELS_QUERY = """
-SELECT batch, list_sort(list(job_dir)) AS job_dirs
+SELECT batch, list_sort(list(job_dir)) AS job_dirs, list_sort(list(DISTINCT step)) AS steps
 FROM jobs
 GROUP BY batch
 HAVING count(*) > 1
@@ -177,7 +177,7 @@ def collect_stats(
         facts = BatchFacts(
             caps=caps,
             infra_failed={row[0]: InfraFailed(*row[1:]) for row in infra_rows},
-            shared_labels=dict(shared_rows),
+            shared_labels={batch: (dirs, steps) for batch, dirs, steps in shared_rows},
             named_unknown=named_unknown,
             unfinished_jobs={found.batch: found for found in incomplete.unfinished},
             short_jobs=incomplete.short,
@@ -217,7 +217,8 @@ class BatchFacts:
 
     caps: dict[str, tuple[int, int]] = field(default_factory=dict)
     infra_failed: dict[str, InfraFailed] = field(default_factory=dict)
-    shared_labels: dict[str, list[str]] = field(default_factory=dict)  # its job dirs, when > 1
+    # its job dirs, when > 1, and the steps they hold
+    shared_labels: dict[str, tuple[list[str], list[int]]] = field(default_factory=dict)
     # trials whose stop reason is 'unknown' itself (a loss, where no reason at all is none)
     named_unknown: dict[str, int] = field(default_factory=dict)
     unfinished_jobs: dict[str, UnfinishedBatch] = field(default_factory=dict)
@@ -324,12 +325,19 @@ def notes_for(rows: list[dict[str, Any]], facts: BatchFacts | None = None) -> li
                 "trial dirs, or dirs ingested later hold the same trials), so its 0.0 rates are "
                 "null measurements over zero executed trials"
             )
-        job_dirs = facts.shared_labels.get(batch)
-        if job_dirs:
+        if batch in facts.shared_labels:
+            job_dirs, steps = facts.shared_labels[batch]
+            why = (
+                "two run trees with the same run name, or a job dir that moved (`wmo-lake "
+                "ingest --prune` drops one that is gone)"
+                if len(steps) < 2
+                else f"they hold steps {', '.join(map(str, steps))}: step dirs given as PATHs "
+                "label their job dirs from below the step dir, so ingest the dir above them "
+                "(each step is then its own batch) and `wmo-lake forget` this label"
+            )
             notes.append(
                 f"{batch}: {len(job_dirs)} job dirs carry this batch label and their trials are "
-                f"pooled as one batch ({', '.join(job_dirs)}): two run trees with the same run "
-                "name, or a job dir that moved (`wmo-lake ingest --prune` drops one that is gone)"
+                f"pooled as one batch ({', '.join(job_dirs)}): {why}"
             )
         if batch in facts.unfinished_jobs:
             jobs = facts.unfinished_jobs[batch]
