@@ -649,3 +649,40 @@ def test_an_empty_trial_name_is_still_a_trial(tmp_path: Path) -> None:
     assert con.execute("SELECT trials, unreadable_trials FROM rollout_stats").fetchall() == [(2, 0)]
     expected = oracle.batch_stats(oracle.read_tree(tmp_path / "runs"))
     assert [(row["trials"], row["unreadable_trials"]) for row in expected.values()] == [(2, 0)]
+
+
+@pytest.mark.parametrize(
+    ("info", "said"),
+    [
+        ({"exception_type": None, "exception_message": "boom"}, "exception_type is null"),
+        ({"exception_message": "boom"}, "exception_type is missing"),
+        ({"exception_type": "AgentTimeoutError"}, "exception_message is missing"),
+    ],
+    ids=["type-null", "type-missing", "message-missing"],
+)
+def test_an_exception_info_harbors_model_refuses_is_said(
+    tmp_path: Path, info: dict, said: str
+) -> None:
+    """An exception_info without its type or message is a result.json harbor's TrialResult
+    refuses (upstream's scorer never loads the trial): the lake keeps the trial, as an infra
+    failure with no reward, and says what is missing; it was taken without a word."""
+    from harbor.models.trial.result import TrialResult
+
+    full = {
+        "exception_traceback": "Traceback ...",
+        "occurred_at": "2026-01-01T00:00:00Z",
+    }
+
+    def refused(bad: Path) -> None:
+        _rewrite(bad, lambda doc: doc.update(exception_info=full | info, verifier_result=None))
+        with pytest.raises(ValueError, match="exception_info"):
+            TrialResult.model_validate_json((bad / "result.json").read_bytes())
+
+    summary, problems = _ingest_beside_a_good_trial(tmp_path, refused)
+    assert summary.trials_new == 2
+    assert [p[0] for p in problems] == ["wrong_type"], problems
+    assert said in problems[0][2] and "harbor's TrialResult model refuses" in problems[0][2]
+    con = connect(tmp_path / "lake")
+    assert con.sql("SELECT infra_failed FROM cells WHERE trial_name = 'bad__1'").fetchall() == [
+        (True,)
+    ]

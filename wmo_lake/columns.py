@@ -43,7 +43,7 @@ MAP_STRING_STRING = "map<string, string>"
 
 # Bump for a change of extraction the specs do not show (a fixed bug, a new reading of a field):
 # the extract version is this and the specs' digest.
-EXTRACT_LOGIC_VERSION = "26"  # 2: trajectories / steps / tool_calls; 3: collection paths;
+EXTRACT_LOGIC_VERSION = "27"  # 2: trajectories / steps / tool_calls; 3: collection paths;
 # 4: rewards as harbor's TrialResult reads them; a byte-order mark is not JSON; sink lines lax;
 # a CTRF summary count past 64 bits leaves the summary out; n_episodes past 64 bits clamped;
 # 5: a broken trial config.json, a trace that is no object and a time that is none are problems;
@@ -90,6 +90,8 @@ EXTRACT_LOGIC_VERSION = "26"  # 2: trajectories / steps / tool_calls; 3: collect
 # of another type, tool_definitions not a list, a ref not a string); a content part neither text
 # nor image / audio is left out (it was a `media` entry, its episode excluded as multimodal);
 # embedded subagents sharing a trajectory_id are two traces (they were read as one)
+# 27: an exception_info without its exception_type or exception_message (harbor's model refuses
+# the file) is said as a problem
 
 
 @dataclass(frozen=True)

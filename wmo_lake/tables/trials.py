@@ -72,6 +72,30 @@ def rewards(doc: Fields) -> list[tuple[str, str]] | None:
     return read
 
 
+def _exception_info(doc: Fields) -> dict[str, str | None]:
+    """`exception_info`'s type and message. Harbor's `ExceptionInfo` requires both (and its
+    traceback and time): an object without one is a result.json harbor's model refuses, so
+    upstream's scorer never loads the trial; the lake keeps it (an exception was recorded, so
+    without a reward it counts as infra_failed) and reports what is missing."""
+    info = doc.obj("exception_info")
+    read = {
+        "exception_type": doc.str("exception_info", "exception_type"),
+        "exception_message": doc.str("exception_info", "exception_message"),
+    }
+    if info is not None:
+        for key in ("exception_type", "exception_message"):
+            if info.get(key) is None:
+                doc.problems.add(
+                    "wrong_type",
+                    doc.path,
+                    f"{doc.path.name}: exception_info.{key} is "
+                    f"{'null' if key in info else 'missing'}, expected a string (harbor's "
+                    "TrialResult model refuses such a file, so upstream's scorer would not load "
+                    "the trial); the column is left null",
+                )
+    return read
+
+
 def _episodes(doc: Fields) -> int | None:
     """`agent_result.metadata.n_episodes` when an integer. One past 64 bits is stored as the
     nearest 64-bit value, which compares with any max_turns as it does (terminus-2's stop reason
@@ -252,8 +276,7 @@ def row(doc: Fields) -> dict[str, Any]:
         "n_output_tokens": doc.model_int("agent_result", "n_output_tokens"),
         "cost_usd": doc.model_number("agent_result", "cost_usd"),
         "rewards": rewards(doc),
-        "exception_type": doc.str("exception_info", "exception_type"),
-        "exception_message": doc.str("exception_info", "exception_message"),
+        **_exception_info(doc),
         "n_episodes": _episodes(doc),
         "started_at": started,
         "finished_at": finished,
