@@ -312,10 +312,17 @@ def final_metrics(final: Any, path: Path, problems: ProblemLog) -> dict[str, Any
 
 
 def read_document(
-    doc: Any, path: Path, label: FileLabel, problems: ProblemLog, rows: dict[str, list]
+    doc: Any,
+    path: Path,
+    label: FileLabel,
+    problems: ProblemLog,
+    rows: dict[str, list],
+    traces: set[str] | None = None,
 ) -> None:
     """One decoded (dict) document's rows, appended to rows["trajectories" / "steps" /
-    "tool_calls"]; subagents embedded in it after its own steps, as the lake labels them."""
+    "tool_calls"]; subagents embedded in it after its own steps, as the lake labels them.
+    `traces`: the trace names the trial has given so far (`main` alone for its first file)."""
+    traces = {"main"} if traces is None else traces
     row: dict[str, Any] = {"file": label.name, "file_index": label.index}
     row["trace_source"] = label.trace_source
     rows["trajectories"].append(row)
@@ -385,27 +392,27 @@ def read_document(
         rows["tool_calls"] += call_rows(step, index, step_values["step_id"], label, wrong)
     wrong.report(problems)
     embedded = doc.get("subagent_trajectories")
-    names: list[str] = []
+    ids: list[str] = []
     for position, sub in enumerate(embedded if isinstance(embedded, list) else []):
         sub_id = sub.get("trajectory_id") if isinstance(sub, dict) else None
-        name = sub_id if isinstance(sub_id, str) and sub_id else f"subagent-{position}"
-        if name in names:
-            renamed = f"subagent-{position}"
-            suffix = 1
-            while renamed in names:
-                suffix += 1
-                renamed = f"subagent-{position}-{suffix}"
+        given = sub_id if isinstance(sub_id, str) and sub_id else f"subagent-{position}"
+        base = f"subagent-{position}" if given in ids else given
+        name, suffix = base, 1
+        while name in traces:  # (a name the trial's traces have, `main` among them)
+            suffix += 1
+            name = f"{base}-{suffix}"
+        if given in ids:
             problems.add(
                 "wrong_type",
                 path,
-                f"{path.name}: subagent_trajectories[{position}] is named {name!r}, as an "
+                f"{path.name}: subagent_trajectories[{position}] is named {given!r}, as an "
                 "earlier subagent is (harbor's Trajectory refuses the file: trajectory_ids must "
-                f"be unique); it is read as {renamed!r}",
+                f"be unique); it is read as {name!r}",
             )
-            name = renamed
-        names.append(name)
+        ids.append(given)
+        traces.add(name)
         sub_label = FileLabel(f"{label.name}#{name}", len(rows["trajectories"]), name)
-        read_document(sub, path, sub_label, problems, rows)
+        read_document(sub, path, sub_label, problems, rows, traces)
 
 
 def declared_complete(trajectory: Any) -> bool:

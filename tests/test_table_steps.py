@@ -715,6 +715,63 @@ def test_embedded_subagents_sharing_an_id_stay_two_traces(tmp_path: Path) -> Non
     assert message.endswith("it is read as 'subagent-1'"), message
 
 
+def test_a_trace_name_is_one_trace_across_the_trial(tmp_path: Path) -> None:
+    """Trace names were unique only within one document's embedded list: an embedded subagent
+    or a subagent file named `main` was read as more episodes of the main trace (the trial's
+    last episode lost to the subagent's), and the same embedded id in trajectory.json and its
+    continuation, or an embedded id equal to a subagent file's name, made two traces one (the
+    export then counted them as duplicates). Harbor's Trajectory takes each document."""
+    from harbor.models.trajectories import Trajectory
+
+    job = write_job(tmp_path / "runs" / "job")
+    agent = write_trial(job, "t__1") / "agent"
+    sub = linear(("user", False), ("agent", False))
+    main = linear(("user", False), ("agent", False), ref="trajectory.cont-1.json")
+    main["subagent_trajectories"] = [
+        {**sub, "trajectory_id": "main"},
+        {**sub, "trajectory_id": "summarizer"},
+        {**sub, "trajectory_id": "compactor"},
+    ]
+    cont = linear(("user", True), ("agent", False))
+    cont["subagent_trajectories"] = [{**sub, "trajectory_id": "summarizer"}]
+    files = {
+        "trajectory.json": main,
+        "trajectory.cont-1.json": cont,
+        "trajectory.main.json": sub,
+        "trajectory.compactor.json": sub,
+    }
+    for name, doc in files.items():
+        Trajectory.model_validate(doc)  # (each a valid document: nothing here is a problem)
+        dump(agent / name, doc)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    con = connect(tmp_path / "lake")
+    assert con.execute(
+        "SELECT file, trace_source FROM trajectories ORDER BY file_index"
+    ).fetchall() == [
+        ("trajectory.json", "main"),
+        ("trajectory.json#main-2", "main-2"),
+        ("trajectory.json#summarizer", "summarizer"),
+        ("trajectory.json#compactor-2", "compactor-2"),  # (the file keeps harbor's name)
+        ("trajectory.cont-1.json", "main"),
+        ("trajectory.cont-1.json#summarizer-2", "summarizer-2"),
+        ("trajectory.compactor.json", "compactor"),
+        ("trajectory.main.json", "main-3"),
+    ]
+    assert con.execute("SELECT count(*) FROM problems").fetchall() == [(0,)]
+    # the main trace is its two files' agent steps, each subagent one conversation of its own
+    assert con.execute(
+        "SELECT trace_source, count(*) FROM conversations GROUP BY ALL ORDER BY ALL"
+    ).fetchall() == [
+        ("compactor", 1),
+        ("compactor-2", 1),
+        ("main", 2),
+        ("main-2", 1),
+        ("main-3", 1),
+        ("summarizer", 1),
+        ("summarizer-2", 1),
+    ]
+
+
 def test_a_trajectory_without_schema_version_is_harbors_default_and_no_problem(
     tmp_path: Path,
 ) -> None:

@@ -91,7 +91,8 @@ EXTRACT_LOGIC_VERSION = "27"  # 2: trajectories / steps / tool_calls; 3: collect
 # nor image / audio is left out (it was a `media` entry, its episode excluded as multimodal);
 # embedded subagents sharing a trajectory_id are two traces (they were read as one)
 # 27: an exception_info without its exception_type or exception_message (harbor's model refuses
-# the file) is said as a problem
+# the file) is said as a problem; a trace name is unique across the trial (a subagent named `main`,
+# or as another file's subagent, was read into that trace)
 
 
 @dataclass(frozen=True)
@@ -180,7 +181,8 @@ TRACE_SOURCE = Column(
     STRING,
     None,
     "`main` for trajectory.json and its continuations, else the subagent's name "
-    "(`summarization-1-summary`)",
+    "(`summarization-1-summary`; a name another trace of the trial has, `main` too, is read "
+    "as `<name>-2`)",
 )
 STEP_INDEX = Column("step_index", INT32, None, "0-based position of the step in its file")
 STEP_ID = Column("step_id", INT64, (TRAJECTORY, "steps[].step_id"), "as recorded")

@@ -67,6 +67,18 @@ class Found:
     named: dict[str, str] = field(default_factory=dict)
     steps: dict[str, list[Any]] = field(default_factory=lambda: _columns(STEP_COLUMNS))
     calls: dict[str, list[Any]] = field(default_factory=lambda: _columns(CALL_COLUMNS))
+    # Trace names (trace_source) given so far: one name is one trace across the whole trial
+    # (the conversations view keys on it), `main` the trajectory.json chain's.
+    traces: set[str] = field(default_factory=lambda: {MAIN})
+    # The subagent files' names, which harbor's export gives them: an embedded subagent yields
+    reserved: set[str] = field(default_factory=set)
+
+    def trace_name(self, name: str, embedded: bool = False) -> str:
+        """`name` for a new trace, or `name-2`, `name-3`, ... when another trace of the trial
+        has it (`main`, a subagent of another document, a subagent file's name)."""
+        unique = unique_name(name, self.traces | self.reserved if embedded else self.traces)
+        self.traces.add(unique)
+        return unique
 
     def label(self, name: str, trace_source: str) -> FileLabel:
         """The next trajectory's label: files are ranked in the order they are added."""
@@ -192,22 +204,25 @@ def add_file(
     steps.add_steps(doc.steps, label, wrong, found.steps, found.calls)
     wrong.report(problems)
     # ATIF-v1.7 subagents embedded in this document: each its own trace, named by trajectory_id.
+    # (Harbor's export reads none of them; a name another trace of the trial has is made unique:
+    # two traces under one name would be read as one conversation.)
     embedded = doc.subagent_trajectories
-    named: set[str] = set()
+    ids: set[str] = set()
     for position, sub in enumerate(embedded if isinstance(embedded, list) else []):
         sub_id = sub.trajectory_id if isinstance(sub, atif.Trajectory) else None
-        name = sub_id if isinstance(sub_id, str) and sub_id else f"subagent-{position}"
-        if name in named:  # (two traces under one name would be read as one conversation)
-            taken = name
-            name = unique_name(f"subagent-{position}", named)
+        given = sub_id if isinstance(sub_id, str) and sub_id else f"subagent-{position}"
+        if given in ids:
+            name = found.trace_name(f"subagent-{position}", embedded=True)
             problems.add(
                 "wrong_type",
                 path,
-                f"{path.name}: subagent_trajectories[{position}] is named {taken!r}, as an "
+                f"{path.name}: subagent_trajectories[{position}] is named {given!r}, as an "
                 "earlier subagent is (harbor's Trajectory refuses the file: trajectory_ids must "
                 f"be unique); it is read as {name!r}",
             )
-        named.add(name)
+        else:
+            name = found.trace_name(given, embedded=True)
+        ids.add(given)
         add_file(found, path, found.label(f"{label.name}#{name}", name), sub, None, problems)
     return ref
 
@@ -273,6 +288,7 @@ def read_trajectories(
         )
     unlisted = names_listed is None
     names = set(names_listed or ())
+    found.reserved = {name for name in map(_subagent_file, names) if name not in (None, MAIN)}
     ref: str | None = None
     main_path = agent_dir / MAIN_FILE
     if main_status != "absent":
@@ -343,14 +359,23 @@ def read_trajectories(
 
     # Subagent trajectories, by harbor's rule: every trajectory.*.json without ".cont-".
     for name in sorted(listed):
-        match = _SUBAGENT.fullmatch(name)
-        if not match or ".cont-" in name or name == MAIN_FILE:
+        subagent = _subagent_file(name)
+        if subagent is None:
             continue
         doc, size = atif.read(agent_dir / name, problems)
-        label = found.label(name, match.group(1))
+        label = found.label(name, found.trace_name(subagent))
         add_file(found, agent_dir / name, label, doc, size, problems)
         del doc
     return found
+
+
+def _subagent_file(name: str) -> str | None:
+    """The subagent a file in agent/ holds, by harbor's rule (every trajectory.*.json without
+    ".cont-", named by what the `*` matched), or None."""
+    match = _SUBAGENT.fullmatch(name)
+    if not match or ".cont-" in name or name == MAIN_FILE:
+        return None
+    return match.group(1)
 
 
 def _within(ref: str) -> bool:
