@@ -151,6 +151,30 @@ def test_symlink_loop_does_not_hang_and_is_recorded(tmp_path: Path) -> None:
     assert con.execute("SELECT count(*) FROM trials").fetchall() == [(1,)]
 
 
+def test_a_loop_the_system_reports_is_recorded_too(tmp_path: Path) -> None:
+    """A link to itself, or two links to each other, is a loop the system reports (ELOOP) when
+    the walk asks whether it is a dir: those were skipped without a word (`--strict` passed),
+    where a link back to an ancestor was a `symlink_loop` row."""
+    job = write_job(tmp_path / "runs" / "job")
+    write_trial(job, "t__1")
+    os.symlink("self__1", job / "self__1")
+    os.symlink("b", tmp_path / "runs" / "a")
+    os.symlink("a", tmp_path / "runs" / "b")
+    for link in ("runs/job/self__1", "runs/a"):
+        with pytest.raises(OSError, match="Too many levels of symbolic links"):
+            os.stat(tmp_path / link)
+    summary = ingest([tmp_path / "runs"], tmp_path / "lake")
+    assert summary.trials_new == 1
+    con = connect(tmp_path / "lake")
+    rows = con.execute("SELECT kind, path, message FROM problems ORDER BY path").fetchall()
+    assert [row[:2] for row in rows] == [
+        ("symlink_loop", str(tmp_path / "runs" / "a")),
+        ("symlink_loop", str(tmp_path / "runs" / "b")),
+        ("symlink_loop", str(job / "self__1")),
+    ]
+    assert all("is a symlink loop (Too many levels of symbolic links)" in row[2] for row in rows)
+
+
 def test_hostile_paths_work_everywhere(tmp_path: Path) -> None:
     root = tmp_path / 'it\'s a "run"; DROP TABLE trials; -- ünïcødé 試験'
     job = write_job(root / "harbor" / "step-0001" / "jöb 'x'")

@@ -18,6 +18,7 @@ result.json is read (`wmo_lake/collection.py`).
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -236,6 +237,16 @@ def job_labels(job_dir: Path, root: Path) -> tuple[str, str | None, int | None]:
             step = _step_number(match)
             break
     return batch, run, step
+
+
+def _unresolved_link(path: str, error: OSError) -> WalkProblem:
+    """A link the walk cannot follow: a loop the system itself reports (a link to itself, a -> b
+    -> a), or a target it may not look up. It may be a trial dir or a job dir: said, not
+    skipped."""
+    why = error.strerror or str(error)
+    if error.errno == errno.ELOOP:
+        return WalkProblem(path, "symlink_loop", f"{path} is a symlink loop ({why}); not followed")
+    return WalkProblem(path, "unreadable_dir", f"cannot follow the link {path}: {why}; {_NOT_READ}")
 
 
 def is_step_dir(name: str) -> bool:
@@ -514,7 +525,8 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
                             link = entry.is_symlink()
                             known = None if link else f"{base}{entry.name}"
                             subdirs.append((link, entry.name, entry.path, known))
-                    except OSError:
+                    except OSError as error:  # (a link whose target cannot be looked up)
+                        found.problems.append(_unresolved_link(entry.path, error))
                         continue
         except OSError as error:
             why = f"cannot list {directory}: {error.strerror or error}"
