@@ -686,3 +686,33 @@ def test_an_exception_info_harbors_model_refuses_is_said(
     assert con.sql("SELECT infra_failed FROM cells WHERE trial_name = 'bad__1'").fetchall() == [
         (True,)
     ]
+
+
+@pytest.mark.parametrize(
+    ("damage", "says"),
+    [
+        (lambda text: text[: len(text) // 2], "probably truncated while being written"),
+        (lambda text: text[:-3] + b'"tr', "probably truncated while being written"),
+        (lambda text: text + b"\0" * 4096, "a whole JSON document followed by NUL bytes"),
+        (lambda text: text + text, "and more text follows (two documents, or text appended)"),
+        (lambda text: text.decode().encode("utf-16-le"), "it looks like UTF-16 text"),
+        (lambda text: text.replace(b'": ', b'" ', 1), "before its end"),
+    ],
+    ids=["cut", "cut-in-a-string", "nul-tail", "two-documents", "utf-16", "broken-inside"],
+)
+@pytest.mark.parametrize("name", ["result.json", "verifier/ctrf.json"])
+def test_invalid_json_says_what_is_wrong_with_it(
+    tmp_path: Path, damage, says: str, name: str
+) -> None:
+    """Every invalid JSON but a BOM and deep nesting was said to be 'probably truncated while
+    being written', also a whole document followed by another, or by a crash's NUL bytes."""
+    _, problems = _ingest_beside_a_good_trial(
+        tmp_path, lambda bad: (bad / name).write_bytes(damage((bad / name).read_bytes()))
+    )
+    # (an unreadable result.json is the trial's one row, naming the file's problem)
+    [(kind, path, message)] = problems
+    ctrf = name.endswith("ctrf.json")
+    assert kind == ("invalid_json" if ctrf else "unreadable_trial")
+    assert path.endswith("bad__1/verifier/ctrf.json" if ctrf else "bad__1"), path
+    assert "is not valid JSON" in message and says in message, message
+    assert ("truncated" in message) == ("truncated" in says), message

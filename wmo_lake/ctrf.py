@@ -19,7 +19,14 @@ from typing import Any
 import msgspec
 
 from wmo_lake.columns import DEFAULTED_COUNTS, OPTIONAL_COUNTS, SUMMARY_COUNTS
-from wmo_lake.jsonfile import SURROGATE_ESCAPE, ReadFailure, check_text, decode, read_bytes
+from wmo_lake.jsonfile import (
+    SURROGATE_ESCAPE,
+    ReadFailure,
+    check_text,
+    decode,
+    read_bytes,
+    why_invalid,
+)
 
 INT64_MAX = 2**63 - 1
 # Upstream's JSON parser (pydantic's jiter) rejects lone surrogate escapes and nesting deeper
@@ -157,11 +164,7 @@ def _validated(data: bytes, path: Path | str) -> CtrfReport:
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "the document"
         if first["type"] == "json_invalid":
-            why = (
-                "it nests deeper than a JSON reader recurses, which no CTRF writer does"
-                if "recursion limit" in first["msg"]
-                else "it was probably truncated while being written"
-            )
+            why = why_invalid(data, too_deep="recursion limit" in first["msg"])
             return CtrfReport(
                 "unreadable",
                 "invalid_json",

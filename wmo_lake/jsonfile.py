@@ -160,18 +160,7 @@ def decode(data: bytes, path: Path | str, problems: ProblemSink | None = None) -
     try:
         value = json.loads(data.decode("utf-8"))  # (check_text has seen it is UTF-8)
     except (ValueError, RecursionError) as error:
-        if isinstance(error, RecursionError):
-            why = (
-                "it nests arrays or objects deeper than a JSON reader recurses, which no harbor "
-                "file does: the file was not written by harbor; restore it"
-            )
-        elif data.startswith(b"\xef\xbb\xbf"):
-            why = (
-                "it starts with a UTF-8 byte-order mark (BOM), which harbor never writes and "
-                "upstream's readers reject: the file was edited by hand; save it without the BOM"
-            )
-        else:
-            why = "it was probably truncated while being written: re-run the trial or restore it"
+        why = why_invalid(data, too_deep=isinstance(error, RecursionError))
         return ReadFailure("invalid_json", f"{path} is not valid JSON ({error}); {why}")
     if b"\\u" not in data or not SURROGATE_ESCAPE.search(data):
         return value
@@ -187,6 +176,56 @@ def decode(data: bytes, path: Path | str, problems: ProblemSink | None = None) -
             "stored as U+FFFD, the character a UTF-8 reader shows for such bytes",
         )
     return value
+
+
+_LONGEST_LITERAL = len("-Infinity")
+
+
+def why_invalid(data: bytes, too_deep: bool = False) -> str:
+    """What most likely made UTF-8 `data` invalid JSON, and what to do: the hint of an
+    `invalid_json` problem (only a broken file pays for the second parse)."""
+    if too_deep:
+        return (
+            "it nests arrays or objects deeper than a JSON reader recurses, which no file of "
+            "a harbor run does: restore it"
+        )
+    if data.startswith(b"\xef\xbb\xbf"):
+        return (
+            "it starts with a UTF-8 byte-order mark (BOM), which harbor never writes and "
+            "upstream's readers reject: the file was edited by hand; save it without the BOM"
+        )
+    if b"\x00" in data[:2]:
+        return (
+            "it looks like UTF-16 text (NUL bytes between its characters), and harbor writes "
+            "UTF-8: convert it to UTF-8, or restore it"
+        )
+    text = data.decode("utf-8", "replace")
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as error:
+        if error.msg == "Extra data":
+            if not text[error.pos :].strip("\x00 \t\r\n"):
+                return (
+                    "a whole JSON document followed by NUL bytes, what a crash or a full disk "
+                    "leaves: re-run the trial or restore the file"
+                )
+            return (
+                f"a whole JSON document ends at line {error.lineno} column {error.colno} and "
+                "more text follows (two documents, or text appended), which harbor never "
+                "writes: restore the file"
+            )
+        # Cut off: the error is at the end, in a string running to it, or at a literal or
+        # number cut short (`tr`, `-Infinit`, `1.`: the error points at its start).
+        at_end = error.pos >= len(text.rstrip()) - _LONGEST_LITERAL
+        if at_end or error.msg.startswith("Unterminated string"):
+            return "it was probably truncated while being written: re-run the trial or restore it"
+        return (
+            f"it breaks at line {error.lineno} column {error.colno}, before its end: the "
+            "file was edited or damaged; restore it or re-run the trial"
+        )
+    except (ValueError, RecursionError):  # (past the recursion limit: said by the caller's error)
+        pass
+    return "restore it or re-run the trial"
 
 
 def replace_lone_surrogates(value: Any) -> tuple[Any, list[str]]:
