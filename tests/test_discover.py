@@ -448,6 +448,26 @@ def test_a_trial_dir_that_cannot_be_listed_is_an_unreadable_trial_of_its_batch(
     assert con.execute("SELECT unreadable_trials FROM rollout_stats").fetchall() == [(1,)]
 
 
+def test_a_dir_of_a_trial_that_cannot_be_listed_is_said_by_its_trial_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trial dir whose files cannot be read (mode 0444: listed, not entered) has dirs the walk
+    cannot list (its agent/ and verifier/): each was also a walk problem worded for a job dir
+    ('its trials were not read'), two more rows for one trial. The trial's own row says it: what
+    lies in a trial dir is never a trial or a job."""
+    job = write_job(tmp_path / "job")
+    write_trial(job, "good__1")
+    trial = write_trial(job, "bad__1")
+    (trial / "result.json").unlink()
+    (trial / "config.json").write_text("{")
+    for name in ("agent", "verifier"):
+        _refuse_to_list(monkeypatch, trial / name)
+    summary = ingest([tmp_path / "job"], tmp_path / "lake", workers=1)
+    assert (summary.trials_new, summary.unreadable_trials) == (1, 1)
+    rows = connect(tmp_path / "lake").execute("SELECT kind, path FROM problems").fetchall()
+    assert rows == [("unreadable_trial", str(trial))]
+
+
 def _counts(tmp_path: Path, root: Path) -> tuple[int, int, list[tuple[str, str, str]]]:
     """(trials read, unreadable trials, the problems' (kind, batch, path)) of a fresh ingest."""
     summary = ingest([root], tmp_path / "lake", workers=1)

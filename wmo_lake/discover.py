@@ -711,6 +711,8 @@ def _settle(found: Discovery, unsettled: dict[int, str], proven_by_results: set[
             kept.append(replace(candidate, in_job_dir=True))
         elif candidate.job.real in proven:
             kept.append(replace(candidate, trial_shaped_config=True))
+        elif reason == _UNLISTED and _inside(candidate.real, {c.real for c in kept}):
+            continue  # a dir of a trial dir (its agent/, say): the trial's reading says it
         elif reason == _UNLISTED:
             why = candidate.dir_problem.message if candidate.dir_problem else ""
             found.problems.append(
