@@ -96,6 +96,23 @@ def test_changed_trial_replaces_its_rows(tmp_path: Path) -> None:
     ).fetchall() == [("0.0", 1)]
 
 
+def test_a_trial_whose_file_broke_since_is_said_as_read_before(tmp_path: Path) -> None:
+    """A trial the lake held whose result.json is cut short since leaves the lake, as a fresh
+    ingest would have it; the line said only '1 unreadable trials', as for a dir never read."""
+    runs = _tree(tmp_path)
+    ingest([runs], tmp_path / "lake", workers=1)
+    result = runs / "exp" / "harbor" / "step-0001" / "job" / "t__1" / "result.json"
+    result.write_bytes(result.read_bytes()[:100])
+    summary = ingest([runs], tmp_path / "lake", workers=1)
+    assert (summary.unreadable_trials, summary.trials_now_unreadable) == (1, 1)
+    assert "1 unreadable trials (1 of them read before: its rows left the lake" in summary.line()
+    con = connect(tmp_path / "lake")
+    assert con.execute("SELECT count(*) FROM trials WHERE trial_name = 't__1'").fetchall() == [(0,)]
+    again = ingest([runs], tmp_path / "lake", workers=1)  # (unchanged: nothing left the lake now)
+    assert (again.unreadable_trials, again.trials_now_unreadable) == (1, 0)
+    assert "read before" not in again.line()
+
+
 def test_same_tree_through_another_path_neither_relabels_nor_doubles(tmp_path: Path) -> None:
     runs = _tree(tmp_path)
     ingest([runs], tmp_path / "lake", workers=1)

@@ -76,6 +76,9 @@ class IngestSummary:
     trials_replaced: int = 0
     trials_unchanged: int = 0
     unreadable_trials: int = 0
+    # of those, dirs whose trial the lake held until now (a file broken since): its rows are gone
+    # from the lake until the dir reads again, as a fresh ingest of the tree would have it
+    trials_now_unreadable: int = 0
     # trial dirs walked whose trial the lake holds from another dir (a copy that took it over,
     # or a duplicate): not in `trials`, and said, so a tree a copy took over is not "0 trials"
     trials_held_elsewhere: int = 0
@@ -130,7 +133,8 @@ class IngestSummary:
             f"{trials} trials ({self.trials_new} new, {self.trials_replaced} replaced, "
             f"{self.trials_unchanged} unchanged{pruned}) in {self.jobs} jobs, "
             f"{self._taken()}{self._held_elsewhere()}"
-            f"{self.unreadable_trials} unreadable trials, {self.problems} problems"
+            f"{self.unreadable_trials} unreadable trials{self._now_unreadable()}, "
+            f"{self.problems} problems"
             f" -> {self.lake} generation {self.generation}"
             f"{'' if self.committed else ' (nothing changed)'} in {self.seconds:.1f}s"
         )
@@ -144,6 +148,15 @@ class IngestSummary:
             return f"{n} of them taken over from another batch's dirs (it no longer counts them), "
         return (
             f"{n} of them taken over from {batches} other batches' dirs (no longer counted there), "
+        )
+
+    def _now_unreadable(self) -> str:
+        n = self.trials_now_unreadable
+        if not n:
+            return ""
+        return (
+            f" ({n} of them read before: {'its' if n == 1 else 'their'} rows left the lake "
+            "until the files read again; `problems` says what broke)"
         )
 
     def _held_elsewhere(self) -> str:
@@ -605,6 +618,9 @@ class LakeUpdate:
         if kind in (TRIAL, UNREADABLE):
             self.jobs[task.job.real] = task.job
         self.summary.unreadable_trials += kind == UNREADABLE
+        self.summary.trials_now_unreadable += (
+            kind == UNREADABLE and old is not None and old.kind == TRIAL
+        )
         self.summary.problems += extracted.n_problems
         owner[key] = task.real
         self.tasks[task.real] = task
