@@ -124,7 +124,7 @@ def step_row(
         if timestamp and parsed_time is None:
             wrong.add(index, "timestamp", timestamp, "an ISO-8601 time")
     message, media, odd_parts, odd = content_text(step.get("message"))
-    if odd:
+    if odd or step.get("message") is None:
         wrong.add(index, "message", step.get("message"), "a string or a list of content parts")
         message = None
     part = "a content part (text with a string `text`, or image / audio)"
@@ -184,12 +184,15 @@ def step_row(
                 index, "is_copied_context", copied, expected + "mode) reads it)", "stored as read"
             )
         copied = read
+    step_id = _int(step, "step_id", index, wrong)
+    if step.get("step_id") is None:
+        wrong.add(index, "step_id", None, "an integer")
     return {
         "file": label.name,
         "file_index": label.index,
         "trace_source": label.trace_source,
         "step_index": index,
-        "step_id": _int(step, "step_id", index, wrong),
+        "step_id": step_id,
         "source": source,
         "timestamp": parsed_time,
         "model_name": _str(step, "model_name", index, wrong),
@@ -229,7 +232,7 @@ def call_rows(
                 wrong.add(index, "tool_calls[].tool_call_id", call_id, "a string")
                 call_id = None
             arguments = call.get("arguments")
-            if arguments is not None and not isinstance(arguments, dict):
+            if "arguments" in call and not isinstance(arguments, dict):
                 wrong.add(
                     index, "tool_calls[].arguments", arguments, "an object", "kept as recorded"
                 )
@@ -352,6 +355,31 @@ def read_document(
             f"{path.name}: agent is {json_type_name(agent)}, expected an object (harbor's Agent: "
             "name, version); the agent columns are left null",
         )
+    else:
+        for key in ("name", "version", "model_name"):
+            value = agent.get(key)
+            if not isinstance(value, str) and (value is not None or key != "model_name"):
+                problems.add(
+                    "wrong_type",
+                    path,
+                    f"{path.name}: agent.{key} is {json_type_name(value)}, expected a string; "
+                    "the column is left null",
+                )
+    session_id = doc.get("session_id")
+    if session_id is not None and not isinstance(session_id, str):
+        problems.add(
+            "wrong_type",
+            path,
+            f"{path.name}: session_id is {json_type_name(session_id)}, expected a string; the "
+            "column is left null",
+        )
+    if doc["steps"] == []:
+        problems.add(
+            "wrong_type",
+            path,
+            f"{path.name}: steps is an array, expected at least one step (harbor's Trajectory "
+            "requires one); the file adds no step",
+        )
     agent = agent if isinstance(agent, dict) else {}
     tools = agent.get("tool_definitions")
     if tools is not None and not isinstance(tools, list):
@@ -396,6 +424,14 @@ def read_document(
     for position, sub in enumerate(embedded if isinstance(embedded, list) else []):
         sub_id = sub.get("trajectory_id") if isinstance(sub, dict) else None
         given = sub_id if isinstance(sub_id, str) and sub_id else f"subagent-{position}"
+        if isinstance(sub, dict) and not isinstance(sub_id, str):
+            problems.add(
+                "wrong_type",
+                path,
+                f"{path.name}: subagent_trajectories[{position}].trajectory_id is "
+                f"{json_type_name(sub_id)}, expected a string (harbor requires one of an embedded "
+                f"subagent); it is read as {given!r}",
+            )
         base = f"subagent-{position}" if given in ids else given
         name, suffix = base, 1
         while name in traces:  # (a name the trial's traces have, `main` among them)

@@ -638,6 +638,24 @@ def test_free_text_is_written_without_a_parquet_dictionary(
             ),
             "steps[0].message[] is an object, expected a content part",
         ),
+        # (these too, session 43)
+        (lambda t: t["agent"].__setitem__("name", 5), "agent.name is a number, expected a string"),
+        (lambda t: t["agent"].pop("version"), "agent.version is null, expected a string"),
+        (
+            lambda t: t["agent"].__setitem__("model_name", 5),
+            "agent.model_name is a number, expected a string",
+        ),
+        (lambda t: t.__setitem__("session_id", 5), "session_id is a number, expected a string"),
+        (
+            lambda t: t["steps"][0].__setitem__("message", None),
+            "steps[0].message is null, expected a string or a list of content parts (1 step)",
+        ),
+        (lambda t: t["steps"][1].pop("step_id"), "steps[1].step_id is null, expected an integer"),
+        (
+            lambda t: t["steps"][1]["tool_calls"][0].__setitem__("arguments", None),
+            "steps[1].tool_calls[].arguments is null, expected an object (1 step); kept as "
+            "recorded",
+        ),
     ],
     ids=[
         "observation-text",
@@ -654,6 +672,13 @@ def test_free_text_is_written_without_a_parquet_dictionary(
         "ref-number",
         "text-part-without-text",
         "video-part",
+        "agent-name-number",
+        "no-agent-version",
+        "model-name-number",
+        "session-id-number",
+        "null-message",
+        "no-step-id",
+        "null-arguments",
     ],
 )
 def test_what_harbors_model_refuses_is_a_problem_and_the_trial_stays(
@@ -770,6 +795,36 @@ def test_a_trace_name_is_one_trace_across_the_trial(tmp_path: Path) -> None:
         ("summarizer", 1),
         ("summarizer-2", 1),
     ]
+
+
+def test_an_empty_trajectory_and_an_embedded_subagent_without_id_are_said(
+    tmp_path: Path,
+) -> None:
+    """`steps: []` and an embedded subagent without a trajectory_id are documents harbor's
+    Trajectory refuses: they were read without a word."""
+    from harbor.models.trajectories import Trajectory
+    from pydantic import ValidationError
+
+    job = write_job(tmp_path / "runs" / "job")
+    agent = write_trial(job, "t__1") / "agent"
+    main = linear(("user", False), ("agent", False))
+    main["subagent_trajectories"] = [linear(("user", False), ("agent", False))]
+    empty = {**linear(("user", False)), "steps": []}
+    for doc in (main, empty):
+        with pytest.raises(ValidationError):
+            Trajectory.model_validate(doc)
+    dump(agent / "trajectory.json", main)
+    dump(agent / "trajectory.empty.json", empty)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    con = connect(tmp_path / "lake")
+    messages = [m for (m,) in con.execute("SELECT message FROM problems ORDER BY path").fetchall()]
+    assert messages == [
+        "trajectory.empty.json: steps is an array, expected at least one step (harbor's "
+        "Trajectory requires one); the file adds no step",
+        "trajectory.json: subagent_trajectories[0].trajectory_id is null, expected a string "
+        "(harbor requires one of an embedded subagent); it is read as 'subagent-0'",
+    ]
+    assert con.execute("SELECT count(*) FROM steps").fetchall() == [(4,)]
 
 
 def test_a_trajectory_without_schema_version_is_harbors_default_and_no_problem(

@@ -43,7 +43,7 @@ MAP_STRING_STRING = "map<string, string>"
 
 # Bump for a change of extraction the specs do not show (a fixed bug, a new reading of a field):
 # the extract version is this and the specs' digest.
-EXTRACT_LOGIC_VERSION = "27"  # 2: trajectories / steps / tool_calls; 3: collection paths;
+EXTRACT_LOGIC_VERSION = "28"  # 2: trajectories / steps / tool_calls; 3: collection paths;
 # 4: rewards as harbor's TrialResult reads them; a byte-order mark is not JSON; sink lines lax;
 # a CTRF summary count past 64 bits leaves the summary out; n_episodes past 64 bits clamped;
 # 5: a broken trial config.json, a trace that is no object and a time that is none are problems;
@@ -93,6 +93,9 @@ EXTRACT_LOGIC_VERSION = "27"  # 2: trajectories / steps / tool_calls; 3: collect
 # 27: an exception_info without its exception_type or exception_message (harbor's model refuses
 # the file) is said as a problem; a trace name is unique across the trial (a subagent named `main`,
 # or as another file's subagent, was read into that trace)
+# 28: ATIF fields harbor's model requires or types that were read without a word are said (agent
+# name / version / model_name, session_id, a step's message and step_id, null arguments, an empty
+# `steps`, an embedded subagent without trajectory_id)
 
 
 @dataclass(frozen=True)

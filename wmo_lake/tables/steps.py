@@ -261,7 +261,7 @@ def add_steps(
                 wrong.add(index, "timestamp", timestamp, "an ISO-8601 time")
         read_message = content_text(step.message)
         message, media = read_message.text, read_message.media
-        if read_message.odd:
+        if read_message.odd or step.message is None:  # (required by harbor's Step)
             wrong.add(index, "message", step.message, CONTENT)
             message = None
         for part in read_message.odd_parts:
@@ -298,6 +298,8 @@ def add_steps(
         copied = _bool(step.is_copied_context, "is_copied_context", index, wrong)
         # (the order of the checks above and below is the order problems are reported in)
         step_id = _int(step.step_id, "step_id", index, wrong)
+        if step.step_id is None:  # (required by harbor's Step)
+            wrong.add(index, "step_id", None, "an integer")
         s["file"].append(label.name)
         s["file_index"].append(label.index)
         s["trace_source"].append(label.trace_source)
@@ -355,7 +357,7 @@ def _add_calls(
                 wrong.add(index, "tool_calls[].tool_call_id", call_id, "a string")
                 call_id = None
         arguments = call.arguments
-        if arguments is not UNSET and arguments is not None and not isinstance(arguments, dict):
+        if arguments is not UNSET and not isinstance(arguments, dict):
             wrong.add(index, "tool_calls[].arguments", arguments, "an object", "kept as recorded")
         c["file"].append(label.name)
         c["file_index"].append(label.index)

@@ -131,6 +131,22 @@ def _check_header(path: Path, doc: atif.Trajectory, problems: ProblemLog) -> Non
             f"{path.name}: agent is {json_type_name(doc.agent)}, expected an object (harbor's "
             "Agent: name, version); the agent columns are left null",
         )
+    else:  # (name and version required, model_name optional: harbor's Agent)
+        for key in ("name", "version", "model_name"):
+            value = doc.agent.get(key)
+            if not isinstance(value, str) and (value is not None or key != "model_name"):
+                _wrong_field(path, problems, f"agent.{key}", value, "a string")
+    if doc.session_id is not None and not isinstance(doc.session_id, str):
+        _wrong_field(path, problems, "session_id", doc.session_id, "a string")
+    if doc.steps == []:
+        _wrong_field(
+            path,
+            problems,
+            "steps",
+            doc.steps,
+            "at least one step (harbor's Trajectory requires one)",
+            "the file adds no step",
+        )
 
 
 def _text(value: Any) -> str | None:
@@ -211,6 +227,15 @@ def add_file(
     for position, sub in enumerate(embedded if isinstance(embedded, list) else []):
         sub_id = sub.trajectory_id if isinstance(sub, atif.Trajectory) else None
         given = sub_id if isinstance(sub_id, str) and sub_id else f"subagent-{position}"
+        if isinstance(sub, atif.Trajectory) and not isinstance(sub_id, str):
+            _wrong_field(
+                path,
+                problems,
+                f"subagent_trajectories[{position}].trajectory_id",
+                sub_id,
+                "a string (harbor requires one of an embedded subagent)",
+                f"it is read as {given!r}",
+            )
         if given in ids:
             name = found.trace_name(f"subagent-{position}", embedded=True)
             problems.add(
