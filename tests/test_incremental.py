@@ -113,6 +113,42 @@ def test_a_trial_whose_file_broke_since_is_said_as_read_before(tmp_path: Path) -
     assert "read before" not in again.line()
 
 
+def _views_of(lake: Path) -> dict[str, list[tuple]]:
+    con = connect(lake)
+    return {
+        "trials": con.execute("SELECT trial_key, job_key FROM trials ORDER BY 1").fetchall(),
+        "caps": con.execute("SELECT * FROM trial_caps ORDER BY trial_key").fetchall(),
+        "stats": con.execute("SELECT * FROM rollout_stats ORDER BY batch").fetchall(),
+        "problems": con.execute("SELECT unit_key, kind FROM problems ORDER BY 1").fetchall(),
+    }
+
+
+def test_a_job_dir_moved_and_linked_back_reads_as_a_fresh_ingest_does(tmp_path: Path) -> None:
+    """A job dir moved to another disk and linked back (same labels, same files): a trial dir of
+    it that is itself a link kept its real path, so it counted unchanged with its old job_key,
+    which no jobs row has (its caps then the defaults: a truncated span not counted); and a
+    walk problem met in the old job dir, whose path is a link now, was never dropped."""
+    runs = tmp_path / "runs"
+    job = write_job(runs / "exp" / "harbor" / "step-0001" / "job", max_turns=3, max_tokens=4)
+    write_trial(job, "t__1", trial_id="t-1", agent=None, turns=[([1, 2], [3] * 5, [-0.1] * 5)])
+    write_trial(job, "t__2", trial_id="t-2", turns=[([1, 2], [3], [-0.1])])
+    (tmp_path / "store").mkdir()
+    os.rename(job / "t__1", tmp_path / "store" / "t__1")
+    os.symlink(tmp_path / "store" / "t__1", job / "t__1")
+    os.symlink(".", job / "loop")  # (a walk problem of the job dir)
+    ingest([runs], tmp_path / "lake", workers=1)
+    os.rename(job, tmp_path / "moved-job")
+    os.symlink(tmp_path / "moved-job", job)
+    ingest([runs], tmp_path / "lake", workers=1, prune=True)
+    ingest([runs], tmp_path / "fresh", workers=1)
+    incremental, fresh = _views_of(tmp_path / "lake"), _views_of(tmp_path / "fresh")
+    assert fresh["trials"] == [
+        ("t-1", f"job:{tmp_path / 'moved-job'}"),
+        ("t-2", f"job:{tmp_path / 'moved-job'}"),
+    ]
+    assert incremental == fresh
+
+
 def test_same_tree_through_another_path_neither_relabels_nor_doubles(tmp_path: Path) -> None:
     runs = _tree(tmp_path)
     ingest([runs], tmp_path / "lake", workers=1)

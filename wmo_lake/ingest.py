@@ -547,6 +547,8 @@ class LakeUpdate:
         entry = self._unchanged_entry(candidate.real, fingerprint)
         if entry is None:
             return False
+        if entry.job_key != candidate.job.key:
+            return False  # (a trial dir that is a link, whose job dir moved: its rows name it)
         if entry.kind in (TRIAL, UNREADABLE):
             self.jobs[candidate.job.real] = candidate.job
         # (a dir whose trial another dir holds is no trial of the lake's)

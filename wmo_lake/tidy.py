@@ -210,14 +210,19 @@ def gone_entries(
 
     gone = []
     for source, entry in catalog.items():
+        paths: tuple[str, ...]
         if entry.kind == JOB:
             path, found = source.removeprefix("job:"), found_jobs
+            paths = (path,)
         elif entry.kind == WALK:
-            # (realpath: an older lake keys a walk problem by its path as the walk spelled it)
-            path, found = os.path.realpath(source.removeprefix("walk:")), found_walks
+            # (its real path when the walk met it, which may be a link now (its dir moved and
+            # linked back); resolved too: an older lake keys it by the path the walk spelled)
+            path, found = source.removeprefix("walk:"), found_walks
+            paths = (path, os.path.realpath(path))
         else:
             path, found = source, found_dirs
-        if not any(under(path, p) for p in prefixes) or source in found:
+            paths = (path,)
+        if not any(under(at, p) for at in paths for p in prefixes) or source in found:
             continue
         if entry.kind == WALK or (_searchable(path) and not behind_unlisted(path)):
             gone.append(entry)
