@@ -175,6 +175,19 @@ def test_a_loop_the_system_reports_is_recorded_too(tmp_path: Path) -> None:
     assert all("is a symlink loop (Too many levels of symbolic links)" in row[2] for row in rows)
 
 
+def test_a_loop_inside_a_trial_dir_is_the_trials_file_not_a_walk_problem(tmp_path: Path) -> None:
+    """The walk lists a trial dir before it knows it is one: a link loop in it (or in the agent/
+    of a trial without config.json) became a `symlink_loop` row, which failed `--strict`."""
+    job = write_job(tmp_path / "runs" / "job")
+    trial = write_trial(job, "t__0")
+    os.symlink("loop", trial / "loop")
+    other = write_trial(job, "t__1")
+    (other / "config.json").unlink()
+    os.symlink("self", other / "agent" / "self")
+    summary = ingest([tmp_path / "runs"], tmp_path / "lake")
+    assert (summary.trials_new, summary.problems) == (2, 0)
+
+
 def test_hostile_paths_work_everywhere(tmp_path: Path) -> None:
     root = tmp_path / 'it\'s a "run"; DROP TABLE trials; -- ünïcødé 試験'
     job = write_job(root / "harbor" / "step-0001" / "jöb 'x'")
@@ -466,6 +479,25 @@ def test_a_dir_of_a_trial_that_cannot_be_listed_is_said_by_its_trial_alone(
     assert (summary.trials_new, summary.unreadable_trials) == (1, 1)
     rows = connect(tmp_path / "lake").execute("SELECT kind, path FROM problems").fetchall()
     assert rows == [("unreadable_trial", str(trial))]
+
+
+def test_an_unlistable_dir_of_a_job_dir_read_to_see_is_still_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job dir whose config.json and result.json are both cut off is read to see whether it is
+    a trial; an unlistable trial dir in it lost its `unreadable_dir` row when dirs of kept
+    candidates were taken for a trial's own."""
+    job = write_job(tmp_path / "job")
+    trial = write_trial(job, "t__0")
+    for name in ("config.json", "result.json"):
+        (job / name).write_bytes((job / name).read_bytes()[:40])
+    _refuse_to_list(monkeypatch, trial)
+    ingest([tmp_path / "job"], tmp_path / "lake", workers=1)
+    rows = connect(tmp_path / "lake").execute("SELECT kind, path FROM problems ORDER BY 1")
+    assert rows.fetchall() == [
+        ("invalid_json", str(job / "result.json")),
+        ("unreadable_dir", str(trial)),
+    ]
 
 
 def _counts(tmp_path: Path, root: Path) -> tuple[int, int, list[tuple[str, str, str]]]:

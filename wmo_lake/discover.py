@@ -482,6 +482,9 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
         )
         return found
     visited: set[str] = set()
+    # links the walk could not follow, by the real path of the dir they are in: said once the
+    # walk knows which dirs are trials (a trial's own links, its agent's, are its files)
+    links: list[tuple[str, WalkProblem]] = []
     job_dirs: set[str] = set()  # the dirs walked that are job dirs by their own files
     job_parents: dict[str, tuple[str, str | None]] = {}  # their real path -> (path, parent)
     unsettled: dict[int, str] = {}  # candidates (by index) whose parent may prove a job dir
@@ -526,7 +529,7 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
                             known = None if link else f"{base}{entry.name}"
                             subdirs.append((link, entry.name, entry.path, known))
                     except OSError as error:  # (a link whose target cannot be looked up)
-                        found.problems.append(_unresolved_link(entry.path, error))
+                        links.append((real, _unresolved_link(entry.path, error)))
                         continue
         except OSError as error:
             why = f"cannot list {directory}: {error.strerror or error}"
@@ -631,7 +634,8 @@ def discover(root: Path, sink_roots: SinkRoots = ()) -> Discovery:
             if candidate.job.real in trial_dirs:
                 unsettled[index] = _DROPPED
     # (what a dir found to be a trial holds are its files, shown nothing)
-    _settle(found, unsettled, shown_by_results - trial_dirs)
+    trials = _settle(found, unsettled, shown_by_results - trial_dirs)
+    found.problems += [p for at, p in links if not (at in trials or _inside(at, trials))]
     _leave_out_oversized_partitions(found)
     _count_bad_names_in_job_dirs(found)
     return found
@@ -667,14 +671,15 @@ def _shown_by_results(
     }
 
 
-def _settle(found: Discovery, unsettled: dict[int, str], proven_by_results: set[str]) -> None:
+def _settle(found: Discovery, unsettled: dict[int, str], proven_by_results: set[str]) -> set[str]:
     """Decide the candidates the walk could not: a dir inside a job dir is one of its trials
     (counted, as unreadable when nothing in it can be read), and a dir whose parent is a job dir
     only shows once the walk has met that parent's trials (its own config.json broken). A dir that
     holds trial dirs is their job dir (its result.json, unreadable as a JobResult or with no
-    config.json beside it, is read and reported with the job)."""
+    config.json beside it, is read and reported with the job). Returns the real paths of the
+    candidates that are trial dirs for sure (not those read to see whether they are)."""
     if not unsettled:  # (a healthy tree: every candidate a trial by its own config.json)
-        return
+        return {c.real for c in found.candidates}
     # A job dir by its own files, or by a trial dir inside it (a TrialConfig) when it has files
     # of its own (a broken config.json or result.json): a run dir holding a stray trial dir is
     # no job, whose other dirs (another tool's) would count as its trials.
@@ -699,19 +704,23 @@ def _settle(found: Discovery, unsettled: dict[int, str], proven_by_results: set[
         c.real for index, c in enumerate(found.candidates) if unsettled.get(index) != _DROPPED
     }
     kept: list[Candidate] = []
+    trials: set[str] = set()  # (the kept candidates that are trial dirs for sure)
     for index, candidate in enumerate(found.candidates):
         reason = unsettled.get(index)
         if reason is None:
             kept.append(candidate)
+            trials.add(candidate.real)
         elif reason == _DROPPED:
             continue
         elif candidate.real in holding:
             continue  # a job dir, of the trial dirs inside it
         elif candidate.job.real in proven and reason == _RESULT_ONLY:
             kept.append(replace(candidate, in_job_dir=True))
+            trials.add(candidate.real)
         elif candidate.job.real in proven:
             kept.append(replace(candidate, trial_shaped_config=True))
-        elif reason == _UNLISTED and _inside(candidate.real, {c.real for c in kept}):
+            trials.add(candidate.real)
+        elif reason == _UNLISTED and _inside(candidate.real, trials):
             continue  # a dir of a trial dir (its agent/, say): the trial's reading says it
         elif reason == _UNLISTED:
             why = candidate.dir_problem.message if candidate.dir_problem else ""
@@ -737,6 +746,7 @@ def _settle(found: Discovery, unsettled: dict[int, str], proven_by_results: set[
             )
         # (a readable config.json alone outside any job dir: some other tool's, not a trial)
     found.candidates = kept
+    return trials
 
 
 def _config_read_failure(candidate: Candidate) -> DirProblem | None:
