@@ -697,8 +697,19 @@ def test_an_exception_info_harbors_model_refuses_is_said(
         (lambda text: text + text, "and more text follows (two documents, or text appended)"),
         (lambda text: text.decode().encode("utf-16-le"), "it looks like UTF-16 text"),
         (lambda text: text.replace(b'": ', b'" ', 1), "before its end"),
+        (lambda text: text[: len(text) // 2] + b"\0" * 4096, "probably truncated"),
+        (lambda text: b"\0" * len(text), "it holds only NUL bytes"),
     ],
-    ids=["cut", "cut-in-a-string", "nul-tail", "two-documents", "utf-16", "broken-inside"],
+    ids=[
+        "cut",
+        "cut-in-a-string",
+        "nul-tail",
+        "two-documents",
+        "utf-16",
+        "broken-inside",
+        "cut-then-nul",
+        "all-nul",
+    ],
 )
 @pytest.mark.parametrize("name", ["result.json", "verifier/ctrf.json"])
 def test_invalid_json_says_what_is_wrong_with_it(

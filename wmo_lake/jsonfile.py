@@ -179,6 +179,7 @@ def decode(data: bytes, path: Path | str, problems: ProblemSink | None = None) -
 
 
 _LONGEST_LITERAL = len("-Infinity")
+_TAIL = "\x00 \t\r\n"  # what may follow a document's end: JSON whitespace, a crash's NUL bytes
 
 
 def why_invalid(data: bytes, too_deep: bool = False) -> str:
@@ -194,6 +195,11 @@ def why_invalid(data: bytes, too_deep: bool = False) -> str:
             "it starts with a UTF-8 byte-order mark (BOM), which harbor never writes and "
             "upstream's readers reject: the file was edited by hand; save it without the BOM"
         )
+    if not data.strip(b"\x00 \t\r\n"):
+        return (
+            "it holds only NUL bytes, what a crash or a full disk leaves (its size written, "
+            "its data never): re-run the trial or restore the file"
+        )
     if b"\x00" in data[:2]:
         return (
             "it looks like UTF-16 text (NUL bytes between its characters), and harbor writes "
@@ -204,7 +210,7 @@ def why_invalid(data: bytes, too_deep: bool = False) -> str:
         json.loads(text)
     except json.JSONDecodeError as error:
         if error.msg == "Extra data":
-            if not text[error.pos :].strip("\x00 \t\r\n"):
+            if not text[error.pos :].strip(_TAIL):
                 return (
                     "a whole JSON document followed by NUL bytes, what a crash or a full disk "
                     "leaves: re-run the trial or restore the file"
@@ -216,7 +222,7 @@ def why_invalid(data: bytes, too_deep: bool = False) -> str:
             )
         # Cut off: the error is at the end, in a string running to it, or at a literal or
         # number cut short (`tr`, `-Infinit`, `1.`: the error points at its start).
-        at_end = error.pos >= len(text.rstrip()) - _LONGEST_LITERAL
+        at_end = error.pos >= len(text.rstrip(_TAIL)) - _LONGEST_LITERAL
         if at_end or error.msg.startswith("Unterminated string"):
             return "it was probably truncated while being written: re-run the trial or restore it"
         return (
