@@ -113,6 +113,23 @@ def test_a_trial_whose_file_broke_since_is_said_as_read_before(tmp_path: Path) -
     assert "read before" not in again.line()
 
 
+def test_a_trial_a_copy_still_holds_is_not_said_as_lost(tmp_path: Path) -> None:
+    """The original's file breaks while a copy of its job dir still holds the trial: the copy
+    takes it back, so its rows stay in the lake, and the line must not say they left."""
+    runs = _tree(tmp_path, n_trials=2)
+    job = runs / "exp" / "harbor" / "step-0001" / "job"
+    shutil.copytree(job, job.parent / "jobcopy")
+    ingest([runs], tmp_path / "lake", workers=1)
+    (job / "t__0" / "result.json").write_text('{"id": "job-t-0", ')
+    summary = ingest([runs], tmp_path / "lake", workers=1)
+    assert (summary.unreadable_trials, summary.trials_now_unreadable) == (1, 0)
+    assert "read before" not in summary.line()
+    con = connect(tmp_path / "lake")
+    assert con.execute("SELECT count(*) FROM trials WHERE trial_key = 'job-t-0'").fetchall() == [
+        (1,)
+    ]
+
+
 def _views_of(lake: Path) -> dict[str, list[tuple]]:
     con = connect(lake)
     return {

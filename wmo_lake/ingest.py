@@ -439,6 +439,7 @@ class LakeUpdate:
         self.jobs: dict[str, Job] = {}  # the job dirs of every trial seen, for the jobs table
         self.added: set[str] = set()  # trial keys stored by this ingest
         self.lost: set[str] = set()  # trial keys whose rows this ingest removed
+        self.now_unreadable: set[str] = set()  # those of them whose dir is unreadable now
         self.restored: set[str] = set()  # duplicated keys re-stored through this process
         self.tasks: dict[str, TrialTask] = {}  # real path -> task, of the dirs read
         self.counted_unchanged: set[str] = set()  # dirs whose trial `unchanged` counted
@@ -620,9 +621,8 @@ class LakeUpdate:
         if kind in (TRIAL, UNREADABLE):
             self.jobs[task.job.real] = task.job
         self.summary.unreadable_trials += kind == UNREADABLE
-        self.summary.trials_now_unreadable += (
-            kind == UNREADABLE and old is not None and old.kind == TRIAL
-        )
+        if kind == UNREADABLE and old is not None and old.kind == TRIAL and old.unit_key:
+            self.now_unreadable.add(old.unit_key)  # (counted once the lost are restored)
         self.summary.problems += extracted.n_problems
         owner[key] = task.real
         self.tasks[task.real] = task
@@ -741,6 +741,8 @@ class LakeUpdate:
                 )
                 self.add_trial(task, extracted, fingerprint)
         lost = self.lost - self.added
+        # (a trial a copy still holds is in the lake: its rows did not leave)
+        self.summary.trials_now_unreadable = len(self.now_unreadable - self.added)
         for entry in shadows_of(list(self.catalog.values()), lost):
             if entry.source in self.tasks:
                 continue
