@@ -195,7 +195,7 @@ def why_invalid(data: bytes, too_deep: bool = False) -> str:
             "it starts with a UTF-8 byte-order mark (BOM), which harbor never writes and "
             "upstream's readers reject: the file was edited by hand; save it without the BOM"
         )
-    if not data.strip(b"\x00 \t\r\n"):
+    if not data.strip(_TAIL.encode()):
         return (
             "it holds only NUL bytes, what a crash or a full disk leaves (its size written, "
             "its data never): re-run the trial or restore the file"

@@ -70,7 +70,8 @@ class Found:
     # Trace names (trace_source) given so far: one name is one trace across the whole trial
     # (the conversations view keys on it), `main` the trajectory.json chain's.
     traces: set[str] = field(default_factory=lambda: {MAIN})
-    # The subagent files' names, which harbor's export gives them: an embedded subagent yields
+    # The subagent files' names, which harbor's export gives them: an embedded subagent whose
+    # id is one of them yields it (`trace_name`)
     reserved: set[str] = field(default_factory=set)
 
     def trace_name(self, name: str, embedded: bool = False) -> str:
@@ -131,10 +132,10 @@ def _check_header(path: Path, doc: atif.Trajectory, problems: ProblemLog) -> Non
             f"{path.name}: agent is {json_type_name(doc.agent)}, expected an object (harbor's "
             "Agent: name, version); the agent columns are left null",
         )
-    else:  # (name and version required, model_name optional: harbor's Agent)
-        for key in ("name", "version", "model_name"):
+    else:  # (harbor's Agent)
+        for key, required in (("name", True), ("version", True), ("model_name", False)):
             value = doc.agent.get(key)
-            if not isinstance(value, str) and (value is not None or key != "model_name"):
+            if not isinstance(value, str) and (required or value is not None):
                 _wrong_field(path, problems, f"agent.{key}", value, "a string")
     if doc.session_id is not None and not isinstance(doc.session_id, str):
         _wrong_field(path, problems, "session_id", doc.session_id, "a string")
