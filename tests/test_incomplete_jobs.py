@@ -314,6 +314,57 @@ def test_a_real_harbor_job_with_trial_dirs_removed_is_said(tmp_path: Path) -> No
     assert "the lake holds 4 trial(s) of the 6 trials it plans: 2 trial dir(s) are gone" in note
 
 
+def resume(job: Path, trial: Path, new_name: str) -> None:
+    """What `harbor job resume` leaves after running `trial` again: its dir deleted, the task's
+    new trial in a dir of its own (a new trial id)."""
+    rerun = job / new_name
+    shutil.copytree(trial, rerun)
+    shutil.rmtree(trial)
+    result = json.loads((rerun / "result.json").read_text())
+    result.update(id="00000000-0000-4000-8000-000000000001", trial_name=new_name)
+    (rerun / "result.json").write_text(json.dumps(result, indent=4))
+
+
+def test_a_resumed_job_whose_deleted_trial_the_lake_kept_is_said(tmp_path: Path) -> None:
+    """harbor's own job dir (6 trials, finished), one trial run again by a resume: an ingest
+    without --prune keeps the deleted trial, so the lake holds 7 trials of the job where
+    upstream's scorer scores the 6 of the job dir ("harbor returned 7 trials; expected 6" had it
+    been given all seven). Said by stats' notes, its --strict, the other commands' warning."""
+    job = tmp_path / "runs" / "exp" / "harbor" / "step-0001" / "kit-e2e"
+    shutil.copytree(KIT_JOB, job)
+    lake = tmp_path / "lake"
+    ingest([tmp_path / "runs"], lake, workers=1)
+    resume(job, sorted(p for p in job.iterdir() if p.is_dir())[0], "rerun__1")
+    assert run("ingest", str(tmp_path / "runs"), "--lake", str(lake)).exit_code == 0
+    [note] = [line for line in short_notes(lake)]
+    assert note == (
+        f"note: {DONE.rsplit('/', 1)[0]}/kit-e2e: its harbor job finished, and the lake holds "
+        "7 trial(s) of the 6 trials it plans: 1 of them are trials whose dirs are gone from its "
+        "job dir (removed after the run: harbor's job resume deletes a trial dir it runs "
+        "again), kept without --prune and counted in these figures, where upstream's scorer "
+        "scores the job dir as it is. Drop them: `wmo-lake ingest --prune "
+        f"{shlex.quote(str(job.resolve()))}`"
+    )
+    assert run("stats", "--lake", str(lake), "--strict").exit_code == 1
+    as_json = run("stats", "--lake", str(lake), "--json")
+    assert "1 batch(es) in scope hold more trials of a finished harbor job than it plans" in (
+        as_json.stderr
+    )
+    with pytest.warns(ShortJobWarning, match="trials whose dirs are gone from its job dir"):
+        wl.stats(lake)
+    assert run("ingest", str(tmp_path / "runs"), "--lake", str(lake), "--prune").exit_code == 0
+    assert short_notes(lake) == []
+    assert run("stats", "--lake", str(lake), "--strict").exit_code == 0
+
+
+def test_more_trials_than_planned_with_every_dir_there_says_nothing(tmp_path: Path) -> None:
+    """Hand-made trees copy one real result.json, so a job may hold more trial dirs than it
+    plans: with every dir of them on disk, nothing is gone and nothing is said."""
+    finished_job(tmp_path / "runs", planned=2, trials=4)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    assert short_notes(tmp_path / "lake") == []
+
+
 def test_a_copy_of_a_run_tree_is_the_same_job_not_a_short_one(tmp_path: Path) -> None:
     """A backup copy under the same run name pools its step with the original: both dirs hold
     one harbor job (one id), whose 6 trials the lake holds once."""

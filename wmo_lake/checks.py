@@ -62,7 +62,8 @@ class UnfinishedJobWarning(LakeWarning):
 class ShortJobWarning(LakeWarning):
     """A batch in scope comes from a finished harbor job the lake holds fewer trials of than it
     plans: its figures are of a part of the step (upstream's scorer would not score it as it
-    is: scoring it again resumes the job, which runs the missing trials)."""
+    is: scoring it again resumes the job, which runs the missing trials). Or it holds more,
+    trials whose dirs are gone (a resume deleted them; an ingest without --prune kept them)."""
 
 
 class PooledBatchWarning(LakeWarning):

@@ -103,6 +103,9 @@ class ShortJob:
     unreadable: int  # its batch's unreadable trial dirs (counted as its trials)
     removed: int | None  # trial dirs gone from its job dir; None: no dir of it on this machine
     not_counted: int  # trial dirs in its job dir the batch does not count
+    # trials the lake holds whose dirs are gone from its job dir (kept without --prune): a job
+    # holding more trials than it plans after `harbor job resume` ran a deleted one again
+    gone: int = 0
 
 
 def job_rows(
@@ -143,11 +146,13 @@ class IncompleteJobs:
     """The batches that are a part of their step (`incomplete_jobs`)."""
 
     unfinished: list[UnfinishedBatch]
-    short: list[ShortJob]
+    short: list[ShortJob]  # fewer trials than planned, or more with trial dirs gone (`gone`)
 
     def warnings(self) -> list[tuple[str, type[LakeWarning]]]:
         return job_warnings(
-            [found.batch for found in self.unfinished], [found.batch for found in self.short]
+            [found.batch for found in self.unfinished],
+            [found.batch for found in self.short if not found.gone],
+            [found.batch for found in self.short if found.gone],
         )
 
 
@@ -155,9 +160,10 @@ def incomplete_jobs(
     by_batch: dict[str, list[JobRow]], shown: Collection[str] | None = None
 ) -> IncompleteJobs:
     """Of the batches `shown` (all, when None): those with a harbor job not finished (still
-    running, or stopped), and the finished jobs the lake holds fewer trials of than they plan.
-    A batch with a job not finished has that said alone; an empty batch has a note of its own.
-    A disk look happens only for a batch with a job not finished or short of its trials."""
+    running, or stopped), and the finished jobs the lake holds fewer trials of than they plan,
+    or more with trial dirs gone from disk. A batch with a job not finished has that said
+    alone; an empty batch has a note of its own. A disk look happens only for a batch with a
+    job not finished, or holding another count of trials than it plans."""
     unfinished: list[UnfinishedBatch] = []
     short: list[ShortJob] = []
     for batch, rows in by_batch.items():
@@ -205,18 +211,40 @@ def _short_jobs(batch: str, rows: list[JobRow]) -> list[ShortJob]:
         planned, trials = dirs[0].planned, sum(row.trials for row in dirs)
         if planned is not None and trials + unreadable < planned:  # (no disk look otherwise)
             found.append(_short_job(batch, dirs, trials, unreadable))
+        elif planned is not None and trials > planned:
+            gone = _gone_trials(dirs)
+            if gone:
+                found.append(_short_job(batch, dirs, trials, unreadable, gone))
     return found
 
 
-def _short_job(batch: str, dirs: list[JobRow], trials: int, unreadable: int) -> ShortJob:
+def _gone_trials(dirs: list[JobRow]) -> int:
+    """Of a job holding more trials than it plans, the trials the lake holds whose dirs are gone
+    from their job dir: harbor's `job resume` deletes a trial dir it runs again (upstream's
+    scorer prunes the trials it cannot score first), and an ingest without --prune keeps the
+    deleted trial's rows, where upstream scores the job dir as it is. Counted per job dir on
+    disk (held trials beyond its trial dirs): never a false alarm, as a hand-made tree holding
+    more trial dirs than its copied result.json plans has none gone."""
+    gone = 0
+    for row in dirs:
+        present = _trial_dirs(row.job_dir)
+        if present is not None:
+            gone += max(0, row.trials - present)
+    return gone
+
+
+def _short_job(
+    batch: str, dirs: list[JobRow], trials: int, unreadable: int, gone: int = 0
+) -> ShortJob:
     """What is missing of a job short of its trials, told from its job dirs on disk: trial dirs
     gone from them were removed after the run; those still there but not counted were not
-    ingested, or are held by another dir."""
+    ingested, or are held by another dir. A job holding more than it plans has `gone` trials
+    instead."""
     planned = dirs[0].planned or 0
     present = {row.job_dir: _trial_dirs(row.job_dir) for row in dirs}
     on_disk = [job_dir for job_dir, count in present.items() if count is not None]
     removed = not_counted = 0
-    if on_disk:
+    if on_disk and not gone:
         most = max(present[job_dir] or 0 for job_dir in on_disk)
         removed = max(0, planned - most)
         not_counted = max(0, planned - trials - unreadable - removed)
@@ -228,6 +256,7 @@ def _short_job(batch: str, dirs: list[JobRow], trials: int, unreadable: int) -> 
         unreadable=unreadable,
         removed=removed if on_disk else None,
         not_counted=not_counted,
+        gone=gone,
     )
 
 
@@ -263,16 +292,19 @@ def incomplete_job_warnings(
 
 
 def job_warnings(
-    unfinished: Sequence[str], short: Sequence[str]
+    unfinished: Sequence[str], short: Sequence[str], gone: Sequence[str] = ()
 ) -> list[tuple[str, type[LakeWarning]]]:
     """The warnings for these batches: with a job not finished, with a finished job short of
-    its trials."""
+    its trials, with a finished job's trials whose dirs are gone (held beyond its plan)."""
     said: list[tuple[str, type[LakeWarning]]] = []
     if unfinished:
         said.append((_unfinished_text(unfinished), UnfinishedJobWarning))
     short = list(dict.fromkeys(short))
     if short:
         said.append((_short_text(short), ShortJobWarning))
+    gone = list(dict.fromkeys(gone))
+    if gone:
+        said.append((_gone_text(gone), ShortJobWarning))
     return said
 
 
@@ -330,6 +362,17 @@ def _short_text(short: Sequence[str]) -> str:
         "(upstream's scorer would not score it as it is). The notes of the wmo-lake stats "
         "command say, for each job dir, whether trial dirs were removed after the run (resume "
         "the job) or are on disk but not counted (not ingested, or held by another dir)"
+    )
+
+
+def _gone_text(gone: Sequence[str]) -> str:
+    return (
+        f"{len(gone)} batch(es) in scope hold more trials of a finished harbor job than it "
+        f"plans, trials whose dirs are gone from its job dir: {_named(gone)}; harbor's job "
+        "resume deletes a trial dir it runs again, and an ingest without --prune keeps the "
+        "deleted trial, counted in these figures where upstream's scorer scores the job dir as "
+        "it is. `wmo-lake ingest --prune JOB_DIR` drops them; the notes of the wmo-lake stats "
+        "command name each job dir"
     )
 
 

@@ -111,11 +111,12 @@ class StatsReport:
     # table's notes say it; where no note is printed (--json, --by task), `job_warnings` do
     unfinished: list[str] = field(default_factory=list)
     short: list[str] = field(default_factory=list)
+    gone: list[str] = field(default_factory=list)  # holding trials whose dirs are gone
 
     @property
     def job_warnings(self) -> list[str]:
         """What the notes say of unfinished and short jobs, as warnings."""
-        return [text for text, _ in job_warnings(self.unfinished, self.short)]
+        return [text for text, _ in job_warnings(self.unfinished, self.short, self.gone)]
 
 
 def query_stats(
@@ -187,7 +188,8 @@ def collect_stats(
         report.warnings = [] if warning is None else [warning]
         report.cut = cut_steps(selected, rows)
         report.unfinished = [row["batch"] for row in rows if row["batch"] in facts.unfinished_jobs]
-        report.short = [found.batch for found in facts.short_jobs]
+        report.short = [found.batch for found in facts.short_jobs if not found.gone]
+        report.gone = [found.batch for found in facts.short_jobs if found.gone]
         return report
     finally:
         con.close()
@@ -278,6 +280,15 @@ def _short_note(job: ShortJob) -> str:
     missing trials. What is missing is told from the job dir on disk (`ShortJob`)."""
     first = shlex.quote(job.job_dirs[0])
     more = f" (and {len(job.job_dirs) - 1} more dir(s) of it)" if len(job.job_dirs) > 1 else ""
+    if job.gone:
+        return (
+            f"{job.batch}: its harbor job finished, and the lake holds "
+            f"{_held(job.trials, job.unreadable)} of the {job.planned:,} trials it plans: "
+            f"{job.gone:,} of them are trials whose dirs are gone from its job dir (removed after "
+            "the run: harbor's job resume deletes a trial dir it runs again), kept without "
+            "--prune and counted in these figures, where upstream's scorer scores the job dir as "
+            f"it is. Drop them: `wmo-lake ingest --prune {first}`{more}"
+        )
     causes = []
     if job.removed is None:
         causes.append(

@@ -41,7 +41,7 @@ from wmo_lake.terminal import printable, terminal_width
     is_flag=True,
     help="Exit 1 after printing when a warning was given (a reward key no trial has) or a "
     "batch shown comes from a harbor job that has not finished or holds fewer trials than it "
-    "plans.",
+    "plans (or more, trial dirs gone since).",
 )
 @click.option(
     "--by",

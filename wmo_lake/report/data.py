@@ -278,6 +278,7 @@ class ReportData:
     # the selected batches whose harbor job has not finished
     unfinished: list[str] = field(default_factory=list)
     short: list[str] = field(default_factory=list)  # finished jobs short of their trials
+    gone: list[str] = field(default_factory=list)  # holding trials whose dirs are gone
     pooled: list[str] = field(default_factory=list)  # labelled from several job dirs
     generated_at: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat())
     version: str = __version__
@@ -482,7 +483,7 @@ def collect_report(
         con.execute("SET enable_progress_bar = false")  # the command prints one summary line
         data = _collect(con, str(lake), settings, runs or None, batch_glob)
         warn_on_unused_reward_key(con, batches=[row["batch"] for row in data.batches])
-        for message, category in job_warnings(data.unfinished, data.short):
+        for message, category in job_warnings(data.unfinished, data.short, data.gone):
             warn_from_caller(message, category)
         if data.pooled:
             warn_from_caller(pooled_warning(data.pooled), PooledBatchWarning)
@@ -563,7 +564,8 @@ def _collect(
         datum_caps=datum_caps,
         selection={"runs": runs, "batch_glob": batch_glob},
         unfinished=[found.batch for found in incomplete.unfinished],
-        short=list(dict.fromkeys(found.batch for found in incomplete.short)),
+        short=list(dict.fromkeys(found.batch for found in incomplete.short if not found.gone)),
+        gone=list(dict.fromkeys(found.batch for found in incomplete.short if found.gone)),
         pooled=pooled_batches(jobs),
     )
 

@@ -449,6 +449,14 @@ def _incomplete_job_warnings(data: ReportData) -> str:
             "ingested, or held by another dir), so their points are of a part of the step: "
             f"{_shown(data.short)}. The notes of wmo-lake stats say which, and what to run.</p>"
         )
+    if data.gone:
+        lines.append(
+            f"<p class='warn'>{len(data.gone)} batch(es) hold more trials of a finished harbor "
+            "job than it plans, trials whose dirs are gone from its job dir (harbor's job "
+            "resume deletes a trial dir it runs again; an ingest without --prune keeps it), "
+            f"counted in their points: {_shown(data.gone)}. The notes of wmo-lake stats say "
+            "which, and what to run.</p>"
+        )
     if data.pooled:
         lines.append(
             f"<p class='warn'>{len(data.pooled)} batch(es) pool the trials of several job dirs "
