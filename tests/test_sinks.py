@@ -258,6 +258,42 @@ def test_a_copied_tree_reads_its_own_sinks_through_sink_root(tmp_path: Path) -> 
     assert _spans(tmp_path / "lake") == {("step-0001", "t__1"): [[4]]}
 
 
+def test_the_lake_remembers_sink_root_for_later_ingests(tmp_path: Path) -> None:
+    """A plain ingest after one given --sink-root (a nightly job's, say) reads the moved tree's
+    sinks where that one did: re-reading a changed trial without the remap lost its spans (and
+    counted it a trial that recorded none). OLD=OLD undoes the remap."""
+    original = tmp_path / "orig" / "runs"
+    sinks = original / "exp" / "tokens" / "step-0001"
+    job = _pi_job(original, 1, sinks)
+    write_trial(job, "t__1")
+    write_sink(sinks, "t__1", RECORDED)
+    copy = tmp_path / "copy" / "runs"
+    shutil.copytree(original, copy)
+    write_sink(copy / "exp" / "tokens" / "step-0001", "t__1", [([4], [4], [-0.4])])
+    lake = tmp_path / "lake"
+
+    def run(*args: str) -> Result:
+        result = CliRunner().invoke(cli, ["ingest", str(copy), "--lake", str(lake), *args])
+        assert result.exit_code == 0, result.output
+        return result
+
+    run("--sink-root", f"{original}={copy}")
+    shutil.rmtree(original)  # (the cluster's copy is gone)
+    trial_result = copy / "exp" / "harbor" / "step-0001" / "job" / "t__1" / "result.json"
+    trial_result.write_text(trial_result.read_text() + "\n")  # changed: read again
+    again = run()
+    assert "1 replaced" in again.stdout
+    assert again.stderr == (
+        f"note: sinks read with --sink-root {original}={copy}, remembered from an earlier ingest\n"
+    )
+    assert _spans(lake) == {("step-0001", "t__1"): [[4]]}
+    assert json.loads(run("--json").stdout)["sink_roots_remembered"] == [f"{original}={copy}"]
+    undone = run("--sink-root", f"{original}={original}")
+    assert "1 replaced" in undone.stdout and "remembered" not in undone.stderr
+    assert _spans(lake) == {}  # (the recorded dir is gone: sink_dir_missing)
+    assert "remembered" not in run().stderr  # (OLD=OLD is what it remembers now)
+
+
 def test_sink_root_must_be_old_equals_new(tmp_path: Path) -> None:
     write_trial(write_job(tmp_path / "runs" / "job"), "t__1")
     result = CliRunner().invoke(
@@ -467,9 +503,10 @@ def test_where_the_sink_only_a_trials_result_names_is_found_again_by_each_ingest
     else:
         write_sink(tmp_path / "new" / "C", "pi__1", RECORDED)
     remap = ("--sink-root", f"/nonexistent/old={tmp_path / 'new'}")
+    undo = ("--sink-root", "/nonexistent/old=/nonexistent/old")  # (the lake remembers a remap)
     first, second = {
         "sink-root added": ((), remap),
-        "sink-root dropped": (remap, ()),
+        "sink-root dropped": (remap, undo),
         "nearer dir": ((), ()),
     }[where]
 
@@ -514,7 +551,9 @@ def test_a_sink_recorded_otherwise_than_the_watched_one_is_watched_as_recorded(
 
     run(tmp_path / "lake", *remap)
     assert "nothing changed" in run(tmp_path / "lake", *remap).output
-    assert "nothing changed" not in run(tmp_path / "lake").output
+    assert "nothing changed" in run(tmp_path / "lake").output  # (the lake remembers the remap)
+    undo = ["--sink-root", "/nonexistent/old=/nonexistent/old"]
+    assert "nothing changed" not in run(tmp_path / "lake", *undo).output
     run(tmp_path / "fresh")
     query = "SELECT spans_status, n_spans FROM trials"
     assert connect(tmp_path / "lake").execute(query).fetchall() == [("sink_dir_missing", 0)]

@@ -439,13 +439,15 @@ class Commit:
         *,
         sweep: bool = True,
         extractions: Mapping[str, str] | None = None,
+        sink_roots: list[tuple[str, str]] | None = None,
     ) -> Manifest:
         """Write the catalog and swap the manifest: the commit point. `catalog`: the entries
         after this commit; only the partitions in `touched` (all when None) have changed
         entries, and only their catalog files are written again. Then the files no generation
         names are removed, or, with `sweep=False`, left for the caller's `sweep()` (an ingest
         sweeps while lake.duckdb is built). `extractions`: the extract version of the partitions
-        whose rows this commit read (Manifest.extractions); the others keep the base's."""
+        whose rows this commit read (Manifest.extractions); the others keep the base's.
+        `sink_roots`: the remaps to remember (Manifest.sink_roots); None keeps the base's."""
         own = self.writer.close()
         tables: PartitionedFiles = {}
         for name in TABLES:
@@ -468,6 +470,7 @@ class Commit:
             for partition, version in {**self.base.extractions, **(extractions or {})}.items()
             if partition in manifest.catalog
         }
+        manifest.sink_roots = self.base.sink_roots if sink_roots is None else sink_roots
         live = set(manifest.live_files())
         # what readers of the previous generation may still be scanning: kept one more commit
         manifest.previous = [rel for rel in self.base.live_files() if rel not in live]
@@ -483,6 +486,7 @@ class Commit:
             "catalog": manifest.catalog,
             "schemas": manifest.schemas,
             "extractions": manifest.extractions,
+            "sink_roots": manifest.sink_roots,
             "previous": manifest.previous,
         }
         # msgspec: json.dumps(indent=2)'s bytes (but UTF-8 where it escapes), ~5x faster for the

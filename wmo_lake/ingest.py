@@ -100,6 +100,8 @@ class IngestSummary:
     # without --prune: trial dirs (and unreadable ones) of the steps walked that the lake holds
     # under these PATHs and the walk no longer finds (harbor's resume deletes some): kept
     gone_kept: int = 0
+    # the `--sink-root` remaps earlier ingests were given, applied again (OLD=NEW)
+    sink_roots_remembered: list[str] = field(default_factory=list)
 
     def line(self) -> str:
         trials = self.trials_new + self.trials_replaced + self.trials_unchanged
@@ -199,6 +201,7 @@ def ingest(
             store.clear_staging()  # copies an interrupted ingest left
         update = LakeUpdate(store, store.read_manifest())
         refuse_shadowed_files(store.root, update.base)  # (before anything is committed)
+        sink_roots = update.remember_sink_roots(sink_roots)
         # real path -> (candidate, fingerprint): only dirs the catalog knows are fingerprinted
         # here (to find the unchanged ones); a reader fingerprints each dir it reads.
         candidates: dict[str, tuple[Candidate, str | None]] = {}
@@ -436,6 +439,7 @@ class LakeUpdate:
         self._owner: dict[str, str] | None = None
         self._elsewhere: dict[str, str] = {}  # source -> partition, of entries not loaded
         self.summary = IngestSummary(str(store.root), base.generation, committed=False)
+        self.sink_roots: list[tuple[str, str]] = list(base.sink_roots)  # to remember
         self.jobs: dict[str, Job] = {}  # the job dirs of every trial seen, for the jobs table
         self.added: set[str] = set()  # trial keys stored by this ingest
         self.lost: set[str] = set()  # trial keys whose rows this ingest removed
@@ -909,6 +913,19 @@ class LakeUpdate:
                 extractions[partition] = version
         return extractions
 
+    def remember_sink_roots(self, given: SinkRoots) -> SinkRoots:
+        """The remaps this ingest applies: those `given`, then those earlier ingests were
+        given (Manifest.sink_roots) for other OLD prefixes, so a re-read of a moved tree's
+        trials without the option finds their sinks where they were found before. Committed
+        with this ingest's generation, but for OLD=OLD, which undoes a remap; the summary
+        names the remembered ones applied."""
+        olds = {old for old, _ in given}
+        remembered = [(old, new) for old, new in self.base.sink_roots if old not in olds]
+        self.summary.sink_roots_remembered = [f"{old}={new}" for old, new in remembered]
+        applied = (*given, *remembered)
+        self.sink_roots = [(old, new) for old, new in applied if old != new]  # (OLD=OLD: undone)
+        return applied
+
     def finish(self) -> None:
         """Commit when anything changed (a first ingest always does, so even an empty tree
         leaves a queryable lake); otherwise only tidy what an interrupted ingest left."""
@@ -918,7 +935,11 @@ class LakeUpdate:
             # the sweep of files no generation names is left to `sweep()`: while lake.duckdb
             # is built (a walk of every touched partition: ~0.1 s for a 128-step first ingest)
             self.manifest = self._commit().finish(
-                self.catalog.values(), self.touched, sweep=False, extractions=self._extractions()
+                self.catalog.values(),
+                self.touched,
+                sweep=False,
+                extractions=self._extractions(),
+                sink_roots=self.sink_roots,
             )
             crash_point("after_commit")
             self.summary.generation = self.manifest.generation

@@ -32,7 +32,7 @@ import os
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from wmo_lake.catalog import CatalogEntry, CatalogKeys
@@ -181,6 +181,9 @@ class Manifest:
     # partition -> the extract version every trial and job of it was read under, or MIXED; a
     # partition not named was written by a wmo-lake older than this record (extract logic 12)
     extractions: dict[str, str] = field(default_factory=dict)
+    # the `--sink-root OLD=NEW` remaps ingests were given, applied to every later ingest (a
+    # re-read without them would lose the spans of a run tree moved since it ran)
+    sink_roots: list[tuple[str, str]] = field(default_factory=list)
 
     def table_files(self, table: str) -> list[str]:
         """Every live segment of `table`, partition by partition."""
@@ -394,6 +397,7 @@ class Store:
             updated_at=raw.get("updated_at"),
             schemas=raw.get("schemas") or {},
             extractions=raw.get("extractions") or {},
+            sink_roots=_sink_roots(raw.get("sink_roots"), self.manifest_path),
         )
 
     def missing_segments(
@@ -689,3 +693,20 @@ class Store:
                 stream.truncate()
             finally:
                 fcntl.flock(stream, fcntl.LOCK_UN)
+
+
+def _sink_roots(raw: Any, path: Path) -> list[tuple[str, str]]:
+    """The manifest's remembered `--sink-root` remaps; a LakeError when they are not pairs of
+    non-empty strings (an edited manifest)."""
+    if raw is None:
+        return []  # (a lake written before the remaps were remembered)
+    if isinstance(raw, list) and all(
+        isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) and x for x in pair)
+        for pair in raw
+    ):
+        return [(old, new) for old, new in raw]
+    raise LakeError(
+        f"{path}: field 'sink_roots' must be a list of [OLD, NEW] path pairs, got {raw!r}; the "
+        "manifest was edited or damaged: restore it, or write [] there and give `wmo-lake "
+        "ingest` its --sink-root options again"
+    )

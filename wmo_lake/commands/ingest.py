@@ -60,7 +60,8 @@ def _existing_dirs(
     metavar="OLD=NEW",
     callback=_sink_roots,
     help="Read the pi-bridge token sinks a job config records under OLD (its token_sink_dir "
-    "prefix) from NEW instead: for a tree moved or copied since it ran. Repeatable.",
+    "prefix) from NEW instead: for a tree moved or copied since it ran. Repeatable. The lake "
+    "remembers it for later ingests (OLD=OLD undoes it).",
 )
 @click.option(
     "--workers",
@@ -200,6 +201,9 @@ def ingest(
             bar.__exit__(None, None, None)
     for path in summary.paths_without_trials:
         click.echo(f"warning: no trial dirs under {path}", err=True)
+    if summary.sink_roots_remembered and not as_json:
+        remaps = " ".join(f"--sink-root {shlex.quote(r)}" for r in summary.sink_roots_remembered)
+        click.echo(f"note: sinks read with {remaps}, remembered from an earlier ingest", err=True)
     say_stale_rules(lake)
     if as_json:
         click.echo(json.dumps(summary.as_dict(), indent=2))
