@@ -782,6 +782,27 @@ def test_a_chart_with_nothing_to_draw_says_why(page: str, tmp_path: Path) -> Non
     assert ": no heatmap:" not in page
 
 
+def test_a_runs_datums_chart_without_spans_says_why(tmp_path: Path) -> None:
+    """exp2 recorded no token spans while exp1 did, so the datums section is drawn: exp2's chart
+    showed bars of 0 (upstream's build_datums builds no datum of a record without spans) with no
+    line saying why, where its token charts have one."""
+    from wmo_lake.report.page import DATUMS_WITHOUT_SPANS
+
+    for step in (1, 2):
+        spans = write_job(tmp_path / "runs" / "exp1" / "harbor" / f"step-000{step}" / "job")
+        write_trial(spans, "a__1", reward=1.0, turns=[([1, 2], [3], [-0.1])])
+        bare = write_job(tmp_path / "runs" / "exp2" / "harbor" / f"step-000{step}" / "job")
+        write_trial(bare, "a__1", reward=0.0, rollout_details=None)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    assert report(tmp_path / "lake", tmp_path / "r.html").exit_code == 0
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    note = f"<p class='empty'>{html.escape(DATUMS_WITHOUT_SPANS)}</p>"
+    assert f"<div class='chart' id='datums-exp2'></div>{note}" in page
+    assert page.count(note) == 1  # (exp1's chart has datums)
+    [datums] = [t for t in figures_of(page)["datums-exp2"]["data"] if t["name"] == "datums"]
+    assert datums["y"] == [0, 0]
+
+
 # The report's (and `stats`') own per-batch and per-task denominators follow seed 003's
 # `rollout_stats`:
 # - scaffold loss's denominator is `[r for r in records if r.stop_reason]`: an EMPTY stop reason

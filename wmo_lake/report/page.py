@@ -426,8 +426,18 @@ def datum_figures(data: ReportData) -> list[dict[str, Any]]:
                 "hovertemplate": "%{text}<br>datums: %{y}<extra></extra>",
             }
         )
+        if not any(r["trials_with_spans"] for r in rows):  # (its zeros are upstream's too)
+            figure["empty_note"] = DATUMS_WITHOUT_SPANS
         figures.append(figure)
     return figures
+
+
+# Under the datums chart of a run none of whose batches recorded token spans (another run's
+# did): its bars are 0, as upstream's build_datums builds no datum of a record without spans.
+DATUMS_WITHOUT_SPANS = (
+    "no trial of its batches recorded token spans, so no datum can be built from them (0 "
+    "datums, as upstream's build_datums gives)"
+)
 
 
 def _incomplete_job_warnings(data: ReportData) -> str:
@@ -646,8 +656,11 @@ def _charts(figures: list[dict[str, Any]], section: str) -> str:
         if figure["section"] != section:
             continue
         chart = f"<div class='chart' id='{html.escape(figure['id'])}'></div>"
-        if not _measured(figure):
-            note = html.escape(EMPTY_CHART_NOTES[section])
+        empty = figure.get("empty_note") or (
+            None if _measured(figure) else EMPTY_CHART_NOTES[section]
+        )
+        if empty is not None:
+            note = html.escape(empty)
             chart = f"<div>{chart}<p class='empty'>{note}</p></div>"
         parts.append(chart)
     return "".join(parts)
