@@ -216,6 +216,25 @@ def test_a_deleted_file_comes_back_compact_at_the_next_ingest(tmp_path: Path) ->
     assert _check(lake, tmp_path) == want
 
 
+def test_a_lake_duckdb_that_is_no_duckdb_file_is_rebuilt_by_the_next_ingest(
+    tmp_path: Path,
+) -> None:
+    """A lake.duckdb overwritten with other bytes (its sidecar stamp still current) read as
+    current: an ingest that found nothing new left it so, and a plain DuckDB client of the
+    README's (`duckdb.connect('lake/lake.duckdb')`) failed on it. Its header is checked now."""
+    runs, lake = tmp_path / "runs", tmp_path / "lake"
+    write_trial(_job(runs, 1), "a__1", trial_id="a1", reward=1.0, turns=TURNS)
+    ingest([runs], lake, workers=1)
+    want = _check(lake, tmp_path)
+    (lake / DUCKDB_FILE).write_bytes(b"garbage\n")
+    assert _everything(connect(lake, check=False)) == want  # (its own copy meanwhile)
+    summary = ingest([runs], lake, workers=1)
+    assert not summary.committed
+    with duckdb.connect(str(lake / DUCKDB_FILE), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM trials").fetchall() == [(1,)]
+    assert _check(lake, tmp_path) == want
+
+
 def test_an_update_across_a_change_of_views_recreates_them(tmp_path: Path) -> None:
     """A lake.duckdb built with other view definitions keeps its stored rows but gets this
     code's views: a view no longer in sql/ goes, a missing one comes back."""

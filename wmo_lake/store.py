@@ -483,7 +483,9 @@ class Store:
             return False
         if manifest is None:
             manifest = self.read_manifest()
-        return stamp == self.duckdb_stamp(manifest, views) and (self.root / DUCKDB_FILE).exists()
+        return stamp == self.duckdb_stamp(manifest, views) and _is_duckdb_file(
+            self.root / DUCKDB_FILE
+        )
 
     def files(self, manifest: Manifest, table: str) -> list[Path]:
         return [self.root / rel for rel in manifest.table_files(table)]
@@ -710,3 +712,15 @@ def _sink_roots(raw: Any, path: Path) -> list[tuple[str, str]]:
         "manifest was edited or damaged: restore it, or write [] there and give `wmo-lake "
         "ingest` its --sink-root options again"
     )
+
+
+def _is_duckdb_file(path: Path) -> bool:
+    """Whether `path` starts as a DuckDB database file does (its magic bytes after the header's
+    checksum): a lake.duckdb overwritten by hand, its sidecar stamp still current, is rebuilt
+    by the next ingest instead of read as current."""
+    try:
+        with open(path, "rb") as file:
+            head = file.read(12)
+    except OSError:
+        return False
+    return head[8:12] == b"DUCK"
