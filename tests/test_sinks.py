@@ -235,6 +235,30 @@ def test_a_missing_sink_dir_is_one_problem_and_sink_root_remaps_it(tmp_path: Pat
     ]
 
 
+def test_stats_says_why_trials_of_a_missing_sink_dir_have_no_spans(tmp_path: Path) -> None:
+    """The no-spans note blamed the trials ("recorded no token spans") when their job's sink dir
+    is missing (a tree moved since it ran), which only the problems table said."""
+    runs = tmp_path / "runs"
+    job = _pi_job(runs, 1, "/nonexistent/old-home/runs/exp/tokens/step-0001")
+    write_trial(job, "a__1")
+    write_trial(job, "b__1")
+    present = _pi_job(runs, 2, runs / "exp" / "tokens" / "step-0002")
+    write_trial(present, "a__1")  # (its sink dir exists; this trial wrote no sink)
+    (runs / "exp" / "tokens" / "step-0002").mkdir(parents=True)
+    ingest([runs], tmp_path / "lake")
+    result = CliRunner().invoke(cli, ["stats", "--lake", str(tmp_path / "lake"), "--notes", "full"])
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.stdout.splitlines() if "recorded no token spans" in line]
+    assert notes == [
+        "note: exp/harbor/step-0001/job: 2/2 trial(s) recorded no token spans (reward signal, no "
+        "training data); 2 of them because their pi-bridge sink dir does not exist (problems "
+        "kind 'sink_dir_missing'): for a tree moved since it ran, ingest it again with "
+        "--sink-root OLD=NEW",
+        "note: exp/harbor/step-0002/job: 1/1 trial(s) recorded no token spans (reward signal, no "
+        "training data)",
+    ]
+
+
 def test_a_copied_tree_reads_its_own_sinks_through_sink_root(tmp_path: Path) -> None:
     original = tmp_path / "orig" / "runs"
     sinks = original / "exp" / "tokens" / "step-0001"

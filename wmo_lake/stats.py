@@ -87,6 +87,15 @@ GROUP BY batch
 HAVING count(*) > 1
 """
 
+# Trials of each batch with no spans because their job's pi-bridge sink dir does not exist (a
+# tree moved since it ran: `--sink-root`), which the no-spans note says as the cause.
+SINK_MISSING_QUERY = """
+SELECT batch, count(*) AS trials
+FROM trials
+WHERE spans_status = 'sink_dir_missing'
+GROUP BY batch
+"""
+
 # Trials whose stop reason is the string 'unknown' itself: WMO counts it a reason (a scaffold
 # loss), while `stop_reason_counts` pools it with the trials that have none.
 NAMED_UNKNOWN_QUERY = """
@@ -173,6 +182,9 @@ def collect_stats(
             row["scaffold_loss_rate"] and "unknown" in row["stop_reason_counts"] for row in rows
         ):
             named_unknown = dict(con.execute(NAMED_UNKNOWN_QUERY).fetchall())
+        sink_missing: dict[str, int] = {}
+        if any(row["empty_span_trials"] for row in rows):
+            sink_missing = dict(con.execute(SINK_MISSING_QUERY).fetchall())
         ((reward_key,),) = con.execute("SELECT reward_key FROM settings").fetchall()
         incomplete = incomplete_jobs(jobs, shown={row["batch"] for row in rows})
         facts = BatchFacts(
@@ -180,6 +192,7 @@ def collect_stats(
             infra_failed={row[0]: InfraFailed(*row[1:]) for row in infra_rows},
             shared_labels={batch: (dirs, steps) for batch, dirs, steps in shared_rows},
             named_unknown=named_unknown,
+            sink_missing=sink_missing,
             unfinished_jobs={found.batch: found for found in incomplete.unfinished},
             short_jobs=incomplete.short,
             reward_key=reward_key,
@@ -223,6 +236,8 @@ class BatchFacts:
     shared_labels: dict[str, tuple[list[str], list[int]]] = field(default_factory=dict)
     # trials whose stop reason is 'unknown' itself (a loss, where no reason at all is none)
     named_unknown: dict[str, int] = field(default_factory=dict)
+    # trials with no spans because their job's sink dir does not exist
+    sink_missing: dict[str, int] = field(default_factory=dict)
     unfinished_jobs: dict[str, UnfinishedBatch] = field(default_factory=dict)
     short_jobs: list[ShortJob] = field(default_factory=list)  # finished, short of their trials
     reward_key: str = field(default_factory=lambda: str(SETTINGS["reward_key"].default))
@@ -375,9 +390,17 @@ def notes_for(rows: list[dict[str, Any]], facts: BatchFacts | None = None) -> li
                 "prompt; truncated_spans cannot count them; raise max_tokens"
             )
         if row["empty_span_trials"]:
+            missing = facts.sink_missing.get(batch)
             notes.append(
                 f"{batch}: {row['empty_span_trials']}/{trials} trial(s) recorded no token spans "
                 "(reward signal, no training data)"
+                + (
+                    f"; {missing} of them because their pi-bridge sink dir does not exist "
+                    "(problems kind 'sink_dir_missing'): for a tree moved since it ran, ingest "
+                    "it again with --sink-root OLD=NEW"
+                    if missing
+                    else ""
+                )
             )
         if row["infra_failed_trials"]:
             notes.append(
