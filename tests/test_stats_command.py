@@ -109,23 +109,26 @@ def test_a_label_two_job_dirs_share_is_a_note(tmp_path: Path) -> None:
     assert json.loads(stats(tmp_path / "lake", "--json").stdout)[0]["trials"] == 2
 
 
-def test_step_dirs_given_as_paths_are_said_as_such(tmp_path: Path) -> None:
-    """Step dirs given as PATHs label each job dir from below its step dir: three steps were
-    one batch, and the note blamed two run trees with one run name, or a dir that moved."""
+def test_step_dirs_given_as_paths_are_batches_of_their_own(tmp_path: Path) -> None:
+    """Step dirs given as PATHs labelled each job dir from below its step dir: three steps were
+    one batch `job`, pooled under one arbitrary step (`--steps 3` matched nothing, `--steps 1`
+    all three). A step dir at or above the PATH starts the label now."""
     paths = []
-    for tree, step in (("expA", 1), ("expA", 2), ("expB", 3)):
+    for tree, step, reward in (("expA", 1, 0.0), ("expA", 2, 0.0), ("expB", 3, 1.0)):
         step_dir = tmp_path / tree / f"step-{step:04d}"
-        write_trial(write_job(step_dir / "job"), "t__1", trial_id=f"{tree}-{step}")
-        paths.append(step_dir)
+        job = write_job(step_dir / "job")
+        write_trial(job, "t__1", trial_id=f"{tree}-{step}", reward=reward)
+        paths.append(step_dir if step < 3 else job)  # (a job dir in a step dir, too)
     ingest(paths, tmp_path / "lake")
-    result = stats(tmp_path / "lake")
-    assert result.exit_code == 0, result.output
-    [note] = [line for line in result.stdout.splitlines() if line.startswith("note: job: ")]
-    assert note.endswith(
-        "they hold steps 1, 2, 3: step dirs given as PATHs label their job dirs from below the "
-        "step dir, so ingest the dir above them (each step is then its own batch) and "
-        "`wmo-lake forget` this label"
-    ), note
+    rows = json.loads(stats(tmp_path / "lake", "--json").stdout)
+    assert [(row["batch"], row["step"], row["trials"]) for row in rows] == [
+        ("step-0001/job", 1, 1),
+        ("step-0002/job", 2, 1),
+        ("step-0003/job", 3, 1),
+    ]
+    [third] = json.loads(stats(tmp_path / "lake", "--json", "--steps", "3").stdout)
+    assert (third["batch"], third["solve_rate"]) == ("step-0003/job", 1.0)
+    assert "carry this batch label" not in stats(tmp_path / "lake").stdout
 
 
 def settings_of(args: list[str]) -> oracle.Settings:

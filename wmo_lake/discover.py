@@ -231,10 +231,15 @@ def job_labels(job_dir: Path, root: Path) -> tuple[str, str | None, int | None]:
             run = parts[index - 1]
             break
     step = None
-    for part in reversed(parts):
-        match = _STEP.fullmatch(part)
+    for index in range(len(parts) - 1, -1, -1):
+        match = _STEP.fullmatch(parts[index])
         if match:
             step = _step_number(match)
+            # A step dir at or above the PATH (step dirs given as PATHs, or a job dir in one)
+            # starts the label: labelled from below it, the job dirs of several steps shared
+            # one batch label, pooled under one arbitrary step.
+            if index < len(parts) - len(batch.split("/")):
+                batch = "/".join(parts[index:])
             break
     return batch, run, step
 

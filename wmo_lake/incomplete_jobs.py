@@ -331,8 +331,8 @@ def pooled_batches(by_batch: dict[str, list[JobRow]]) -> list[str]:
 def pooled_warning(pooled: Sequence[str]) -> str:
     return (
         f"{len(pooled)} batch(es) in scope pool the trials of several job dirs that carry one "
-        f"batch label: {_named(pooled)}; two run trees with the same run name, step dirs given "
-        "as PATHs, or a job dir that moved, so their figures are of those dirs together. The "
+        f"batch label: {_named(pooled)}; two run trees with the same run name, or a job dir "
+        "that moved, so their figures are of those dirs together. The "
         "notes of the wmo-lake stats command name the job dirs and what to do"
     )
 

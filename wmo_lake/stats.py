@@ -81,7 +81,7 @@ GROUP BY batch
 # Batches labelled from more than one job dir (two run trees with the same run name, or a
 # job dir that moved): their trials are pooled under one label, attempts ranked together.
 SHARED_LABELS_QUERY = """
-SELECT batch, list_sort(list(job_dir)) AS job_dirs, list_sort(list(DISTINCT step)) AS steps
+SELECT batch, list_sort(list(job_dir)) AS job_dirs
 FROM jobs
 GROUP BY batch
 HAVING count(*) > 1
@@ -190,7 +190,7 @@ def collect_stats(
         facts = BatchFacts(
             caps=caps,
             infra_failed={row[0]: InfraFailed(*row[1:]) for row in infra_rows},
-            shared_labels={batch: (dirs, steps) for batch, dirs, steps in shared_rows},
+            shared_labels=dict(shared_rows),
             named_unknown=named_unknown,
             sink_missing=sink_missing,
             unfinished_jobs={found.batch: found for found in incomplete.unfinished},
@@ -232,8 +232,8 @@ class BatchFacts:
 
     caps: dict[str, tuple[int, int]] = field(default_factory=dict)
     infra_failed: dict[str, InfraFailed] = field(default_factory=dict)
-    # its job dirs, when > 1, and the steps they hold
-    shared_labels: dict[str, tuple[list[str], list[int]]] = field(default_factory=dict)
+    # its job dirs, when > 1 (a label holds one step: a step dir starts any label below it)
+    shared_labels: dict[str, list[str]] = field(default_factory=dict)
     # trials whose stop reason is 'unknown' itself (a loss, where no reason at all is none)
     named_unknown: dict[str, int] = field(default_factory=dict)
     # trials with no spans because their job's sink dir does not exist
@@ -352,18 +352,11 @@ def notes_for(rows: list[dict[str, Any]], facts: BatchFacts | None = None) -> li
                 "null measurements over zero executed trials"
             )
         if batch in facts.shared_labels:
-            job_dirs, steps = facts.shared_labels[batch]
-            why = (
-                "two run trees with the same run name, or a job dir that moved (`wmo-lake "
-                "ingest --prune` drops one that is gone)"
-                if len(steps) < 2
-                else f"they hold steps {', '.join(map(str, steps))}: step dirs given as PATHs "
-                "label their job dirs from below the step dir, so ingest the dir above them "
-                "(each step is then its own batch) and `wmo-lake forget` this label"
-            )
+            job_dirs = facts.shared_labels[batch]
             notes.append(
                 f"{batch}: {len(job_dirs)} job dirs carry this batch label and their trials are "
-                f"pooled as one batch ({', '.join(job_dirs)}): {why}"
+                f"pooled as one batch ({', '.join(job_dirs)}): two run trees with the same run "
+                "name, or a job dir that moved (`wmo-lake ingest --prune` drops one that is gone)"
             )
         if batch in facts.unfinished_jobs:
             jobs = facts.unfinished_jobs[batch]
