@@ -235,10 +235,10 @@ def job_labels(job_dir: Path, root: Path) -> tuple[str, str | None, int | None]:
         match = _STEP.fullmatch(parts[index])
         if match:
             step = _step_number(match)
-            # A step dir at or above the PATH (step dirs given as PATHs, or a job dir in one)
-            # starts the label: labelled from below it, the job dirs of several steps shared
-            # one batch label, pooled under one arbitrary step.
-            if index < len(parts) - len(batch.split("/")):
+            # A step dir given as the PATH (or the step dir of a job dir given as one) starts
+            # the label: labelled from below it, the job dirs of several steps given as PATHs
+            # shared one batch label, pooled under one arbitrary step.
+            if index == len(parts) - len(batch.split("/")) - 1:
                 batch = "/".join(parts[index:])
             break
     return batch, run, step
