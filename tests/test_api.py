@@ -76,7 +76,7 @@ def test_errors_speak_python(lake: Path, tmp_path: Path) -> None:
     with pytest.raises(ExportError) as nothing:
         wl.export_datums(lake, tmp_path / "d.parquet", no_split_guard=True, batch="zzz/*")
     assert "batch=" in str(nothing.value) and "--batch" not in str(nothing.value)
-    assert str(nothing.value).endswith("see wmo_lake.stats() for the batches")
+    assert str(nothing.value).endswith("see wmo_lake.stats() for the batches (runs: exp)")
     odd = tmp_path / "odd`lake"  # (a backtick cut the rewrite of a hint naming the lake)
     shutil.copytree(lake, odd)
     with pytest.raises(ExportError) as named:

@@ -253,8 +253,9 @@ def test_nothing_to_export_is_an_error_that_writes_nothing(lake: Path, tmp_path:
     result = run(
         lake, out, "--no-split-guard", "--batch", "main", "--filter", "success", "--run", "nope"
     )
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a typo'd selection: a usage error listing the runs
     assert "no batch matches --batch 'main' --run 'nope'; see" in result.output
+    assert "for the batches (runs: (no run))" in result.output
     result = run(lake, out, "--no-split-guard", "--batch", "other", "--filter", "failure")
     assert result.exit_code == 1
     assert "no conversation to export" in result.output and "passed 3" in result.output

@@ -335,24 +335,26 @@ def test_trial_dirs_of_one_name_under_one_label_count_once(tmp_path: Path, regis
 
 
 @pytest.mark.parametrize(
-    ("options", "expected"),
+    ("options", "code", "expected"),
     [
-        (["--run", "nope"], "no batch matches --run 'nope'; see"),
-        (["--batch", "x*", "--run", "y"], "no batch matches --batch 'x*' --run 'y'; see"),
-        (["--where", "no_such_column > 1"], "cannot select the datums (check --where"),
-        (["--where", "true); DROP TABLE x; SELECT (1"], "must be one condition"),
-        (["--where", "reward < 0) OR (true"], "must be one condition"),
-        (["--where", "true) UNION ALL (SELECT * FROM datums"], "must be one condition"),
-        (["--where", "trial_name = 'zzz'"], "no datums match --where"),
-        (["--where", "task_id <> 'train'"], "no datum of a train-split task to export"),
+        # a typo'd selection is a usage error, listing the runs as `compare` does
+        (["--run", "nope"], 2, "no batch matches --run 'nope'; see"),
+        (["--run", "nope"], 2, "for the batches (runs: r)"),
+        (["--batch", "x*", "--run", "y"], 2, "no batch matches --batch 'x*' --run 'y'; see"),
+        (["--where", "no_such_column > 1"], 1, "cannot select the datums (check --where"),
+        (["--where", "true); DROP TABLE x; SELECT (1"], 1, "must be one condition"),
+        (["--where", "reward < 0) OR (true"], 1, "must be one condition"),
+        (["--where", "true) UNION ALL (SELECT * FROM datums"], 1, "must be one condition"),
+        (["--where", "trial_name = 'zzz'"], 1, "no datums match --where"),
+        (["--where", "task_id <> 'train'"], 1, "no datum of a train-split task to export"),
     ],
 )
 def test_bad_or_empty_selections_write_nothing(
-    lake: Path, registry: Path, tmp_path: Path, options: list[str], expected: str
+    lake: Path, registry: Path, tmp_path: Path, options: list[str], code: int, expected: str
 ) -> None:
     out = tmp_path / "d.parquet"
     result = run("--lake", lake, "--out", out, "--tasks", registry, *options)
-    assert result.exit_code == 1
+    assert result.exit_code == code
     assert expected in result.output
     assert "Traceback" not in result.output
     assert not out.exists() and not companion(out).exists()

@@ -627,17 +627,18 @@ def test_batch_glob_selects(two_runs_lake: Path, tmp_path: Path) -> None:
 
 def test_usage_errors(two_runs_lake: Path, tmp_path: Path) -> None:
     result = report(two_runs_lake, tmp_path / "r.html", "--run", "nope")
-    assert result.exit_code == 1
-    assert "no batch matches --run 'nope'" in result.output
+    assert result.exit_code == 2  # a typo, listing the runs as `compare` does
+    assert "no batch matches --run 'nope'; `wmo-lake stats --lake " in result.output
+    assert "lists the batches (runs: exp-a, exp-b)" in result.output
     # one run of an overlay that matches nothing is not left out without a word
     result = report(two_runs_lake, tmp_path / "r.html", "--run", "exp-a", "--run", "exp-z")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "no batch matches --run 'exp-z' (the others do: exp-a)" in result.output
     # (a run the --batch glob leaves out exists: the glob is what matched none of it)
     result = report(
         two_runs_lake, tmp_path / "r.html", "--run", "exp-a", "--run", "exp-b", "--batch", "exp-a/*"
     )
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "no batch matches --run 'exp-b' within --batch 'exp-a/*' (the others" in result.output
     result = report(two_runs_lake, tmp_path)
     assert result.exit_code == 2 and "is a directory" in result.output
@@ -872,7 +873,7 @@ def test_run_names_in_the_reports_lines_are_printable(tmp_path: Path) -> None:
     write_trial(write_job(runs / "ev\x1b[31mil" / "harbor" / "step-0000" / "job"), "t__1")
     ingest([runs], tmp_path / "lake", workers=1)
     lake, out = str(tmp_path / "lake"), str(tmp_path / "r.html")
-    for extra, code in (([], 0), (["--run", "ev\x1b[31mil", "--run", "nope"], 1)):
+    for extra, code in (([], 0), (["--run", "ev\x1b[31mil", "--run", "nope"], 2)):
         result = CliRunner().invoke(
             cli, ["report", "--lake", lake, "--out", out, *extra], color=True
         )

@@ -188,10 +188,24 @@ def test_batch_glob_and_run_filters(tree: tuple[Path, Path]) -> None:
     assert batches("--batch", "*/job") == [CLEAN, WARNED, OTHER]
     assert batches("--run", "zeta") == [OTHER]
     assert batches("--run", "exp", "--batch", "*0001*") == [CLEAN]
-    assert batches("--run", "nope") == []
-    empty = stats(lake, "--run", "nope")
-    assert empty.exit_code == 0
-    assert "no batch matches --run 'nope'" in empty.stderr
+
+
+def test_a_selection_that_matches_no_batch_is_a_usage_error(
+    tree: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A typo'd run or glob lists the lake's runs, as `compare` does (it was exit 0 with an
+    empty table, and `[]` under --json: a typo read as an empty result)."""
+    for args in (["--run", "nope"], ["--run", "nope", "--json", "--strict"]):
+        empty = stats(tree[1], *args)
+        assert empty.exit_code == 2, empty.output
+        assert "no batch matches --run 'nope' (runs: exp, zeta)" in empty.stderr
+        assert empty.stdout == ""
+    # a lake without batches has nothing to list: its empty result is no typo
+    (tmp_path / "runs").mkdir()
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    nothing = stats(tmp_path / "lake", "--run", "nope", "--json")
+    assert (nothing.exit_code, nothing.stdout) == (0, "[]\n")
+    assert stats(tmp_path / "lake", "--run", "nope").stderr == "no batch matches --run 'nope'\n"
 
 
 def test_errors_are_messages_not_tracebacks(tmp_path: Path) -> None:

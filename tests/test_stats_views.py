@@ -66,11 +66,12 @@ def test_steps_that_select_nothing_are_named(two_runs_lake: Path) -> None:
     """A range of steps no batch is in said so (it read "the lake ... has no trials yet", or
     named only --run, which on its own selects batches)."""
     alone = stats(two_runs_lake, "--steps", "100:200")
-    assert alone.exit_code == 0, alone.output
-    assert alone.stderr == "no batch matches --steps '100:200'\n"
+    assert alone.exit_code == 2, alone.output  # a usage error, listing the runs
+    assert "Error: no batch matches --steps '100:200' (runs: exp-a, exp-b)\n" in alone.stderr
     with_run = stats(two_runs_lake, "--run", "exp-a", "--steps", "100:")
-    assert with_run.stderr == "no batch matches --run 'exp-a' --steps '100:'\n"
-    assert stats(two_runs_lake, "--run", "exp-a", "--steps", "100:", "--json").stdout == "[]\n"
+    assert "Error: no batch matches --run 'exp-a' --steps '100:' (runs: " in with_run.stderr
+    as_json = stats(two_runs_lake, "--run", "exp-a", "--steps", "100:", "--json")
+    assert (as_json.exit_code, as_json.stdout) == (2, "")
 
 
 def test_parse_steps() -> None:

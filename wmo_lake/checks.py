@@ -21,7 +21,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from wmo_lake.selection import scope_sql
+from wmo_lake.selection import NO_RUN, scope_sql
 
 if TYPE_CHECKING:
     import duckdb
@@ -233,6 +233,25 @@ def matches_a_batch(
 ) -> bool:
     """Whether the selection matches a batch `stats` lists, trials or none."""
     return bool(con.execute(ANY_BATCH_QUERY, {"batch_glob": batch_glob, "run": run}).fetchall())
+
+
+# The runs of the lake's batches as rollout_stats labels them (NO_RUN: those outside a run), of
+# the same job dirs, trials and unreadable trials as ANY_BATCH_QUERY.
+RUNS_QUERY = f"""
+SELECT DISTINCT coalesce(run, '{NO_RUN}') AS run FROM (
+    SELECT run FROM jobs
+    UNION ALL
+    SELECT run FROM trials
+    UNION ALL
+    SELECT run FROM problems WHERE kind = 'unreadable_trial' AND batch IS NOT NULL
+)
+ORDER BY run
+"""
+
+
+def runs_held(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The lake's runs, sorted; [] when it has no batches at all."""
+    return [run for (run,) in con.execute(RUNS_QUERY).fetchall()]
 
 
 def warn_on_no_match(con: duckdb.DuckDBPyConnection, batch: str | None, run: str | None) -> None:

@@ -31,7 +31,7 @@ from wmo_lake.commands.options import (
     selection_options,
     settings_from,
 )
-from wmo_lake.exports.discipline import ExportError, require_guard_choice
+from wmo_lake.exports.discipline import ExportError, ExportUsageError, require_guard_choice
 from wmo_lake.stopping import sigterm_stops
 from wmo_lake.store import LakeError
 
@@ -106,6 +106,8 @@ def _run_export(
                 lake_args=lake_hint(click.get_current_context(), lake),
                 **kind_options,
             )
+    except ExportUsageError as error:
+        fail(str(error), 2)
     except (ExportError, LakeError) as error:
         fail_if_damaged(lake)  # (an ExportError wraps the query's own error)
         lake_failure(None, lake, error)

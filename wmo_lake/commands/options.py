@@ -110,6 +110,23 @@ def lake_failure(ctx: click.Context | None, lake: Path, error: Exception) -> NoR
     fail(message)
 
 
+def refuse_no_match(lake: Path, message: str) -> None:
+    """Exit 2 with `message` and the lake's runs (as `compare` lists them) for a --batch / --run
+    / --steps that matches no batch of a lake that has some: a typo, not an empty result.
+    Returns when the lake has no batches (the caller says so as before)."""
+    from wmo_lake.checks import runs_held
+    from wmo_lake.lake import connect
+    from wmo_lake.terminal import printable
+
+    con = connect(lake, check=False)
+    try:
+        runs = runs_held(con)
+    finally:
+        con.close()
+    if runs:
+        fail(f"{message} (runs: {printable(', '.join(runs))})", 2)
+
+
 def lake_option(command: Callable[..., Any]) -> Callable[..., Any]:
     """--lake, as on every command that reads or writes a lake (./lake, or $WMO_LAKE)."""
     return click.option(

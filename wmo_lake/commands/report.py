@@ -19,6 +19,7 @@ from wmo_lake.commands.options import (
     refuse_fd_output,
     refuse_lake_file,
     refuse_long_name,
+    refuse_no_match,
     setting_options,
     settings_from,
 )
@@ -97,18 +98,19 @@ def report(
         wanted = " ".join(
             [f"--run {r!r}" for r in runs] + ([f"--batch {batch_glob!r}"] if batch_glob else [])
         )
-        fail(
-            f"no batch matches {wanted}; {list_batches} lists the batches"
-            if wanted
-            else f"the lake at {lake} has no batches yet",
-        )
+        if not wanted:
+            fail(f"the lake at {lake} has no batches yet")
+        no_match = f"no batch matches {wanted}; {list_batches} lists the batches"
+        refuse_no_match(lake, no_match)
+        fail(no_match)  # (the lake has no batches at all)
     missing = [run for run in runs if run not in data.series]
     if missing:  # an overlay never loses a mistyped run without a word
         within = f" within --batch {batch_glob!r}" if batch_glob else ""
         fail(
             f"no batch matches --run {', '.join(map(repr, missing))}{within} (the others do: "
             f"{printable(', '.join(data.series))}); {list_batches} lists the batches; nothing "
-            "was written"
+            "was written",
+            2,
         )
     try:
         write_report(data, out)

@@ -15,6 +15,7 @@ from wmo_lake.commands.options import (
     fail_if_damaged,
     lake_failure,
     lake_option,
+    refuse_no_match,
     selection_options,
     setting_options,
     settings_from,
@@ -136,6 +137,13 @@ def stats(
     except duckdb.Error as error:
         fail_if_damaged(lake)
         fail(f"stats query failed: {error}")
+    given = [
+        (flag, value)
+        for flag, value in (("--batch", batch_glob), ("--run", run), ("--steps", steps_text))
+        if value is not None
+    ]
+    if not report.rows and given:
+        refuse_no_match(lake, _no_match_text(given))
     warnings = list(report.warnings)
     if as_json or by == "task":
         warnings += report.job_warnings  # (the table's notes say them)
@@ -146,8 +154,7 @@ def stats(
     elif as_json:
         click.echo(json.dumps(report.rows, ensure_ascii=False, indent=2))
     else:
-        given = (("--batch", batch_glob), ("--run", run), ("--steps", steps_text))
-        _print_table(report, lake, [(f, v) for f, v in given if v is not None], notes_mode, details)
+        _print_table(report, lake, given, notes_mode, details)
     if report.cut and not as_json:
         click.echo("")
         for line in report.cut:
@@ -178,10 +185,9 @@ def _print_table(
 ) -> None:
     from wmo_lake import stats_views
 
-    if not report.rows:  # (--steps too: a batch without a step is in no range of steps)
-        given = " ".join(f"{flag} {_quoted(value)}" for flag, value in filters)
+    if not report.rows:  # (a lake without batches: one with some refused the filters already)
         click.echo(
-            f"no batch matches {given}" if given else f"the lake at {lake} has no trials yet",
+            _no_match_text(filters) if filters else f"the lake at {lake} has no trials yet",
             err=True,
         )
         return
@@ -199,6 +205,11 @@ def _print_table(
             click.echo("")
             for line in sparklines:
                 click.echo(line)
+
+
+def _no_match_text(filters: list[tuple[str, str]]) -> str:
+    """The filters that select no batch (--steps too: a batch without a step is in no range)."""
+    return "no batch matches " + " ".join(f"{flag} {_quoted(value)}" for flag, value in filters)
 
 
 def _quoted(value: str) -> str:

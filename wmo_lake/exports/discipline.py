@@ -50,6 +50,7 @@ from wmo_lake import __version__
 from wmo_lake.selection import scope_sql
 from wmo_lake.stopping import QUICK_EXIT_ON_STOP, ctrl_c_stops, finished
 from wmo_lake.store import fsync_path
+from wmo_lake.terminal import printable
 
 if TYPE_CHECKING:
     import duckdb
@@ -68,6 +69,11 @@ class ExportError(ValueError):
     """An export or a verified load that cannot proceed; the message says why and what to do.
     A ValueError, as WMO's `training_data` exporter and loader raise for a dataset that does not
     hold."""
+
+
+class ExportUsageError(ExportError):
+    """What the command line gave cannot select anything (a --batch / --run that matches no
+    batch): the CLI exits 2 on it, as on its other usage errors."""
 
 
 class DatasetExistsError(ExportError, FileExistsError):
@@ -684,9 +690,10 @@ def scope_condition(batch: str = "batch", run: str = "run") -> str:
 
 def nothing_in_scope(request: Request, con: duckdb.DuckDBPyConnection) -> str:
     """Why an export found no trial to read: the lake is empty, the --batch / --run given match
-    no batch, or the batches they match hold no trial of their own (empty job dirs, trial dirs
-    that could not be read, copies of trials the lake holds from other dirs)."""
-    from wmo_lake.checks import matches_a_batch
+    no batch (ExportUsageError when the lake has some), or the batches they match hold no trial
+    of their own (empty job dirs, trial dirs that could not be read, copies of trials the lake
+    holds from other dirs)."""
+    from wmo_lake.checks import matches_a_batch, runs_held
 
     selection = [
         (flag, value)
@@ -706,7 +713,11 @@ def nothing_in_scope(request: Request, con: duckdb.DuckDBPyConnection) -> str:
         )
     if not given:
         return f"the lake has no batches yet: {request.command('ingest', 'RUNS')} reads some"
-    return f"no batch matches {given}; see {request.command('stats', '')} for the batches"
+    message = f"no batch matches {given}; see {request.command('stats', '')} for the batches"
+    runs = runs_held(con)
+    if runs:  # a typo, not an empty export: listed as `compare` lists them
+        raise ExportUsageError(f"{message} (runs: {printable(', '.join(runs))})")
+    return message
 
 
 class Export:
