@@ -245,7 +245,7 @@ def test_errors_are_in_clicks_style(lake: Path, tmp_path: Path) -> None:
     usage = _invoke("sql", "CREATE TABLE t AS SELECT 1", "--lake", lake)
     assert usage.exit_code == 2
     assert usage.output.startswith("Usage: ") and "\nError: " in usage.output
-    failure = _invoke("sql", "SELECT nope", "--lake", lake)
+    failure = _invoke("sql", "SELECT error('nope')", "--lake", lake)
     assert failure.exit_code == 1 and failure.output.startswith("Error: query failed")
 
 

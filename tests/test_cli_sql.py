@@ -207,8 +207,15 @@ def test_writes_are_refused(lake: Path, tmp_path: Path) -> None:
 def test_errors_are_clear(lake: Path, tmp_path: Path) -> None:
     missing = _sql(tmp_path / "no-lake", "SELECT 1")
     assert missing.exit_code == 1 and "wmo-lake ingest" in missing.output
+    # a mistyped column, table or view is a usage error, as a query that does not parse (and
+    # as `schema NAME` of a typo); an error as the query runs is a failure
     bad = _sql(lake, "SELECT nope FROM trials")
-    assert bad.exit_code == 1 and "query failed" in bad.output and "nope" in bad.output
+    assert bad.exit_code == 2 and "query failed: Binder Error" in bad.output, bad.output
+    typo = _sql(lake, "SELECT * FROM trail_records")
+    assert typo.exit_code == 2 and "query failed: Catalog Error" in typo.output
+    assert typo.output.startswith("Usage: ") and "trial_records" in typo.output
+    failing = _sql(lake, "SELECT CAST(trial_name AS INT) FROM trials")
+    assert failing.exit_code == 1 and "query failed: Conversion Error" in failing.output
     unparsable = _sql(lake, "SELEC 1")
     assert unparsable.exit_code == 2 and "cannot parse" in unparsable.output
     for empty in ("  ", ";", "/* only a comment */"):
@@ -1047,7 +1054,7 @@ def test_a_temp_table_lives_in_the_commands_memory(lake: Path) -> None:
     so); a table of the lake's catalog is refused."""
     made = _sql(lake, "CREATE TEMP TABLE t(a INT); INSERT INTO t VALUES (7); SELECT a FROM t")
     assert made.exit_code == 0 and made.stdout.split() == ["a", "─", "7"], made.output
-    assert _sql(lake, "SELECT * FROM t").exit_code == 1  # (gone with the command)
+    assert _sql(lake, "SELECT * FROM t").exit_code == 2  # (gone with the command: no such table)
     assert _sql(lake, "CREATE TABLE t(a INT)").exit_code == 2
 
 

@@ -107,6 +107,7 @@ def _run_export(
                 **kind_options,
             )
     except ExportUsageError as error:
+        fail_if_damaged(lake)  # (a --where that names a column of a missing segment's table)
         fail(str(error), 2)
     except (ExportError, LakeError) as error:
         fail_if_damaged(lake)  # (an ExportError wraps the query's own error)

@@ -281,6 +281,10 @@ def sql(
             fail(_confined_message(_numbered_as_given(str(error), query), lake), 2)
         if ".parquet" in str(error):  # ("No magic bytes found": a segment cut short by hand)
             fail_if_damaged(lake)
+        if isinstance(error, (duckdb.CatalogException, duckdb.BinderException)):
+            fail_if_damaged(lake)
+            # a mistyped table, view or column: the query is wrong, as one that does not parse
+            fail(f"query failed: {_numbered_as_given(str(error), query)}", 2)
         fail(f"query failed: {_numbered_as_given(str(error), query)}")
     except BrokenPipeError:
         raise  # (`| head`, through the relay: click ends the command, exit 1, no message)

@@ -25,6 +25,7 @@ from wmo_lake.exports import datum_lists, discipline
 from wmo_lake.exports.discipline import (
     Export,
     ExportError,
+    ExportUsageError,
     Request,
     TaskRegistry,
     excluded_text,
@@ -150,13 +151,13 @@ def _scope_sql(where: str | None) -> str:
 
 
 def parse_condition(where: str) -> str:
-    """One SQL expression, as DuckDB renders it after parsing; ExportError otherwise."""
+    """One SQL expression, as DuckDB renders it after parsing; ExportUsageError otherwise."""
     if not where.strip():
-        raise ExportError("--where is empty; give one SQL condition over the datums columns")
+        raise ExportUsageError("--where is empty; give one SQL condition over the datums columns")
     try:
         expression = duckdb.SQLExpression(where)
     except duckdb.Error as error:
-        raise ExportError(
+        raise ExportUsageError(
             f"--where {where!r} must be one condition over the datums columns (one SQL "
             f"expression): {error}"
         ) from None
@@ -210,6 +211,9 @@ def export_datums(
                 rows = _arrow_rows(con, plan, scope)
         except duckdb.Error as error:
             hint = f" (check --where {where!r})" if where else ""
+            if where and isinstance(error, (duckdb.BinderException, duckdb.CatalogException)):
+                # (an unknown column or function: the --where is wrong, not the lake)
+                raise ExportUsageError(f"cannot select the datums{hint}: {error}") from None
             raise ExportError(f"cannot select the datums{hint}: {error}") from None
         if deferred is not None:  # (before anything is written: --strict may stop the export)
             deferred(con, batches=sorted(set(rows.column("batch").to_pylist())))

@@ -73,7 +73,8 @@ class ExportError(ValueError):
 
 class ExportUsageError(ExportError):
     """What the command line gave cannot select anything (a --batch / --run that matches no
-    batch): the CLI exits 2 on it, as on its other usage errors."""
+    batch, a --where that is no condition over the columns): the CLI exits 2 on it, as on its
+    other usage errors."""
 
 
 class DatasetExistsError(ExportError, FileExistsError):
