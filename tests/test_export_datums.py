@@ -216,15 +216,18 @@ def test_an_unregistered_task_stops_the_export(lake: Path, tmp_path: Path) -> No
 
 
 def test_a_malformed_registry_names_the_entry(lake: Path, tmp_path: Path) -> None:
+    """What --tasks names is wrong: a usage error (exit 2), as `collect --tasks` has it."""
     tasks = tmp_path / "tasks.json"
+    missing = run("--lake", lake, "--out", tmp_path / "d.parquet", "--tasks", tasks)
+    assert missing.exit_code == 2 and "cannot read the task registry" in missing.output
     tasks.write_text(json.dumps([*REGISTRY, {"id": "x", "split": "eval"}]), encoding="utf-8")
     result = run("--lake", lake, "--out", tmp_path / "d.parquet", "--tasks", tasks)
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "entry 3" in result.output and '`split` is "eval"' in result.output
     assert "Traceback" not in result.output
     tasks.write_text(json.dumps([*REGISTRY, {"id": "x"}]), encoding="utf-8")  # (was: is None)
     result = run("--lake", lake, "--out", tmp_path / "d.parquet", "--tasks", tasks)
-    assert result.exit_code == 1 and "entry 3" in result.output
+    assert result.exit_code == 2 and "entry 3" in result.output
     assert "`split` is missing, expected one of train" in result.output
 
 

@@ -72,9 +72,10 @@ class ExportError(ValueError):
 
 
 class ExportUsageError(ExportError):
-    """What the command line gave cannot select anything (a --batch / --run that matches no
-    batch, a --where that is no condition over the columns): the CLI exits 2 on it, as on its
-    other usage errors."""
+    """What the command line gave is wrong, not the lake (a --batch / --run that matches no
+    batch, a --where that is no condition over the columns, a --tasks registry that cannot be
+    read or is no registry): the CLI exits 2 on it, as on its other usage errors (and as
+    `collect --tasks` does)."""
 
 
 class DatasetExistsError(ExportError, FileExistsError):
@@ -117,43 +118,46 @@ def _describe(entry: Any) -> str:
 
 
 def load_registry(path: Path | str) -> TaskRegistry:
-    """Read and validate a task registry; `ExportError` naming the offending entry otherwise."""
+    """Read and validate a task registry; `ExportUsageError` (what --tasks names is wrong) naming
+    the offending entry otherwise."""
     path = Path(path)
     try:
         data = path.read_bytes()
     except OSError as error:
-        raise ExportError(
+        raise ExportUsageError(
             f"cannot read the task registry {path}: {error.strerror or error}; pass --tasks a "
             "readable JSON file"
         ) from None
     if len(data) > MAX_REGISTRY_BYTES:
-        raise ExportError(f"task registry {path} is over {MAX_REGISTRY_BYTES} bytes")
+        raise ExportUsageError(f"task registry {path} is over {MAX_REGISTRY_BYTES} bytes")
     try:
         value = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ExportError(f"task registry {path} is not valid UTF-8 JSON: {error}") from None
+        raise ExportUsageError(f"task registry {path} is not valid UTF-8 JSON: {error}") from None
     tasks = value.get("tasks") if isinstance(value, dict) else value
     if not isinstance(tasks, list):
-        raise ExportError(
+        raise ExportUsageError(
             f"task registry {path} must be a JSON list of tasks or an object "
             '{"tasks": [...]}; got ' + type(value).__name__
         )
     if not tasks:
-        raise ExportError(f"task registry {path} lists no tasks")
+        raise ExportUsageError(f"task registry {path} lists no tasks")
     splits: dict[str, str] = {}
     for index, entry in enumerate(tasks):
         where = f"task registry {path}, entry {index} ({_describe(entry)})"
         if not isinstance(entry, dict):
-            raise ExportError(f"{where}: each task must be an object with `id` and `split`")
+            raise ExportUsageError(f"{where}: each task must be an object with `id` and `split`")
         task_id = entry.get("id")
         if not isinstance(task_id, str) or not task_id:
-            raise ExportError(f"{where}: `id` must be a non-empty string")
+            raise ExportUsageError(f"{where}: `id` must be a non-empty string")
         if task_id in splits:
-            raise ExportError(f"{where}: duplicate id {task_id!r}; each task must appear once")
+            raise ExportUsageError(f"{where}: duplicate id {task_id!r}; each task must appear once")
         split = entry.get("split")
         if split not in SPLITS:
             said = json.dumps(split) if "split" in entry else "missing"
-            raise ExportError(f"{where}: `split` is {said}, expected one of {', '.join(SPLITS)}")
+            raise ExportUsageError(
+                f"{where}: `split` is {said}, expected one of {', '.join(SPLITS)}"
+            )
         splits[task_id] = split
     return TaskRegistry(path=path, sha256=hashlib.sha256(data).hexdigest(), splits=splits)
 
