@@ -204,8 +204,8 @@ def sql(
         output, stream = None, named
     if output is not None:
         directory = OutputFile(output).final.parent  # (a symlink's: its target is written)
-        if not directory.is_dir():
-            fail(f"cannot write {output}: {missing_dir_text(directory)}")
+        if not directory.is_dir():  # (a usage error, as the report's --out in a missing dir)
+            fail(f"cannot write {output}: {missing_dir_text(directory)}", 2)
     if engine == "spark":
         run_on_spark(query, lake, fmt, output, settings_from(options), limit, stream)
         return
