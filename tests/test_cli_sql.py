@@ -383,6 +383,12 @@ def test_limit(lake: Path) -> None:
         assert "a__1" in result.stdout and "b__1" not in result.stdout
     table = _sql(lake, "SELECT trial_name FROM trials ORDER BY 1", "--limit", "1").stdout
     assert "a__1" in table and "b__1" not in table
+    # past 2^63 - 1 a usage error, as --max-tokens (it leaked DuckDB's INT128 cast error, exit 1)
+    largest = _sql(lake, "SELECT 1 AS one", "--format", "csv", "--limit", str(2**63 - 1))
+    assert (largest.exit_code, largest.stdout) == (0, "one\n1\n"), largest.output
+    past = _sql(lake, "SELECT 1", "--limit", str(2**63))
+    assert past.exit_code == 2 and "Conversion Error" not in past.output
+    assert f"'--limit': must be a whole number (a 64-bit one), got {2**63}" in past.output
 
 
 def test_csv_writes_nested_values_as_json(lake: Path) -> None:

@@ -200,12 +200,21 @@ def view_columns() -> list[str]:
 
 def whole_number(minimum: int) -> Any:
     """click's `IntRange(min=minimum)`, whose error for `abc` says "is not a valid integer" (click
-    names the type "integer range" there)."""
+    names the type "integer range" there), refusing past 2^63 - 1 as the settings do: DuckDB
+    takes no larger integer (a --limit past it failed in DuckDB, as an INT128 cast)."""
     import click
 
-    kind = click.IntRange(min=minimum)
-    kind.name = "integer"
-    return kind
+    class WholeNumber(click.IntRange):
+        name = "integer"
+
+        def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+            number = super().convert(value, param, ctx)
+            if number >= 2**63:
+                what = {0: "a whole number", 1: "a positive integer"}.get(minimum, "an integer")
+                self.fail(f"must be {what} (a 64-bit one), got {value}", param, ctx)
+            return number
+
+    return WholeNumber(min=minimum)
 
 
 def options_decorator(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
