@@ -391,6 +391,19 @@ def test_limit(lake: Path) -> None:
     assert f"'--limit': must be a whole number (a 64-bit one), got {2**63}" in past.output
 
 
+def test_output_dash_is_stdout(lake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`-o -` is stdout, as QUERY `-` is stdin (it wrote a file named `-`)."""
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    table = _sql(lake, "-o", "-", "SELECT 42 AS answer")
+    assert table.exit_code == 0 and "42" in table.stdout, table.output
+    csv_rows = _sql(lake, "-o", "-", "--format", "csv", "SELECT 42 AS answer")
+    assert (csv_rows.exit_code, csv_rows.stdout) == (0, "answer\n42\n"), csv_rows.output
+    assert list((tmp_path / "here").iterdir()) == []
+    said = " ".join(CliRunner().invoke(cli, ["sql", "--help"]).output.split())
+    assert "--output '-' writes to stdout" in said and "('-': stdout;" in said
+
+
 def test_csv_writes_nested_values_as_json(lake: Path) -> None:
     result = _sql(
         lake, "SELECT rewards, [1, 2] AS ids FROM trials WHERE trial_id = 'a'", "--format", "csv"

@@ -146,8 +146,8 @@ def output_options(command: Callable[..., Any]) -> Callable[..., Any]:
         "--output",
         "-o",
         type=click.Path(dir_okay=False, path_type=Path),
-        help="Write to this file instead of stdout (its extension names the format: .csv, "
-        ".json, .jsonl, .parquet; .txt or none is the table; any other is refused).",
+        help="Write to this file instead of stdout ('-': stdout; its extension names the format: "
+        ".csv, .json, .jsonl, .parquet; .txt or none is the table; any other is refused).",
     )(command)
     return click.option(
         "--format",

@@ -131,7 +131,8 @@ def sql(
     engine: str,
     **options: Any,
 ) -> None:
-    """Run read-only SQL over the lake's tables and views. QUERY '-' reads it from stdin.
+    """Run read-only SQL over the lake's tables and views. QUERY '-' reads it from stdin;
+    --output '-' writes to stdout.
 
     Any statement DuckDB runs that does not write works: SELECT, FROM-first queries, PIVOT /
     UNPIVOT, DESCRIBE, SUMMARIZE, SHOW TABLES, PRAGMA table_info, EXPLAIN ANALYZE, SET. The lake is
@@ -175,6 +176,8 @@ def sql(
         query.encode("utf-8")
     except UnicodeEncodeError as error:  # bytes no UTF-8 decodes, kept by Python as surrogates
         fail(f"the query is not UTF-8 text (character {error.start}); write it in UTF-8", 2)
+    if output == Path("-"):  # stdout, as QUERY '-' is stdin (it wrote a file named '-')
+        output = None
     if output is None:
         fmt = fmt or "table"
     else:
