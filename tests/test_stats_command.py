@@ -208,6 +208,18 @@ def test_a_selection_that_matches_no_batch_is_a_usage_error(
     assert stats(tmp_path / "lake", "--run", "nope").stderr == "no batch matches --run 'nope'\n"
 
 
+def test_a_file_named_by_wmo_lake_is_said_as_wmo_lakes(tmp_path: Path) -> None:
+    """$WMO_LAKE naming a file blamed `--lake`, which was not given."""
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    from_env = CliRunner().invoke(cli, ["stats"], env={"WMO_LAKE": str(afile)})
+    assert from_env.exit_code == 2
+    assert f"Error: WMO_LAKE={afile}: '{afile}' is a file, not a lake directory" in from_env.output
+    assert "--lake" not in from_env.output.split("Error: ", 1)[1]
+    given = stats(afile)  # (the option given: click's own words)
+    assert given.exit_code == 2 and "Invalid value for '--lake'" in given.output
+
+
 def test_errors_are_messages_not_tracebacks(tmp_path: Path) -> None:
     missing = stats(tmp_path / "no-lake")
     assert missing.exit_code == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -127,11 +128,29 @@ def refuse_no_match(lake: Path, message: str) -> None:
         fail(f"{message} (runs: {printable(', '.join(runs))})", 2)
 
 
+class LakeDir(click.Path):
+    """--lake's type: a directory. A file that $WMO_LAKE names is said as WMO_LAKE's, not as the
+    --lake option's (click's "Invalid value for '--lake'" blamed an option not given)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        named = param.name if param is not None else None
+        source = ctx.get_parameter_source(named) if ctx is not None and named else None
+        if (
+            source is ParameterSource.ENVIRONMENT
+            and os.path.exists(value)
+            and not os.path.isdir(value)
+        ):
+            raise click.UsageError(
+                f"WMO_LAKE={value}: {str(value)!r} is a file, not a lake directory", ctx
+            )
+        return super().convert(value, param, ctx)
+
+
 def lake_option(command: Callable[..., Any]) -> Callable[..., Any]:
     """--lake, as on every command that reads or writes a lake (./lake, or $WMO_LAKE)."""
     return click.option(
         "--lake",
-        type=click.Path(file_okay=False, path_type=Path),
+        type=LakeDir(file_okay=False, path_type=Path),
         default=Path("lake"),
         envvar="WMO_LAKE",
         show_default="./lake, or $WMO_LAKE",
