@@ -14,6 +14,7 @@ from harbor_shapes import write_job, write_trial
 import wmo_lake as wl
 from wmo_lake.checks import NoMatchWarning, NoTrialsWarning, RewardKeyWarning
 from wmo_lake.export import ExportError
+from wmo_lake.lake import NoLakeError
 from wmo_lake.store import LakeError
 
 
@@ -69,6 +70,9 @@ def test_errors_speak_python(lake: Path, tmp_path: Path) -> None:
     with pytest.raises(LakeError) as missing:
         wl.stats(tmp_path / "nowhere")
     assert "--" not in str(missing.value) and "wmo-lake" not in str(missing.value)
+    (tmp_path / "afile").write_text("")  # (it said "ingest into it first")
+    with pytest.raises(NoLakeError, match=r"afile: it is a file, not a lake directory$"):
+        wl.stats(tmp_path / "afile")
     with pytest.raises(ExportError) as guard:
         wl.export_datums(lake, tmp_path / "d.parquet")
     assert "tasks=" in str(guard.value) and "no_split_guard=True" in str(guard.value)

@@ -115,6 +115,8 @@ class NoLakeError(LakeError):
 
 
 def _require(store: Store) -> Manifest:
+    if store.root.is_file():  # (no ingest makes a lake of it)
+        raise NoLakeError(f"no lake at {store.root}: it is a file, not a lake directory")
     if not store.exists():
         raise NoLakeError(f"no lake at {store.root} (no manifest.json){NoLakeError.advice}")
     return store.read_manifest()

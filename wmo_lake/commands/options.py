@@ -101,7 +101,7 @@ def lake_failure(ctx: click.Context | None, lake: Path, error: Exception) -> NoR
     from wmo_lake.lake import NoLakeError
 
     message = str(error)
-    if isinstance(error, NoLakeError):
+    if isinstance(error, NoLakeError) and message.endswith(NoLakeError.advice):
         ctx = ctx or click.get_current_context()
         where = lake_hint(ctx, lake)
         message = message.removesuffix(NoLakeError.advice)
