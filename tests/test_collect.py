@@ -182,6 +182,16 @@ def test_a_missing_template_is_a_usage_error(tmp_path: Path) -> None:
     assert code == 2 and "cannot read the job template" in output
 
 
+@pytest.mark.parametrize("text", ["", "# only a comment\n"])
+def test_an_empty_template_says_it_is_empty(tmp_path: Path, text: str) -> None:
+    """It said "must be a mapping of harbor JobConfig fields, got NoneType"."""
+    empty = tmp_path / "empty.yaml"
+    empty.write_text(text)
+    code, output = _collect(tmp_path, template=empty)
+    assert code == 2 and f"the job template {empty} is empty;" in output
+    assert "NoneType" not in output and not (tmp_path / "runs").exists()
+
+
 def test_a_template_without_tasks_says_how_to_give_them(tmp_path: Path) -> None:
     code, output = _collect(tmp_path)
     assert code == 2 and "names no tasks" in output and "--task" in output

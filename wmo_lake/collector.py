@@ -107,6 +107,11 @@ def load_template(path: Path | str) -> dict[str, Any]:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as error:
         raise CollectError(f"the job template {path} is not valid YAML: {error}") from error
+    if raw is None:  # (empty, or only comments: YAML reads it as null, said as "NoneType")
+        raise CollectError(
+            f"the job template {path} is empty; give harbor JobConfig fields (agents, "
+            "environment, tasks or datasets)"
+        )
     if not isinstance(raw, dict):
         raise CollectError(
             f"the job template {path} must be a mapping of harbor JobConfig fields, "
