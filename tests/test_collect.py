@@ -192,6 +192,13 @@ def test_an_empty_template_says_it_is_empty(tmp_path: Path, text: str) -> None:
     assert "NoneType" not in output and not (tmp_path / "runs").exists()
 
 
+def test_a_step_past_64_bits_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    """It passed, harbor ran the step, and only the ingest found it could not store the step."""
+    code, output = _collect(tmp_path, "--set", KIT_TASKS, "--step", str(2**63))
+    assert code == 2 and f"--step must be a 64-bit integer (below 2^63), got {2**63}" in output
+    assert not (tmp_path / "runs").exists()  # nothing ran, nothing was created
+
+
 def test_a_template_without_tasks_says_how_to_give_them(tmp_path: Path) -> None:
     code, output = _collect(tmp_path)
     assert code == 2 and "names no tasks" in output and "--task" in output
@@ -334,13 +341,22 @@ def test_set_errors_say_what_is_there(assignment: str, says: str) -> None:
     ("arguments", "says"),
     [
         ({"step": -1}, "step must be >= 0, got -1"),
+        ({"step": 2**63}, "step must be a 64-bit integer (below 2^63)"),
         ({"attempts": 0, "sets": [KIT_TASKS]}, "attempts must be >= 1, got 0"),
         ({"tasks": ["x"], "tasks_file": "t.txt"}, "as tasks_file=FILE or as tasks=ID, not both"),
         ({"sets": ["max_turns"]}, "sets entry 'max_turns': expected KEY=VALUE"),
         ({}, "or pass tasks=TASK_DIR"),
         ({"tasks_file": "missing.txt", "sets": [KIT_TASKS]}, "cannot read tasks_file=missing.txt"),
     ],
-    ids=["step", "attempts", "both-task-arguments", "sets", "no-tasks", "tasks-file"],
+    ids=[
+        "step",
+        "step-past-64-bits",
+        "attempts",
+        "both-task-arguments",
+        "sets",
+        "no-tasks",
+        "tasks-file",
+    ],
 )
 def test_from_python_collect_errors_name_its_arguments_not_cli_options(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, arguments: dict[str, object], says: str

@@ -394,6 +394,8 @@ def plan_step(
     _require_harbor()
     if step < 0:
         raise CollectError(f"--step must be >= 0, got {step}")
+    if step >= 2**63:  # (the lake's step is 64-bit: its ingest refused it after harbor had run)
+        raise CollectError(f"--step must be a 64-bit integer (below 2^63), got {step}")
     if attempts is not None and attempts < 1:
         raise CollectError(f"--attempts must be >= 1, got {attempts}")
     if task_ids and tasks_file is not None:
