@@ -22,6 +22,7 @@ from pydantic import TypeAdapter
 from wmo_lake.cli import cli
 from wmo_lake.ingest import ingest
 from wmo_lake.lake import connect
+from wmo_lake.store import Store
 
 RECORDED = [([1, 2], [3], [-0.5]), ([1, 2, 3, 4], [5, 6], [-0.1, -0.2])]
 
@@ -316,6 +317,35 @@ def test_the_lake_remembers_sink_root_for_later_ingests(tmp_path: Path) -> None:
     assert "1 replaced" in undone.stdout and "remembered" not in undone.stderr
     assert _spans(lake) == {}  # (the recorded dir is gone: sink_dir_missing)
     assert "remembered" not in run().stderr  # (OLD=OLD is what it remembers now)
+
+
+def test_remembered_remaps_the_longest_old_wins_and_an_undo_holds(tmp_path: Path) -> None:
+    """A remap of /gone/a/b remembered, then one of /gone/a given: the broader one came first
+    and shadowed the other, so a plain ingest of run b lost its spans. An undo (OLD=OLD) by an
+    ingest that read nothing was not remembered, nor one spelled `/gone/a` for `/gone/a/`."""
+    runs = tmp_path / "runs"
+    for run, recorded in (("ra", "/gone/a/tokens/step-0001"), ("rb", "/gone/a/b/tokens/step-0001")):
+        job = write_job(runs / run / "harbor" / "step-0001" / "job", token_sink_dir=recorded)
+        write_trial(job, "t__1", reward=1.0)
+    write_sink(tmp_path / "x" / "tokens" / "step-0001", "t__1", RECORDED[:1])
+    write_sink(tmp_path / "y" / "tokens" / "step-0001", "t__1", RECORDED)
+    lake = tmp_path / "lake"
+
+    def statuses() -> list[tuple[str, int]]:
+        query = "SELECT spans_status, n_spans FROM trials ORDER BY batch"
+        return connect(lake).execute(query).fetchall()
+
+    ingest([runs / "rb"], lake, sink_roots=(("/gone/a/b", str(tmp_path / "y")),))
+    ingest([runs / "ra"], lake, sink_roots=(("/gone/a/", str(tmp_path / "x")),))
+    assert statuses() == [("sink", 1), ("sink", 2)]
+    (runs / "rb" / "harbor" / "step-0001" / "job" / "t__1" / "result.json").touch()
+    assert ingest([runs], lake).trials_replaced == 1  # (rb read again: y's sink, not x/b's)
+    assert statuses() == [("sink", 1), ("sink", 2)]
+    undone = ingest([tmp_path / "x"], lake, sink_roots=(("/gone/a", "/gone/a"),))
+    assert undone.committed  # (it read nothing, but the lake forgets the remap)
+    assert Store(lake).read_manifest().sink_roots == [("/gone/a/b", str(tmp_path / "y"))]
+    assert ingest([runs], lake).sink_roots_remembered == [f"/gone/a/b={tmp_path / 'y'}"]
+    assert statuses() == [("sink_dir_missing", 0), ("sink", 2)]
 
 
 def test_sink_root_must_be_old_equals_new(tmp_path: Path) -> None:

@@ -25,7 +25,8 @@ from typing import Any
 
 PI_BRIDGE = "pi-bridge"
 TERMINUS_2 = "terminus-2"
-SinkRoots = tuple[tuple[str, str], ...]  # (OLD prefix, NEW prefix), first match wins
+# (OLD prefix, NEW prefix): the longest OLD a recorded dir lies under wins (the first of equal ones)
+SinkRoots = tuple[tuple[str, str], ...]
 
 
 def collection_path(config: Any) -> tuple[str, str | None]:
@@ -73,10 +74,13 @@ class Collection:
 
 
 def _remapped(recorded: str, roots: SinkRoots) -> str:
-    for old, new in roots:
-        if Path(recorded).is_relative_to(old):
-            return str(Path(new) / Path(recorded).relative_to(old))
-    return recorded
+    """`recorded` under the remap of the longest OLD it lies under: a remap of /a/b is not
+    shadowed by one of /a, whichever was given (or remembered) first."""
+    matching = [(old, new) for old, new in roots if Path(recorded).is_relative_to(old)]
+    if not matching:
+        return recorded
+    old, new = max(matching, key=lambda pair: len(Path(pair[0]).parts))  # (first of a tie)
+    return str(Path(new) / Path(recorded).relative_to(old))
 
 
 def resolve_sink_dir(recorded: str, job_dir: Path, roots: SinkRoots = ()) -> SinkDir:

@@ -919,8 +919,8 @@ class LakeUpdate:
         trials without the option finds their sinks where they were found before. Committed
         with this ingest's generation, but for OLD=OLD, which undoes a remap; the summary
         names the remembered ones applied."""
-        olds = {old for old, _ in given}
-        remembered = [(old, new) for old, new in self.base.sink_roots if old not in olds]
+        olds = {Path(old) for old, _ in given}  # (as paths: `/a/` is `/a`, as the remap reads)
+        remembered = [(old, new) for old, new in self.base.sink_roots if Path(old) not in olds]
         self.summary.sink_roots_remembered = [f"{old}={new}" for old, new in remembered]
         applied = (*given, *remembered)
         self.sink_roots = [(old, new) for old, new in applied if old != new]  # (OLD=OLD: undone)
@@ -931,6 +931,8 @@ class LakeUpdate:
         leaves a queryable lake); otherwise only tidy what an interrupted ingest left."""
         self.summary.jobs = len(self.jobs)
         changed = self.catalog_only or (self.commit is not None and self.commit.changed)
+        # (a remap given, or undone, is remembered even when it changed no trial's reading)
+        changed = changed or self.sink_roots != list(self.base.sink_roots)
         if changed or not self.store.exists():
             # the sweep of files no generation names is left to `sweep()`: while lake.duckdb
             # is built (a walk of every touched partition: ~0.1 s for a 128-step first ingest)
