@@ -18,6 +18,7 @@ from click.testing import CliRunner, Result
 from conftest import FIXTURES
 from edge_case_trees import write_unreadable_trial
 from harbor_shapes import write_job, write_trial
+from unprivileged import needs_permissions, run_cli
 
 import wmo_lake as wl
 from wmo_lake.checks import ShortJobWarning, UnfinishedJobWarning
@@ -357,12 +358,46 @@ def test_a_resumed_job_whose_deleted_trial_the_lake_kept_is_said(tmp_path: Path)
     assert run("stats", "--lake", str(lake), "--strict").exit_code == 0
 
 
+def test_the_prune_the_note_advises_keeps_the_batch_label(tmp_path: Path) -> None:
+    """Under no `<run>/harbor/`, a job dir given as the PATH labels its batch by its own name:
+    the note's `ingest --prune JOB_DIR` relabelled `exp/kit-e2e` as `kit-e2e`. It names the dir
+    the label is relative to, so following it prunes the trial and keeps the batch."""
+    job = tmp_path / "runs" / "exp" / "kit-e2e"
+    shutil.copytree(KIT_JOB, job)
+    lake = tmp_path / "lake"
+    ingest([tmp_path / "runs"], lake, workers=1)
+    resume(job, sorted(p for p in job.iterdir() if p.is_dir())[0], "rerun__1")
+    ingest([tmp_path / "runs"], lake, workers=1)
+    [note] = short_notes(lake)
+    command = note[note.index("`wmo-lake ingest --prune ") + 1 : -1]
+    assert command == f"wmo-lake ingest --prune {shlex.quote(str((tmp_path / 'runs').resolve()))}"
+    assert run(*shlex.split(command)[1:], "--lake", str(lake)).exit_code == 0
+    assert short_notes(lake) == []
+    rows = json.loads(run("stats", "--lake", str(lake), "--json").stdout)
+    assert [(row["batch"], row["trials"]) for row in rows] == [("exp/kit-e2e", 6)]
+
+
 def test_more_trials_than_planned_with_every_dir_there_says_nothing(tmp_path: Path) -> None:
     """Hand-made trees copy one real result.json, so a job may hold more trial dirs than it
     plans: with every dir of them on disk, nothing is gone and nothing is said."""
     finished_job(tmp_path / "runs", planned=2, trials=4)
     ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
     assert short_notes(tmp_path / "lake") == []
+
+
+@needs_permissions
+def test_a_trial_dir_this_user_may_not_search_is_not_gone(tmp_path: Path) -> None:
+    """A job planning 2 holds 3 trials, all on disk, one dir of mode 000: its files could not be
+    looked at, so it counted as gone, with a note advising a --prune that would drop it."""
+    job = finished_job(tmp_path / "runs", planned=2, trials=3)
+    ingest([tmp_path / "runs"], tmp_path / "lake", workers=1)
+    (job / "t__3").chmod(0)
+    try:
+        result = run_cli("stats", "--lake", tmp_path / "lake", "--notes", "full", "--strict")
+    finally:
+        (job / "t__3").chmod(0o755)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "gone" not in result.stdout
 
 
 def test_a_copy_of_a_run_tree_is_the_same_job_not_a_short_one(tmp_path: Path) -> None:

@@ -226,13 +226,15 @@ def test_a_lake_duckdb_that_is_no_duckdb_file_is_rebuilt_by_the_next_ingest(
     write_trial(_job(runs, 1), "a__1", trial_id="a1", reward=1.0, turns=TURNS)
     ingest([runs], lake, workers=1)
     want = _check(lake, tmp_path)
-    (lake / DUCKDB_FILE).write_bytes(b"garbage\n")
-    assert _everything(connect(lake, check=False)) == want  # (its own copy meanwhile)
-    summary = ingest([runs], lake, workers=1)
-    assert not summary.committed
-    with duckdb.connect(str(lake / DUCKDB_FILE), read_only=True) as con:
-        assert con.execute("SELECT count(*) FROM trials").fetchall() == [(1,)]
-    assert _check(lake, tmp_path) == want
+    whole = (lake / DUCKDB_FILE).read_bytes()
+    for damaged in (b"garbage\n", whole[:8192]):  # (the second: cut short, its header whole)
+        (lake / DUCKDB_FILE).write_bytes(damaged)
+        assert _everything(connect(lake, check=False)) == want  # (its own copy meanwhile)
+        summary = ingest([runs], lake, workers=1)
+        assert not summary.committed
+        with duckdb.connect(str(lake / DUCKDB_FILE), read_only=True) as con:
+            assert con.execute("SELECT count(*) FROM trials").fetchall() == [(1,)]
+        assert _check(lake, tmp_path) == want
 
 
 def test_an_update_across_a_change_of_views_recreates_them(tmp_path: Path) -> None:

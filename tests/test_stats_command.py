@@ -103,8 +103,9 @@ def test_a_label_two_job_dirs_share_is_a_note(tmp_path: Path) -> None:
     notes = [line for line in result.stdout.splitlines() if line.startswith("note: ")]
     assert notes == [
         f"note: exp/harbor/step-0000/job: 2 job dirs carry this batch label and their trials are "
-        f"pooled as one batch ({jobs[0]}, {jobs[1]}): two run trees with the same run name, or a "
-        "job dir that moved (`wmo-lake ingest --prune` drops one that is gone)"
+        f"pooled as one batch ({jobs[0]}, {jobs[1]}): two run trees with the same run name, dirs "
+        "of one name in two trees given as PATHs, or a job dir that moved (`wmo-lake ingest "
+        "--prune` drops one that is gone)"
     ]
     assert json.loads(stats(tmp_path / "lake", "--json").stdout)[0]["trials"] == 2
 

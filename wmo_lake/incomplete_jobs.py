@@ -10,6 +10,7 @@ runs the missing trials). The lake reads what is there and says so: `stats` in i
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
@@ -261,21 +262,26 @@ def _short_job(
 
 
 def _trial_dirs(job_dir: str) -> int | None:
-    """The trial dirs in a job dir (a dir holding harbor's result.json or config.json), or None
-    when it is not on this machine or cannot be listed."""
+    """The trial dirs in a job dir (a dir holding harbor's result.json or config.json, or one
+    this user may not search: not known to be gone), or None when it is not on this machine or
+    cannot be listed."""
     try:
         with os.scandir(job_dir) as entries:
-            return sum(
-                1
-                for entry in entries
-                if entry.is_dir()
-                and any(os.path.isfile(os.path.join(entry.path, n)) for n in _TRIAL_FILES)
-            )
+            return sum(1 for entry in entries if entry.is_dir() and _may_be_a_trial(entry.path))
     except OSError:
         return None
 
 
-_TRIAL_FILES = ("result.json", "config.json")
+def _may_be_a_trial(path: str) -> bool:
+    for name in ("result.json", "config.json"):
+        try:
+            if stat.S_ISREG(os.stat(os.path.join(path, name)).st_mode):
+                return True
+        except PermissionError:
+            return True  # (a dir that cannot be searched: its trial is there as far as we know)
+        except OSError:
+            continue
+    return False
 
 
 def incomplete_job_warnings(
@@ -331,9 +337,10 @@ def pooled_batches(by_batch: dict[str, list[JobRow]]) -> list[str]:
 def pooled_warning(pooled: Sequence[str]) -> str:
     return (
         f"{len(pooled)} batch(es) in scope pool the trials of several job dirs that carry one "
-        f"batch label: {_named(pooled)}; two run trees with the same run name, or a job dir "
-        "that moved, so their figures are of those dirs together. The "
-        "notes of the wmo-lake stats command name the job dirs and what to do"
+        f"batch label: {_named(pooled)}; two run trees with the same run name, dirs of one "
+        "name in two trees given as PATHs, or a job dir that moved, so their figures are of "
+        "those dirs together. The notes of the wmo-lake stats command name the job dirs and what "
+        "to do"
     )
 
 

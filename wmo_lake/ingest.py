@@ -365,12 +365,12 @@ def ingest(
             raise
         rebuilt = False
         try:
-            from wmo_lake.lake import duckdb_file_current, ensure_duckdb_file
+            from wmo_lake.lake import duckdb_file_sound, ensure_duckdb_file
 
             swept = update.sweep()
             try:
                 # (the manifest this ingest committed, or found unchanged: not read again)
-                if update.summary.committed or not duckdb_file_current(store, update.manifest):
+                if update.summary.committed or not duckdb_file_sound(store, update.manifest):
                     crash_point("before_duckdb_file")
                     if head_start is not None:
                         head_start.join()

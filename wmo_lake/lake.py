@@ -548,7 +548,7 @@ def ensure_duckdb_file(
     manifest = _require(store) if manifest is None else manifest
     target = store.root / DUCKDB_FILE
     views = views_digest()
-    if duckdb_file_current(store, manifest):
+    if duckdb_file_sound(store, manifest):
         return target
     stamp = store.duckdb_stamp(manifest, views)
     tmp = target.with_name(f".{DUCKDB_FILE}.building")
@@ -583,6 +583,22 @@ def ensure_duckdb_file(
     fsync_path(store.root)
     atomic_write_bytes(store.root / DUCKDB_STAMP, stamp.encode("utf-8"))
     return target
+
+
+def duckdb_file_sound(store: Store, manifest: Manifest | None = None) -> bool:
+    """`duckdb_file_current`, and DuckDB opens the file and reads its stamp: a file cut short
+    (its header whole) is rebuilt by the next ingest, not left for plain DuckDB clients to fail
+    on (`connect` reads the lake without it meanwhile)."""
+    import duckdb
+
+    if not duckdb_file_current(store, manifest):
+        return False
+    try:
+        with duckdb.connect(str(store.root / DUCKDB_FILE), read_only=True) as con:
+            con.execute("SELECT stamp FROM _wmo_lake").fetchall()
+    except duckdb.Error:
+        return False
+    return True
 
 
 def one_schema(manifest: Manifest, table: str) -> str | None:

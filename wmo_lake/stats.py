@@ -302,7 +302,7 @@ def _short_note(job: ShortJob) -> str:
             f"{job.gone:,} of them are trials whose dirs are gone from its job dir (removed after "
             "the run: harbor's job resume deletes a trial dir it runs again), kept without "
             "--prune and counted in these figures, where upstream's scorer scores the job dir as "
-            f"it is. Drop them: `wmo-lake ingest --prune {first}`{more}"
+            f"it is. Drop them: `wmo-lake ingest --prune {_ingest_path(job)}`"
         )
     causes = []
     if job.removed is None:
@@ -320,8 +320,8 @@ def _short_note(job: ShortJob) -> str:
     if job.not_counted:
         causes.append(
             f"{job.not_counted:,} trial dir(s) in its job dir are not counted in this batch: "
-            f"not ingested (`wmo-lake ingest {first}`), or trials another dir holds (the "
-            "ingest's summary counts those)"
+            f"not ingested (`wmo-lake ingest {_ingest_path(job)}`), or trials another dir "
+            "holds (the ingest's summary counts those)"
         )
     return (
         f"{job.batch}: its harbor job finished, but the lake holds "
@@ -330,6 +330,19 @@ def _short_note(job: ShortJob) -> str:
         + ". Upstream's scorer would not score the step as it is (scoring it again resumes the "
         "job), so these figures are of a part of it"
     )
+
+
+def _ingest_path(job: ShortJob) -> str:
+    """The PATH (shell-quoted) whose ingest labels the job's first dir with its batch label as
+    before: that dir itself when it labels itself so (a collector's `<run>/harbor/step-N/`), else
+    the dir the label is relative to (an ingest of the job dir alone would relabel its batch)."""
+    from wmo_lake.discover import job_labels
+
+    path = Path(job.job_dirs[0])
+    parts = tuple(job.batch.split("/"))
+    if job_labels(path, path)[0] != job.batch and path.parts[-len(parts) :] == parts:
+        path = path.parents[len(parts) - 1]
+    return shlex.quote(str(path))
 
 
 def _held(trials: int, unreadable: int) -> str:
@@ -356,7 +369,8 @@ def notes_for(rows: list[dict[str, Any]], facts: BatchFacts | None = None) -> li
             notes.append(
                 f"{batch}: {len(job_dirs)} job dirs carry this batch label and their trials are "
                 f"pooled as one batch ({', '.join(job_dirs)}): two run trees with the same run "
-                "name, or a job dir that moved (`wmo-lake ingest --prune` drops one that is gone)"
+                "name, dirs of one name in two trees given as PATHs, or a job dir that moved "
+                "(`wmo-lake ingest --prune` drops one that is gone)"
             )
         if batch in facts.unfinished_jobs:
             jobs = facts.unfinished_jobs[batch]

@@ -470,10 +470,10 @@ def _incomplete_job_warnings(data: ReportData) -> str:
     if data.pooled:
         lines.append(
             f"<p class='warn'>{len(data.pooled)} batch(es) pool the trials of several job dirs "
-            "that carry one batch label (two run trees with the same run name, or a job "
-            "dir that moved), so their points are of those dirs "
-            f"together: {_shown(data.pooled)}. The notes of wmo-lake stats name the job dirs "
-            "and what to do.</p>"
+            "that carry one batch label (two run trees with the same run name, dirs of one "
+            "name in two trees given as PATHs, or a job dir that moved), so their points are of "
+            f"those dirs together: {_shown(data.pooled)}. The notes of wmo-lake stats name the "
+            "job dirs and what to do.</p>"
         )
     return "".join(lines)
 
