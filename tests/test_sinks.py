@@ -346,6 +346,12 @@ def test_remembered_remaps_the_longest_old_wins_and_an_undo_holds(tmp_path: Path
     assert Store(lake).read_manifest().sink_roots == [("/gone/a/b", str(tmp_path / "y"))]
     assert ingest([runs], lake).sink_roots_remembered == [f"/gone/a/b={tmp_path / 'y'}"]
     assert statuses() == [("sink_dir_missing", 0), ("sink", 2)]
+    # Two commands giving other remaps in turn (two nightly jobs) commit nothing once both are
+    # remembered: the order the list is kept in is no change (it was one generation a night).
+    for _ in range(2):
+        for given in (("/old1", "/new1"), ("/old2", "/new2")):
+            last = ingest([runs], lake, sink_roots=(given,))
+    assert not last.committed
 
 
 def test_sink_root_must_be_old_equals_new(tmp_path: Path) -> None:

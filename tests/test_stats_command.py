@@ -209,7 +209,9 @@ def test_a_selection_that_matches_no_batch_is_a_usage_error(
     assert stats(tmp_path / "lake", "--run", "nope").stderr == "no batch matches --run 'nope'\n"
 
 
-def test_a_file_named_by_wmo_lake_is_said_as_wmo_lakes(tmp_path: Path) -> None:
+def test_a_file_named_by_wmo_lake_is_said_as_wmo_lakes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """$WMO_LAKE naming a file blamed `--lake`, which was not given."""
     afile = tmp_path / "afile"
     afile.write_text("")
@@ -219,6 +221,14 @@ def test_a_file_named_by_wmo_lake_is_said_as_wmo_lakes(tmp_path: Path) -> None:
     assert "--lake" not in from_env.output.split("Error: ", 1)[1]
     given = stats(afile)  # (the option given: click's own words)
     assert given.exit_code == 2 and "Invalid value for '--lake'" in given.output
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("WMO_LAKE", raising=False)
+    Path("lake").write_text("")  # (the default ./lake, a file)
+    default = CliRunner().invoke(cli, ["stats"])
+    assert default.exit_code == 2
+    assert "Error: ./lake is a file, not a lake directory: give the lake with --lake DIR" in (
+        default.output
+    )
 
 
 def test_errors_are_messages_not_tracebacks(tmp_path: Path) -> None:

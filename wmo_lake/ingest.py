@@ -365,12 +365,12 @@ def ingest(
             raise
         rebuilt = False
         try:
-            from wmo_lake.lake import duckdb_file_sound, ensure_duckdb_file
+            from wmo_lake.lake import duckdb_file_current, ensure_duckdb_file
 
             swept = update.sweep()
             try:
                 # (the manifest this ingest committed, or found unchanged: not read again)
-                if update.summary.committed or not duckdb_file_sound(store, update.manifest):
+                if update.summary.committed or not duckdb_file_current(store, update.manifest):
                     crash_point("before_duckdb_file")
                     if head_start is not None:
                         head_start.join()
@@ -932,7 +932,7 @@ class LakeUpdate:
         self.summary.jobs = len(self.jobs)
         changed = self.catalog_only or (self.commit is not None and self.commit.changed)
         # (a remap given, or undone, is remembered even when it changed no trial's reading)
-        changed = changed or self.sink_roots != list(self.base.sink_roots)
+        changed = changed or _remaps(self.sink_roots) != _remaps(self.base.sink_roots)
         if changed or not self.store.exists():
             # the sweep of files no generation names is left to `sweep()`: while lake.duckdb
             # is built (a walk of every touched partition: ~0.1 s for a 128-step first ingest)
@@ -951,6 +951,11 @@ class LakeUpdate:
                 self.commit.abort()
             if self.store.interrupted:  # only an interrupted ingest leaves files to remove
                 self.store.collect_garbage(self.base)
+
+
+def _remaps(roots: Iterable[tuple[str, str]]) -> set[tuple[Path, str]]:
+    """Remaps as the remapping reads them: in no order (the longest OLD wins), OLD as a path."""
+    return {(Path(old), new) for old, new in roots}
 
 
 __all__ = ["IngestSummary", "ingest"]

@@ -30,11 +30,9 @@ from wmo_lake.output import sql_string
 from wmo_lake.settings import SettingError, defaults_query, variables
 from wmo_lake.store import (
     DUCKDB_FILE,
-    DUCKDB_STAMP,
     LakeError,
     Manifest,
     Store,
-    atomic_write_bytes,
     fsync_path,
     refuse_shadowed_files,
 )
@@ -548,7 +546,7 @@ def ensure_duckdb_file(
     manifest = _require(store) if manifest is None else manifest
     target = store.root / DUCKDB_FILE
     views = views_digest()
-    if duckdb_file_sound(store, manifest):
+    if duckdb_file_current(store, manifest):
         return target
     stamp = store.duckdb_stamp(manifest, views)
     tmp = target.with_name(f".{DUCKDB_FILE}.building")
@@ -581,24 +579,8 @@ def ensure_duckdb_file(
     skeleton.unlink(missing_ok=True)
     os.replace(tmp, target)  # one rename: a reader opens the old file or the new one
     fsync_path(store.root)
-    atomic_write_bytes(store.root / DUCKDB_STAMP, stamp.encode("utf-8"))
+    store.write_duckdb_stamp(stamp)
     return target
-
-
-def duckdb_file_sound(store: Store, manifest: Manifest | None = None) -> bool:
-    """`duckdb_file_current`, and DuckDB opens the file and reads its stamp: a file cut short
-    (its header whole) is rebuilt by the next ingest, not left for plain DuckDB clients to fail
-    on (`connect` reads the lake without it meanwhile)."""
-    import duckdb
-
-    if not duckdb_file_current(store, manifest):
-        return False
-    try:
-        with duckdb.connect(str(store.root / DUCKDB_FILE), read_only=True) as con:
-            con.execute("SELECT stamp FROM _wmo_lake").fetchall()
-    except duckdb.Error:
-        return False
-    return True
 
 
 def one_schema(manifest: Manifest, table: str) -> str | None:

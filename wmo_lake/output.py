@@ -606,7 +606,8 @@ def _write_table(
         return
     right = [_type_id(kind) in NUMERIC_TYPES for kind in relation.types]
     shown = limit if limit is not None else TABLE_ROWS
-    rows = _as_text(relation).limit(shown + 1).fetchall()
+    # (one more row than shown tells a cut; a LIMIT holds at most 2^63 - 1)
+    rows = _as_text(relation).limit(min(shown + 1, 2**63 - 1)).fetchall()
     footer = None
     if len(rows) > shown:
         rows = rows[:shown]

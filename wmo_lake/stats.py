@@ -302,7 +302,7 @@ def _short_note(job: ShortJob) -> str:
             f"{job.gone:,} of them are trials whose dirs are gone from its job dir (removed after "
             "the run: harbor's job resume deletes a trial dir it runs again), kept without "
             "--prune and counted in these figures, where upstream's scorer scores the job dir as "
-            f"it is. Drop them: `wmo-lake ingest --prune {_ingest_path(job)}`"
+            f"it is. Drop them: {_ingest_command(job, '--prune ')}"
         )
     causes = []
     if job.removed is None:
@@ -320,7 +320,7 @@ def _short_note(job: ShortJob) -> str:
     if job.not_counted:
         causes.append(
             f"{job.not_counted:,} trial dir(s) in its job dir are not counted in this batch: "
-            f"not ingested (`wmo-lake ingest {_ingest_path(job)}`), or trials another dir "
+            f"not ingested ({_ingest_command(job)}), or trials another dir "
             "holds (the ingest's summary counts those)"
         )
     return (
@@ -332,17 +332,23 @@ def _short_note(job: ShortJob) -> str:
     )
 
 
-def _ingest_path(job: ShortJob) -> str:
-    """The PATH (shell-quoted) whose ingest labels the job's first dir with its batch label as
-    before: that dir itself when it labels itself so (a collector's `<run>/harbor/step-N/`), else
-    the dir the label is relative to (an ingest of the job dir alone would relabel its batch)."""
+def _ingest_command(job: ShortJob, options: str = "") -> str:
+    """`wmo-lake ingest OPTIONS PATH`, PATH (shell-quoted) the one whose ingest labels the job's
+    first dir with its batch label as before: that dir itself when it labels itself so (a
+    collector's `<run>/harbor/step-N/`), else the dir the label is relative to (an ingest of the
+    job dir alone would relabel its batch)."""
     from wmo_lake.discover import job_labels
 
     path = Path(job.job_dirs[0])
     parts = tuple(job.batch.split("/"))
-    if job_labels(path, path)[0] != job.batch and path.parts[-len(parts) :] == parts:
+    if job_labels(path, path)[0] != job.batch:
+        if path.parts[-len(parts) :] != parts:  # (labelled through a link: which is unknown)
+            return (
+                f"`wmo-lake ingest {options}PATH`, PATH the dir you ingested it from (which "
+                f"labels it {job.batch!r})"
+            )
         path = path.parents[len(parts) - 1]
-    return shlex.quote(str(path))
+    return f"`wmo-lake ingest {options}{shlex.quote(str(path))}`"
 
 
 def _held(trials: int, unreadable: int) -> str:

@@ -478,14 +478,21 @@ class Store:
         sidecar says). `manifest`: the current one when the caller has read it (a lake of many
         steps has a large one), else it is read here."""
         try:
-            stamp = (self.root / DUCKDB_STAMP).read_text(encoding="utf-8")
+            stamp, _, size = (self.root / DUCKDB_STAMP).read_text(encoding="utf-8").partition("\n")
+            built = self.root / DUCKDB_FILE
+            whole = str(built.stat().st_size) == size and _is_duckdb_file(built)
         except OSError:
             return False
         if manifest is None:
             manifest = self.read_manifest()
-        return stamp == self.duckdb_stamp(manifest, views) and _is_duckdb_file(
-            self.root / DUCKDB_FILE
-        )
+        return whole and stamp == self.duckdb_stamp(manifest, views)
+
+    def write_duckdb_stamp(self, stamp: str) -> None:
+        """Record that LAKE/lake.duckdb, just built, holds `stamp`, with its size: a file cut
+        short or overwritten since (its header whole or not) is not current, and the next ingest
+        builds it again, without opening it (an unchanged re-ingest imports no duckdb)."""
+        size = (self.root / DUCKDB_FILE).stat().st_size
+        atomic_write_bytes(self.root / DUCKDB_STAMP, f"{stamp}\n{size}".encode())
 
     def files(self, manifest: Manifest, table: str) -> list[Path]:
         return [self.root / rel for rel in manifest.table_files(table)]
@@ -716,11 +723,6 @@ def _sink_roots(raw: Any, path: Path) -> list[tuple[str, str]]:
 
 def _is_duckdb_file(path: Path) -> bool:
     """Whether `path` starts as a DuckDB database file does (its magic bytes after the header's
-    checksum): a lake.duckdb overwritten by hand, its sidecar stamp still current, is rebuilt
-    by the next ingest instead of read as current."""
-    try:
-        with open(path, "rb") as file:
-            head = file.read(12)
-    except OSError:
-        return False
-    return head[8:12] == b"DUCK"
+    checksum): a lake.duckdb overwritten by hand to its old size is not read as current."""
+    with open(path, "rb") as file:
+        return file.read(12)[8:12] == b"DUCK"

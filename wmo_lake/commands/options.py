@@ -129,20 +129,24 @@ def refuse_no_match(lake: Path, message: str) -> None:
 
 
 class LakeDir(click.Path):
-    """--lake's type: a directory. A file that $WMO_LAKE names is said as WMO_LAKE's, not as the
-    --lake option's (click's "Invalid value for '--lake'" blamed an option not given)."""
+    """--lake's type: a directory. A file that $WMO_LAKE names, or ./lake when no lake is given,
+    is said so, not as the --lake option's (click's "Invalid value for '--lake'" blamed an
+    option not given)."""
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         named = param.name if param is not None else None
         source = ctx.get_parameter_source(named) if ctx is not None and named else None
-        if (
-            source is ParameterSource.ENVIRONMENT
-            and os.path.exists(value)
-            and not os.path.isdir(value)
-        ):
-            raise click.UsageError(
-                f"WMO_LAKE={value}: {str(value)!r} is a file, not a lake directory", ctx
-            )
+        if os.path.exists(value) and not os.path.isdir(value):
+            if source is ParameterSource.ENVIRONMENT:
+                raise click.UsageError(
+                    f"WMO_LAKE={value}: {str(value)!r} is a file, not a lake directory", ctx
+                )
+            if source is ParameterSource.DEFAULT:  # (no --lake given: ./lake is the default)
+                raise click.UsageError(
+                    f"./{value} is a file, not a lake directory: give the lake with --lake DIR "
+                    "(or WMO_LAKE)",
+                    ctx,
+                )
         return super().convert(value, param, ctx)
 
 
