@@ -341,9 +341,12 @@ def test_remembered_remaps_the_longest_old_wins_and_an_undo_holds(tmp_path: Path
     (runs / "rb" / "harbor" / "step-0001" / "job" / "t__1" / "result.json").touch()
     assert ingest([runs], lake).trials_replaced == 1  # (rb read again: y's sink, not x/b's)
     assert statuses() == [("sink", 1), ("sink", 2)]
+    preview = ingest([tmp_path / "x"], lake, sink_roots=(("/gone/a", "/gone/a"),), dry_run=True)
+    assert preview.would_remember_remaps and "would remember the --sink-root" in preview.line()
     undone = ingest([tmp_path / "x"], lake, sink_roots=(("/gone/a", "/gone/a"),))
     assert undone.committed  # (it read nothing, but the lake forgets the remap)
     assert Store(lake).read_manifest().sink_roots == [("/gone/a/b", str(tmp_path / "y"))]
+    assert not ingest([runs], lake, dry_run=True).would_remember_remaps
     assert ingest([runs], lake).sink_roots_remembered == [f"/gone/a/b={tmp_path / 'y'}"]
     assert statuses() == [("sink_dir_missing", 0), ("sink", 2)]
     # Two commands giving other remaps in turn (two nightly jobs) commit nothing once both are

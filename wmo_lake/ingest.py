@@ -102,6 +102,8 @@ class IngestSummary:
     gone_kept: int = 0
     # the `--sink-root` remaps earlier ingests were given, applied again (OLD=NEW)
     sink_roots_remembered: list[str] = field(default_factory=list)
+    # --dry-run: the remaps given change what the lake remembers (an ingest commits for that)
+    would_remember_remaps: bool = False
 
     def line(self) -> str:
         trials = self.trials_new + self.trials_replaced + self.trials_unchanged
@@ -118,11 +120,16 @@ class IngestSummary:
                 if self.gone_kept
                 else ""
             )
+            remaps = (
+                "; would remember the --sink-root remaps given (or undone)"
+                if self.would_remember_remaps
+                else ""
+            )
             return (
                 f"dry run: would read {self.would_read} changed or new dirs{also} and prune "
                 f"{self.pruned_trials} trials{self._and_jobs()} whose dirs are gone from "
                 f"{self.lake} "
-                f"(generation {self.generation}){kept}; nothing changed"
+                f"(generation {self.generation}){kept}{remaps}; nothing changed"
             )
         pruned = (
             f", {self.pruned_trials} pruned{self._and_jobs()}"
@@ -267,6 +274,9 @@ def ingest(
         update.prune(gone, dry_run=dry_run)
         if dry_run:
             update.summary.dry_run = True
+            update.summary.would_remember_remaps = _remaps(update.sink_roots) != _remaps(
+                update.base.sink_roots
+            )
             if not prune:  # (a moved dir counts here: only its read would drop its old entry)
                 update.summary.gone_kept = update.gone_kept(paths, walked, candidates, unlisted)
             # (the jobs of the dirs it would read too, also those a PATH below a job dir
