@@ -63,30 +63,22 @@ def test_batch_is_the_job_dir_name_when_path_is_the_job_dir(tmp_path: Path) -> N
     assert rows == [("my-job", None, None)]
 
 
-def test_a_step_dir_given_as_path_starts_the_label() -> None:
+@pytest.mark.parametrize(
+    ("job_dir", "path", "labels"),
+    [
+        ("/d/expA/step-0001/job", "/d/expA/step-0001", ("step-0001/job", None, 1)),
+        ("/d/expA/step-0002/job", "/d/expA/step-0002/job", ("step-0002/job", None, 2)),
+        ("/d/step-5/runs/exp/job", "/d/step-5/runs", ("exp/job", None, 5)),
+        ("/d/expA/step-0001", "/d/expA/step-0001", ("step-0001", None, 1)),
+    ],
+)
+def test_a_step_dir_given_as_path_starts_the_label(
+    job_dir: str, path: str, labels: tuple[str, None, int]
+) -> None:
     """A step dir outside any `<run>/harbor/` given as the PATH (or a job dir in one) labelled
     its job dirs from below it: `job`, for every step given so. The step dir starts the label;
     a step dir further up labels as before (the PATH's own layout is the label)."""
-    assert job_labels(Path("/d/expA/step-0001/job"), Path("/d/expA/step-0001")) == (
-        "step-0001/job",
-        None,
-        1,
-    )
-    assert job_labels(Path("/d/expA/step-0002/job"), Path("/d/expA/step-0002/job")) == (
-        "step-0002/job",
-        None,
-        2,
-    )
-    assert job_labels(Path("/d/step-5/runs/exp/job"), Path("/d/step-5/runs")) == (
-        "exp/job",
-        None,
-        5,
-    )
-    assert job_labels(Path("/d/expA/step-0001"), Path("/d/expA/step-0001")) == (
-        "step-0001",
-        None,
-        1,
-    )
+    assert job_labels(Path(job_dir), Path(path)) == labels
 
 
 def test_labels_without_harbor_or_step() -> None:

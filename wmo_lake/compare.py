@@ -26,7 +26,7 @@ from typing import Any
 
 import duckdb
 
-from wmo_lake.checks import warn_on_unused_reward_key
+from wmo_lake.checks import runs_held, warn_on_unused_reward_key
 from wmo_lake.incomplete_jobs import warn_on_incomplete_jobs, warn_on_pooled_batches
 from wmo_lake.lake import connect
 from wmo_lake.output import rows_as_dicts
@@ -38,15 +38,8 @@ from wmo_lake.report.data import (
     pooled_counts,
     tree_of,
 )
-from wmo_lake.selection import NO_RUN, scope_sql
+from wmo_lake.selection import scope_sql
 from wmo_lake.terminal import printable
-
-# The runs rollout_stats labels: those of the trials and of the job dirs, so a run of only empty
-# or unreadable batches (selected by stats and report) is a run here too; NO_RUN for the batches
-# outside any run.
-RUNS = f"""
-SELECT DISTINCT coalesce(run, '{NO_RUN}') FROM (SELECT run FROM trials UNION SELECT run FROM jobs)
-"""
 
 SIDE_BATCHES = f"""
 SELECT batch, run, step, truncated_spans, unreadable_trials
@@ -97,7 +90,7 @@ class Side:
 
 def resolve(con: duckdb.DuckDBPyConnection, text: str) -> Side:
     """A run when `text` names one, else a batch glob; CompareError when it selects nothing."""
-    runs = sorted(r for (r,) in con.sql(RUNS).fetchall())
+    runs = runs_held(con)  # (a run of only empty or unreadable batches is a run here too)
     is_run = text in runs
     batches = rows_as_dicts(
         con.sql(

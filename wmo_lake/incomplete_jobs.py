@@ -211,38 +211,45 @@ def _short_jobs(batch: str, rows: list[JobRow]) -> list[ShortJob]:
             continue  # (a moved dir's stale row: `_unfinished` found no job open)
         planned, trials = dirs[0].planned, sum(row.trials for row in dirs)
         if planned is not None and trials + unreadable < planned:  # (no disk look otherwise)
-            found.append(_short_job(batch, dirs, trials, unreadable))
+            found.append(_short_job(batch, dirs, trials, unreadable, _present(dirs)))
         elif planned is not None and trials > planned:
-            gone = _gone_trials(dirs)
+            present = _present(dirs)
+            gone = _gone_trials(dirs, present)
             if gone:
-                found.append(_short_job(batch, dirs, trials, unreadable, gone))
+                found.append(_short_job(batch, dirs, trials, unreadable, present, gone))
     return found
 
 
-def _gone_trials(dirs: list[JobRow]) -> int:
+def _present(dirs: list[JobRow]) -> dict[str, int | None]:
+    """Each job dir's trial dirs on disk (`_trial_dirs`), listed once."""
+    return {row.job_dir: _trial_dirs(row.job_dir) for row in dirs}
+
+
+def _gone_trials(dirs: list[JobRow], present: dict[str, int | None]) -> int:
     """Of a job holding more trials than it plans, the trials the lake holds whose dirs are gone
     from their job dir: harbor's `job resume` deletes a trial dir it runs again (upstream's
     scorer prunes the trials it cannot score first), and an ingest without --prune keeps the
     deleted trial's rows, where upstream scores the job dir as it is. Counted per job dir on
     disk (held trials beyond its trial dirs): never a false alarm, as a hand-made tree holding
     more trial dirs than its copied result.json plans has none gone."""
-    gone = 0
-    for row in dirs:
-        present = _trial_dirs(row.job_dir)
-        if present is not None:
-            gone += max(0, row.trials - present)
-    return gone
+    return sum(
+        max(0, row.trials - count) for row in dirs if (count := present[row.job_dir]) is not None
+    )
 
 
 def _short_job(
-    batch: str, dirs: list[JobRow], trials: int, unreadable: int, gone: int = 0
+    batch: str,
+    dirs: list[JobRow],
+    trials: int,
+    unreadable: int,
+    present: dict[str, int | None],
+    gone: int = 0,
 ) -> ShortJob:
-    """What is missing of a job short of its trials, told from its job dirs on disk: trial dirs
-    gone from them were removed after the run; those still there but not counted were not
-    ingested, or are held by another dir. A job holding more than it plans has `gone` trials
+    """What is missing of a job short of its trials, told from its job dirs on disk (`present`):
+    trial dirs gone from them were removed after the run; those still there but not counted were
+    not ingested, or are held by another dir. A job holding more than it plans has `gone` trials
     instead."""
     planned = dirs[0].planned or 0
-    present = {row.job_dir: _trial_dirs(row.job_dir) for row in dirs}
     on_disk = [job_dir for job_dir, count in present.items() if count is not None]
     removed = not_counted = 0
     if on_disk and not gone:
