@@ -446,6 +446,21 @@ def test_sql_command_on_spark_says_a_typo_is_no_write(lakes: dict[str, Path]) ->
         assert CliRunner().invoke(cli, [*base, "--format", "csv", query]).exit_code == 0, query
 
 
+def test_sql_command_on_spark_exits_2_for_a_mistyped_name_as_duckdb_does(
+    lakes: dict[str, Path],
+) -> None:
+    """A mistyped table, column or function exited 1 on Spark (a failure while reading), where
+    the DuckDB engine exits 2 (a usage error); an error while computing the rows stays 1."""
+    base = ["sql", "--lake", str(lakes["generated"])]
+    mistyped = ["SELECT * FROM trialz", "SELECT nope FROM trials", "SELECT frobnicate(1)"]
+    for query in mistyped:
+        for engine in ("duckdb", "spark"):
+            result = CliRunner().invoke(cli, [*base, "--engine", engine, query])
+            assert result.exit_code == 2, (engine, query, result.output)
+    result = CliRunner().invoke(cli, [*base, "--engine", "spark", "SELECT CAST('x' AS INT)"])
+    assert result.exit_code == 1 and "query failed on Spark: [CAST_INVALID_INPUT]" in result.output
+
+
 def test_sql_command_on_spark_reads_no_other_file(lakes: dict[str, Path], tmp_path: Path) -> None:
     """Spark's SQL on files (`text.`/any/file``) printed any file the user could read, where the
     DuckDB engine is confined to the lake's files."""

@@ -511,5 +511,11 @@ def run_on_spark(
             first = str(error).strip().splitlines()[0]
             if "TABLE_OR_VIEW_NOT_FOUND" in first and _SPARK_PATH_AS_TABLE.search(first):
                 fail(_confined_message(first, lake), 2)
-            fail(f"query failed on Spark: {first}")
+            from pyspark.errors import AnalysisException
+
+            # a mistyped table, column or function (Spark's analysis refused the query, as
+            # DuckDB's catalog and binder do) is a usage error, as on the DuckDB engine; an
+            # error while the rows are computed (a cast, a division) stays 1
+            refused = isinstance(error, AnalysisException)
+            fail(f"query failed on Spark: {first}", 2 if refused else 1)
         raise
