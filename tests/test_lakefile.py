@@ -237,6 +237,52 @@ def test_a_lake_duckdb_that_is_no_duckdb_file_is_rebuilt_by_the_next_ingest(
         assert _check(lake, tmp_path) == want
 
 
+def test_a_lake_duckdb_changed_in_place_is_said_with_the_fix(tmp_path: Path) -> None:
+    """Bytes of lake.duckdb written over in place (its size, so its stamp, unchanged) made every
+    query fail with DuckDB's bare checksum error. Whichever block is hit, a command now answers
+    as before (DuckDB could not open the file: the lake's own copy is built instead) or says
+    lake.duckdb's damage with the fix (delete it: it only caches the Parquet files), which
+    then works."""
+    from click.testing import CliRunner
+
+    import wmo_lake as wl
+    from wmo_lake.cli import cli
+
+    runs, lake = tmp_path / "runs", tmp_path / "lake"
+    write_trial(_job(runs, 1), "a__1", trial_id="a1", reward=1.0, turns=TURNS)
+    write_trial(_job(runs, 2), "a__1", trial_id="a2", reward=0.0, turns=TURNS)
+    ingest([runs], lake, workers=1)
+    stats = ["stats", "--lake", str(lake), "--json"]
+    before = CliRunner().invoke(cli, stats)
+    assert before.exit_code == 0, before.output
+    built = lake / DUCKDB_FILE
+    whole = built.read_bytes()
+    block, header = 256 * 1024, 3 * 4096  # (DuckDB's blocks; its file and database headers)
+    said = 0
+    for start in range(header, len(whole), block):
+        # past the block's checksum (8 bytes), 4 KiB of its data written over
+        built.write_bytes(whole[: start + 8] + bytes(4096) + whole[start + 8 + 4096 :])
+        result = CliRunner().invoke(cli, stats)
+        if result.exit_code == 0:
+            assert result.output == before.output, start
+            continue
+        assert result.exit_code == 1, result.output
+        assert f"{built} is damaged (DuckDB: Corrupt database file" in result.output, start
+        assert f"delete it (`rm {built}`)" in result.output
+        sql = CliRunner().invoke(cli, ["sql", "--lake", str(lake), "FROM rollout_stats"])
+        assert sql.exit_code == 1 and f"{built} is damaged" in sql.output, sql.output
+        with pytest.raises(LakeError, match=r"the next wmo_lake.ingest\(\) writes lake.duckdb"):
+            wl.stats(lake)
+        said += 1
+    assert said  # (some block the batch-health query reads was hit)
+    built.unlink()
+    after = CliRunner().invoke(cli, stats)
+    assert after.exit_code == 0 and after.output == before.output
+    ingest([runs], lake, workers=1)
+    with duckdb.connect(str(built), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM trials").fetchall() == [(2,)]
+
+
 def test_an_update_across_a_change_of_views_recreates_them(tmp_path: Path) -> None:
     """A lake.duckdb built with other view definitions keeps its stored rows but gets this
     code's views: a view no longer in sql/ goes, a missing one comes back."""

@@ -277,9 +277,10 @@ def _open(
 
     con = open_lake(lake, _settings(settings), check=False, rewrite=_in_python_terms)
     try:
-        _warn_on_scope(con, batch, run)
-        if incomplete_jobs:
-            warn_on_incomplete_jobs(con, batch_glob=batch, run=run, rewrite=_in_python_terms)
+        with _naming_damage(lake):  # (the checks are the first queries of the lake)
+            _warn_on_scope(con, batch, run)
+            if incomplete_jobs:
+                warn_on_incomplete_jobs(con, batch_glob=batch, run=run, rewrite=_in_python_terms)
     except BaseException:  # (warnings turned into errors)
         con.close()
         raise
@@ -323,7 +324,7 @@ def _naming_damage(lake: str | Path) -> Iterator[None]:
     import duckdb
 
     from wmo_lake.export import ExportError
-    from wmo_lake.store import Store
+    from wmo_lake.store import CORRUPT_DUCKDB, Store
 
     try:
         yield
@@ -332,8 +333,8 @@ def _naming_damage(lake: str | Path) -> Iterator[None]:
         # permission error, and a cut file's error names it; `export` asks after any failure)
         kinds = (duckdb.IOException, duckdb.PermissionException, ExportError)
         damaged = None
-        if isinstance(error, kinds) or ".parquet" in str(error):
-            damaged = Store(Path(lake)).damage()
+        if isinstance(error, kinds) or ".parquet" in str(error) or CORRUPT_DUCKDB in str(error):
+            damaged = Store(Path(lake)).damage(error)
         if damaged is None:
             raise
         raise damaged from error

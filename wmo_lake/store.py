@@ -29,6 +29,7 @@ import fcntl
 import functools
 import json
 import os
+import shlex
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,7 @@ MANIFEST = "manifest.json"
 STAGING = ".staging"  # an ingest's copies of the stored tables' rows (wmo_lake/stored_copies.py)
 DUCKDB_FILE = "lake.duckdb"
 DUCKDB_STAMP = ".lake.duckdb.stamp"  # the generation lake.duckdb was built for
+CORRUPT_DUCKDB = "Corrupt database file"  # DuckDB's words for a block whose checksum fails
 FORMAT = "wmo-lake"
 FORMAT_VERSION = 3  # 2: the catalog is msgpack; 3: tables and catalog partitioned by run, step
 DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"  # a null (or empty) run or step, as Hive writes it
@@ -159,8 +161,6 @@ def hint_lake_option(lake: Path | str, given: str | None = None) -> str:
     lake a library caller named, shell-quoted."""
     if given is not None:
         return given
-    import shlex
-
     return f" --lake {shlex.quote(str(lake))}"
 
 
@@ -443,13 +443,30 @@ class Store:
             "them; put them back whole, or ingest the runs again into a new lake directory"
         )
 
-    def damage(self) -> LakeError | None:
+    def damage(self, error: BaseException | None = None) -> LakeError | None:
         """`damaged_error` of the whole lake, asked once a read of it has failed (None also when
-        the manifest cannot be read: the read's own error says that)."""
+        the manifest cannot be read: the read's own error says that); else, when that read's
+        `error` is DuckDB's checksum failure, `cache_damage`'s."""
         try:
-            return self.damaged_error(self.read_manifest())
+            damaged = self.damaged_error(self.read_manifest())
         except LakeError:
             return None
+        return damaged or self.cache_damage(error)
+
+    def cache_damage(self, error: BaseException | None) -> LakeError | None:
+        """A LakeError saying what to do when `error` is DuckDB's checksum failure: lake.duckdb
+        (or the copy a query built from it) was changed in place since its build, which its
+        stamp's size does not see. It is a cache of the Parquet files: deleting it loses
+        nothing, and the next query or ingest builds the views from the files."""
+        if error is None or CORRUPT_DUCKDB not in str(error):
+            return None
+        built = self.root / DUCKDB_FILE
+        return LakeError(
+            f"{built} is damaged (DuckDB: {str(error).strip().splitlines()[0]}); it only "
+            "caches the lake's Parquet files, which are whole: delete it "
+            f"(`rm {shlex.quote(str(built))}`) and run the command again (queries then read the "
+            f"Parquet files, and the next `wmo-lake ingest` writes {DUCKDB_FILE} anew)"
+        )
 
     @contextlib.contextmanager
     def naming_damage(
@@ -464,7 +481,7 @@ class Store:
         try:
             yield
         except errors as error:
-            damaged = self.damaged_error(manifest, partitions)
+            damaged = self.damaged_error(manifest, partitions) or self.cache_damage(error)
             if damaged is not None:
                 raise damaged from error
             raise

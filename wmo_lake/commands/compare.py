@@ -178,7 +178,7 @@ def compare(lake: Path, a: str, b: str, as_json: bool, **options: Any) -> None:
     except LakeError as error:
         lake_failure(None, lake, error)
     except duckdb.Error as error:
-        fail_if_damaged(lake)
+        fail_if_damaged(lake, error)
         fail(f"compare query failed: {error}")
     if as_json:
         click.echo(json.dumps(result, ensure_ascii=False, indent=2))

@@ -107,13 +107,13 @@ def _run_export(
                 **kind_options,
             )
     except ExportUsageError as error:
-        fail_if_damaged(lake)  # (a --where that names a column of a missing segment's table)
+        fail_if_damaged(lake, error)  # (a --where that names a column of a missing segment's table)
         fail(str(error), 2)
     except (ExportError, LakeError) as error:
-        fail_if_damaged(lake)  # (an ExportError wraps the query's own error)
+        fail_if_damaged(lake, error)  # (an ExportError wraps the query's own error)
         lake_failure(None, lake, error)
     except duckdb.Error as error:
-        fail_if_damaged(lake)
+        fail_if_damaged(lake, error)
         fail(f"the {kind} query failed: {error}")
     except OSError as error:
         fail(f"cannot write {out}: {error.strerror or error}")

@@ -52,13 +52,14 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise click.ClickException(message)
 
 
-def fail_if_damaged(lake: Path) -> None:
+def fail_if_damaged(lake: Path, error: BaseException | None = None) -> None:
     """Exit 1 naming the lake's missing segments, if any. Asked after a read or write of the
     lake failed: DuckDB's own error for a missing segment is a glob that matched nothing (or,
-    with file access confined, a refused read), a commit's a bare FileNotFoundError."""
+    with file access confined, a refused read), a commit's a bare FileNotFoundError. `error`,
+    the failure's own: DuckDB's checksum failure is a damaged lake.duckdb, said with the fix."""
     from wmo_lake.store import Store
 
-    damaged = Store(lake).damage()
+    damaged = Store(lake).damage(error)
     if damaged is not None:
         fail(str(damaged))
 

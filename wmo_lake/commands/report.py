@@ -91,7 +91,7 @@ def report(
     except LakeError as error:
         lake_failure(None, lake, error)
     except duckdb.Error as error:
-        fail_if_damaged(lake)
+        fail_if_damaged(lake, error)
         fail(f"report query failed: {error}")
     list_batches = f"`wmo-lake stats{lake_hint(click.get_current_context(), lake)}`"
     if not data.batches:

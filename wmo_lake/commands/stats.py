@@ -135,7 +135,7 @@ def stats(
     except LakeError as error:
         lake_failure(ctx, lake, error)
     except duckdb.Error as error:
-        fail_if_damaged(lake)
+        fail_if_damaged(lake, error)
         fail(f"stats query failed: {error}")
     given = [
         (flag, value)

@@ -71,7 +71,8 @@ def tables(ctx: click.Context, lake: Path, counts: bool, as_json: bool) -> None:
                 }
             )
     except duckdb.Error as error:
-        fail_if_damaged(lake)  # (a segment deleted or cut short by hand: named, with what to do)
+        # (a segment deleted or cut short by hand, lake.duckdb changed: named, with what to do)
+        fail_if_damaged(lake, error)
         fail(f"counting rows failed: {error}")
     finally:
         con.close()
