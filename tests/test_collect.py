@@ -644,6 +644,45 @@ def test_a_trial_dir_gone_from_the_step_leaves_the_lake_with_it(tmp_path: Path) 
     assert (report["stats"]["trials"], report["ingest"]["pruned_trials"]) == (6, 1)
 
 
+def _nan_logprob(trial: Path) -> None:
+    """A logprob the provider gave as NaN, in result.json as harbor writes it (pydantic's JSON
+    mode writes a non-finite float as null, which harbor's own TrialResult then refuses)."""
+    from harbor.models.trial.result import TrialResult
+
+    result = TrialResult.model_validate_json((trial / "result.json").read_text())
+    assert result.agent_result is not None and result.agent_result.rollout_details
+    result.agent_result.rollout_details[0]["logprobs"][0][0] = float("nan")
+    (trial / "result.json").write_text(result.model_dump_json(indent=4))
+
+
+def test_a_finished_step_holding_harbors_null_logprob_is_reported(tmp_path: Path) -> None:
+    """collect refused such a finished step as "written by another harbor version, or edited"
+    (exit 2) on every later run: a step harbor itself wrote could not be reported again."""
+    job_dir = _complete_step(tmp_path)
+    trial = sorted(p for p in job_dir.iterdir() if p.is_dir())[0]
+    _nan_logprob(trial)
+    code, output = _collect_complete(tmp_path)
+    assert code == 0, output
+    report = json.loads(output)
+    assert report["harbor_ran"] is False and report["stats"]["trials"] == 6
+
+
+def test_a_resume_over_harbors_null_logprob_is_refused_saying_why(tmp_path: Path) -> None:
+    """harbor's resume skips a result.json it cannot read and runs that trial again beside it:
+    refused before harbor runs, naming the file and harbor's null (not another version, not an
+    edit), and nothing is removed."""
+    job_dir = _complete_step(tmp_path)
+    trial = sorted(p for p in job_dir.iterdir() if p.is_dir())[0]
+    _nan_logprob(trial)
+    (job_dir / "result.json").unlink()  # the job not finished: collect would resume it
+    code, output = _collect_complete(tmp_path)
+    assert code == 2, output
+    said = " ".join(output.split())
+    assert str(trial / "result.json") in said and "another harbor version" not in said
+    assert "harbor writes a non-finite number (a provider's NaN or infinite logprob)" in said
+    assert "Move its trial dir away" in said and (trial / "result.json").exists()
+
+
 def test_the_same_tasks_named_another_way_resume_the_step(tmp_path: Path) -> None:
     """A step resumes under the tasks it started with however they are named: by task dir
     path (the template's task, not a new entry), or in another order."""

@@ -551,6 +551,9 @@ class JobDirState:
     finished: bool = False
     removed: list[str] = field(default_factory=list)  # the trial dirs removed
     removed_job_result: bool = False  # the job's result.json, cut off (harbor rebuilds it)
+    # finished trials whose result.json harbor cannot read back: a non-finite number it wrote
+    # as null (its resume would run them again beside their dirs)
+    unreadable_to_harbor: list[tuple[Path, str]] = field(default_factory=list)
 
 
 def _config_differences(recorded: Any, planned: Any, where: str = "") -> list[str]:
@@ -675,6 +678,11 @@ def prepare_job_dir(plan: StepPlan) -> JobDirState:
                 "command again"
             ) from error
         except ValidationError as error:
+            if _non_finite_written_as_null(error):
+                where, _, _ = _first_problem(error, "(the document)")
+                state.unreadable_to_harbor.append((result_path, where))
+                state.done_trials += 1
+                continue
             if not _cut_off(error):
                 raise CollectError(_not_a_trial_result(result_path, error)) from error
             shutil.rmtree(trial_dir)  # cut off mid-write: harbor would run a twin beside it
@@ -704,6 +712,33 @@ def _cut_off(error: Any) -> bool:
     """Whether a result.json's ValidationError is JSON cut off (or no JSON at all), not a whole
     document this harbor's TrialResult refuses."""
     return all(detail.get("type") == "json_invalid" for detail in error.errors())
+
+
+def _non_finite_written_as_null(error: Any) -> bool:
+    """Whether a whole result.json fails harbor's TrialResult only by nulls where numbers go:
+    what harbor itself writes for a non-finite number (a provider's NaN or infinite logprob:
+    pydantic's JSON mode writes them as null, which the same model then refuses)."""
+    return all(
+        detail.get("input") is None and detail.get("type") in ("float_type", "int_type")
+        for detail in error.errors()
+    )
+
+
+def refuse_a_resume_over_harbors_nulls(state: JobDirState) -> None:
+    """Harbor's resume skips a trial dir whose result.json it cannot read and runs that trial
+    again beside it: the step would hold it twice. A finished step is only ingested (harbor does
+    not run), so only a resume is refused."""
+    if not state.unreadable_to_harbor:
+        return
+    path, where = state.unreadable_to_harbor[0]
+    more = len(state.unreadable_to_harbor) - 1
+    raise CollectError(
+        f"{path}{f' (and {more} more)' if more else ''} holds null where harbor's TrialResult "
+        f"needs a number ({where}): harbor writes a non-finite number (a provider's NaN or "
+        "infinite logprob) as null and then cannot read its own file, so resuming this step "
+        "would run that finished trial again beside it. Move its trial dir away (the trial "
+        "runs again), then run the same command again"
+    )
 
 
 def _not_a_trial_result(path: Path, error: Any) -> str:
@@ -1098,9 +1133,11 @@ def collect(
     with step_lock(plan):
         check_recorded_config(plan)
         state = prepare_job_dir(plan)
+        complete = state.finished and state.done_trials >= plan.trials_planned
+        if not complete:
+            refuse_a_resume_over_harbors_nulls(state)
         if on_plan is not None:
             on_plan(plan, state)
-        complete = state.finished and state.done_trials >= plan.trials_planned
         if not complete:
             with _hidden_stdout(quiet) as shown:
                 run_job(plan, state.done_trials, _printing_to(shown, on_trial_done))
