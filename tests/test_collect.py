@@ -683,6 +683,59 @@ def test_a_resume_over_harbors_null_logprob_is_refused_saying_why(tmp_path: Path
     assert "Move its trial dir away" in said and (trial / "result.json").exists()
 
 
+def test_a_null_no_float_of_harbors_can_be_is_refused_as_an_edit(tmp_path: Path) -> None:
+    """Only a null where a float goes is harbor's own (a non-finite float): a null token id
+    (an int: never NaN) is refused as an edited file still, and nothing is removed."""
+    job_dir = _complete_step(tmp_path)
+    trial = sorted(p for p in job_dir.iterdir() if p.is_dir())[0]
+    result = json.loads((trial / "result.json").read_text())
+    result["agent_result"]["rollout_details"][0]["completion_token_ids"][0][0] = None
+    (trial / "result.json").write_text(json.dumps(result))
+    code, output = _collect_complete(tmp_path)
+    assert code == 2 and "another harbor version, or edited" in " ".join(output.split())
+    assert (trial / "result.json").exists()
+
+
+def test_a_cancelled_trial_holding_harbors_null_logprob_is_run_again(tmp_path: Path) -> None:
+    """A trial the interrupt cancelled is removed to run again, also when its result.json holds
+    harbor's null for a NaN logprob (it was counted as a finished trial)."""
+    plan = plan_step(TEMPLATE, tmp_path / "runs" / "exp1", 0, sets=[KIT_TASKS])
+    shutil.copytree(KIT_JOB, plan.job_dir)
+    trial = sorted(p for p in plan.job_dir.iterdir() if p.is_dir())[0]
+    cancelled = json.loads((trial / "result.json").read_text())
+    cancelled["exception_info"] = {
+        "exception_type": "CancelledError",
+        "exception_message": "",
+        "exception_traceback": "",
+        "occurred_at": cancelled["started_at"],
+    }
+    (trial / "result.json").write_text(json.dumps(cancelled))
+    _nan_logprob(trial)
+    state = prepare_job_dir(plan)
+    assert state.removed == [trial.name] and not trial.exists()
+    assert state.done_trials == 5 and state.unreadable_to_harbor == []
+
+
+def test_a_damaged_lake_duckdb_is_said_by_collect_with_the_fix(tmp_path: Path) -> None:
+    """A lake.duckdb changed in place (a block failing DuckDB's checksum) made collect's report
+    of a finished step end in a traceback and DuckDB's bare "Corrupt database file"."""
+    _complete_step(tmp_path)
+    code, output = _collect_complete(tmp_path)
+    assert code == 0, output
+    built = tmp_path / "lake" / "lake.duckdb"
+    whole = built.read_bytes()
+    said = 0
+    for start in range(3 * 4096, len(whole), 256 * 1024):  # (past DuckDB's headers)
+        built.write_bytes(whole[: start + 8] + bytes(4096) + whole[start + 8 + 4096 :])
+        code, output = _collect_complete(tmp_path)
+        if code == 0:
+            continue
+        assert code == 1 and "Traceback" not in output, output
+        assert f"{built} is damaged (DuckDB: Corrupt database file" in output
+        said += 1
+    assert said  # (some block the step's report reads was hit)
+
+
 def test_the_same_tasks_named_another_way_resume_the_step(tmp_path: Path) -> None:
     """A step resumes under the tasks it started with however they are named: by task dir
     path (the template's task, not a new entry), or in another order."""

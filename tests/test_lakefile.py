@@ -246,6 +246,7 @@ def test_a_lake_duckdb_changed_in_place_is_said_with_the_fix(tmp_path: Path) -> 
     from click.testing import CliRunner
 
     import wmo_lake as wl
+    from wmo_lake import spark
     from wmo_lake.cli import cli
 
     runs, lake = tmp_path / "runs", tmp_path / "lake"
@@ -258,7 +259,7 @@ def test_a_lake_duckdb_changed_in_place_is_said_with_the_fix(tmp_path: Path) -> 
     built = lake / DUCKDB_FILE
     whole = built.read_bytes()
     block, header = 256 * 1024, 3 * 4096  # (DuckDB's blocks; its file and database headers)
-    said = 0
+    said = warned = 0
     for start in range(header, len(whole), block):
         # past the block's checksum (8 bytes), 4 KiB of its data written over
         built.write_bytes(whole[: start + 8] + bytes(4096) + whole[start + 8 + 4096 :])
@@ -274,7 +275,12 @@ def test_a_lake_duckdb_changed_in_place_is_said_with_the_fix(tmp_path: Path) -> 
         with pytest.raises(LakeError, match=r"the next wmo_lake.ingest\(\) writes lake.duckdb"):
             wl.stats(lake)
         said += 1
-    assert said  # (some block the batch-health query reads was hit)
+        try:  # (`sql --engine spark` asks DuckDB for its reward-key check: said there too)
+            spark.warn_on_unused_reward_key(lake, None)
+        except LakeError as error:
+            assert f"{built} is damaged" in str(error)
+            warned += 1
+    assert said and warned  # (some block the queries read was hit)
     built.unlink()
     after = CliRunner().invoke(cli, stats)
     assert after.exit_code == 0 and after.output == before.output
@@ -557,24 +563,42 @@ def test_the_cached_skeleton_is_keyed_by_the_code_that_builds_it(
     assert theirs is not None and theirs != ours and theirs.parent == ours.parent
 
 
-def test_a_cached_skeleton_that_cannot_be_used_is_dropped(tmp_path: Path, monkeypatch) -> None:
-    """A cache file that is not a skeleton of this layout costs one build from scratch (the
-    lake is still right) and is removed, so the next lake builds and keeps a good one; an
-    empty cache dir setting keeps none."""
+def _read_whole(database: Path) -> None:
+    """Every row of every table of `database` (so every block of theirs passes its checksum)."""
+    with duckdb.connect(str(database), read_only=True) as con:
+        for (table,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall():
+            con.execute(f'SELECT * FROM "{table}"').fetchall()
+
+
+@pytest.mark.parametrize("damage", ["not a skeleton", "changed in place"])
+def test_a_cached_skeleton_that_cannot_be_used_is_dropped(
+    tmp_path: Path, monkeypatch, damage: str
+) -> None:
+    """A cache file that is not the skeleton kept (another file there; or a block of it changed
+    in place, a disk error, which every new lake's lake.duckdb copied, so its queries failed
+    DuckDB's checksum) costs one build from scratch (the lake is still right) and is replaced
+    by a good one; an empty cache dir setting keeps none."""
     monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "cache"))
     cached = cached_skeleton()
     assert cached is not None
-    cached.parent.mkdir()
-    cached.write_bytes(b"not a duckdb file")
     runs = tmp_path / "runs"
     write_trial(_job(runs, 1), "a__1", trial_id="a1", reward=1.0, turns=TURNS)
-    ingest([runs], tmp_path / "first", workers=1)
-    assert len(_check(tmp_path / "first", tmp_path)["trials"]) == 1
-    assert not cached.exists()
-    ingest([runs], tmp_path / "second", workers=1)
-    assert cached.is_file()
-    with duckdb.connect(str(cached), read_only=True) as con:
-        assert con.execute("SELECT stamp FROM _wmo_lake").fetchall() == [("skeleton",)]
+    ingest([runs], tmp_path / "zeroth", workers=1)  # (keeps the skeleton)
+    whole = cached.read_bytes()
+    if damage == "not a skeleton":
+        damaged = [b"not a duckdb file"]
+    else:  # one block past the headers at a time: 4 KiB of its data, past its checksum, zeroed
+        starts = range(3 * 4096, len(whole), 256 * 1024)
+        damaged = [whole[: at + 8] + bytes(4096) + whole[at + 8 + 4096 :] for at in starts]
+    for n, content in enumerate(damaged):
+        cached.write_bytes(content)
+        lake = tmp_path / f"lake{n}"
+        ingest([runs], lake, workers=1)
+        assert len(_check(lake, tmp_path)["trials"]) == 1
+        _read_whole(lake / DUCKDB_FILE)
+        _read_whole(cached)  # (a good one kept again)
+        with duckdb.connect(str(cached), read_only=True) as con:
+            assert con.execute("SELECT stamp FROM _wmo_lake").fetchall() == [("skeleton",)]
 
     monkeypatch.setenv(CACHE_DIR_ENV, "")
     assert cached_skeleton() is None

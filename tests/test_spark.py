@@ -461,6 +461,28 @@ def test_sql_command_on_spark_exits_2_for_a_mistyped_name_as_duckdb_does(
     assert result.exit_code == 1 and "query failed on Spark: [CAST_INVALID_INPUT]" in result.output
 
 
+def test_sql_command_on_spark_says_a_lake_it_cannot_read_is_no_usage_error(
+    lakes: dict[str, Path], tmp_path: Path
+) -> None:
+    """A segment whose column changed type outside wmo-lake (rewritten by hand) made Spark's
+    union of the table's files fail with an AnalysisException before the query was read: that
+    was said as a usage error (exit 2, with the usage line), as if the query were wrong."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    lake = tmp_path / "lake"
+    shutil.copytree(lakes["generated"], lake)
+    segment = sorted((lake / "tables" / "trials").rglob("*.parquet"))[0]
+    table = pq.read_table(segment)
+    at = table.schema.get_field_index("rewards")
+    strings = pa.array(["{}"] * table.num_rows)
+    pq.write_table(table.set_column(at, pa.field("rewards", pa.string()), strings), segment)
+    args = ["sql", "--lake", str(lake), "--engine", "spark", "SELECT count(*) FROM trials"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1 and "Usage:" not in result.output, result.output
+    assert f"cannot read the lake at {lake} on Spark: [" in result.output
+
+
 def test_sql_command_on_spark_reads_no_other_file(lakes: dict[str, Path], tmp_path: Path) -> None:
     """Spark's SQL on files (`text.`/any/file``) printed any file the user could read, where the
     DuckDB engine is confined to the lake's files."""

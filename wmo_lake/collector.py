@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     import polars as pl
     from harbor.models.job.config import JobConfig
     from harbor.models.trial.config import TaskConfig
+    from harbor.models.trial.result import TrialResult
 
     from wmo_lake.ingest import IngestSummary
     from wmo_lake.store import Store
@@ -669,8 +670,10 @@ def prepare_job_dir(plan: StepPlan) -> JobDirState:
         result_path = trial_dir / "result.json"
         if not result_path.exists():
             continue  # harbor removes a trial dir without result.json itself
+        nulls: tuple[Path, str] | None = None  # (harbor's own nulls: where the first one is)
         try:
-            result = TrialResult.model_validate_json(result_path.read_bytes())
+            text = result_path.read_bytes()
+            result = TrialResult.model_validate_json(text)
         except OSError as error:
             raise CollectError(
                 f"cannot read {result_path} ({error.strerror or error}), so whether that trial "
@@ -678,20 +681,21 @@ def prepare_job_dir(plan: StepPlan) -> JobDirState:
                 "command again"
             ) from error
         except ValidationError as error:
-            if _non_finite_written_as_null(error):
-                where, _, _ = _first_problem(error, "(the document)")
-                state.unreadable_to_harbor.append((result_path, where))
-                state.done_trials += 1
-                continue
-            if not _cut_off(error):
+            held = _as_harbor_held_it(text, error)
+            if held is None and not _cut_off(error):
                 raise CollectError(_not_a_trial_result(result_path, error)) from error
-            shutil.rmtree(trial_dir)  # cut off mid-write: harbor would run a twin beside it
-            state.removed.append(trial_dir.name)
-            continue
+            if held is None:
+                shutil.rmtree(trial_dir)  # cut off mid-write: harbor would run a twin beside it
+                state.removed.append(trial_dir.name)
+                continue
+            result, first_null = held
+            nulls = (result_path, first_null)
         if any(e.exception_type == CANCELLED for e in result.recorded_exceptions()):
             shutil.rmtree(trial_dir)  # interrupted, not finished: run it again
             state.removed.append(trial_dir.name)
             continue
+        if nulls is not None:  # (finished, but harbor's resume would not know it)
+            state.unreadable_to_harbor.append(nulls)
         state.done_trials += 1
     job_result_path = plan.job_dir / "result.json"
     try:
@@ -714,14 +718,56 @@ def _cut_off(error: Any) -> bool:
     return all(detail.get("type") == "json_invalid" for detail in error.errors())
 
 
-def _non_finite_written_as_null(error: Any) -> bool:
-    """Whether a whole result.json fails harbor's TrialResult only by nulls where numbers go:
-    what harbor itself writes for a non-finite number (a provider's NaN or infinite logprob:
-    pydantic's JSON mode writes them as null, which the same model then refuses)."""
-    return all(
-        detail.get("input") is None and detail.get("type") in ("float_type", "int_type")
-        for detail in error.errors()
+def _non_finite_at(error: Any) -> list[tuple[Any, ...]] | None:
+    """Where a whole result.json fails harbor's TrialResult only by nulls where floats go (what
+    harbor itself writes for a non-finite float, a provider's NaN or infinite logprob: pydantic's
+    JSON mode writes it as null, which the same model then refuses); else None. A null where an
+    int goes is no float's: an edit. A `float | int` field's null fails as both, its location
+    ending in the member's name."""
+    details = error.errors()
+    members = ("float", "int")
+
+    def field(detail: Any) -> tuple[Any, ...]:
+        loc = tuple(detail.get("loc", ()))
+        return loc[:-1] if loc and loc[-1] in members else loc
+
+    floats = {
+        field(detail)
+        for detail in details
+        if detail.get("type") == "float_type" and detail.get("input") is None
+    }
+    whole = details and all(
+        detail.get("input") is None
+        and detail.get("type") in ("float_type", "int_type")
+        and field(detail) in floats
+        for detail in details
     )
+    return sorted(floats, key=str) if whole else None
+
+
+def _as_harbor_held_it(text: bytes, error: Any) -> tuple[TrialResult, str] | None:
+    """The TrialResult harbor held before it wrote `text`, which its model refused with `error`
+    (NaN back at its nulls where floats go), and where the first of them is; None when `error`
+    is not that (or NaN there does not make one: a dict key named `float` taken for a union's
+    member)."""
+    import json
+
+    from harbor.models.trial.result import TrialResult
+    from pydantic import ValidationError
+
+    places = _non_finite_at(error)
+    if places is None:
+        return None
+    try:
+        document = json.loads(text)
+        for place in places:
+            holder = document
+            for key in place[:-1]:
+                holder = holder[key]
+            holder[place[-1]] = float("nan")
+        return TrialResult.model_validate(document), ".".join(map(str, places[0]))
+    except (ValidationError, LookupError, TypeError):
+        return None
 
 
 def refuse_a_resume_over_harbors_nulls(state: JobDirState) -> None:
@@ -939,7 +985,19 @@ def step_report(
     *,
     with_spans: bool = False,
 ) -> StepReport:
-    """The stats, records and notes of the batch the lake holds for `job_dir`."""
+    """The stats, records and notes of the batch the lake holds for `job_dir` (the lake's
+    damage, a lake.duckdb changed in place among it, as a LakeError saying what to do)."""
+    import duckdb
+
+    from wmo_lake.store import Store
+
+    with Store(lake).saying_damage(duckdb.Error):
+        return _step_report(lake, job_dir, settings, with_spans)
+
+
+def _step_report(
+    lake: Path | str, job_dir: Path, settings: dict[str, Any] | None, with_spans: bool
+) -> StepReport:
     from wmo_lake.checks import warn_on_unused_reward_key
     from wmo_lake.lake import connect
     from wmo_lake.output import rows_as_dicts

@@ -33,6 +33,7 @@ from wmo_lake.store import (
     LakeError,
     Manifest,
     Store,
+    atomic_write_bytes,
     fsync_path,
     refuse_shadowed_files,
 )
@@ -529,11 +530,48 @@ def prepare_duckdb_file(store: Store) -> None:
         return
     target = store.root / SKELETON
     cached = cached_skeleton()
-    if cached is not None and _copy_atomically(cached, target):  # (False when none is kept)
+    if cached is not None and _copy_from_cache(cached, target):  # (False when none is kept)
         return
     lakefile.build(store, _empty_manifest(), target, "skeleton")
     if cached is not None:
-        _copy_atomically(target, cached)  # (a cache dir that cannot be written is no cache)
+        _copy_into_cache(target, cached)  # (a cache dir that cannot be written is no cache)
+
+
+def _digest_file(path: Path) -> Path:
+    """Where the sha256 of a cached skeleton is kept: every lake's first lake.duckdb starts as a
+    copy of it, so a block of it changed in place (a disk error) would damage each one."""
+    return path.with_name(f"{path.name}.sha256")
+
+
+def _copy_into_cache(source: Path, cached: Path) -> None:
+    if _copy_atomically(source, cached):
+        digest = hashlib.sha256(source.read_bytes()).hexdigest()
+        with contextlib.suppress(OSError):
+            atomic_write_bytes(_digest_file(cached), digest.encode())
+
+
+def _copy_from_cache(cached: Path, target: Path) -> bool:
+    """Copy the cached skeleton to `target` when its bytes are the ones kept (its digest file
+    says); else False, and a cached file that is not is removed (the next build keeps a good
+    one). Another process writing the cache meanwhile costs no more than a build."""
+    try:
+        data = cached.read_bytes()
+        kept = _digest_file(cached).read_text(encoding="ascii").strip()
+    except (OSError, ValueError):
+        return False
+    if hashlib.sha256(data).hexdigest() != kept:
+        with contextlib.suppress(OSError):
+            cached.unlink()
+        return False
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, target)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        return False
+    return True
 
 
 def ensure_duckdb_file(

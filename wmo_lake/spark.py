@@ -195,10 +195,13 @@ def warn_on_unused_reward_key(lake: Path | str, settings: dict[str, Any] | None)
     """`connect()`'s reward key check, asked of DuckDB over the same files (~10 ms; it stops at
     the first trial that has the key): a typo in a Spark session reads as a batch of infra
     failures just the same."""
+    import duckdb
+
     from wmo_lake import checks
     from wmo_lake.lake import connect
 
-    with connect(lake, settings, check=False) as con:
+    # (the lake's damage, a lake.duckdb changed in place among it, said as the DuckDB engine does)
+    with Store(lake).saying_damage(duckdb.Error), connect(lake, settings, check=False) as con:
         checks.warn_on_unused_reward_key(con)
 
 

@@ -463,7 +463,7 @@ class Store:
         built = self.root / DUCKDB_FILE
         return LakeError(
             f"{built} is damaged (DuckDB: {str(error).strip().splitlines()[0]}); it only "
-            "caches the lake's Parquet files, which are whole: delete it "
+            "caches the lake's Parquet files: delete it "
             f"(`rm {shlex.quote(str(built))}`) and run the command again (queries then read the "
             f"Parquet files, and the next `wmo-lake ingest` writes {DUCKDB_FILE} anew)"
         )
@@ -482,6 +482,19 @@ class Store:
             yield
         except errors as error:
             damaged = self.damaged_error(manifest, partitions) or self.cache_damage(error)
+            if damaged is not None:
+                raise damaged from error
+            raise
+
+    @contextlib.contextmanager
+    def saying_damage(
+        self, errors: type[BaseException] | tuple[type[BaseException], ...]
+    ) -> Iterator[None]:
+        """`naming_damage` for a caller without the manifest at hand (read on a failure only)."""
+        try:
+            yield
+        except errors as error:
+            damaged = self.damage(error)
             if damaged is not None:
                 raise damaged from error
             raise

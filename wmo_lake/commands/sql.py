@@ -479,7 +479,14 @@ def run_on_spark(
     fail_if_damaged(lake)
     try:
         session = lake_spark.local_session()
-        lake_spark.register(session, lake, settings)
+        try:
+            lake_spark.register(session, lake, settings)
+        except Exception as error:  # (pyspark's, before the query is read: the lake's)
+            if not type(error).__module__.startswith(("pyspark", "py4j")):
+                raise
+            fail_if_damaged(lake, error)
+            first = str(error).strip().splitlines()[0]
+            fail(f"cannot read the lake at {lake} on Spark: {first}")
         # the lake's tables and views only, as the DuckDB engine: no `text.`/any/file``
         session.conf.set("spark.sql.runSQLOnFiles", "false")
         for statement in statements[:-1]:
