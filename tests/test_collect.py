@@ -696,6 +696,21 @@ def test_a_null_no_float_of_harbors_can_be_is_refused_as_an_edit(tmp_path: Path)
     assert (trial / "result.json").exists()
 
 
+def test_an_edit_beside_harbors_null_logprob_is_the_problem_named(tmp_path: Path) -> None:
+    """A result.json holding harbor's own null (a NaN logprob) and an edit was refused naming
+    the null, the one thing in it harbor writes itself, as "another harbor version, or edited"."""
+    job_dir = _complete_step(tmp_path)
+    trial = sorted(p for p in job_dir.iterdir() if p.is_dir())[0]
+    _nan_logprob(trial)
+    result = json.loads((trial / "result.json").read_text())
+    result["started_at"] = "yesterday"
+    (trial / "result.json").write_text(json.dumps(result))
+    code, output = _collect_complete(tmp_path)
+    said = " ".join(output.split())
+    assert code == 2 and "TrialResult (started_at: " in said, said
+    assert "logprobs" not in said
+
+
 def test_a_cancelled_trial_holding_harbors_null_logprob_is_run_again(tmp_path: Path) -> None:
     """A trial the interrupt cancelled is removed to run again, also when its result.json holds
     harbor's null for a NaN logprob (it was counted as a finished trial)."""

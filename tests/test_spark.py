@@ -481,6 +481,16 @@ def test_sql_command_on_spark_says_a_lake_it_cannot_read_is_no_usage_error(
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 1 and "Usage:" not in result.output, result.output
     assert f"cannot read the lake at {lake} on Spark: [" in result.output
+    # a footer written over in place (its size kept): said in the JVM's words, which name the
+    # file (py4j's own first line, "An error occurred while calling o58.parquet.", did not)
+    whole = segment.read_bytes()
+    footer = int.from_bytes(whole[-8:-4], "little")
+    start = len(whole) - 8 - footer
+    segment.write_bytes(whole[:start] + b"\xff" * footer + whole[-8:])
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1, result.output
+    assert "on Spark: org.apache.spark.SparkException: [FAILED_READ_FILE" in result.output
+    assert segment.name in result.output and "An error occurred while calling" not in result.output
 
 
 def test_sql_command_on_spark_reads_no_other_file(lakes: dict[str, Path], tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """The store's file durability: `Store.sync_files` syncs every file it is given and every dir
 holding one (a new name is durable once its dir is synced), from threads when there are many,
-and never hides a failure."""
+and never hides a failure; an atomic write leaves no temp file when it fails."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from wmo_lake import store as store_module
-from wmo_lake.store import SERIAL_SYNCS, Store
+from wmo_lake.store import SERIAL_SYNCS, Store, atomic_write_bytes
 
 
 def _write(root: Path, count: int) -> list[str]:
@@ -48,3 +48,13 @@ def test_a_file_that_cannot_be_synced_fails_the_sync(tmp_path: Path) -> None:
     (tmp_path / rels[5]).unlink()
     with pytest.raises(FileNotFoundError):
         Store(tmp_path).sync_files(rels)
+
+
+def test_a_write_that_cannot_land_leaves_no_temp_file(tmp_path: Path) -> None:
+    """A target that is a dir (or a full disk) failed the rename and left the temp file behind:
+    the skeleton cache's digest file gained one a first ingest while its path was a dir."""
+    target = tmp_path / "digest"
+    target.mkdir()
+    with pytest.raises(OSError):
+        atomic_write_bytes(target, b"data")
+    assert [p.name for p in tmp_path.iterdir()] == ["digest"]

@@ -718,31 +718,40 @@ def _cut_off(error: Any) -> bool:
     return all(detail.get("type") == "json_invalid" for detail in error.errors())
 
 
-def _non_finite_at(error: Any) -> list[tuple[Any, ...]] | None:
-    """Where a whole result.json fails harbor's TrialResult only by nulls where floats go (what
-    harbor itself writes for a non-finite float, a provider's NaN or infinite logprob: pydantic's
-    JSON mode writes it as null, which the same model then refuses); else None. A null where an
-    int goes is no float's: an edit. A `float | int` field's null fails as both, its location
-    ending in the member's name."""
-    details = error.errors()
-    members = ("float", "int")
+def _field(detail: Any) -> tuple[Any, ...]:
+    """A validation problem's field: its location, without the member's name a `float | int`
+    union adds (its null fails as both members)."""
+    loc = tuple(detail.get("loc", ()))
+    return loc[:-1] if loc and loc[-1] in ("float", "int") else loc
 
-    def field(detail: Any) -> tuple[Any, ...]:
-        loc = tuple(detail.get("loc", ()))
-        return loc[:-1] if loc and loc[-1] in members else loc
 
+def _harbors_nulls(details: list[Any]) -> list[Any]:
+    """The problems that are nulls where floats go (what harbor itself writes for a non-finite
+    float, a provider's NaN or infinite logprob: pydantic's JSON mode writes it as null, which
+    the same model then refuses), with their union siblings. A null where only an int goes is
+    no float's: an edit."""
     floats = {
-        field(detail)
+        _field(detail)
         for detail in details
         if detail.get("type") == "float_type" and detail.get("input") is None
     }
-    whole = details and all(
-        detail.get("input") is None
-        and detail.get("type") in ("float_type", "int_type")
-        and field(detail) in floats
+    return [
+        detail
         for detail in details
-    )
-    return sorted(floats, key=str) if whole else None
+        if detail.get("input") is None
+        and detail.get("type") in ("float_type", "int_type")
+        and _field(detail) in floats
+    ]
+
+
+def _non_finite_at(error: Any) -> list[tuple[Any, ...]] | None:
+    """Where a whole result.json fails harbor's TrialResult only by harbor's own nulls
+    (`_harbors_nulls`), or None when it fails by anything else too."""
+    details = error.errors()
+    nulls = _harbors_nulls(details)
+    if not details or len(nulls) != len(details):
+        return None
+    return sorted({_field(detail) for detail in nulls}, key=str)
 
 
 def _as_harbor_held_it(text: bytes, error: Any) -> tuple[TrialResult, str] | None:
@@ -788,7 +797,12 @@ def refuse_a_resume_over_harbors_nulls(state: JobDirState) -> None:
 
 
 def _not_a_trial_result(path: Path, error: Any) -> str:
-    where, message, _ = _first_problem(error, "(the document)")
+    details = error.errors()
+    nulls = _harbors_nulls(details)
+    # (harbor's own nulls are not what makes the file another's: the first other problem is)
+    first = next((detail for detail in details if detail not in nulls), details[0])
+    where = ".".join(str(part) for part in first.get("loc", ())) or "(the document)"
+    message = first.get("msg", "invalid")
     return (
         f"{path} is whole JSON but not this harbor's TrialResult ({where}: {message}): "
         "written by another harbor version, or edited. It is not removed (only a result.json "

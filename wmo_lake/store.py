@@ -247,11 +247,16 @@ def _ends_as_parquet(path: str) -> bool:
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write `path` so that it holds the old or the new content, never a torn one."""
     tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")
-    with open(tmp, "wb") as stream:
-        stream.write(data)
-        stream.flush()
-        os.fsync(stream.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as stream:
+            stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # (a full disk, `path` a dir: no temp file left behind)
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
     fsync_path(path.parent)
 
 

@@ -86,6 +86,16 @@ _PATH_AS_TABLE = re.compile(r"Table with name \S*/\S* does not exist")
 _SPARK_PATH_AS_TABLE = re.compile(r"`\w+`\.`[^`]*/[^`]*`")
 
 
+def _spark_said(error: BaseException) -> str:
+    """The line of a pyspark error that says what went wrong: its first, or for an error raised
+    in the JVM (py4j's "An error occurred while calling o58.parquet.") the Java exception's,
+    which names the file and the cause."""
+    lines = [line for line in str(error).strip().splitlines() if line.strip()] or [repr(error)]
+    if lines[0].startswith("An error occurred while calling") and len(lines) > 1:
+        return lines[1].removeprefix(": ")
+    return lines[0]
+
+
 def _confined_message(error: str, lake: Path) -> str:
     """A read of a file that is not one of the lake's (a glob too: DuckDB lists a directory for
     it): a read, so no advice about writing."""
@@ -485,7 +495,7 @@ def run_on_spark(
             if not type(error).__module__.startswith(("pyspark", "py4j")):
                 raise
             fail_if_damaged(lake, error)
-            first = str(error).strip().splitlines()[0]
+            first = _spark_said(error)
             fail(f"cannot read the lake at {lake} on Spark: {first}")
         # the lake's tables and views only, as the DuckDB engine: no `text.`/any/file``
         session.conf.set("spark.sql.runSQLOnFiles", "false")
@@ -515,7 +525,7 @@ def run_on_spark(
     except Exception as error:  # pyspark's errors (AnalysisException, ...) share no base here
         if type(error).__module__.startswith(("pyspark", "py4j")):
             fail_if_damaged(lake)  # (a segment deleted by hand: said as the DuckDB engine says it)
-            first = str(error).strip().splitlines()[0]
+            first = _spark_said(error)
             if "TABLE_OR_VIEW_NOT_FOUND" in first and _SPARK_PATH_AS_TABLE.search(first):
                 fail(_confined_message(first, lake), 2)
             from pyspark.errors import AnalysisException
