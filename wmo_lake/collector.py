@@ -31,7 +31,7 @@ import os
 import shlex
 import shutil
 import sys
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -170,10 +170,14 @@ def apply_sets(raw: dict[str, Any], assignments: Iterable[str]) -> dict[str, Any
     return raw
 
 
-def _first_problem(error: Any, whole: str) -> tuple[str, str, dict[str, Any]]:
-    """A pydantic ValidationError's first problem: its location dotted (`whole` when it is the
-    document itself), its message, and the problem."""
-    first = error.errors()[0]
+def _first_problem(
+    error: Any, whole: str, skipping: Collection[Any] = ()
+) -> tuple[str, str, dict[str, Any]]:
+    """A pydantic ValidationError's first problem not in `skipping` (the first of all when it has
+    no other): its location dotted (`whole` when it is the document itself), its message, and
+    the problem."""
+    details = error.errors()
+    first = next((detail for detail in details if detail not in skipping), details[0])
     location = ".".join(str(part) for part in first.get("loc", ())) or whole
     return location, first.get("msg", "invalid"), first
 
@@ -797,12 +801,9 @@ def refuse_a_resume_over_harbors_nulls(state: JobDirState) -> None:
 
 
 def _not_a_trial_result(path: Path, error: Any) -> str:
-    details = error.errors()
-    nulls = _harbors_nulls(details)
     # (harbor's own nulls are not what makes the file another's: the first other problem is)
-    first = next((detail for detail in details if detail not in nulls), details[0])
-    where = ".".join(str(part) for part in first.get("loc", ())) or "(the document)"
-    message = first.get("msg", "invalid")
+    nulls = _harbors_nulls(error.errors())
+    where, message, _ = _first_problem(error, "(the document)", skipping=nulls)
     return (
         f"{path} is whole JSON but not this harbor's TrialResult ({where}: {message}): "
         "written by another harbor version, or edited. It is not removed (only a result.json "

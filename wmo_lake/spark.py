@@ -162,6 +162,12 @@ def _read_files(spark: SparkSession, files: list[str]) -> DataFrame:
     return merged
 
 
+def raised_by_spark(error: BaseException) -> bool:
+    """Whether `error` is pyspark's or py4j's (a failed Spark job, a query Spark refused): their
+    exceptions share no base class a caller could catch."""
+    return type(error).__module__.startswith(("pyspark", "py4j"))
+
+
 def register_views(spark: SparkSession) -> None:
     """Create the `sql/` views (transpiled) over the tables and settings already registered in
     `spark` (register_tables, declare_settings)."""

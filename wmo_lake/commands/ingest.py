@@ -188,7 +188,9 @@ def ingest(
     except OSError as error:
         lake_write_failure(lake, error)
     except Exception as error:  # a failed Spark job (Py4JJavaError, PySpark*Error)
-        if not type(error).__module__.startswith(("pyspark", "py4j")):
+        from wmo_lake.spark import raised_by_spark
+
+        if not raised_by_spark(error):
             raise
         lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
         cause = next((line for line in lines if "Error" in line or "Exception" in line), "")

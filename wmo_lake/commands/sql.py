@@ -492,7 +492,7 @@ def run_on_spark(
         try:
             lake_spark.register(session, lake, settings)
         except Exception as error:  # (pyspark's, before the query is read: the lake's)
-            if not type(error).__module__.startswith(("pyspark", "py4j")):
+            if not lake_spark.raised_by_spark(error):
                 raise
             fail_if_damaged(lake, error)
             first = _spark_said(error)
@@ -523,7 +523,7 @@ def run_on_spark(
     except ValueError as error:
         fail(str(error), 2)
     except Exception as error:  # pyspark's errors (AnalysisException, ...) share no base here
-        if type(error).__module__.startswith(("pyspark", "py4j")):
+        if lake_spark.raised_by_spark(error):
             fail_if_damaged(lake)  # (a segment deleted by hand: said as the DuckDB engine says it)
             first = _spark_said(error)
             if "TABLE_OR_VIEW_NOT_FOUND" in first and _SPARK_PATH_AS_TABLE.search(first):
