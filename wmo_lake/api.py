@@ -324,7 +324,7 @@ def _naming_damage(lake: str | Path) -> Iterator[None]:
     import duckdb
 
     from wmo_lake.export import ExportError
-    from wmo_lake.store import CORRUPT_DUCKDB, Store
+    from wmo_lake.store import CORRUPT_DUCKDB, Store, decoding_failure
 
     try:
         yield
@@ -333,7 +333,12 @@ def _naming_damage(lake: str | Path) -> Iterator[None]:
         # permission error, and a cut file's error names it; `export` asks after any failure)
         kinds = (duckdb.IOException, duckdb.PermissionException, ExportError)
         damaged = None
-        if isinstance(error, kinds) or ".parquet" in str(error) or CORRUPT_DUCKDB in str(error):
+        if (
+            isinstance(error, kinds)
+            or ".parquet" in str(error)
+            or CORRUPT_DUCKDB in str(error)
+            or decoding_failure(error)  # (a segment overwritten in place: its bytes' words)
+        ):
             damaged = Store(Path(lake)).damage(error)
         if damaged is None:
             raise

@@ -416,9 +416,9 @@ class Commit:
                 partitions[partition] = files
                 continue
             self.touched.add(partition)
-            # (a segment cut short by hand, an interrupted copy of the lake, is named as a
-            # deleted one is: its FileNotFoundError reaches the command's own check)
-            with self.store.naming_damage(self.base, pa.ArrowInvalid, [partition]):
+            # (a segment cut short or overwritten by hand, or an interrupted copy of the lake:
+            # pyarrow's ArrowInvalid, or its OSError naming the thrift it could not decode)
+            with self.store.naming_damage(self.base, (pa.ArrowInvalid, OSError), [partition]):
                 files = self._rewrite_without(name, partition, files, removed)
                 files += self._rewrite_without(
                     name, partition, added.get(partition, []), self.excluded_from_added
@@ -428,7 +428,7 @@ class Commit:
                 files = [
                     rel for rel in files if not rel.endswith(f"{EMPTY_LABEL}.parquet")
                 ] or files[:1]
-            with self.store.naming_damage(self.base, pa.ArrowInvalid, [partition]):
+            with self.store.naming_damage(self.base, (pa.ArrowInvalid, OSError), [partition]):
                 partitions[partition] = self._compact(name, partition, files)
         return partitions
 

@@ -137,8 +137,9 @@ def build(
         path.unlink(missing_ok=True)
     con = duckdb.connect(str(path))
     try:
-        # (a segment gone: DuckDB's glob matched nothing; cut short: "No magic bytes found")
-        with store.naming_damage(manifest, (duckdb.IOException, duckdb.InvalidInputException)):
+        # (a segment gone: DuckDB's glob matched nothing; cut short: "No magic bytes found";
+        # overwritten in place: what its bytes decode to)
+        with store.naming_damage(manifest, duckdb.Error):
             return _fresh(con, store, manifest, stamp, stored, copies)
     finally:
         con.close()

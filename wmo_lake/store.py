@@ -244,6 +244,38 @@ def _ends_as_parquet(path: str) -> bool:
         return False
 
 
+def decoding_failure(error: BaseException) -> bool:
+    """Whether `error` is what DuckDB or pyarrow raise for bytes of a Parquet file that do not
+    decode: DuckDB's bare Error ("Variable-length int over 10 bytes", "TProtocolException: ...";
+    a query's own mistakes raise subclasses: Binder, Conversion, Invalid Input...), or any of
+    pyarrow's."""
+    kind = type(error)
+    return (kind.__name__ == "Error" and kind.__module__ in ("duckdb", "_duckdb")) or (
+        kind.__module__.startswith("pyarrow")
+    )
+
+
+def _not_read_by_duckdb(con: Any, paths: list[str]) -> list[tuple[str, str]]:
+    """(path, DuckDB's words) for each of `paths` DuckDB cannot read whole: all read in one
+    query, halved while it fails (a query a file cost ~4 ms, 4 s for a 128-step lake)."""
+    import duckdb
+
+    try:  # (a hash of every column: each page is decoded)
+        con.execute(
+            "SELECT bit_xor(hash(COLUMNS(*))) FROM read_parquet(?, union_by_name = true)", [paths]
+        ).fetchall()
+        return []
+    except duckdb.Error as failure:
+        if len(paths) == 1:
+            return [(paths[0], _first_line(failure))]
+    half = len(paths) // 2
+    return _not_read_by_duckdb(con, paths[:half]) + _not_read_by_duckdb(con, paths[half:])
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write `path` so that it holds the old or the new content, never a torn one."""
     tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")
@@ -423,13 +455,22 @@ class Store:
         ]
 
     def damaged_error(
-        self, manifest: Manifest, partitions: Collection[str] | None = None
+        self,
+        manifest: Manifest,
+        partitions: Collection[str] | None = None,
+        error: BaseException | None = None,
     ) -> LakeError | None:
         """A LakeError naming the manifest's missing segments (of `partitions`, else all), when
         there are any: the lake lost their rows, and an ingest would count their trials
-        unchanged (it reads no segment)."""
+        unchanged (it reads no segment). With the `error` a read of the lake failed with, also
+        the segments whole in size that DuckDB cannot read (`unreadable_segments`)."""
         missing = self.missing_segments(manifest, partitions)
-        if not missing:
+        unreadable = (
+            self.unreadable_segments(manifest, error, partitions)
+            if not missing and error is not None
+            else []
+        )
+        if not missing and not unreadable:
             return None
         gone = [rel for rel in missing if not os.path.lexists(self.root / rel)]
         cut = [rel for rel in missing if rel not in gone]
@@ -441,19 +482,73 @@ class Store:
             f"({cut[0]}{', ...' * (len(cut) > 1)})"
             if cut
             else "",
+            f"holds {len(unreadable)} of its Parquet files DuckDB cannot read ({unreadable[0][0]}: "
+            f"{unreadable[0][1]}{'; ...' * (len(unreadable) > 1)})"
+            if unreadable
+            else "",
         ]
-        return LakeError(
-            f"the lake at {self.root} {' and '.join(filter(None, said))}: they were deleted, "
-            "moved or cut short outside wmo-lake (an interrupted copy, say), and their rows with "
-            "them; put them back whole, or ingest the runs again into a new lake directory"
+        how = (
+            "changed in place outside wmo-lake (a stray write or a disk error, say)"
+            if unreadable
+            else "deleted, moved or cut short outside wmo-lake (an interrupted copy, say)"
         )
+        return LakeError(
+            f"the lake at {self.root} {' and '.join(filter(None, said))}: they were {how}, and "
+            "their rows with them; put them back whole, or ingest the runs again into a new "
+            "lake directory"
+        )
+
+    def unreadable_segments(
+        self,
+        manifest: Manifest,
+        error: BaseException,
+        partitions: Collection[str] | None = None,
+    ) -> list[tuple[str, str]]:
+        """(segment, DuckDB's words) for each live segment (of `partitions`) that ends as Parquet
+        does, so `missing_segments` passes it, but that DuckDB cannot read: its bytes changed in
+        place (a stray write, a disk error). Asked once a read of the lake failed with `error`:
+        the segments it names are read again; when it names none, every one of `partitions`,
+        or of the lake when `error` is a decoding failure (`decoding_failure`): a read of the
+        lake once."""
+        root = str(self.root)
+        live = [
+            rel
+            for files in manifest.tables.values()
+            for partition, rels in files.items()
+            if partitions is None or partition in partitions
+            for rel in rels
+        ]
+        # (an export's error wraps the query's: raised `from None`, it is still the context)
+        chain = [error]
+        while (inner := chain[-1].__cause__ or chain[-1].__context__) and len(chain) < 8:
+            chain.append(inner)
+        text = "\n".join(map(str, chain))
+        if CORRUPT_DUCKDB in text:
+            return []  # (lake.duckdb's own damage: `cache_damage`)
+        suspects = [rel for rel in live if rel in text]
+        if not suspects and (partitions is not None or any(map(decoding_failure, chain))):
+            suspects = live  # (a few partitions' files, as a rewrite of them read: any error)
+        if not suspects:
+            return []
+        import duckdb
+
+        tables: dict[str, list[str]] = {}  # (a table's files share its schema: read together)
+        for rel in suspects:
+            tables.setdefault(rel.split("/")[1], []).append(f"{root}/{rel}")
+        with duckdb.connect() as con:
+            unreadable = [
+                (path.removeprefix(f"{root}/"), words)
+                for paths in tables.values()
+                for path, words in _not_read_by_duckdb(con, paths)
+            ]
+        return unreadable
 
     def damage(self, error: BaseException | None = None) -> LakeError | None:
         """`damaged_error` of the whole lake, asked once a read of it has failed (None also when
         the manifest cannot be read: the read's own error says that); else, when that read's
         `error` is DuckDB's checksum failure, `cache_damage`'s."""
         try:
-            damaged = self.damaged_error(self.read_manifest())
+            damaged = self.damaged_error(self.read_manifest(), error=error)
         except LakeError:
             return None
         return damaged or self.cache_damage(error)
@@ -467,7 +562,7 @@ class Store:
             return None
         built = self.root / DUCKDB_FILE
         return LakeError(
-            f"{built} is damaged (DuckDB: {str(error).strip().splitlines()[0]}); it only "
+            f"{built} is damaged (DuckDB: {_first_line(error)}); it only "
             "caches the lake's Parquet files: delete it "
             f"(`rm {shlex.quote(str(built))}`) and run the command again (queries then read the "
             f"Parquet files, and the next `wmo-lake ingest` writes {DUCKDB_FILE} anew)"
@@ -486,7 +581,7 @@ class Store:
         try:
             yield
         except errors as error:
-            damaged = self.damaged_error(manifest, partitions) or self.cache_damage(error)
+            damaged = self.damaged_error(manifest, partitions, error) or self.cache_damage(error)
             if damaged is not None:
                 raise damaged from error
             raise

@@ -127,6 +127,7 @@ def schema(ctx: click.Context, name: str, lake: Path, as_json: bool) -> None:
             fail(f"no table or view named {name!r}{hint}; {listing} lists them", 2)
         described = con.sql(f'DESCRIBE "{name}"').fetchall()
     except duckdb.Error as error:
+        fail_if_damaged(lake, error)  # (its files' schema is read: a footer overwritten in place)
         fail(f"cannot describe {name}: {error}")
     finally:
         con.close()
