@@ -422,17 +422,37 @@ def _overwrite_in_place(segment: Path, where: str) -> None:
     """Bytes of `segment` overwritten, its size and its Parquet magic bytes kept (a stray write,
     a disk error): in its footer's thrift, or over the first half of its pages."""
     data = bytearray(segment.read_bytes())
-    footer = len(data) - 8 - int.from_bytes(data[-8:-4], "little")
+    footer = _footer_start(data)
     span = range(footer + 10, footer + 60) if where == "footer" else range(4, footer // 2)
     for at in span:
         data[at] = 0xAB if where == "footer" else (at * 37) & 0xFF
     segment.write_bytes(bytes(data))
 
 
+def _lake_of_a_copy(tmp_path: Path) -> tuple[Path, Path]:
+    """(a copy of a fixture run tree, the lake it was ingested into)."""
+    from conftest import FIXTURES
+
+    runs = tmp_path / "runs"
+    shutil.copytree(FIXTURES / "harbor" / "kit-e2e", runs)
+    ingest([runs], tmp_path / "lake", workers=1)
+    return runs, tmp_path / "lake"
+
+
+def _change_a_trial(runs: Path) -> None:
+    """One trial's result.json changed: its ingest rewrites its partition without its old rows."""
+    result_json = next(runs.glob("*/result.json"))
+    result_json.write_text(result_json.read_text().replace('"started_at": "', '"started_at": "1'))
+
+
+def _footer_start(data: bytes) -> int:
+    return len(data) - 8 - int.from_bytes(data[-8:-4], "little")
+
+
 def _said_unreadable(result: Any, lake: Path, segment: Path) -> bool:
     rel = segment.relative_to(lake).as_posix()
     return (
-        f"the lake at {lake} holds 1 of its Parquet files DuckDB cannot read ({rel}: "
+        f"the lake at {lake} holds 1 of its Parquet files that cannot be read ({rel}: "
         in (result.output)
         and "changed in place outside wmo-lake" in result.output
     )
@@ -493,7 +513,7 @@ def test_a_page_overwritten_in_place_is_named_by_queries_and_by_the_api(tmp_path
             args,
             result.output,
         )
-    with pytest.raises(LakeError, match="holds 1 of its Parquet files DuckDB cannot read"):
+    with pytest.raises(LakeError, match="holds 1 of its Parquet files that cannot be read"):
         api.query(lake, "SELECT * FROM spans")
     # (the rest of the lake reads)
     assert api.query(lake, "SELECT count(*) AS n FROM trials")["n"].to_list() == [6]
@@ -503,20 +523,56 @@ def test_an_ingest_that_rewrites_a_segment_overwritten_in_place_names_it(tmp_pat
     """A changed trial makes the ingest rewrite its partition's segments without its old rows;
     pyarrow's error for one overwritten in place was said as `cannot write the lake at L: L:
     Couldn't deserialize thrift`, as if the disk were full. The lake is left as it was."""
-    from conftest import FIXTURES
-
-    runs = tmp_path / "runs"
-    shutil.copytree(FIXTURES / "harbor" / "kit-e2e", runs)
-    lake = tmp_path / "lake"
-    ingest([runs], lake, workers=1)
+    runs, lake = _lake_of_a_copy(tmp_path)
     (segment,) = (lake / "tables" / "trials").rglob("*.parquet")
     _overwrite_in_place(segment, "pages")
     before = (lake / "manifest.json").read_bytes()
-    result_json = next(runs.glob("*/result.json"))
-    result_json.write_text(result_json.read_text().replace('"started_at": "', '"started_at": "1'))
+    _change_a_trial(runs)
     result = _invoke("ingest", runs, "--lake", lake)
     assert result.exit_code == 1 and _said_unreadable(result, lake, segment), result.output
     assert (lake / "manifest.json").read_bytes() == before
+
+
+def test_a_footer_only_pyarrow_refuses_is_named_by_the_rewrite(tmp_path: Path) -> None:
+    """A character of a segment's `ARROW:schema` footer value overwritten: DuckDB ignores that
+    key and reads the file, pyarrow cannot open it. The rewrite of its partition (an ingest of a
+    changed trial, a forget) ended in pyarrow's traceback (`Invalid base64 input`); it is now
+    named, with pyarrow's words."""
+    runs, lake = _lake_of_a_copy(tmp_path)
+    (segment,) = (lake / "tables" / "spans").rglob("*.parquet")
+    data = bytearray(segment.read_bytes())
+    footer = _footer_start(data)
+    data[data.index(b"ARROW:schema", footer) + len(b"ARROW:schema") + 40] = ord("!")
+    segment.write_bytes(bytes(data))
+    before = (lake / "manifest.json").read_bytes()
+    assert _invoke("sql", "SELECT count(*) FROM spans", "--lake", lake).exit_code == 0
+    result = _invoke("forget", "--batch", "*", "--lake", lake)
+    assert result.exit_code == 1 and _said_unreadable(result, lake, segment), result.output
+    assert f"{segment.name}: pyarrow: " in result.output
+    _change_a_trial(runs)
+    result = _invoke("ingest", runs, "--lake", lake)
+    assert result.exit_code == 1 and _said_unreadable(result, lake, segment), result.output
+    assert (lake / "manifest.json").read_bytes() == before
+
+
+def test_a_column_name_made_invalid_utf8_in_place_is_named(tmp_path: Path) -> None:
+    """A byte of a column's name in a segment's footer made invalid UTF-8: DuckDB's bindings
+    raised UnicodeDecodeError (a traceback from `sql`, and from an ingest that updated
+    lake.duckdb), pyarrow's rewrite too. Each now names the file."""
+    runs, lake = _lake_of_a_copy(tmp_path)
+    (lake / "lake.duckdb").unlink()
+    (segment,) = (lake / "tables" / "jobs").rglob("*.parquet")
+    data = bytearray(segment.read_bytes())
+    footer = _footer_start(data)
+    data[data.index(b"finished_at", footer) + 2] = 0xF7
+    segment.write_bytes(bytes(data))
+    result = _invoke("sql", "SELECT finished_at FROM jobs", "--lake", lake)
+    assert result.exit_code == 1 and _said_unreadable(result, lake, segment), result.output
+    result = _invoke("forget", "--batch", "*", "--lake", lake)
+    assert result.exit_code == 1 and _said_unreadable(result, lake, segment), result.output
+    _change_a_trial(runs)
+    result = _invoke("ingest", runs, "--lake", lake)
+    assert result.exit_code == 1 and _said_unreadable(result, lake, segment), result.output
 
 
 def test_a_signal_while_the_copy_thread_starts_still_ends_the_process_cleanly(

@@ -92,7 +92,7 @@ def test_a_decoding_failure_finds_each_segment_overwritten_in_place(tmp_path: Pa
     assert [rel for rel, _ in found] == [rels[2], rels[7]]
     assert store.missing_segments(manifest) == []  # (what the cheap check cannot see)
     damaged = store.damaged_error(manifest, error=duckdb.Error("x"))
-    said = f"holds 2 of its Parquet files DuckDB cannot read ({rels[2]}: "
+    said = f"holds 2 of its Parquet files that cannot be read ({rels[2]}: "
     assert damaged is not None and said in str(damaged) and "; ...)" in str(damaged)
 
 

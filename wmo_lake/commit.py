@@ -417,8 +417,9 @@ class Commit:
                 continue
             self.touched.add(partition)
             # (a segment cut short or overwritten by hand, or an interrupted copy of the lake:
-            # pyarrow's ArrowInvalid, or its OSError naming the thrift it could not decode)
-            with self.store.naming_damage(self.base, (pa.ArrowInvalid, OSError), [partition]):
+            # pyarrow's ArrowInvalid, its OSError naming the thrift it could not decode, a
+            # UnicodeDecodeError of a column's name... any error, looked into, or raised as it is)
+            with self.store.naming_damage(self.base, Exception, [partition]):
                 files = self._rewrite_without(name, partition, files, removed)
                 files += self._rewrite_without(
                     name, partition, added.get(partition, []), self.excluded_from_added
@@ -428,7 +429,7 @@ class Commit:
                 files = [
                     rel for rel in files if not rel.endswith(f"{EMPTY_LABEL}.parquet")
                 ] or files[:1]
-            with self.store.naming_damage(self.base, (pa.ArrowInvalid, OSError), [partition]):
+            with self.store.naming_damage(self.base, Exception, [partition]):
                 partitions[partition] = self._compact(name, partition, files)
         return partitions
 

@@ -130,7 +130,9 @@ def build(
             try:
                 if _layout(con) == LAYOUT:
                     return _update(con, store, manifest, stamp, copies)
-            except duckdb.Error:
+            # (DuckDB's errors, or its bindings' UnicodeDecodeError of a column name that bytes
+            # changed in place: the build anew says what it is)
+            except (duckdb.Error, UnicodeDecodeError, RuntimeError):
                 pass  # a copy that cannot be brought up to date is built anew
             finally:
                 con.close()
@@ -139,7 +141,7 @@ def build(
     try:
         # (a segment gone: DuckDB's glob matched nothing; cut short: "No magic bytes found";
         # overwritten in place: what its bytes decode to)
-        with store.naming_damage(manifest, duckdb.Error):
+        with store.naming_damage(manifest, (duckdb.Error, UnicodeDecodeError, RuntimeError)):
             return _fresh(con, store, manifest, stamp, stored, copies)
     finally:
         con.close()

@@ -247,11 +247,18 @@ def _ends_as_parquet(path: str) -> bool:
 def decoding_failure(error: BaseException) -> bool:
     """Whether `error` is what DuckDB or pyarrow raise for bytes of a Parquet file that do not
     decode: DuckDB's bare Error ("Variable-length int over 10 bytes", "TProtocolException: ...";
-    a query's own mistakes raise subclasses: Binder, Conversion, Invalid Input...), or any of
-    pyarrow's."""
+    a query's own mistakes raise subclasses: Binder, Conversion, Invalid Input...) or its
+    "Invalid unicode" in a column name, any of pyarrow's, or the bindings' failure to decode a
+    name (UnicodeDecodeError; nanobind's "conversion error" RuntimeError)."""
     kind = type(error)
-    return (kind.__name__ == "Error" and kind.__module__ in ("duckdb", "_duckdb")) or (
+    if kind.__name__ == "Error" and kind.__module__ in ("duckdb", "_duckdb"):
+        return True
+    if kind.__name__ == "InvalidInputException" and "Invalid unicode" in str(error):
+        return True
+    return (
         kind.__module__.startswith("pyarrow")
+        or isinstance(error, UnicodeDecodeError)
+        or (isinstance(error, RuntimeError) and "nanobind" in str(error))
     )
 
 
@@ -270,6 +277,17 @@ def _not_read_by_duckdb(con: Any, paths: list[str]) -> list[tuple[str, str]]:
             return [(paths[0], _first_line(failure))]
     half = len(paths) // 2
     return _not_read_by_duckdb(con, paths[:half]) + _not_read_by_duckdb(con, paths[half:])
+
+
+def _not_read_by_pyarrow(path: str) -> str | None:
+    """pyarrow's words when it cannot read `path` whole, else None."""
+    import pyarrow.parquet as pq
+
+    try:
+        pq.read_table(path)
+    except Exception as failure:  # (ArrowInvalid, OSError, a UnicodeDecodeError of a name...)
+        return f"pyarrow: {_first_line(failure)}"
+    return None
 
 
 def _first_line(error: BaseException) -> str:
@@ -482,8 +500,8 @@ class Store:
             f"({cut[0]}{', ...' * (len(cut) > 1)})"
             if cut
             else "",
-            f"holds {len(unreadable)} of its Parquet files DuckDB cannot read ({unreadable[0][0]}: "
-            f"{unreadable[0][1]}{'; ...' * (len(unreadable) > 1)})"
+            f"holds {len(unreadable)} of its Parquet files that cannot be read "
+            f"({unreadable[0][0]}: {unreadable[0][1]}{'; ...' * (len(unreadable) > 1)})"
             if unreadable
             else "",
         ]
@@ -504,12 +522,13 @@ class Store:
         error: BaseException,
         partitions: Collection[str] | None = None,
     ) -> list[tuple[str, str]]:
-        """(segment, DuckDB's words) for each live segment (of `partitions`) that ends as Parquet
-        does, so `missing_segments` passes it, but that DuckDB cannot read: its bytes changed in
-        place (a stray write, a disk error). Asked once a read of the lake failed with `error`:
-        the segments it names are read again; when it names none, every one of `partitions`,
-        or of the lake when `error` is a decoding failure (`decoding_failure`): a read of the
-        lake once."""
+        """(segment, the reader's words) for each live segment (of `partitions`) that ends as
+        Parquet does, so `missing_segments` passes it, but that cannot be read: its bytes changed
+        in place (a stray write, a disk error). Asked once a read of the lake failed with
+        `error`: the segments it names are read again by DuckDB; when it names none, every one of
+        `partitions`, or of the lake when `error` is a decoding failure (`decoding_failure`): a
+        read of the lake once. `partitions` are a commit's rewrite, which reads with pyarrow: a
+        segment DuckDB reads is read by pyarrow too."""
         root = str(self.root)
         live = [
             rel
@@ -540,6 +559,12 @@ class Store:
                 (path.removeprefix(f"{root}/"), words)
                 for paths in tables.values()
                 for path, words in _not_read_by_duckdb(con, paths)
+            ]
+        if not unreadable and partitions is not None:
+            # a commit's rewrite of these partitions reads with pyarrow, which refuses some
+            # bytes DuckDB reads or skips (a footer's ARROW:schema, a page header)
+            unreadable = [
+                (rel, words) for rel in suspects if (words := _not_read_by_pyarrow(f"{root}/{rel}"))
             ]
         return unreadable
 

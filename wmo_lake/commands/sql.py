@@ -89,10 +89,14 @@ _SPARK_PATH_AS_TABLE = re.compile(r"`\w+`\.`[^`]*/[^`]*`")
 def _spark_said(error: BaseException) -> str:
     """The line of a pyspark error that says what went wrong: its first, or for an error raised
     in the JVM (py4j's "An error occurred while calling o58.parquet.") the Java exception's,
-    which names the file and the cause."""
+    which names the file and the cause; for Spark's "Exception thrown in awaitResult:", which
+    says nothing, its first cause's."""
     lines = [line for line in str(error).strip().splitlines() if line.strip()] or [repr(error)]
     if lines[0].startswith("An error occurred while calling") and len(lines) > 1:
-        return lines[1].removeprefix(": ")
+        lines = [line.removeprefix(": ") for line in lines[1:]]
+    if lines[0].rstrip().endswith("Exception thrown in awaitResult:"):  # (says nothing: its cause)
+        cause = next((line for line in lines if line.startswith("Caused by: ")), None)
+        return lines[0] if cause is None else cause.removeprefix("Caused by: ")
     return lines[0]
 
 
@@ -300,6 +304,12 @@ def sql(
             # a mistyped table, view or column: the query is wrong, as one that does not parse
             fail(f"query failed: {_numbered_as_given(str(error), query)}", 2)
         fail(f"query failed: {_numbered_as_given(str(error), query)}")
+    except (UnicodeDecodeError, RuntimeError) as error:
+        if not decoding_failure(error):
+            raise
+        # (DuckDB's bindings decoding a column name a segment's bytes changed in place)
+        fail_if_damaged(lake, error)
+        fail(f"query failed: {error}")
     except BrokenPipeError:
         raise  # (`| head`, through the relay: click ends the command, exit 1, no message)
     except OSError as error:
@@ -525,7 +535,9 @@ def run_on_spark(
         fail(str(error), 2)
     except Exception as error:  # pyspark's errors (AnalysisException, ...) share no base here
         if lake_spark.raised_by_spark(error):
-            fail_if_damaged(lake)  # (a segment deleted by hand: said as the DuckDB engine says it)
+            # (a segment deleted or overwritten by hand: said as the DuckDB engine says it; a
+            # read failure's Java trace names the file)
+            fail_if_damaged(lake, error)
             first = _spark_said(error)
             if "TABLE_OR_VIEW_NOT_FOUND" in first and _SPARK_PATH_AS_TABLE.search(first):
                 fail(_confined_message(first, lake), 2)
