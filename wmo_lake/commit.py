@@ -419,7 +419,7 @@ class Commit:
             # (a segment cut short or overwritten by hand, or an interrupted copy of the lake:
             # pyarrow's ArrowInvalid, its OSError naming the thrift it could not decode, a
             # UnicodeDecodeError of a column's name... any error, looked into, or raised as it is)
-            with self.store.naming_damage(self.base, Exception, [partition]):
+            with self.store.naming_damage(self.base, Exception, [partition], _unread_by_pyarrow):
                 files = self._rewrite_without(name, partition, files, removed)
                 files += self._rewrite_without(
                     name, partition, added.get(partition, []), self.excluded_from_added
@@ -429,7 +429,7 @@ class Commit:
                 files = [
                     rel for rel in files if not rel.endswith(f"{EMPTY_LABEL}.parquet")
                 ] or files[:1]
-            with self.store.naming_damage(self.base, Exception, [partition]):
+            with self.store.naming_damage(self.base, Exception, [partition], _unread_by_pyarrow):
                 partitions[partition] = self._compact(name, partition, files)
         return partitions
 
@@ -563,3 +563,14 @@ class Commit:
 
     def abort(self) -> None:
         self.writer.abort()
+
+
+def _unread_by_pyarrow(path: str) -> str | None:
+    """pyarrow's words when it cannot read the segment at `path` whole (what a rewrite reads it
+    with), else None."""
+    try:
+        pq.read_table(path)
+    except Exception as failure:  # (ArrowInvalid, OSError, a UnicodeDecodeError of a name...)
+        lines = str(failure).strip().splitlines() or [type(failure).__name__]
+        return f"pyarrow: {lines[0]}"
+    return None

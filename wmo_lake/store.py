@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from wmo_lake.catalog import CatalogEntry, CatalogKeys
 
 T = TypeVar("T")
+# Reads a segment (its path) whole: None, or the words it failed with (`unreadable_segments`)
+SegmentReader = Callable[[str], str | None]
 
 MANIFEST = "manifest.json"
 STAGING = ".staging"  # an ingest's copies of the stored tables' rows (wmo_lake/stored_copies.py)
@@ -279,17 +281,6 @@ def _not_read_by_duckdb(con: Any, paths: list[str]) -> list[tuple[str, str]]:
     return _not_read_by_duckdb(con, paths[:half]) + _not_read_by_duckdb(con, paths[half:])
 
 
-def _not_read_by_pyarrow(path: str) -> str | None:
-    """pyarrow's words when it cannot read `path` whole, else None."""
-    import pyarrow.parquet as pq
-
-    try:
-        pq.read_table(path)
-    except Exception as failure:  # (ArrowInvalid, OSError, a UnicodeDecodeError of a name...)
-        return f"pyarrow: {_first_line(failure)}"
-    return None
-
-
 def _first_line(error: BaseException) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
@@ -477,6 +468,7 @@ class Store:
         manifest: Manifest,
         partitions: Collection[str] | None = None,
         error: BaseException | None = None,
+        reader: SegmentReader | None = None,
     ) -> LakeError | None:
         """A LakeError naming the manifest's missing segments (of `partitions`, else all), when
         there are any: the lake lost their rows, and an ingest would count their trials
@@ -484,7 +476,7 @@ class Store:
         the segments whole in size that DuckDB cannot read (`unreadable_segments`)."""
         missing = self.missing_segments(manifest, partitions)
         unreadable = (
-            self.unreadable_segments(manifest, error, partitions)
+            self.unreadable_segments(manifest, error, partitions, reader)
             if not missing and error is not None
             else []
         )
@@ -521,14 +513,15 @@ class Store:
         manifest: Manifest,
         error: BaseException,
         partitions: Collection[str] | None = None,
+        reader: SegmentReader | None = None,
     ) -> list[tuple[str, str]]:
         """(segment, the reader's words) for each live segment (of `partitions`) that ends as
         Parquet does, so `missing_segments` passes it, but that cannot be read: its bytes changed
         in place (a stray write, a disk error). Asked once a read of the lake failed with
         `error`: the segments it names are read again by DuckDB; when it names none, every one of
         `partitions`, or of the lake when `error` is a decoding failure (`decoding_failure`): a
-        read of the lake once. `partitions` are a commit's rewrite, which reads with pyarrow: a
-        segment DuckDB reads is read by pyarrow too."""
+        read of the lake once. `reader`: the one that failed, when not DuckDB (a commit's rewrite
+        reads with pyarrow): what DuckDB reads is read again by it, its words when it fails."""
         root = str(self.root)
         live = [
             rel
@@ -560,12 +553,10 @@ class Store:
                 for paths in tables.values()
                 for path, words in _not_read_by_duckdb(con, paths)
             ]
-        if not unreadable and partitions is not None:
-            # a commit's rewrite of these partitions reads with pyarrow, which refuses some
-            # bytes DuckDB reads or skips (a footer's ARROW:schema, a page header)
-            unreadable = [
-                (rel, words) for rel in suspects if (words := _not_read_by_pyarrow(f"{root}/{rel}"))
-            ]
+        if not unreadable and reader is not None:
+            # (the reader that failed, when not DuckDB: pyarrow refuses some bytes DuckDB reads
+            # or skips, a footer's ARROW:schema, a page header)
+            unreadable = [(rel, words) for rel in suspects if (words := reader(f"{root}/{rel}"))]
         return unreadable
 
     def damage(self, error: BaseException | None = None) -> LakeError | None:
@@ -599,6 +590,7 @@ class Store:
         manifest: Manifest,
         errors: type[BaseException] | tuple[type[BaseException], ...],
         partitions: Collection[str] | None = None,
+        reader: SegmentReader | None = None,
     ) -> Iterator[None]:
         """Around a read of the lake's segments: one of `errors` is `damaged_error`'s LakeError
         when segments are gone or cut short (DuckDB's or pyarrow's own words name no remedy),
@@ -606,7 +598,8 @@ class Store:
         try:
             yield
         except errors as error:
-            damaged = self.damaged_error(manifest, partitions, error) or self.cache_damage(error)
+            damaged = self.damaged_error(manifest, partitions, error, reader)
+            damaged = damaged or self.cache_damage(error)
             if damaged is not None:
                 raise damaged from error
             raise
