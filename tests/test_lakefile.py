@@ -183,6 +183,63 @@ def test_a_file_of_another_layout_is_built_anew(tmp_path: Path) -> None:
     assert report.inserted["trials"] == [partition_of("exp", 1)]
 
 
+def _interrupted_in_transaction() -> duckdb.Error:
+    """What the next statement raised after a stop aborted the update's transaction."""
+    try:
+        try:
+            raise RuntimeError("Query interrupted")
+        except RuntimeError:
+            raise duckdb.TransactionException("Current transaction is aborted") from None
+    except duckdb.TransactionException as error:
+        return error
+
+
+@pytest.mark.parametrize(
+    "raised",
+    [
+        RuntimeError("Query interrupted"),
+        duckdb.InvalidInputException(
+            "reading the schema of the object registered as '_wmo_copy' failed: KeyboardInterrupt: "
+        ),
+        _interrupted_in_transaction(),
+    ],
+    ids=["query-interrupted", "scan-interrupted", "transaction-aborted"],
+)
+def test_a_stop_inside_the_update_stops_the_build(tmp_path: Path, monkeypatch, raised) -> None:
+    """A Ctrl-C or SIGTERM landing in an update of lake.duckdb comes out of DuckDB as one of
+    these errors: each was taken for a file that cannot be updated, so the build started anew
+    from scratch and the ingest exited 0, the stop lost. Other errors still fall back."""
+    runs, lake = tmp_path / "runs", tmp_path / "lake"
+    write_trial(_job(runs, 1), "a__1", trial_id="a1", reward=1.0, turns=TURNS)
+    ingest([runs], lake, workers=1)
+    store = Store(lake)
+    stamp = store.duckdb_stamp(store.read_manifest(), views_digest())
+
+    def raising(error: BaseException):
+        def update(*args: object) -> None:
+            raise error
+
+        return update
+
+    monkeypatch.setattr(lakefile, "_update", raising(raised))
+    with pytest.raises(KeyboardInterrupt):
+        lakefile.build(
+            store, store.read_manifest(), tmp_path / "a.duckdb", stamp, base=lake / DUCKDB_FILE
+        )
+    monkeypatch.setattr(lakefile, "_update", raising(duckdb.Error("x")))
+    report = lakefile.build(
+        store, store.read_manifest(), tmp_path / "b.duckdb", stamp, base=lake / DUCKDB_FILE
+    )
+    assert not report.incremental  # (built anew)
+    monkeypatch.setattr(
+        lakefile, "_update", lambda *args: (_ for _ in ()).throw(RuntimeError("bug"))
+    )
+    with pytest.raises(RuntimeError, match="bug"):
+        lakefile.build(
+            store, store.read_manifest(), tmp_path / "c.duckdb", stamp, base=lake / DUCKDB_FILE
+        )
+
+
 def test_the_stamp_names_the_layout(tmp_path: Path) -> None:
     """A lake.duckdb from before tables were stored (same views) counts as stale: the views
     digest in its stamp covers the layout."""

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from wmo_lake.output import sql_string
-from wmo_lake.store import Manifest, Store, refuse_shadowed_files
+from wmo_lake.store import Manifest, Store, decoding_failure, refuse_shadowed_files
 
 if TYPE_CHECKING:
     import duckdb
@@ -131,9 +131,14 @@ def build(
                 if _layout(con) == LAYOUT:
                     return _update(con, store, manifest, stamp, copies)
             # (DuckDB's errors, or its bindings' UnicodeDecodeError of a column name that bytes
-            # changed in place: the build anew says what it is)
-            except (duckdb.Error, UnicodeDecodeError, RuntimeError):
-                pass  # a copy that cannot be brought up to date is built anew
+            # changed in place: the build anew says what it is); a stop (Ctrl-C, SIGTERM) inside
+            # a query is DuckDB's RuntimeError, and stops the build
+            except (duckdb.Error, UnicodeDecodeError, RuntimeError) as error:
+                if _stopped_within(error):
+                    raise KeyboardInterrupt from error
+                if isinstance(error, RuntimeError) and not decoding_failure(error):
+                    raise
+                # a copy that cannot be brought up to date is built anew
             finally:
                 con.close()
         path.unlink(missing_ok=True)
@@ -145,6 +150,24 @@ def build(
             return _fresh(con, store, manifest, stamp, stored, copies)
     finally:
         con.close()
+
+
+def _stopped_within(error: BaseException) -> bool:
+    """Whether a stop (Ctrl-C, SIGTERM) landed in the query that raised `error`, whatever DuckDB
+    made of it: its own error for it, a scan's KeyboardInterrupt in its words ("reading the
+    schema of the object registered as '_wmo_copy' failed: KeyboardInterrupt"), or the aborted
+    transaction the next statement met (the stop's error is its context). SIGTERM comes as
+    Ctrl-C does (`stopping.sigterm_stops`)."""
+    from wmo_lake.stopping import stopped_by_user
+
+    seen: BaseException | None = error
+    for _ in range(8):
+        if seen is None:
+            break
+        if stopped_by_user(seen) or "KeyboardInterrupt" in str(seen):
+            return True
+        seen = seen.__context__
+    return False
 
 
 def _layout(con: duckdb.DuckDBPyConnection) -> str | None:
