@@ -473,7 +473,7 @@ class Store:
         """A LakeError naming the manifest's missing segments (of `partitions`, else all), when
         there are any: the lake lost their rows, and an ingest would count their trials
         unchanged (it reads no segment). With the `error` a read of the lake failed with, also
-        the segments whole in size that DuckDB cannot read (`unreadable_segments`)."""
+        the segments whole in size that cannot be read (`unreadable_segments`)."""
         missing = self.missing_segments(manifest, partitions)
         unreadable = (
             self.unreadable_segments(manifest, error, partitions, reader)
