@@ -324,7 +324,7 @@ def _naming_damage(lake: str | Path) -> Iterator[None]:
     import duckdb
 
     from wmo_lake.export import ExportError
-    from wmo_lake.store import CORRUPT_DUCKDB, Store, decoding_failure
+    from wmo_lake.store import Store, may_be_damage
 
     try:
         yield
@@ -333,12 +333,7 @@ def _naming_damage(lake: str | Path) -> Iterator[None]:
         # permission error, and a cut file's error names it; `export` asks after any failure)
         kinds = (duckdb.IOException, duckdb.PermissionException, ExportError)
         damaged = None
-        if (
-            isinstance(error, kinds)
-            or ".parquet" in str(error)
-            or CORRUPT_DUCKDB in str(error)
-            or decoding_failure(error)  # (a segment overwritten in place: its bytes' words)
-        ):
+        if isinstance(error, kinds) or may_be_damage(error):
             damaged = Store(Path(lake)).damage(error)
         if damaged is None:
             raise

@@ -35,6 +35,7 @@ from wmo_lake.store import (
     Store,
     atomic_write_bytes,
     crash_point,
+    first_line,
     fsync_path,
     partition_values,
     segment_prefix,
@@ -571,6 +572,5 @@ def _unread_by_pyarrow(path: str) -> str | None:
     try:
         pq.read_table(path)
     except Exception as failure:  # (ArrowInvalid, OSError, a UnicodeDecodeError of a name...)
-        lines = str(failure).strip().splitlines() or [type(failure).__name__]
-        return f"pyarrow: {lines[0]}"
+        return f"pyarrow: {first_line(failure)}"
     return None

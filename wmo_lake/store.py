@@ -264,6 +264,25 @@ def decoding_failure(error: BaseException) -> bool:
     )
 
 
+def may_be_damage(error: BaseException) -> bool:
+    """Whether a failed query's `error` may be the lake's damage, worth `Store.damage` (which
+    costs a read of the files): it names a Parquet file, it is DuckDB's checksum failure (a
+    lake.duckdb changed in place), or a decoding failure."""
+    text = str(error)
+    return ".parquet" in text or CORRUPT_DUCKDB in text or decoding_failure(error)
+
+
+def _live_segments(manifest: Manifest, partitions: Collection[str] | None) -> list[str]:
+    """The segments the manifest names, of `partitions` (else all)."""
+    return [
+        rel
+        for files in manifest.tables.values()
+        for partition, rels in files.items()
+        if partitions is None or partition in partitions
+        for rel in rels
+    ]
+
+
 def _not_read_by_duckdb(con: Any, paths: list[str]) -> list[tuple[str, str]]:
     """(path, DuckDB's words) for each of `paths` DuckDB cannot read whole: all read in one
     query, halved while it fails (a query a file cost ~4 ms, 4 s for a 128-step lake)."""
@@ -276,12 +295,13 @@ def _not_read_by_duckdb(con: Any, paths: list[str]) -> list[tuple[str, str]]:
         return []
     except duckdb.Error as failure:
         if len(paths) == 1:
-            return [(paths[0], _first_line(failure))]
+            return [(paths[0], first_line(failure))]
     half = len(paths) // 2
     return _not_read_by_duckdb(con, paths[:half]) + _not_read_by_duckdb(con, paths[half:])
 
 
-def _first_line(error: BaseException) -> str:
+def first_line(error: BaseException) -> str:
+    """The first line of `error`'s words (its type's name when it has none)."""
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
@@ -454,14 +474,8 @@ class Store:
         read has failed, and by an ingest for the partitions it walks, so a query over a
         working lake pays no open per file."""
         root = str(self.root)
-        return [
-            rel
-            for files in manifest.tables.values()
-            for partition, rels in files.items()
-            if partitions is None or partition in partitions
-            for rel in rels
-            if not _ends_as_parquet(f"{root}/{rel}")
-        ]
+        live = _live_segments(manifest, partitions)
+        return [rel for rel in live if not _ends_as_parquet(f"{root}/{rel}")]
 
     def damaged_error(
         self,
@@ -523,13 +537,7 @@ class Store:
         read of the lake once. `reader`: the one that failed, when not DuckDB (a commit's rewrite
         reads with pyarrow): what DuckDB reads is read again by it, its words when it fails."""
         root = str(self.root)
-        live = [
-            rel
-            for files in manifest.tables.values()
-            for partition, rels in files.items()
-            if partitions is None or partition in partitions
-            for rel in rels
-        ]
+        live = _live_segments(manifest, partitions)
         # (an export's error wraps the query's: raised `from None`, it is still the context)
         chain = [error]
         while (inner := chain[-1].__cause__ or chain[-1].__context__) and len(chain) < 8:
@@ -578,7 +586,7 @@ class Store:
             return None
         built = self.root / DUCKDB_FILE
         return LakeError(
-            f"{built} is damaged (DuckDB: {_first_line(error)}); it only "
+            f"{built} is damaged (DuckDB: {first_line(error)}); it only "
             "caches the lake's Parquet files: delete it "
             f"(`rm {shlex.quote(str(built))}`) and run the command again (queries then read the "
             f"Parquet files, and the next `wmo-lake ingest` writes {DUCKDB_FILE} anew)"

@@ -35,7 +35,7 @@ from wmo_lake.output import FORMATS, OutputFile, copy_query, copy_target, write_
 from wmo_lake.settings import BY_VARIABLE, whole_number
 from wmo_lake.statements import file_it_writes, tokens
 from wmo_lake.stopping import appends, ctrl_c_stops, finished
-from wmo_lake.store import CORRUPT_DUCKDB, LakeError, Store, decoding_failure
+from wmo_lake.store import LakeError, Store, decoding_failure, may_be_damage
 from wmo_lake.terminal import terminal_width
 
 # Statements that write files outside the database. The connection cannot write anywhere but
@@ -296,7 +296,7 @@ def sql(
             # `FROM '/etc/passwd'`: a confined connection cannot look for the file, and DuckDB
             # says there is no such table
             fail(_confined_message(_numbered_as_given(str(error), query), lake), 2)
-        if ".parquet" in str(error) or CORRUPT_DUCKDB in str(error) or decoding_failure(error):
+        if may_be_damage(error):
             # (a segment cut short or overwritten by hand, or lake.duckdb changed)
             fail_if_damaged(lake, error)
         if isinstance(error, (duckdb.CatalogException, duckdb.BinderException)):
