@@ -7,6 +7,7 @@ import atexit
 import logging
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -15,6 +16,12 @@ from typing import Any
 import pytest
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+# Started in the background by a non-interactive shell (`make test &` in a script, `nohup`), the
+# tests inherit SIGINT ignored, and Python then installs no KeyboardInterrupt handler: the Ctrl-C
+# tests would send signals nothing takes (their subprocesses inherit the ignoring too). They are
+# about the Ctrl-C a user sends, so the default handler is put back.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 # The skeleton lake.duckdb cache (wmo_lake.lake.cached_skeleton): one for the session, not the
 # user's ~/.cache (subprocesses inherit it), removed when the session ends. A test about the
 # cache sets its own.
