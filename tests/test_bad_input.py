@@ -688,6 +688,26 @@ def test_an_exception_info_harbors_model_refuses_is_said(
     ]
 
 
+def test_a_required_field_no_table_reads_missing_is_read_without_a_problem(
+    tmp_path: Path,
+) -> None:
+    """harbor's TrialResult refuses a result.json without `trial_uri` or `task_checksum`; no
+    table reads either, so the lake reads the trial as any other and records nothing (README:
+    checked field by field for what the tables read, not as a whole TrialResult)."""
+    from harbor.models.trial.result import TrialResult
+
+    def unchecked(bad: Path) -> None:
+        _rewrite(bad, lambda doc: [doc.pop(field) for field in ("trial_uri", "task_checksum")])
+        with pytest.raises(ValueError, match="trial_uri"):
+            TrialResult.model_validate_json((bad / "result.json").read_bytes())
+
+    summary, problems = _ingest_beside_a_good_trial(tmp_path, unchecked)
+    assert (summary.trials_new, summary.unreadable_trials, problems) == (2, 0, [])
+    con = connect(tmp_path / "lake")
+    rows = con.sql("SELECT trial_name, n_spans FROM trials ORDER BY 1").fetchall()
+    assert rows == [("bad__1", 3), ("good__1", 3)]
+
+
 @pytest.mark.parametrize(
     ("damage", "says"),
     [
