@@ -263,6 +263,28 @@ def test_nan_and_huge_numbers_read_like_the_seeds_json_loads(tmp_path: Path) -> 
     assert [p[0] for p in problems] == ["invalid_reward"]  # a NaN reward is no measurement
 
 
+def test_a_key_written_twice_reads_as_its_last_value_like_json_loads(tmp_path: Path) -> None:
+    def doubled(trial_dir: Path) -> None:
+        path = trial_dir / "result.json"
+        text = path.read_text()
+        text = text.replace('"reward": 1.0', '"reward": 1.0, "reward": 0.0', 1)
+        text = text.replace('"n_input_tokens": ', '"n_input_tokens": 7, "n_input_tokens": ', 1)
+        assert '"reward": 0.0' in text and '"n_input_tokens": 7,' in text
+        path.write_text(text)
+
+    summary, problems = _ingest_beside_a_good_trial(tmp_path, doubled)
+    assert (summary.trials_new, problems) == (2, [])
+    written = json.loads((tmp_path / "runs" / "job" / "bad__1" / "result.json").read_text())
+    con = connect(tmp_path / "lake")
+    row = con.execute(
+        "SELECT t.rewards['reward'], t.n_input_tokens, c.reward, c.passed "
+        "FROM trials AS t JOIN cells AS c USING (trial_key) WHERE trial_key = 'bad'"
+    ).fetchone()
+    reward = written["verifier_result"]["rewards"]["reward"]
+    assert reward == 0.0  # (json.loads keeps the last)
+    assert row == (str(reward), written["agent_result"]["n_input_tokens"], reward, False)
+
+
 def test_very_large_result_json(tmp_path: Path) -> None:
     """50 MB+ of indent=4 tokens (DuckDB's read_json would refuse an object over 16 MB)."""
     job = write_job(tmp_path / "runs" / "job")
