@@ -14,25 +14,44 @@
 --     avg() folds left and misses 0.1 + 0.2 + 0.3 = 0.6. The rewards are first scaled by the
 --     power of two that brings the group's largest into [1, 2) (exact): unscaled, a group of tiny
 --     rewards (9.4e-12 and 2.4e-15) has remainders wider than a double, whose sum is rounded
---     before the total is, one bit off Python's;
+--     before the total is, one bit off Python's (as a group whose rewards lie more than 2^52
+--     apart still can be, at a rounding tie: README, "On Spark");
 --   drop_reason 'overflow' when stop_reason = 'context_overflow' or any span's prompt + sampled
 --     length exceeds the context budget (`trial_caps`: wmo_context_budget, else the one the
 --     trial's agent recorded: llm_kwargs.context_limit, else the pi bridge's context_window;
 --     else the setting's default); else 'overlong' when any merged sequence with sampled
 --     tokens is longer than max_datum_tokens (see the settings view); else NULL.
 CREATE OR REPLACE VIEW datum_episodes AS
-WITH scaled AS (
-    -- 2^-e for the group's largest reward in [2^e, 2^(e+1)) (capped: a subnormal's would be
+WITH group_tops AS (
+    SELECT
+        *,
+        max(reward) OVER (PARTITION BY batch, task_id) AS group_top
+    FROM cells
+),
+rough_exponents AS (
+    -- floor(log2) of the group's largest reward when positive: e, or one off next to a power of
+    -- two, where log2 rounds across it (DuckDB's log2(0.12499999999999999) is -3.0; Spark's,
+    -- log(x) / log(2), floors 2^-29 one low)
+    SELECT
+        *,
+        CASE WHEN group_top > 0.0 THEN floor(log2(group_top)) END AS rough_exponent
+    FROM group_tops
+),
+scaled AS (
+    -- 2^-e for the group's largest reward in [2^e, 2^(e+1)), the rough exponent put right by
+    -- comparing with its powers of two, which are exact (capped: a subnormal's scale would be
     -- infinite); 1.0 for a group of zeros
     SELECT
         *,
         CASE
-            WHEN max(reward) OVER task_group > 0.0
-                THEN pow(2.0, least(-floor(log2(max(reward) OVER task_group)), 1000.0))
+            WHEN group_top > 0.0 THEN pow(2.0, least(-(CASE
+                WHEN pow(2.0, rough_exponent) > group_top THEN rough_exponent - 1
+                WHEN pow(2.0, rough_exponent + 1) <= group_top THEN rough_exponent + 1
+                ELSE rough_exponent
+            END), 1000.0))
             ELSE 1.0
         END AS reward_scale
-    FROM cells
-    WINDOW task_group AS (PARTITION BY batch, task_id)
+    FROM rough_exponents
 ),
 reward_parts AS (
     -- 1099511627776 = 2^40: scaling by a power of two is exact

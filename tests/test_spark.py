@@ -622,11 +622,13 @@ def test_a_token_total_past_64_bits_reads_as_in_duckdb(spark: Any, tmp_path: Pat
 def test_advantages_of_tiny_rewards_are_pythons_to_the_last_bit_on_spark(
     spark: Any, on_spark: OnSpark, tmp_path: Path
 ) -> None:
-    """datum_episodes scales a task group's rewards by a power of two found with log2, which
-    Spark computes as log(x) / log(2): for a largest reward of exactly 2^-29 or 2^-31 that floors
-    one binade low (and just below 2^-4 one high), so Spark scales by another power of two than
-    DuckDB. The scaling is exact either way: every advantage is still reward - sum(rewards) /
-    len(rewards) as Python computes it, to the last bit, on both engines."""
+    """datum_episodes scales a task group's rewards by the power of two that brings the largest
+    into [1, 2). log2 only comes near it: Spark computes it as log(x) / log(2), which floors
+    exactly 2^-29 or 2^-31 one binade low (and just below 2^-4 one high), and DuckDB's rounds
+    up to -3.0 just below 2^-3 and to -20.0 just below 2^-20. Scaled by half or twice the power
+    meant, the exact sum's split moves and some means came out one bit off Python's; the view
+    puts the exponent right, so every advantage is reward - sum(rewards) / len(rewards) as
+    Python computes it, to the last bit, on both engines."""
     from harbor_shapes import write_job, write_trial
 
     from wmo_lake import spark as lake_spark
@@ -638,6 +640,13 @@ def test_advantages_of_tiny_rewards_are_pythons_to_the_last_bit_on_spark(
         "p31": [2.0**-31, 7e-19, 2.0**-31 * 0.1],
         "below-p4": [math.nextafter(2.0**-4, 0.0), 0.01, 3e-17],
         "thirds": [0.1, 0.2, 0.3],
+        "below-p3": [
+            0.12499999999999999,
+            0.07294059832730818,
+            0.08881834635705267,
+            8.884342052953525e-30,
+        ],
+        "below-p20": [9.536743164062499e-07, 1.427005053460002e-34, 9.246548377034858e-07],
     }
     job = write_job(tmp_path / "runs" / "r" / "harbor" / "step-0001" / "job")
     for task, rewards in groups.items():

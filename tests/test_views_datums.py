@@ -223,6 +223,15 @@ def test_advantage_of_tiny_rewards_is_pythons_to_the_last_bit(tmp_path: Path) ->
             # a group whose largest reward is subnormal: its scale, 2^1030, is past a double's
             # range (capped at 2^1000)
             "subnormal": [1e-310, 0.0, 5e-324],
+            # largest rewards a bit below a power of two, where log2 rounds up to it (DuckDB's
+            # log2(0.12499999999999999) is -3.0): scaled by half the power meant, one bit off
+            "below-2^-3": [
+                0.12499999999999999,
+                0.07294059832730818,
+                0.08881834635705267,
+                8.884342052953525e-30,
+            ],
+            "below-2^-20": [9.536743164062499e-07, 1.427005053460002e-34, 9.246548377034858e-07],
         },
     )
     assert got == expected
